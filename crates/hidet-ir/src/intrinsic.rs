@@ -1,0 +1,217 @@
+//! Math functions and named hardware intrinsics.
+//!
+//! Hardware-specific operations (tensor-core `mma`, `ldmatrix`, `cp.async`,
+//! warp shuffles, vector memory access) are opaque to the IR: they are calls
+//! to a named [`Intrinsic`] whose meaning each backend implements. Passes only
+//! need their result type, which [`Intrinsic::result_type`] gives.
+
+use crate::dtype::DataType;
+use crate::ty::Type;
+use std::fmt;
+
+/// Elementwise math functions. Every argument and the result share one type
+/// (scalar or vector), except [`MathFunc::Pow`] and [`MathFunc::Fma`], whose
+/// arguments all share it too.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum MathFunc {
+    Exp,
+    Exp2,
+    Log,
+    Log2,
+    Sqrt,
+    Rsqrt,
+    Tanh,
+    Sigmoid,
+    Erf,
+    Sin,
+    Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+    Abs,
+    Floor,
+    Ceil,
+    Round,
+    Trunc,
+    IsNan,
+    IsInf,
+    Pow,
+    Min,
+    Max,
+    Atan2,
+    /// `fma(a, b, c) = a * b + c` with one rounding.
+    Fma,
+}
+
+impl MathFunc {
+    /// Number of arguments the function takes.
+    pub fn arity(self) -> usize {
+        match self {
+            MathFunc::Pow | MathFunc::Min | MathFunc::Max | MathFunc::Atan2 => 2,
+            MathFunc::Fma => 3,
+            _ => 1,
+        }
+    }
+
+    /// True when the result is `bool` rather than the argument type.
+    pub fn returns_bool(self) -> bool {
+        matches!(self, MathFunc::IsNan | MathFunc::IsInf)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MathFunc::Exp => "exp",
+            MathFunc::Exp2 => "exp2",
+            MathFunc::Log => "log",
+            MathFunc::Log2 => "log2",
+            MathFunc::Sqrt => "sqrt",
+            MathFunc::Rsqrt => "rsqrt",
+            MathFunc::Tanh => "tanh",
+            MathFunc::Sigmoid => "sigmoid",
+            MathFunc::Erf => "erf",
+            MathFunc::Sin => "sin",
+            MathFunc::Cos => "cos",
+            MathFunc::Tan => "tan",
+            MathFunc::Asin => "asin",
+            MathFunc::Acos => "acos",
+            MathFunc::Atan => "atan",
+            MathFunc::Sinh => "sinh",
+            MathFunc::Cosh => "cosh",
+            MathFunc::Asinh => "asinh",
+            MathFunc::Acosh => "acosh",
+            MathFunc::Atanh => "atanh",
+            MathFunc::Abs => "abs",
+            MathFunc::Floor => "floor",
+            MathFunc::Ceil => "ceil",
+            MathFunc::Round => "round",
+            MathFunc::Trunc => "trunc",
+            MathFunc::IsNan => "isnan",
+            MathFunc::IsInf => "isinf",
+            MathFunc::Pow => "pow",
+            MathFunc::Min => "min",
+            MathFunc::Max => "max",
+            MathFunc::Atan2 => "atan2",
+            MathFunc::Fma => "fma",
+        }
+    }
+}
+
+/// Kind of a warp shuffle (`__shfl_*_sync`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum ShuffleKind {
+    /// Read from an absolute lane.
+    Idx,
+    /// Read from `lane - delta`.
+    Up,
+    /// Read from `lane + delta`.
+    Down,
+    /// Read from `lane ^ mask`.
+    Xor,
+}
+
+/// Shape of a tensor-core `mma.sync` instruction.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum MmaShape {
+    M16N8K8,
+    M16N8K16,
+}
+
+impl MmaShape {
+    /// `(m, n, k)`.
+    pub fn mnk(self) -> (i64, i64, i64) {
+        match self {
+            MmaShape::M16N8K8 => (16, 8, 8),
+            MmaShape::M16N8K16 => (16, 8, 16),
+        }
+    }
+}
+
+/// A named, backend-implemented operation. Arguments are described per variant.
+#[derive(Clone, PartialEq, Debug)]
+pub enum Intrinsic {
+    /// `shfl(value, lane_or_delta_or_mask)` over the full warp (`width` lanes,
+    /// a power of two ≤ 32). Returns the value's type. CUDA only.
+    WarpShuffle { kind: ShuffleKind, width: u32 },
+    /// `vector_load(ptr)`: loads `dtype.lanes` consecutive elements starting at
+    /// `ptr` (no alignment required). Returns `dtype`.
+    VectorLoad { dtype: DataType },
+    /// `vector_store(ptr, value)`: stores all lanes of `value` at `ptr`. Returns void.
+    VectorStore,
+    /// `mma(a_regs, b_regs, c_regs)`: `C += A·B` for one warp-level tile, where
+    /// each argument is a pointer to this thread's fragment registers
+    /// (`a`/`b` of `input` type, `c` of `acc` type). CUDA only. Returns void.
+    Mma {
+        shape: MmaShape,
+        input: DataType,
+        acc: DataType,
+    },
+    /// `ldmatrix(dst_regs, smem_ptr)`: loads `count` (1, 2 or 4) 8×8 b16
+    /// matrices from shared memory into registers, transposed if `trans`.
+    /// CUDA only. Returns void.
+    LdMatrix { count: u32, trans: bool },
+    /// `cp_async(dst_smem, src_global, src_bytes)`: asynchronously copies
+    /// `bytes` (4, 8 or 16) from global to shared memory, zero-filling beyond
+    /// `src_bytes`. CUDA only. Returns void.
+    CpAsync { bytes: u32 },
+    /// Commits the outstanding `cp.async` copies as one group. Returns void.
+    CpAsyncCommit,
+    /// Waits until at most `n` committed groups are still in flight. Returns void.
+    CpAsyncWait { n: u32 },
+    /// A call to a device/internal function of the same module, by name,
+    /// returning `ret`.
+    Function { name: String, ret: Type },
+}
+
+impl Intrinsic {
+    /// The type of the call's result, given the types of its arguments.
+    pub fn result_type(&self, args: &[Type]) -> Type {
+        match self {
+            Intrinsic::WarpShuffle { .. } => args.first().cloned().unwrap_or(Type::Void),
+            Intrinsic::VectorLoad { dtype } => Type::Data(*dtype),
+            Intrinsic::Function { ret, .. } => ret.clone(),
+            Intrinsic::VectorStore
+            | Intrinsic::Mma { .. }
+            | Intrinsic::LdMatrix { .. }
+            | Intrinsic::CpAsync { .. }
+            | Intrinsic::CpAsyncCommit
+            | Intrinsic::CpAsyncWait { .. } => Type::Void,
+        }
+    }
+
+    /// True when the intrinsic exists only on CUDA devices.
+    pub fn is_cuda_only(&self) -> bool {
+        matches!(
+            self,
+            Intrinsic::WarpShuffle { .. }
+                | Intrinsic::Mma { .. }
+                | Intrinsic::LdMatrix { .. }
+                | Intrinsic::CpAsync { .. }
+                | Intrinsic::CpAsyncCommit
+                | Intrinsic::CpAsyncWait { .. }
+        )
+    }
+}
+
+impl fmt::Display for Intrinsic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Intrinsic::WarpShuffle { kind, width } => {
+                write!(f, "shfl_{}<{width}>", format!("{kind:?}").to_lowercase())
+            }
+            Intrinsic::VectorLoad { dtype } => write!(f, "vector_load<{dtype}>"),
+            Intrinsic::VectorStore => f.write_str("vector_store"),
+            Intrinsic::Mma { shape, input, acc } => write!(f, "mma<{shape:?}, {input}, {acc}>"),
+            Intrinsic::LdMatrix { count, trans } => write!(f, "ldmatrix<x{count}, trans={trans}>"),
+            Intrinsic::CpAsync { bytes } => write!(f, "cp_async<{bytes}>"),
+            Intrinsic::CpAsyncCommit => f.write_str("cp_async_commit"),
+            Intrinsic::CpAsyncWait { n } => write!(f, "cp_async_wait<{n}>"),
+            Intrinsic::Function { name, .. } => f.write_str(name),
+        }
+    }
+}
