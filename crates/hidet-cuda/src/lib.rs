@@ -1,1 +1,21 @@
-//! hidet-cuda
+//! The CUDA backend of hidet.
+//!
+//! - [`nvrtc`]: compiles CUDA C to PTX with NVRTC, loaded at run time (no
+//!   CUDA toolkit is needed to build this crate);
+//! - [`ptxas`]: assembles PTX with `ptxas -v` and reads registers, spills and
+//!   shared memory per kernel;
+//! - [`templates`]: CUDA schedule templates written with task mappings.
+//!
+//! CUDA C itself is emitted by `hidet-codegen`'s CUDA dialect.
+
+pub mod arch;
+pub mod artifacts;
+pub mod error;
+pub mod locate;
+pub mod nvrtc;
+pub mod ptxas;
+
+pub use arch::Arch;
+pub use error::CudaError;
+pub use nvrtc::{compile_to_ptx, CompileOptions, Nvrtc, Ptx};
+pub use ptxas::{assemble, locate_ptxas, KernelResources, PtxasReport};
