@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The project's test command (README, CI): sets up the Python test environment,
+# then checks formatting and lints and runs every test of the workspace.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+./scripts/setup_python.sh
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --release -- -D warnings
+cargo test --workspace --release
