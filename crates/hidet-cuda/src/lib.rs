@@ -14,6 +14,7 @@ pub mod error;
 pub mod locate;
 pub mod nvrtc;
 pub mod ptxas;
+pub mod templates;
 
 pub use arch::Arch;
 pub use error::CudaError;
