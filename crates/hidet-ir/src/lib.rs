@@ -10,6 +10,7 @@ pub mod function;
 pub mod intrinsic;
 pub mod layout;
 pub mod mapping;
+pub mod passes;
 pub mod print;
 pub mod stmt;
 pub mod ty;

@@ -1,0 +1,890 @@
+//! The arithmetic simplifier.
+//!
+//! Integer expressions are rewritten with the help of bound analysis
+//! ([`super::bounds`]): loop variables range over `[0, extent)`, `threadIdx`
+//! over the kernel's block, `Let` variables over their value's range, and
+//! `if` conditions comparing a variable with a constant narrow it in their
+//! branches. The rewrites are exact for floor division and modulo:
+//!
+//! - constants fold (when the result fits the type); `x*1`, `x+0`, `x*0`,
+//!   `x/1`, `x%1` go; constants gather on the right of sums and products;
+//! - `x / c` and `x % c` fold when `x` stays within one multiple of `c`
+//!   (e.g. `x / c → 0` and `x % c → x` for `0 <= x < c`);
+//! - `(a*c + b) / c → a + b/c` and `(a*c + b) % c → b % c` (exact for floor
+//!   semantics whatever the sign of `b`); `x / a / b → x / (a*b)`;
+//!   `(x / c) * c + x % c → x`;
+//! - comparisons decided by the bounds fold; `if` with a constant condition
+//!   keeps one branch; empty loops, branches and unused `Let`s go;
+//! - last, `/` and `%` by a power of two become `>>` and `&` where the
+//!   dividend is proven non-negative (kept otherwise, so the codegen's floor
+//!   semantics still apply).
+//!
+//! Floating-point expressions are left as written.
+
+use super::bounds::{bound_of, fits, is_non_negative, type_range, Interval, VarRanges};
+use super::lower_task_mappings::loop_var_range;
+use super::{FunctionPass, PassError};
+use crate::dtype::DataType;
+use crate::expr::{
+    floor_div, floor_mod, BinaryOp, Builtin, Constant, Expr, ExprKind, UnaryOp, Var,
+};
+use crate::function::Function;
+use crate::intrinsic::MathFunc;
+use crate::stmt::Stmt;
+use std::collections::HashMap;
+
+/// The pass: simplifies every expression and statement of a function.
+pub struct Simplify;
+
+impl FunctionPass for Simplify {
+    fn name(&self) -> &'static str {
+        "simplify"
+    }
+
+    fn run(&self, f: Function) -> Result<Function, PassError> {
+        let mut ranges = VarRanges::for_function(&f);
+        let body = simplify_stmt(&f.body, &mut ranges);
+        Ok(Function { body, ..f })
+    }
+}
+
+/// Rounds of bottom-up rewriting before giving up on a fixpoint.
+const MAX_ROUNDS: usize = 16;
+
+/// `e` simplified under `ranges`; evaluates to the same value as `e` for
+/// every assignment of the variables within their ranges.
+pub fn simplify_expr(e: &Expr, ranges: &VarRanges) -> Expr {
+    let mut cur = e.clone();
+    for _ in 0..MAX_ROUNDS {
+        let next = cur.rewrite(&mut |n| rewrite_node(n, ranges));
+        if next == cur {
+            break;
+        }
+        cur = next;
+    }
+    cur.rewrite(&mut |n| strength_reduce(n, ranges))
+}
+
+/// `s` simplified; `ranges` holds the enclosing scope's knowledge and is
+/// left as it was found.
+pub fn simplify_stmt(s: &Stmt, ranges: &mut VarRanges) -> Stmt {
+    let se = |e: &Expr, r: &VarRanges| simplify_expr(e, r);
+    match s {
+        Stmt::Let { var, value, body } => {
+            let value = se(value, ranges);
+            let used = uses_var(body, var);
+            if !used && is_pure(&value) {
+                return simplify_stmt(body, ranges);
+            }
+            if is_constant_or_builtin(&value) {
+                let map = HashMap::from([(var.clone(), value)]);
+                let body = body.rewrite(&mut |s| s, &mut |e| e.substitute(&map));
+                return simplify_stmt(&body, ranges);
+            }
+            let prev = ranges.set(var, bound_of(&value, ranges));
+            let body = simplify_stmt(body, ranges);
+            ranges.restore(var, prev);
+            Stmt::Let {
+                var: var.clone(),
+                value,
+                body: Box::new(body),
+            }
+        }
+        Stmt::For {
+            var,
+            extent,
+            kind,
+            body,
+        } => {
+            let extent = se(extent, ranges);
+            if extent.as_int().is_some_and(|e| e <= 0) {
+                return Stmt::nop();
+            }
+            if extent.as_int() == Some(1) {
+                let zero = Expr::int_of(0, var.ty().as_data().unwrap_or(DataType::I32));
+                let map = HashMap::from([(var.clone(), zero)]);
+                let body = body.rewrite(&mut |s| s, &mut |e| e.substitute(&map));
+                return simplify_stmt(&body, ranges);
+            }
+            let prev = ranges.set(var, loop_var_range(&extent, ranges));
+            let body = simplify_stmt(body, ranges);
+            ranges.restore(var, prev);
+            if is_nop(&body) && is_pure(&extent) {
+                return Stmt::nop();
+            }
+            Stmt::For {
+                var: var.clone(),
+                extent,
+                kind: *kind,
+                body: Box::new(body),
+            }
+        }
+        Stmt::ForMapping {
+            vars,
+            mapping,
+            worker,
+            body,
+        } => {
+            let shape = mapping.task_shape();
+            let prevs: Vec<_> = vars
+                .iter()
+                .zip(&shape)
+                .map(|(v, &d)| ranges.set(v, Interval::below(d)))
+                .collect();
+            let body = simplify_stmt(body, ranges);
+            for (v, p) in vars.iter().zip(prevs) {
+                ranges.restore(v, p);
+            }
+            Stmt::ForMapping {
+                vars: vars.clone(),
+                mapping: mapping.clone(),
+                worker: se(worker, ranges),
+                body: Box::new(body),
+            }
+        }
+        Stmt::If {
+            cond,
+            then_body,
+            else_body,
+        } => {
+            let cond = se(cond, ranges);
+            match cond.kind() {
+                ExprKind::Const(Constant::Bool(true)) => return simplify_stmt(then_body, ranges),
+                ExprKind::Const(Constant::Bool(false)) => {
+                    return match else_body {
+                        Some(e) => simplify_stmt(e, ranges),
+                        None => Stmt::nop(),
+                    }
+                }
+                _ => {}
+            }
+            let then_body = with_facts(ranges, &facts(&cond, true, ranges), |r| {
+                simplify_stmt(then_body, r)
+            });
+            let else_body = else_body.as_ref().map(|e| {
+                with_facts(ranges, &facts(&cond, false, ranges), |r| {
+                    simplify_stmt(e, r)
+                })
+            });
+            let else_body = else_body.filter(|e| !is_nop(e));
+            match (is_nop(&then_body), else_body) {
+                (true, None) if is_pure(&cond) => Stmt::nop(),
+                (true, Some(e)) => Stmt::If {
+                    cond: se(&!cond, ranges),
+                    then_body: Box::new(e),
+                    else_body: None,
+                },
+                (_, else_body) => Stmt::If {
+                    cond,
+                    then_body: Box::new(then_body),
+                    else_body: else_body.map(Box::new),
+                },
+            }
+        }
+        Stmt::Seq(stmts) => Stmt::seq(
+            stmts
+                .iter()
+                .map(|s| simplify_stmt(s, ranges))
+                .filter(|s| !is_nop(s))
+                .collect(),
+        ),
+        Stmt::Assert { cond, message } => {
+            let cond = se(cond, ranges);
+            if matches!(cond.kind(), ExprKind::Const(Constant::Bool(true))) {
+                Stmt::nop()
+            } else {
+                Stmt::Assert {
+                    cond,
+                    message: message.clone(),
+                }
+            }
+        }
+        other => other.rewrite(&mut |s| s, &mut |e| se(e, ranges)),
+    }
+}
+
+fn is_nop(s: &Stmt) -> bool {
+    matches!(s, Stmt::Seq(v) if v.is_empty())
+}
+
+fn is_constant_or_builtin(e: &Expr) -> bool {
+    matches!(e.kind(), ExprKind::Const(_) | ExprKind::Builtin(_))
+}
+
+/// Whether evaluating `e` has no effect besides its value (no calls).
+fn is_pure(e: &Expr) -> bool {
+    let mut pure = true;
+    e.visit(&mut |n| {
+        if matches!(n.kind(), ExprKind::Call(..)) {
+            pure = false;
+        }
+    });
+    pure
+}
+
+fn uses_var(s: &Stmt, var: &Var) -> bool {
+    let mut used = false;
+    s.visit(&mut |s| {
+        for e in s.exprs() {
+            e.visit(&mut |n| match n.kind() {
+                ExprKind::Var(v) | ExprKind::TensorElement { tensor: v, .. } if v == var => {
+                    used = true
+                }
+                _ => {}
+            });
+        }
+        match s {
+            Stmt::Store { tensor: v, .. } | Stmt::Assign { var: v, .. } if v == var => used = true,
+            _ => {}
+        }
+    });
+    used
+}
+
+/// What a variable or built-in is compared against in a condition.
+#[derive(Clone)]
+enum Subject {
+    Var(Var),
+    Builtin(Builtin),
+}
+
+/// Ranges implied by `cond == holds`: conjunctions (or negated disjunctions)
+/// of comparisons between a variable/built-in and a constant.
+fn facts(cond: &Expr, holds: bool, ranges: &VarRanges) -> Vec<(Subject, Interval)> {
+    let mut out = Vec::new();
+    collect_facts(cond, holds, ranges, &mut out);
+    out
+}
+
+fn collect_facts(cond: &Expr, holds: bool, ranges: &VarRanges, out: &mut Vec<(Subject, Interval)>) {
+    match cond.kind() {
+        ExprKind::Unary(UnaryOp::Not, a) => collect_facts(a, !holds, ranges, out),
+        ExprKind::Binary(BinaryOp::And, a, b) if holds => {
+            collect_facts(a, true, ranges, out);
+            collect_facts(b, true, ranges, out);
+        }
+        ExprKind::Binary(BinaryOp::Or, a, b) if !holds => {
+            collect_facts(a, false, ranges, out);
+            collect_facts(b, false, ranges, out);
+        }
+        ExprKind::Binary(op, a, b) if op.is_comparison() => {
+            let (subject, other, op) = match (subject_of(a), subject_of(b)) {
+                (Some(s), _) => (s, b, *op),
+                (None, Some(s)) => (s, a, mirror(*op)),
+                _ => return,
+            };
+            let Some(c) = bound_of(other, ranges).as_const() else {
+                return;
+            };
+            let op = if holds { Some(op) } else { negate(op) };
+            let range = match op {
+                Some(BinaryOp::Lt) => Interval {
+                    lo: None,
+                    hi: c.checked_sub(1),
+                },
+                Some(BinaryOp::Le) => Interval {
+                    lo: None,
+                    hi: Some(c),
+                },
+                Some(BinaryOp::Gt) => Interval {
+                    lo: c.checked_add(1),
+                    hi: None,
+                },
+                Some(BinaryOp::Ge) => Interval {
+                    lo: Some(c),
+                    hi: None,
+                },
+                Some(BinaryOp::Eq) => Interval::exact(c),
+                _ => return,
+            };
+            out.push((subject, range));
+        }
+        _ => {}
+    }
+}
+
+fn subject_of(e: &Expr) -> Option<Subject> {
+    match e.kind() {
+        ExprKind::Var(v) => Some(Subject::Var(v.clone())),
+        ExprKind::Builtin(b) => Some(Subject::Builtin(*b)),
+        _ => None,
+    }
+}
+
+/// `op` with its operands swapped: `a op b == b mirror(op) a`.
+fn mirror(op: BinaryOp) -> BinaryOp {
+    match op {
+        BinaryOp::Lt => BinaryOp::Gt,
+        BinaryOp::Le => BinaryOp::Ge,
+        BinaryOp::Gt => BinaryOp::Lt,
+        BinaryOp::Ge => BinaryOp::Le,
+        other => other,
+    }
+}
+
+fn negate(op: BinaryOp) -> Option<BinaryOp> {
+    match op {
+        BinaryOp::Lt => Some(BinaryOp::Ge),
+        BinaryOp::Le => Some(BinaryOp::Gt),
+        BinaryOp::Gt => Some(BinaryOp::Le),
+        BinaryOp::Ge => Some(BinaryOp::Lt),
+        BinaryOp::Ne => Some(BinaryOp::Eq),
+        _ => None,
+    }
+}
+
+/// Runs `f` with the ranges narrowed by `facts`, then restores them.
+fn with_facts<T>(
+    ranges: &mut VarRanges,
+    facts: &[(Subject, Interval)],
+    f: impl FnOnce(&mut VarRanges) -> T,
+) -> T {
+    let mut undo = Vec::new();
+    for (subject, fact) in facts {
+        match subject {
+            Subject::Var(v) => {
+                let narrowed = ranges.var(v).intersect(fact);
+                undo.push((subject.clone(), ranges.set(v, narrowed)));
+            }
+            Subject::Builtin(b) => {
+                let narrowed = ranges.builtin(*b).intersect(fact);
+                undo.push((subject.clone(), ranges.set_builtin(*b, narrowed)));
+            }
+        }
+    }
+    let out = f(ranges);
+    for (subject, prev) in undo.into_iter().rev() {
+        match subject {
+            Subject::Var(v) => ranges.restore(&v, prev),
+            Subject::Builtin(b) => ranges.restore_builtin(b, prev),
+        }
+    }
+    out
+}
+
+/// The scalar integer type of `e`, if it has one.
+fn int_type(e: &Expr) -> Option<DataType> {
+    e.dtype().filter(|d| d.is_integer() && !d.is_vector())
+}
+
+/// An integer constant of type `t`, when `v` is one of its values.
+fn int_const(v: i64, t: DataType) -> Option<Expr> {
+    fits(v, t).then(|| Expr::int_of(v, t))
+}
+
+/// `e` as an expression of type `t` (cast when its type differs).
+fn as_type(e: &Expr, t: DataType) -> Expr {
+    if e.dtype() == Some(t) {
+        e.clone()
+    } else {
+        e.cast(t)
+    }
+}
+
+/// One rewrite of the node `n`, whose children are already simplified.
+fn rewrite_node(n: &Expr, ranges: &VarRanges) -> Option<Expr> {
+    let out = match n.kind() {
+        ExprKind::Binary(op, a, b) => binary(n, *op, a, b, ranges),
+        ExprKind::Unary(op, a) => unary(n, *op, a),
+        ExprKind::Select(c, a, b) => match c.kind() {
+            ExprKind::Const(Constant::Bool(true)) => Some(a.clone()),
+            ExprKind::Const(Constant::Bool(false)) => Some(b.clone()),
+            _ if a == b && is_pure(c) => Some(a.clone()),
+            _ => None,
+        },
+        ExprKind::Cast(a, t) => {
+            if a.dtype() == Some(*t) {
+                Some(a.clone())
+            } else if t.is_integer() && !t.is_vector() && int_type(a).is_some() {
+                a.as_int().and_then(|v| int_const(v, *t))
+            } else {
+                None
+            }
+        }
+        ExprKind::Math(f @ (MathFunc::Min | MathFunc::Max), args)
+            if args.len() == 2 && int_type(n).is_some() =>
+        {
+            let (x, y) = (bound_of(&args[0], ranges), bound_of(&args[1], ranges));
+            let x_le_y = x.hi.zip(y.lo).is_some_and(|(h, l)| h <= l);
+            let y_le_x = y.hi.zip(x.lo).is_some_and(|(h, l)| h <= l);
+            let pick_first = match f {
+                MathFunc::Min => x_le_y,
+                _ => y_le_x,
+            };
+            let pick_second = match f {
+                MathFunc::Min => y_le_x,
+                _ => x_le_y,
+            };
+            if pick_first && is_pure(&args[1]) {
+                Some(args[0].clone())
+            } else if pick_second && is_pure(&args[0]) {
+                Some(args[1].clone())
+            } else {
+                None
+            }
+        }
+        _ => None,
+    };
+    let t = n.dtype()?;
+    out.filter(|e| e != n).map(|e| as_type(&e, t))
+}
+
+fn unary(n: &Expr, op: UnaryOp, a: &Expr) -> Option<Expr> {
+    match (op, a.kind()) {
+        (UnaryOp::Not, ExprKind::Const(Constant::Bool(v))) => Some(Expr::bool(!v)),
+        (UnaryOp::Not, ExprKind::Unary(UnaryOp::Not, x)) => Some(x.clone()),
+        (UnaryOp::Not, ExprKind::Binary(cmp, x, y)) if cmp.is_comparison() => {
+            let inv = match cmp {
+                BinaryOp::Eq => BinaryOp::Ne,
+                BinaryOp::Ne => BinaryOp::Eq,
+                BinaryOp::Lt => BinaryOp::Ge,
+                BinaryOp::Le => BinaryOp::Gt,
+                BinaryOp::Gt => BinaryOp::Le,
+                _ => BinaryOp::Lt,
+            };
+            // Negating a float comparison is wrong for NaN; only integers here.
+            int_type(x).map(|_| Expr::binary(inv, x.clone(), y.clone()))
+        }
+        (UnaryOp::Neg, ExprKind::Unary(UnaryOp::Neg, x)) if int_type(n).is_some() => {
+            Some(x.clone())
+        }
+        (UnaryOp::Neg, ExprKind::Const(Constant::Int(v, t))) => {
+            v.checked_neg().and_then(|v| int_const(v, *t))
+        }
+        (UnaryOp::BitNot, ExprKind::Const(Constant::Int(v, t))) => int_const(!v, *t),
+        _ => None,
+    }
+}
+
+fn binary(n: &Expr, op: BinaryOp, a: &Expr, b: &Expr, ranges: &VarRanges) -> Option<Expr> {
+    if op.is_logical() {
+        return logical(op, a, b);
+    }
+    let t = int_type(a).or_else(|| int_type(b))?;
+    if a.dtype().is_some_and(|d| !d.is_integer() || d.is_vector())
+        || b.dtype().is_some_and(|d| !d.is_integer() || d.is_vector())
+    {
+        return None;
+    }
+    if op.is_comparison() {
+        return compare(op, a, b, ranges);
+    }
+    let nt = int_type(n).unwrap_or(t);
+    if let (Some(x), Some(y)) = (a.as_int(), b.as_int()) {
+        return fold(op, x, y, nt).and_then(|v| int_const(v, nt));
+    }
+    let zero = || Expr::int_of(0, nt);
+    match op {
+        BinaryOp::Add => add(a, b, nt),
+        BinaryOp::Sub => match (a.as_int(), b.as_int()) {
+            (_, Some(0)) => Some(a.clone()),
+            _ if a == b && is_pure(a) => Some(zero()),
+            (_, Some(c)) => {
+                let (x, k) = split_const(a);
+                let total = k.checked_sub(c)?;
+                fits(total, nt).then(|| with_const(x.as_ref(), total, nt))
+            }
+            _ => None,
+        },
+        BinaryOp::Mul => match (a.as_int(), b.as_int()) {
+            (Some(0), _) if is_pure(b) => Some(zero()),
+            (_, Some(0)) if is_pure(a) => Some(zero()),
+            (Some(1), _) => Some(b.clone()),
+            (_, Some(1)) => Some(a.clone()),
+            (Some(c), None) => Some(b * Expr::int_of(c, nt)),
+            (None, Some(c)) => match a.kind() {
+                ExprKind::Binary(BinaryOp::Mul, x, k) => {
+                    let k = k.as_int()?;
+                    let prod = k.checked_mul(c)?;
+                    fits(prod, nt).then(|| x * Expr::int_of(prod, nt))
+                }
+                _ => None,
+            },
+            _ => None,
+        },
+        BinaryOp::Div => {
+            let c = b.as_int()?;
+            divide(a, c, nt, ranges)
+        }
+        BinaryOp::Mod => {
+            let c = b.as_int()?;
+            modulo(a, c, nt, ranges)
+        }
+        BinaryOp::BitAnd => {
+            let m = b.as_int().or(a.as_int())?;
+            let x = if b.as_int().is_some() { a } else { b };
+            if m == 0 && is_pure(x) {
+                return Some(zero());
+            }
+            let r = bound_of(x, ranges);
+            let all_ones = m > 0 && (m & (m + 1)) == 0;
+            (all_ones && r.within(m + 1)).then(|| x.clone())
+        }
+        BinaryOp::Shr | BinaryOp::Shl => match b.as_int() {
+            Some(0) => Some(a.clone()),
+            Some(k) if op == BinaryOp::Shr && (0..63).contains(&k) => {
+                let r = bound_of(a, ranges);
+                (r.within(1i64 << k) && is_pure(a)).then(zero)
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn logical(op: BinaryOp, a: &Expr, b: &Expr) -> Option<Expr> {
+    let ca = match a.kind() {
+        ExprKind::Const(Constant::Bool(v)) => Some(*v),
+        _ => None,
+    };
+    let cb = match b.kind() {
+        ExprKind::Const(Constant::Bool(v)) => Some(*v),
+        _ => None,
+    };
+    match (op, ca, cb) {
+        (BinaryOp::And, Some(true), _) => Some(b.clone()),
+        (BinaryOp::And, _, Some(true)) => Some(a.clone()),
+        (BinaryOp::And, Some(false), _) => Some(Expr::bool(false)),
+        (BinaryOp::And, _, Some(false)) if is_pure(a) => Some(Expr::bool(false)),
+        (BinaryOp::Or, Some(false), _) => Some(b.clone()),
+        (BinaryOp::Or, _, Some(false)) => Some(a.clone()),
+        (BinaryOp::Or, Some(true), _) => Some(Expr::bool(true)),
+        (BinaryOp::Or, _, Some(true)) if is_pure(a) => Some(Expr::bool(true)),
+        _ => None,
+    }
+}
+
+fn compare(op: BinaryOp, a: &Expr, b: &Expr, ranges: &VarRanges) -> Option<Expr> {
+    if !(is_pure(a) && is_pure(b)) {
+        return None;
+    }
+    let (x, y) = (bound_of(a, ranges), bound_of(b, ranges));
+    let lt = |p: &Interval, q: &Interval| p.hi.zip(q.lo).is_some_and(|(h, l)| h < l);
+    let le = |p: &Interval, q: &Interval| p.hi.zip(q.lo).is_some_and(|(h, l)| h <= l);
+    let same = a == b;
+    let v = match op {
+        BinaryOp::Lt if lt(&x, &y) => true,
+        BinaryOp::Lt if le(&y, &x) || same => false,
+        BinaryOp::Le if le(&x, &y) || same => true,
+        BinaryOp::Le if lt(&y, &x) => false,
+        BinaryOp::Gt if lt(&y, &x) => true,
+        BinaryOp::Gt if le(&x, &y) || same => false,
+        BinaryOp::Ge if le(&y, &x) || same => true,
+        BinaryOp::Ge if lt(&x, &y) => false,
+        BinaryOp::Eq | BinaryOp::Ne => {
+            let equal = same || (x.as_const().is_some() && x.as_const() == y.as_const());
+            let disjoint = lt(&x, &y) || lt(&y, &x);
+            match (equal, disjoint) {
+                (true, _) => op == BinaryOp::Eq,
+                (_, true) => op == BinaryOp::Ne,
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    Some(Expr::bool(v))
+}
+
+/// `x op y` on integers of type `t` with floor semantics; `None` when it
+/// does not fold (division by zero, out-of-range shift, overflow).
+fn fold(op: BinaryOp, x: i64, y: i64, t: DataType) -> Option<i64> {
+    let bits = (t.bytes() * 8) as i64;
+    match op {
+        BinaryOp::Add => x.checked_add(y),
+        BinaryOp::Sub => x.checked_sub(y),
+        BinaryOp::Mul => x.checked_mul(y),
+        BinaryOp::Div if y != 0 => x.checked_div(y).map(|_| floor_div(x, y)),
+        BinaryOp::Mod if y != 0 => x.checked_rem(y).map(|_| floor_mod(x, y)),
+        BinaryOp::BitAnd => Some(x & y),
+        BinaryOp::BitOr => Some(x | y),
+        BinaryOp::BitXor => Some(x ^ y),
+        BinaryOp::Shl if (0..bits).contains(&y) && x >= 0 => {
+            x.checked_mul(1i64.checked_shl(y as u32)?)
+        }
+        BinaryOp::Shr if (0..bits).contains(&y) && y < 64 => Some(x >> y),
+        _ => None,
+    }
+}
+
+/// Splits `x + c` / `x - c` into `(x, ±c)`; a constant into `(None, c)`.
+fn split_const(e: &Expr) -> (Option<Expr>, i64) {
+    if let Some(c) = e.as_int() {
+        return (None, c);
+    }
+    match e.kind() {
+        ExprKind::Binary(BinaryOp::Add, x, k) => match k.as_int() {
+            Some(c) => (Some(x.clone()), c),
+            None => (Some(e.clone()), 0),
+        },
+        ExprKind::Binary(BinaryOp::Sub, x, k) => match k.as_int().and_then(i64::checked_neg) {
+            Some(c) => (Some(x.clone()), c),
+            None => (Some(e.clone()), 0),
+        },
+        _ => (Some(e.clone()), 0),
+    }
+}
+
+/// `x + c` in normal form: `x`, `x + c` or `x - |c|`.
+fn with_const(x: Option<&Expr>, c: i64, t: DataType) -> Expr {
+    match x {
+        None => Expr::int_of(c, t),
+        Some(x) if c == 0 => x.clone(),
+        Some(x) if c < 0 && c != i64::MIN => x - Expr::int_of(-c, t),
+        Some(x) => x + Expr::int_of(c, t),
+    }
+}
+
+fn add(a: &Expr, b: &Expr, t: DataType) -> Option<Expr> {
+    if let Some(x) = recombine_div_mod(a, b) {
+        return Some(x);
+    }
+    let (xa, ca) = split_const(a);
+    let (xb, cb) = split_const(b);
+    let c = ca.checked_add(cb)?;
+    if !fits(c, t) {
+        return None;
+    }
+    let x = match (xa, xb) {
+        (Some(p), Some(q)) => Some(p + q),
+        (p, q) => p.or(q),
+    };
+    Some(with_const(x.as_ref(), c, t))
+}
+
+/// `(x / c) * c + x % c → x` (either operand order), exact for floor semantics.
+fn recombine_div_mod(a: &Expr, b: &Expr) -> Option<Expr> {
+    let try_pair = |p: &Expr, q: &Expr| -> Option<Expr> {
+        let ExprKind::Binary(BinaryOp::Mul, d, c1) = p.kind() else {
+            return None;
+        };
+        let ExprKind::Binary(BinaryOp::Div, x1, c2) = d.kind() else {
+            return None;
+        };
+        let ExprKind::Binary(BinaryOp::Mod, x2, c3) = q.kind() else {
+            return None;
+        };
+        let c = c1.as_int()?;
+        (c != 0 && c2.as_int() == Some(c) && c3.as_int() == Some(c) && x1 == x2).then(|| x1.clone())
+    };
+    try_pair(a, b).or_else(|| try_pair(b, a))
+}
+
+/// The terms of a sum `t1 + t2 + …`.
+fn add_terms(e: &Expr, out: &mut Vec<Expr>) {
+    match e.kind() {
+        ExprKind::Binary(BinaryOp::Add, a, b) => {
+            add_terms(a, out);
+            add_terms(b, out);
+        }
+        _ => out.push(e.clone()),
+    }
+}
+
+fn sum(terms: Vec<Expr>, t: DataType) -> Expr {
+    terms
+        .into_iter()
+        .reduce(|a, b| a + b)
+        .unwrap_or_else(|| Expr::int_of(0, t))
+}
+
+/// `e / c` when `e` is provably a multiple of `c` (`c > 0`), built without division.
+fn exact_div(e: &Expr, c: i64, t: DataType) -> Option<Expr> {
+    if c == 1 {
+        return Some(e.clone());
+    }
+    if let Some(v) = e.as_int() {
+        return (v % c == 0).then(|| Expr::int_of(v / c, t));
+    }
+    match e.kind() {
+        ExprKind::Binary(BinaryOp::Mul, x, k) => {
+            if let Some(k) = k.as_int() {
+                if k % c == 0 {
+                    let q = k / c;
+                    return Some(if q == 1 {
+                        x.clone()
+                    } else {
+                        x * Expr::int_of(q, t)
+                    });
+                }
+            }
+            let k = x.as_int().map(|_| x);
+            if let Some(k) = k.and_then(Expr::as_int) {
+                if k % c == 0 {
+                    let ExprKind::Binary(_, _, y) = e.kind() else {
+                        return None;
+                    };
+                    let q = k / c;
+                    return Some(if q == 1 {
+                        y.clone()
+                    } else {
+                        y * Expr::int_of(q, t)
+                    });
+                }
+            }
+            None
+        }
+        ExprKind::Binary(BinaryOp::Add, x, y) => Some(exact_div(x, c, t)? + exact_div(y, c, t)?),
+        ExprKind::Binary(BinaryOp::Sub, x, y) => Some(exact_div(x, c, t)? - exact_div(y, c, t)?),
+        _ => None,
+    }
+}
+
+fn divide(a: &Expr, c: i64, t: DataType, ranges: &VarRanges) -> Option<Expr> {
+    if c == 1 {
+        return Some(a.clone());
+    }
+    if c <= 0 {
+        return None;
+    }
+    let r = bound_of(a, ranges);
+    if let (Some(lo), Some(hi)) = (r.lo, r.hi) {
+        let (qlo, qhi) = (floor_div(lo, c), floor_div(hi, c));
+        if qlo == qhi && is_pure(a) {
+            return int_const(qlo, t);
+        }
+    }
+    match a.kind() {
+        ExprKind::Binary(BinaryOp::Div, x, k) => {
+            let k = k.as_int().filter(|&k| k > 0)?;
+            let prod = k.checked_mul(c)?;
+            fits(prod, t).then(|| x / Expr::int_of(prod, t))
+        }
+        ExprKind::Binary(BinaryOp::Mul, x, k)
+            if k.as_int().is_some_and(|k| k > 0 && c % k == 0) =>
+        {
+            let k = k.as_int()?;
+            if k % c == 0 {
+                exact_div(a, c, t)
+            } else {
+                Some(x / Expr::int_of(c / k, t))
+            }
+        }
+        _ => {
+            let mut terms = Vec::new();
+            add_terms(a, &mut terms);
+            let (mut multiples, mut rest) = (Vec::new(), Vec::new());
+            for term in terms {
+                match exact_div(&term, c, t) {
+                    Some(q) => multiples.push(q),
+                    None => rest.push(term),
+                }
+            }
+            if multiples.is_empty() {
+                return None;
+            }
+            if !rest.is_empty() {
+                multiples.push(sum(rest, t) / Expr::int_of(c, t));
+            }
+            Some(sum(multiples, t))
+        }
+    }
+}
+
+fn modulo(a: &Expr, c: i64, t: DataType, ranges: &VarRanges) -> Option<Expr> {
+    if c == 1 && is_pure(a) {
+        return Some(Expr::int_of(0, t));
+    }
+    if c <= 0 {
+        return None;
+    }
+    let r = bound_of(a, ranges);
+    if let (Some(lo), Some(hi)) = (r.lo, r.hi) {
+        let (qlo, qhi) = (floor_div(lo, c), floor_div(hi, c));
+        if qlo == qhi {
+            let shift = qlo.checked_mul(c)?;
+            return Some(with_const(Some(a), shift.checked_neg()?, t));
+        }
+    }
+    if let ExprKind::Binary(BinaryOp::Mod, x, k) = a.kind() {
+        if k.as_int().is_some_and(|k| k > 0 && k % c == 0) {
+            return Some(x % Expr::int_of(c, t));
+        }
+    }
+    let mut terms = Vec::new();
+    add_terms(a, &mut terms);
+    let before = terms.len();
+    let rest: Vec<Expr> = terms
+        .into_iter()
+        .filter(|term| !(exact_div(term, c, t).is_some() && is_pure(term)))
+        .collect();
+    if rest.len() == before {
+        return None;
+    }
+    if rest.is_empty() {
+        return Some(Expr::int_of(0, t));
+    }
+    Some(sum(rest, t) % Expr::int_of(c, t))
+}
+
+/// `x / 2^k → x >> k` and `x % 2^k → x & (2^k - 1)` for non-negative `x`.
+fn strength_reduce(n: &Expr, ranges: &VarRanges) -> Option<Expr> {
+    let ExprKind::Binary(op @ (BinaryOp::Div | BinaryOp::Mod), a, b) = n.kind() else {
+        return None;
+    };
+    let t = int_type(n)?;
+    int_type(a)?;
+    let c = b.as_int()?;
+    if c < 2 || (c & (c - 1)) != 0 || !is_non_negative(a, ranges) {
+        return None;
+    }
+    let r = type_range(t);
+    if r.hi.is_some_and(|h| h < c) {
+        return None;
+    }
+    Some(match op {
+        BinaryOp::Div => a >> Expr::int_of(i64::from(c.trailing_zeros()), t),
+        _ => a & Expr::int_of(c - 1, t),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expr::Dim;
+
+    fn tid_ranges(threads: i64) -> VarRanges {
+        let mut r = VarRanges::new();
+        r.set_builtin(Builtin::ThreadIdx(Dim::X), Interval::below(threads));
+        r
+    }
+
+    fn size(e: &Expr) -> usize {
+        let mut n = 0;
+        e.visit(&mut |_| n += 1);
+        n
+    }
+
+    #[test]
+    fn division_by_unreachable_extents_disappears() {
+        let r = tid_ranges(32);
+        let tid = Expr::thread_idx(Dim::X);
+        let e = simplify_expr(&(&tid / 8 % 4), &r);
+        assert_eq!(e, &tid >> Expr::int(3));
+        let e = simplify_expr(&(&tid / 32), &r);
+        assert_eq!(e, Expr::int(0));
+        let e = simplify_expr(&(&tid % 64), &r);
+        assert_eq!(e, tid);
+    }
+
+    #[test]
+    fn multiples_leave_division_and_modulo() {
+        let r = tid_ranges(32);
+        let x = Var::new("x", DataType::I32);
+        let tid = Expr::thread_idx(Dim::X);
+        let e = simplify_expr(&((&x * 8 + (&tid % 8)) / 8), &r);
+        assert_eq!(e, x.expr());
+        let e = simplify_expr(&((&x * 8 + (&tid % 8)) % 8), &r);
+        assert_eq!(e, &tid & Expr::int(7));
+    }
+
+    #[test]
+    fn possibly_negative_dividends_keep_floor_division() {
+        let r = VarRanges::new();
+        let x = Var::new("x", DataType::I32);
+        let e = simplify_expr(&(&x / 4), &r);
+        assert_eq!(e, &x / 4);
+        let e = simplify_expr(&((&x / 4) * 4 + &x % 4 + 0), &r);
+        assert_eq!(e, x.expr());
+        assert!(size(&simplify_expr(&(&x * 1 + 0 - 0), &r)) == 1);
+    }
+}
