@@ -1,0 +1,252 @@
+//! Loaded kernel libraries and safe kernel calls.
+//!
+//! The calling convention (shared with `hidet-codegen`'s C dialect): for
+//! each CPU kernel `NAME` the library exports `void NAME__packed(void *const
+//! *args)`, where `args[i]` is the data pointer of a tensor parameter or a
+//! pointer to the value of a scalar parameter; the library may also export
+//! `int hidet_set_num_threads(int)`.
+
+use crate::arg::{KernelArg, ScalarSlot};
+use crate::cache::{CacheOutcome, CachedLibrary};
+use crate::error::CpuError;
+use crate::signature::KernelSignature;
+use hidet_ir::function::{FunctionKind, IRModule};
+use libloading::Library;
+use std::ffi::{c_int, c_void};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+type PackedEntry = unsafe extern "C" fn(*const *mut c_void);
+type SetNumThreads = unsafe extern "C" fn(c_int) -> c_int;
+
+/// The symbol of the packed entry point of kernel `name`.
+pub fn packed_symbol(name: &str) -> String {
+    format!("{name}__packed")
+}
+
+/// The exported function that sets the OpenMP thread count.
+pub const SET_NUM_THREADS_SYMBOL: &str = "hidet_set_num_threads";
+
+/// One callable CPU kernel of a loaded library.
+pub struct KernelHandle {
+    signature: KernelSignature,
+    entry: PackedEntry,
+    _library: Arc<Library>,
+}
+
+impl KernelHandle {
+    pub fn name(&self) -> &str {
+        &self.signature.kernel
+    }
+
+    pub fn signature(&self) -> &KernelSignature {
+        &self.signature
+    }
+
+    /// Runs the kernel on `args`, after checking their count, kinds, dtypes,
+    /// shapes, buffer sizes and mutability against the IR signature; on a
+    /// mismatch nothing runs and the error names the parameter.
+    pub fn call(&self, args: &mut [KernelArg<'_>]) -> Result<(), CpuError> {
+        self.signature.check(args)?;
+        let slots: Vec<ScalarSlot> = args
+            .iter()
+            .map(|a| match a {
+                KernelArg::Scalar(s) => s.to_slot(),
+                KernelArg::Tensor(_) => ScalarSlot([0; 8]),
+            })
+            .collect();
+        let pointers: Vec<*mut c_void> = args
+            .iter()
+            .zip(&slots)
+            .map(|(a, slot)| match a {
+                KernelArg::Tensor(t) => t.data_ptr(),
+                KernelArg::Scalar(_) => slot.0.as_ptr() as *mut c_void,
+            })
+            .collect();
+        // SAFETY: `entry` is the packed entry point generated for this
+        // kernel's IR function, and the library stays loaded through
+        // `_library`. `check` established that every tensor argument has
+        // the parameter's dtype and a buffer of at least the layout's
+        // storage size under the given scalar values, that parameters the
+        // kernel writes are exclusively borrowed (`tensor_mut` or a `raw`
+        // buffer whose caller vouched for it), and that scalars have the
+        // parameter's exact type. Scalar pointers point into `slots`, which
+        // outlives the call.
+        unsafe { (self.entry)(pointers.as_ptr()) };
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for KernelHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelHandle")
+            .field("signature", &self.signature)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A loaded kernel library with a handle for each CPU kernel of its module.
+/// The library stays loaded while the module or any handle lives (and, since
+/// OpenMP runtimes cannot be safely unloaded, for the rest of the process).
+pub struct CompiledModule {
+    name: String,
+    library_path: PathBuf,
+    source_path: Option<PathBuf>,
+    outcome: Option<CacheOutcome>,
+    kernels: Vec<KernelHandle>,
+    set_num_threads: Option<SetNumThreads>,
+    _library: Arc<Library>,
+}
+
+impl std::fmt::Debug for CompiledModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledModule")
+            .field("name", &self.name)
+            .field("library_path", &self.library_path)
+            .field("kernels", &self.kernels)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CompiledModule {
+    /// Loads the library at `library_path`, compiled from `module`, and
+    /// resolves the packed entry point of every CPU kernel of `module`.
+    ///
+    /// The library must have been generated from `module` (or from a
+    /// lowering of it with the same kernel parameters): signatures are
+    /// taken from the IR and cannot be checked against the machine code.
+    pub fn load(module: &IRModule, library_path: &Path) -> Result<CompiledModule, CpuError> {
+        let library = Arc::new(open_library(library_path)?);
+        let load_error = |what: String, source| CpuError::Load {
+            what,
+            path: library_path.to_path_buf(),
+            source,
+        };
+        let mut kernels = Vec::new();
+        for function in &module.functions {
+            if function.kind != FunctionKind::CpuKernel {
+                continue;
+            }
+            let signature = KernelSignature::of(function)?;
+            let symbol = packed_symbol(&function.name);
+            // SAFETY: the symbol is the packed entry point emitted for this
+            // kernel, whose C type is `void (void *const *)`, matching
+            // `PackedEntry`.
+            let entry: PackedEntry = unsafe { library.get::<PackedEntry>(symbol.as_bytes()) }
+                .map(|s| *s)
+                .map_err(|e| load_error(symbol, e))?;
+            kernels.push(KernelHandle {
+                signature,
+                entry,
+                _library: Arc::clone(&library),
+            });
+        }
+        // SAFETY: when present, `hidet_set_num_threads` has the C type
+        // `int (int)`, matching `SetNumThreads`.
+        let set_num_threads =
+            unsafe { library.get::<SetNumThreads>(SET_NUM_THREADS_SYMBOL.as_bytes()) }
+                .ok()
+                .map(|s| *s);
+        Ok(CompiledModule {
+            name: module.name.clone(),
+            library_path: library_path.to_path_buf(),
+            source_path: None,
+            outcome: None,
+            kernels,
+            set_num_threads,
+            _library: library,
+        })
+    }
+
+    /// Loads a library from the kernel cache (see [`CompiledModule::load`]),
+    /// remembering its source path and cache outcome.
+    pub fn load_cached(
+        module: &IRModule,
+        cached: &CachedLibrary,
+    ) -> Result<CompiledModule, CpuError> {
+        let mut loaded = CompiledModule::load(module, &cached.library_path)?;
+        loaded.source_path = Some(cached.source_path.clone());
+        loaded.outcome = Some(cached.outcome);
+        Ok(loaded)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn library_path(&self) -> &Path {
+        &self.library_path
+    }
+
+    /// The C source the library was compiled from, when loaded from the cache.
+    pub fn source_path(&self) -> Option<&Path> {
+        self.source_path.as_deref()
+    }
+
+    /// Whether the library came from the cache or was compiled, when loaded
+    /// from the cache.
+    pub fn cache_outcome(&self) -> Option<CacheOutcome> {
+        self.outcome
+    }
+
+    pub fn kernels(&self) -> &[KernelHandle] {
+        &self.kernels
+    }
+
+    /// The CPU kernel named `name`.
+    pub fn kernel(&self, name: &str) -> Result<&KernelHandle, CpuError> {
+        self.kernels
+            .iter()
+            .find(|k| k.name() == name)
+            .ok_or_else(|| CpuError::NoSuchKernel(name.to_string()))
+    }
+
+    /// Sets the number of OpenMP threads for parallel loops of this
+    /// library's kernels started afterwards from the calling thread (OpenMP
+    /// keeps this setting per calling thread). Returns the previous value.
+    /// Fails when the library exports no `hidet_set_num_threads`.
+    pub fn set_num_threads(&self, threads: usize) -> Result<usize, CpuError> {
+        let f = self.set_num_threads.ok_or_else(|| {
+            CpuError::Unsupported(format!(
+                "module `{}` does not export `{SET_NUM_THREADS_SYMBOL}`",
+                self.name
+            ))
+        })?;
+        let n = c_int::try_from(threads.max(1)).unwrap_or(c_int::MAX);
+        // SAFETY: `f` was resolved from the loaded library (kept alive by
+        // `_library`) with the matching C type; it takes any int.
+        let previous = unsafe { f(n) };
+        Ok(usize::try_from(previous).unwrap_or(0))
+    }
+}
+
+/// Opens a library without ever unloading it: libraries linked with an
+/// OpenMP runtime crash if unloaded while its worker threads live.
+fn open_library(path: &Path) -> Result<Library, CpuError> {
+    let load_error = |source| CpuError::Load {
+        what: "library".to_string(),
+        path: path.to_path_buf(),
+        source,
+    };
+    #[cfg(unix)]
+    {
+        use libloading::os::unix::{Library as UnixLibrary, RTLD_LOCAL, RTLD_NOW};
+        #[cfg(target_os = "linux")]
+        const RTLD_NODELETE: c_int = 0x1000;
+        #[cfg(target_os = "macos")]
+        const RTLD_NODELETE: c_int = 0x80;
+        #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+        const RTLD_NODELETE: c_int = 0;
+        // SAFETY: loading runs the library's initializers; kernel libraries
+        // generated by hidet have none beyond those of the C runtime and
+        // OpenMP, which are safe to run at any time.
+        unsafe { UnixLibrary::open(Some(path), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) }
+            .map(Library::from)
+            .map_err(load_error)
+    }
+    #[cfg(not(unix))]
+    {
+        // SAFETY: as above, kernel libraries have no initializers of their own.
+        unsafe { Library::new(path) }.map_err(load_error)
+    }
+}

@@ -1,0 +1,245 @@
+//! The host CPU: instruction-set features, model name, core count, and the C
+//! compiler flags and SIMD width derived from them.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+/// The instruction-set architecture family of the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arch {
+    X86_64,
+    Aarch64,
+    Other,
+}
+
+/// SIMD-relevant instruction-set extensions of the host CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CpuFeatures {
+    pub sse2: bool,
+    pub avx: bool,
+    pub avx2: bool,
+    pub fma: bool,
+    pub avx512f: bool,
+    pub avx512bw: bool,
+    pub avx512dq: bool,
+    pub avx512vl: bool,
+    pub neon: bool,
+}
+
+impl CpuFeatures {
+    /// The features of the machine this process runs on.
+    pub fn detect() -> CpuFeatures {
+        #[cfg(target_arch = "x86_64")]
+        {
+            CpuFeatures {
+                sse2: std::arch::is_x86_feature_detected!("sse2"),
+                avx: std::arch::is_x86_feature_detected!("avx"),
+                avx2: std::arch::is_x86_feature_detected!("avx2"),
+                fma: std::arch::is_x86_feature_detected!("fma"),
+                avx512f: std::arch::is_x86_feature_detected!("avx512f"),
+                avx512bw: std::arch::is_x86_feature_detected!("avx512bw"),
+                avx512dq: std::arch::is_x86_feature_detected!("avx512dq"),
+                avx512vl: std::arch::is_x86_feature_detected!("avx512vl"),
+                neon: false,
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            CpuFeatures {
+                neon: std::arch::is_aarch64_feature_detected!("neon"),
+                ..CpuFeatures::default()
+            }
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            CpuFeatures::default()
+        }
+    }
+
+    /// The names of the detected features, in a fixed order (used in cache
+    /// keys and reports).
+    pub fn names(&self) -> Vec<&'static str> {
+        [
+            (self.sse2, "sse2"),
+            (self.avx, "avx"),
+            (self.avx2, "avx2"),
+            (self.fma, "fma"),
+            (self.avx512f, "avx512f"),
+            (self.avx512bw, "avx512bw"),
+            (self.avx512dq, "avx512dq"),
+            (self.avx512vl, "avx512vl"),
+            (self.neon, "neon"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
+    }
+}
+
+/// A description of a CPU to generate and compile kernels for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CpuTarget {
+    pub arch: Arch,
+    /// The CPU model name as the OS reports it (`"unknown"` when unavailable).
+    pub model: String,
+    /// Logical cores available to this process.
+    pub cores: usize,
+    pub features: CpuFeatures,
+}
+
+impl CpuTarget {
+    /// The host CPU, detected once per process.
+    pub fn host() -> &'static CpuTarget {
+        static HOST: OnceLock<CpuTarget> = OnceLock::new();
+        HOST.get_or_init(CpuTarget::detect)
+    }
+
+    /// Detects the host CPU now.
+    pub fn detect() -> CpuTarget {
+        let arch = if cfg!(target_arch = "x86_64") {
+            Arch::X86_64
+        } else if cfg!(target_arch = "aarch64") {
+            Arch::Aarch64
+        } else {
+            Arch::Other
+        };
+        CpuTarget {
+            arch,
+            model: detect_model_name().unwrap_or_else(|| "unknown".to_string()),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            features: CpuFeatures::detect(),
+        }
+    }
+
+    /// The number of `f32` lanes templates should use for one SIMD vector:
+    /// 16 with AVX-512F, 8 with AVX2 (or AVX), 4 with NEON or SSE2, else 1.
+    pub fn f32_lanes(&self) -> u16 {
+        let f = &self.features;
+        if f.avx512f {
+            16
+        } else if f.avx2 || f.avx {
+            8
+        } else if f.neon || f.sse2 {
+            4
+        } else {
+            1
+        }
+    }
+
+    /// Whether fused multiply-add is a single instruction on this CPU.
+    pub fn has_fma(&self) -> bool {
+        self.features.fma || self.features.neon
+    }
+
+    /// The ISA flags for the C compiler: explicit `-m…` options for every
+    /// detected extension, so that the flags (and therefore cache keys)
+    /// state exactly what the generated code may use.
+    pub fn isa_flags(&self) -> Vec<String> {
+        let f = &self.features;
+        let mut flags = Vec::new();
+        if self.arch == Arch::X86_64 {
+            for (on, flag) in [
+                (f.avx, "-mavx"),
+                (f.avx2, "-mavx2"),
+                (f.fma, "-mfma"),
+                (f.avx512f, "-mavx512f"),
+                (f.avx512bw, "-mavx512bw"),
+                (f.avx512dq, "-mavx512dq"),
+                (f.avx512vl, "-mavx512vl"),
+            ] {
+                if on {
+                    flags.push(flag.to_string());
+                }
+            }
+            if f.avx512f {
+                flags.push("-mprefer-vector-width=512".to_string());
+            }
+        }
+        flags
+    }
+
+    /// The complete flags to compile a kernel source into a shared library:
+    /// optimization, position-independent shared output, OpenMP, FMA
+    /// contraction and the ISA flags of [`CpuTarget::isa_flags`].
+    pub fn cflags(&self) -> Vec<String> {
+        let mut flags: Vec<String> = [
+            "-O3",
+            "-std=gnu11",
+            "-shared",
+            "-fPIC",
+            "-fopenmp",
+            "-ffp-contract=fast",
+            "-fno-math-errno",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        flags.extend(self.isa_flags());
+        flags
+    }
+}
+
+impl fmt::Display for CpuTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({:?}, {} cores, features: {})",
+            self.model,
+            self.arch,
+            self.cores,
+            self.features.names().join(" ")
+        )
+    }
+}
+
+fn detect_model_name() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        let key = key.trim();
+        let is_model = key == "model name" || key == "Model" || key == "cpu model";
+        (is_model && !value.trim().is_empty()).then(|| value.trim().to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_follow_the_widest_feature() {
+        let mut t = CpuTarget {
+            arch: Arch::X86_64,
+            model: "test".into(),
+            cores: 1,
+            features: CpuFeatures {
+                sse2: true,
+                ..CpuFeatures::default()
+            },
+        };
+        assert_eq!(t.f32_lanes(), 4);
+        t.features.avx2 = true;
+        t.features.fma = true;
+        assert_eq!(t.f32_lanes(), 8);
+        assert!(t.isa_flags().contains(&"-mavx2".to_string()));
+        assert!(t.isa_flags().contains(&"-mfma".to_string()));
+        t.features.avx512f = true;
+        assert_eq!(t.f32_lanes(), 16);
+        assert!(t.isa_flags().contains(&"-mavx512f".to_string()));
+    }
+
+    #[test]
+    fn host_flags_name_every_detected_x86_extension() {
+        let host = CpuTarget::host();
+        assert!(host.cores >= 1);
+        let flags = host.cflags();
+        assert!(flags.contains(&"-fopenmp".to_string()));
+        if host.arch == Arch::X86_64 {
+            for name in host.features.names() {
+                if name != "sse2" && name != "neon" {
+                    assert!(flags.contains(&format!("-m{name}")), "{name} missing");
+                }
+            }
+        }
+    }
+}
