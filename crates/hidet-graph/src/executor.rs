@@ -1,0 +1,201 @@
+//! The reference executor: runs a graph node by node with the operators' `eval`.
+
+use std::collections::HashMap;
+
+use crate::dtype::DType;
+use crate::graph::{Graph, ValueId};
+use crate::operator::OpError;
+use crate::shape::{fmt_dims, Dim};
+use crate::tensor::Tensor;
+
+/// Errors of a graph execution. Input errors name the input and what was expected.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ExecError {
+    #[error("missing input `{0}`")]
+    MissingInput(String),
+    #[error("`{0}` is not an input of the model")]
+    UnknownInput(String),
+    #[error("input `{name}`: expected dtype {expected}, given {given}")]
+    WrongDType {
+        name: String,
+        expected: DType,
+        given: DType,
+    },
+    #[error("input `{name}`: expected shape {expected}, given {given:?}")]
+    WrongShape {
+        name: String,
+        expected: String,
+        given: Vec<usize>,
+    },
+    #[error("node `{node}` ({op_type}): {source}")]
+    Node {
+        node: String,
+        op_type: String,
+        source: OpError,
+    },
+    /// An operator's result contradicts its own shape inference (an operator bug).
+    #[error("node `{node}` ({op_type}): output #{slot} is {given} but inference said {expected}")]
+    InferenceMismatch {
+        node: String,
+        op_type: String,
+        slot: usize,
+        expected: String,
+        given: String,
+    },
+}
+
+/// Checks `inputs` against the graph's declared inputs: every input present, no unknown
+/// names, dtypes equal, ranks and fixed dimensions equal, symbolic dimensions consistent.
+pub fn check_inputs(graph: &Graph, inputs: &[(String, Tensor)]) -> Result<(), ExecError> {
+    let by_name: HashMap<&str, &Tensor> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    for (n, _) in inputs {
+        if !graph.inputs().iter().any(|id| graph.value(*id).name == *n) {
+            return Err(ExecError::UnknownInput(n.clone()));
+        }
+    }
+    let mut given = Vec::new();
+    for &id in graph.inputs() {
+        let v = graph.value(id);
+        let t = by_name
+            .get(v.name.as_str())
+            .ok_or_else(|| ExecError::MissingInput(v.name.clone()))?;
+        if t.dtype() != v.ty.dtype {
+            return Err(ExecError::WrongDType {
+                name: v.name.clone(),
+                expected: v.ty.dtype,
+                given: t.dtype(),
+            });
+        }
+        if let Some(dims) = &v.ty.shape {
+            let ok = dims.len() == t.rank()
+                && dims
+                    .iter()
+                    .zip(t.shape())
+                    .all(|(d, &n)| !matches!(d, Dim::Fixed(f) if *f != n));
+            if !ok {
+                return Err(ExecError::WrongShape {
+                    name: v.name.clone(),
+                    expected: fmt_dims(dims),
+                    given: t.shape().to_vec(),
+                });
+            }
+        }
+        given.push((id, t.shape()));
+    }
+    graph
+        .bind_symbols(&given)
+        .map_err(|msg| ExecError::WrongShape {
+            name: msg,
+            expected: "consistent symbolic dimensions".into(),
+            given: vec![],
+        })?;
+    Ok(())
+}
+
+/// Runs `graph` on named inputs with the reference implementations and returns every graph
+/// output as (name, tensor), in the graph's output order. Intermediate values are dropped
+/// after their last use.
+pub fn run_reference(
+    graph: &Graph,
+    inputs: &[(String, Tensor)],
+) -> Result<Vec<(String, Tensor)>, ExecError> {
+    check_inputs(graph, inputs)?;
+    let nv = graph.values().len();
+    let mut slots: Vec<Option<Tensor>> = vec![None; nv];
+    let mut remaining: Vec<usize> = graph.values().iter().map(|v| v.users.len()).collect();
+    for &o in graph.outputs() {
+        remaining[o.0] += 1; // graph outputs are never freed
+    }
+    for (id, t) in graph.initializers() {
+        slots[id.0] = Some(t.clone());
+    }
+    for (name, t) in inputs {
+        if let Some(&id) = graph
+            .inputs()
+            .iter()
+            .find(|id| graph.value(**id).name == *name)
+        {
+            slots[id.0] = Some(t.clone());
+        }
+    }
+    for node in graph.nodes() {
+        let node_err = |source: OpError| ExecError::Node {
+            node: node.name.clone(),
+            op_type: node.op_type.clone(),
+            source,
+        };
+        let outs = {
+            let args: Vec<Option<&Tensor>> = node
+                .inputs
+                .iter()
+                .map(|i| i.and_then(|id| slots[id.0].as_ref()))
+                .collect();
+            if let Some(slot) = node
+                .inputs
+                .iter()
+                .zip(&args)
+                .position(|(i, a)| i.is_some() && a.is_none())
+            {
+                return Err(node_err(OpError::MissingInput(slot)));
+            }
+            node.op.eval(&args).map_err(node_err)?
+        };
+        for (slot, id) in node.outputs.iter().enumerate() {
+            let Some(id) = id else { continue };
+            let t = outs.get(slot).ok_or_else(|| {
+                node_err(OpError::Invalid(format!(
+                    "operator returned {} outputs, node declares #{slot}",
+                    outs.len()
+                )))
+            })?;
+            check_inferred(graph, node, slot, *id, t)?;
+            slots[id.0] = Some(t.clone());
+        }
+        for id in node.inputs.iter().flatten() {
+            remaining[id.0] = remaining[id.0].saturating_sub(1);
+            if remaining[id.0] == 0 {
+                slots[id.0] = None;
+            }
+        }
+    }
+    graph
+        .outputs()
+        .iter()
+        .map(|&id: &ValueId| {
+            let v = graph.value(id);
+            let t = slots[id.0]
+                .clone()
+                .ok_or_else(|| ExecError::MissingInput(v.name.clone()))?;
+            Ok((v.name.clone(), t))
+        })
+        .collect()
+}
+
+fn check_inferred(
+    graph: &Graph,
+    node: &crate::graph::Node,
+    slot: usize,
+    id: ValueId,
+    t: &Tensor,
+) -> Result<(), ExecError> {
+    let ty = &graph.value(id).ty;
+    let shape_ok = match &ty.shape {
+        None => true,
+        Some(d) => {
+            d.len() == t.rank()
+                && d.iter()
+                    .zip(t.shape())
+                    .all(|(d, &n)| !matches!(d, Dim::Fixed(f) if *f != n))
+        }
+    };
+    if ty.dtype != t.dtype() || !shape_ok {
+        return Err(ExecError::InferenceMismatch {
+            node: node.name.clone(),
+            op_type: node.op_type.clone(),
+            slot,
+            expected: ty.to_string(),
+            given: format!("{}{:?}", t.dtype(), t.shape()),
+        });
+    }
+    Ok(())
+}

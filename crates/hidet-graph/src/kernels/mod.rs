@@ -1,0 +1,3 @@
+//! Reusable reference kernels shared by operator families.
+
+pub mod broadcast;

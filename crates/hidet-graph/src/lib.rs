@@ -1,0 +1,35 @@
+//! hidet-graph: the graph IR, the operator library with reference implementations, graph
+//! passes and the reference executor.
+//!
+//! - [`Tensor`] / [`DType`]: concrete values; [`TensorType`] / [`Dim`]: static types with
+//!   symbolic dimensions.
+//! - [`Operator`]: one trait per operator (attribute parsing in its constructor, shape/dtype
+//!   inference, reference `eval`); [`Registry`] maps (domain, op_type, opset) to constructors.
+//!   Families live in `src/ops/<family>.rs` (see `docs/adding-operators.md`).
+//! - [`Graph`] / [`GraphBuilder`]: nodes in topological order with use lists.
+//! - [`passes`]: the rewrite mechanism; [`run_reference`]: op-by-op execution.
+
+pub mod attribute;
+pub mod dtype;
+pub mod executor;
+pub mod graph;
+pub mod kernels;
+pub mod operator;
+pub mod ops;
+pub mod passes;
+pub mod registry;
+pub mod shape;
+pub mod tensor;
+
+pub use half;
+
+pub use attribute::{Attribute, Attributes};
+pub use dtype::DType;
+pub use executor::{check_inputs, run_reference, ExecError};
+pub use graph::{
+    Graph, GraphBuilder, GraphError, Node, NodeId, NodeSpec, UnsupportedOp, Value, ValueId,
+};
+pub use operator::{ComputeDef, InferInput, OpContext, OpError, Operator};
+pub use registry::{OpSchema, Registry, LATEST_OPSET};
+pub use shape::{Dim, TensorType};
+pub use tensor::{Element, Tensor, TensorData, TensorError};

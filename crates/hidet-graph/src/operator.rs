@@ -1,0 +1,125 @@
+//! The operator abstraction: attribute parsing, shape/dtype inference and reference evaluation.
+
+use std::fmt;
+
+use crate::attribute::Attributes;
+use crate::dtype::DType;
+use crate::shape::TensorType;
+use crate::tensor::{Tensor, TensorError};
+
+/// Errors raised by operators (construction, inference or evaluation).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OpError {
+    /// An attribute is missing, of the wrong kind, or has an invalid value.
+    #[error("attribute `{name}`: {reason}")]
+    Attribute { name: String, reason: String },
+    /// A required input (by position) is absent.
+    #[error("required input #{0} is missing")]
+    MissingInput(usize),
+    /// An input has a dtype the operator does not accept.
+    #[error("input #{index}: dtype {dtype} is not supported")]
+    DType { index: usize, dtype: DType },
+    /// Shapes are inconsistent (e.g. not broadcastable, wrong rank).
+    #[error("shape error: {0}")]
+    Shape(String),
+    /// Any other invalid input or attribute combination.
+    #[error("{0}")]
+    Invalid(String),
+    /// A valid case this implementation does not support (yet).
+    #[error("not supported: {0}")]
+    Unsupported(String),
+    #[error(transparent)]
+    Tensor(#[from] TensorError),
+}
+
+impl OpError {
+    /// Shorthand for [`OpError::Attribute`].
+    pub fn attr(name: &str, reason: impl Into<String>) -> OpError {
+        OpError::Attribute {
+            name: name.to_string(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// What an operator constructor sees of the node it is built for.
+#[derive(Debug, Clone, Copy)]
+pub struct OpContext<'a> {
+    /// Operator domain, normalized: `""` for the default ONNX domain.
+    pub domain: &'a str,
+    pub op_type: &'a str,
+    /// The opset version the model imports for `domain`. Constructors use it to pick the
+    /// semantics of that version (e.g. axes as attribute before opset 13, as input after).
+    pub opset: i64,
+    pub attrs: &'a Attributes,
+    /// Number of input slots (including absent optional inputs).
+    pub num_inputs: usize,
+    /// Number of output slots the node declares.
+    pub num_outputs: usize,
+}
+
+/// An input as seen by shape inference: its static type and, when known at import time
+/// (initializers, constants, small folded values), its value.
+#[derive(Debug, Clone, Copy)]
+pub struct InferInput<'a> {
+    pub ty: &'a TensorType,
+    pub value: Option<&'a Tensor>,
+}
+
+/// Placeholder for the declarative compute definition of an operator (DESIGN §2). Compute
+/// definitions are not implemented yet; the type is uninhabited so no operator can return one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ComputeDef {}
+
+/// An operator instance: one ONNX node's op type with its attributes already parsed.
+///
+/// Contract: for inputs whose types satisfy [`Operator::infer`], [`Operator::eval`] returns
+/// tensors whose dtypes and shapes match what `infer` returned (where `infer` knew them).
+/// Absent optional inputs are `None` in both methods; the input slices may be shorter than the
+/// node's declared inputs when trailing optional inputs are omitted.
+pub trait Operator: Send + Sync + fmt::Debug {
+    /// Static output types from static input types. Unknown dimensions must be tolerated
+    /// (return [`crate::Dim::Unknown`] or an unknown rank), never guessed.
+    fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError>;
+
+    /// Reference implementation (the test oracle): computes every output from concrete inputs.
+    /// Must never panic on any input; invalid inputs are errors.
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError>;
+
+    /// The declarative compute definition, where the operator is expressible that way.
+    /// Not implemented yet for any operator.
+    fn compute(&self) -> Option<ComputeDef> {
+        None
+    }
+}
+
+/// The required input `i` of `inputs`, or [`OpError::MissingInput`].
+pub fn arg<'a, T: ?Sized>(inputs: &[Option<&'a T>], i: usize) -> Result<&'a T, OpError> {
+    inputs
+        .get(i)
+        .copied()
+        .flatten()
+        .ok_or(OpError::MissingInput(i))
+}
+
+/// The optional input `i` of `inputs` (`None` if absent or beyond the slice).
+pub fn opt_arg<'a, T: ?Sized>(inputs: &[Option<&'a T>], i: usize) -> Option<&'a T> {
+    inputs.get(i).copied().flatten()
+}
+
+/// The required input `i` of shape inference, or [`OpError::MissingInput`].
+pub fn infer_arg<'a>(
+    inputs: &[Option<InferInput<'a>>],
+    i: usize,
+) -> Result<InferInput<'a>, OpError> {
+    inputs
+        .get(i)
+        .copied()
+        .flatten()
+        .ok_or(OpError::MissingInput(i))
+}
+
+/// The optional input `i` of shape inference.
+pub fn infer_opt<'a>(inputs: &[Option<InferInput<'a>>], i: usize) -> Option<InferInput<'a>> {
+    inputs.get(i).copied().flatten()
+}

@@ -1,0 +1,108 @@
+//! Helpers shared by operator families (inference and dtype checks).
+
+use crate::dtype::DType;
+use crate::operator::{infer_arg, InferInput, OpError};
+use crate::shape::{broadcast_types, TensorType};
+use crate::tensor::Tensor;
+
+/// Output type = input 0's type, after checking its dtype with `accept`.
+pub fn infer_same(
+    inputs: &[Option<InferInput<'_>>],
+    accept: fn(DType) -> bool,
+) -> Result<Vec<TensorType>, OpError> {
+    let x = infer_arg(inputs, 0)?;
+    check_dtype(0, x.ty.dtype, accept)?;
+    Ok(vec![x.ty.clone()])
+}
+
+/// Broadcast of every present input's shape; dtype `out` (or input 0's when `None`).
+/// With `same_dtype`, every present input must have input 0's dtype.
+pub fn infer_broadcast(
+    inputs: &[Option<InferInput<'_>>],
+    out: Option<DType>,
+    same_dtype: bool,
+) -> Result<Vec<TensorType>, OpError> {
+    let first = infer_arg(inputs, 0)?;
+    let present: Vec<&InferInput<'_>> = inputs.iter().flatten().collect();
+    if same_dtype {
+        for (i, x) in inputs.iter().enumerate() {
+            if let Some(x) = x {
+                if x.ty.dtype != first.ty.dtype {
+                    return Err(OpError::Invalid(format!(
+                        "input #{i} has dtype {}, input #0 has {}",
+                        x.ty.dtype, first.ty.dtype
+                    )));
+                }
+            }
+        }
+    }
+    let shapes: Vec<_> = present.iter().map(|x| x.ty.shape.as_ref()).collect();
+    let shape = broadcast_types(&shapes).map_err(OpError::Shape)?;
+    Ok(vec![TensorType {
+        dtype: out.unwrap_or(first.ty.dtype),
+        shape,
+    }])
+}
+
+/// `Err(OpError::DType)` unless `accept(dtype)`.
+pub fn check_dtype(index: usize, dtype: DType, accept: fn(DType) -> bool) -> Result<(), OpError> {
+    if accept(dtype) {
+        Ok(())
+    } else {
+        Err(OpError::DType { index, dtype })
+    }
+}
+
+/// Every dtype.
+pub fn any(_: DType) -> bool {
+    true
+}
+
+/// Numeric dtypes (not bool).
+pub fn numeric(d: DType) -> bool {
+    d != DType::Bool
+}
+
+/// Floating-point dtypes.
+pub fn float(d: DType) -> bool {
+    d.is_float()
+}
+
+/// Signed ints and floats.
+pub fn signed(d: DType) -> bool {
+    d.is_float() || d.is_signed_int()
+}
+
+/// Integer dtypes.
+pub fn int(d: DType) -> bool {
+    d.is_int()
+}
+
+/// Bool only.
+pub fn boolean(d: DType) -> bool {
+    d == DType::Bool
+}
+
+/// A 1-D integer tensor's values (shape-like inputs: shapes, axes, ...).
+pub fn int_list(t: &Tensor, what: &str) -> Result<Vec<i64>, OpError> {
+    if !t.dtype().is_int() || t.rank() > 1 {
+        return Err(OpError::Invalid(format!(
+            "{what} must be a 1-D integer tensor, got {}{:?}",
+            t.dtype(),
+            t.shape()
+        )));
+    }
+    Ok(t.to_i64_vec())
+}
+
+/// Normalizes a possibly negative axis for a tensor of `rank`.
+pub fn norm_axis(axis: i64, rank: usize) -> Result<usize, OpError> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if a < 0 || a >= r {
+        return Err(OpError::Invalid(format!(
+            "axis {axis} is out of range for rank {rank}"
+        )));
+    }
+    Ok(a as usize)
+}

@@ -1,0 +1,65 @@
+//! Constant and Identity.
+
+use crate::attribute::Attribute;
+use crate::operator::{arg, infer_arg, InferInput, OpContext, OpError, Operator};
+use crate::registry::{Registry, LATEST_OPSET};
+use crate::shape::TensorType;
+use crate::tensor::Tensor;
+
+/// Produces a fixed tensor.
+#[derive(Debug)]
+struct Constant {
+    value: Tensor,
+}
+
+/// Returns its input.
+#[derive(Debug)]
+struct Identity;
+
+/// Registers Constant and Identity.
+pub fn register(r: &mut Registry) {
+    r.register("", "Constant", 1..=LATEST_OPSET, build_constant);
+    r.register("", "Identity", 1..=LATEST_OPSET, |_| Ok(Box::new(Identity)));
+}
+
+fn build_constant(c: &OpContext<'_>) -> Result<Box<dyn Operator>, OpError> {
+    let mut found = Vec::new();
+    for (name, a) in c.attrs.iter() {
+        let t = match (name, a) {
+            ("value", Attribute::Tensor(t)) => t.clone(),
+            ("value_float", Attribute::Float(f)) => Tensor::scalar(*f),
+            ("value_floats", Attribute::Floats(v)) => Tensor::new(vec![v.len()], v.clone())?,
+            ("value_int", Attribute::Int(i)) => Tensor::scalar(*i),
+            ("value_ints", Attribute::Ints(v)) => Tensor::new(vec![v.len()], v.clone())?,
+            ("value_string" | "value_strings" | "sparse_value", _) => {
+                return Err(OpError::Unsupported(format!("Constant with `{name}`")))
+            }
+            (n, _) => return Err(OpError::attr(n, "unexpected attribute or kind for Constant")),
+        };
+        found.push(t);
+    }
+    if found.len() != 1 {
+        return Err(OpError::Invalid(format!("Constant needs exactly one value attribute, found {}", found.len())));
+    }
+    Ok(Box::new(Constant { value: found.remove(0) }))
+}
+
+impl Operator for Constant {
+    fn infer(&self, _: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
+        Ok(vec![TensorType::fixed(self.value.dtype(), self.value.shape())])
+    }
+
+    fn eval(&self, _: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+        Ok(vec![self.value.clone()])
+    }
+}
+
+impl Operator for Identity {
+    fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
+        Ok(vec![infer_arg(inputs, 0)?.ty.clone()])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+        Ok(vec![arg(inputs, 0)?.clone()])
+    }
+}

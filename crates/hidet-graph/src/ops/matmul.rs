@@ -1,0 +1,129 @@
+//! MatMul with numpy semantics (1-D promotion, broadcast batch dimensions).
+
+use crate::kernels::broadcast::{broadcast_offsets, broadcast_shapes};
+use crate::operator::{arg, infer_arg, InferInput, OpError, Operator};
+use crate::registry::{Registry, LATEST_OPSET};
+use crate::shape::{broadcast_dims, Dim, TensorType};
+use crate::tensor::{Element, Tensor};
+use crate::{dispatch_float, dispatch_int};
+
+#[derive(Debug)]
+struct MatMul;
+
+/// Registers MatMul.
+pub fn register(r: &mut Registry) {
+    r.register("", "MatMul", 1..=LATEST_OPSET, |_| Ok(Box::new(MatMul)));
+}
+
+impl Operator for MatMul {
+    fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
+        let (a, b) = (infer_arg(inputs, 0)?, infer_arg(inputs, 1)?);
+        if a.ty.dtype != b.ty.dtype || a.ty.dtype == crate::DType::Bool {
+            return Err(OpError::Invalid(format!("MatMul of {} and {}", a.ty.dtype, b.ty.dtype)));
+        }
+        let shape = match (&a.ty.shape, &b.ty.shape) {
+            (Some(sa), Some(sb)) => {
+                if sa.is_empty() || sb.is_empty() {
+                    return Err(OpError::Shape("MatMul inputs must have rank >= 1".into()));
+                }
+                let (ba, m) = if sa.len() == 1 { (&sa[..0], None) } else { (&sa[..sa.len() - 2], Some(sa[sa.len() - 2].clone())) };
+                let (bb, n) = if sb.len() == 1 { (&sb[..0], None) } else { (&sb[..sb.len() - 2], Some(sb[sb.len() - 1].clone())) };
+                let ka = &sa[sa.len() - 1];
+                let kb = &sb[if sb.len() == 1 { 0 } else { sb.len() - 2 }];
+                if let (Dim::Fixed(x), Dim::Fixed(y)) = (ka, kb) {
+                    if x != y {
+                        return Err(OpError::Shape(format!("MatMul inner dimensions {x} and {y} differ")));
+                    }
+                }
+                let mut out = broadcast_dims(ba, bb).ok_or_else(|| OpError::Shape("MatMul batch dims do not broadcast".into()))?;
+                out.extend(m);
+                out.extend(n);
+                Some(out)
+            }
+            _ => None,
+        };
+        Ok(vec![TensorType { dtype: a.ty.dtype, shape }])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+        let (a, b) = (arg(inputs, 0)?, arg(inputs, 1)?);
+        let dt = a.dtype();
+        if b.dtype() != dt {
+            return Err(OpError::Invalid(format!("MatMul of {dt} and {}", b.dtype())));
+        }
+        let out = dispatch_float!(dt, T => matmul::<T>(a, b, true)?,
+            else dispatch_int!(dt, T => matmul::<T>(a, b, false)?,
+                else return Err(OpError::DType { index: 0, dtype: dt })));
+        Ok(vec![out])
+    }
+}
+
+/// Batched matmul; accumulates in f64 (floats) or wrapping i128 (ints).
+fn matmul<T: Element>(a: &Tensor, b: &Tensor, float: bool) -> Result<Tensor, OpError> {
+    if a.rank() == 0 || b.rank() == 0 {
+        return Err(OpError::Shape("MatMul inputs must have rank >= 1".into()));
+    }
+    let sa: Vec<usize> = if a.rank() == 1 { vec![1, a.shape()[0]] } else { a.shape().to_vec() };
+    let sb: Vec<usize> = if b.rank() == 1 { vec![b.shape()[0], 1] } else { b.shape().to_vec() };
+    let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
+    let (k2, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
+    if k != k2 {
+        return Err(OpError::Shape(format!("MatMul inner dimensions {k} and {k2} differ")));
+    }
+    let (ba, bb) = (&sa[..sa.len() - 2], &sb[..sb.len() - 2]);
+    let batch = broadcast_shapes(&[ba, bb])?;
+    let (oa, ob) = (broadcast_offsets(ba, &batch), broadcast_offsets(bb, &batch));
+    let (xa, xb) = (a.as_slice::<T>()?, b.as_slice::<T>()?);
+    let mut out = Vec::with_capacity(oa.len() * m * n);
+    let fa: Vec<f64> = if float { xa.iter().map(|v| v.to_f64()).collect() } else { vec![] };
+    let fb: Vec<f64> = if float { xb.iter().map(|v| v.to_f64()).collect() } else { vec![] };
+    let mut row_f = vec![0f64; n];
+    let mut row_i = vec![0i128; n];
+    for (&pa, &pb) in oa.iter().zip(&ob) {
+        let (a0, b0) = (pa * m * k, pb * k * n);
+        for i in 0..m {
+            if float {
+                row_f.iter_mut().for_each(|v| *v = 0.0);
+                for p in 0..k {
+                    let av = fa[a0 + i * k + p];
+                    let brow = &fb[b0 + p * n..b0 + p * n + n];
+                    for (acc, &bv) in row_f.iter_mut().zip(brow) {
+                        *acc += av * bv;
+                    }
+                }
+                out.extend(row_f.iter().map(|&v| T::from_f64(v)));
+            } else {
+                row_i.iter_mut().for_each(|v| *v = 0);
+                for p in 0..k {
+                    let av = xa[a0 + i * k + p].to_i128();
+                    for (j, acc) in row_i.iter_mut().enumerate() {
+                        *acc = acc.wrapping_add(av.wrapping_mul(xb[b0 + p * n + j].to_i128()));
+                    }
+                }
+                out.extend(row_i.iter().map(|&v| T::from_i128(v)));
+            }
+        }
+    }
+    let mut shape = batch;
+    if a.rank() > 1 {
+        shape.push(m);
+    }
+    if b.rank() > 1 {
+        shape.push(n);
+    }
+    Ok(Tensor::new(shape, out)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matmul_batched_and_vector() {
+        let a = Tensor::new(vec![2, 2, 3], (1..=12).map(|x| x as f32).collect()).unwrap();
+        let b = Tensor::new(vec![3], vec![1.0f32, -1.0, 2.0]).unwrap();
+        let y = MatMul.eval(&[Some(&a), Some(&b)]).unwrap().remove(0);
+        assert_eq!(y.shape(), &[2, 2]);
+        assert_eq!(y.as_slice::<f32>().unwrap(), &[5.0, 11.0, 17.0, 23.0]);
+    }
+}

@@ -1,0 +1,33 @@
+//! Built-in operator families.
+//!
+//! Each family is one file `src/ops/<family>.rs` exposing
+//! `pub fn register(r: &mut Registry)`; the `families!` list below is the only place that
+//! names them. Adding a family = adding its file and one name to that list
+//! (see `docs/adding-operators.md`).
+
+use crate::registry::Registry;
+
+pub mod common;
+
+macro_rules! families {
+    ($($family:ident),* $(,)?) => {
+        $(pub mod $family;)*
+        /// Registers every built-in family into `r`.
+        pub fn register_all(r: &mut Registry) {
+            $($family::register(r);)*
+        }
+    };
+}
+
+families! {
+    binary,
+    unary,
+    clip,
+    prelu,
+    variadic,
+    where_op,
+    cast,
+    constant,
+    reshape,
+    matmul,
+}

@@ -1,0 +1,488 @@
+//! Tensor values: a dtype, a shape and owned, reference-counted element data.
+
+use std::fmt;
+use std::sync::Arc;
+
+use half::{bf16, f16};
+
+use crate::dtype::DType;
+
+/// Errors from constructing or accessing a [`Tensor`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TensorError {
+    /// The number of elements does not match the product of the shape.
+    #[error("shape {shape:?} needs {expected} elements, got {given}")]
+    LengthMismatch {
+        shape: Vec<usize>,
+        expected: usize,
+        given: usize,
+    },
+    /// Typed access with the wrong element type.
+    #[error("tensor has dtype {actual}, accessed as {requested}")]
+    DTypeMismatch { actual: DType, requested: DType },
+    /// The element count overflows `usize`.
+    #[error("shape {0:?} has too many elements")]
+    TooLarge(Vec<usize>),
+    /// Byte buffer of the wrong length for the dtype and shape.
+    #[error("expected {expected} bytes, got {given}")]
+    ByteLength { expected: usize, given: usize },
+}
+
+/// Typed element storage of a tensor. Cloning is cheap (the buffer is shared).
+#[derive(Clone, PartialEq)]
+pub enum TensorData {
+    F32(Arc<Vec<f32>>),
+    F64(Arc<Vec<f64>>),
+    F16(Arc<Vec<f16>>),
+    BF16(Arc<Vec<bf16>>),
+    I8(Arc<Vec<i8>>),
+    I16(Arc<Vec<i16>>),
+    I32(Arc<Vec<i32>>),
+    I64(Arc<Vec<i64>>),
+    U8(Arc<Vec<u8>>),
+    U16(Arc<Vec<u16>>),
+    U32(Arc<Vec<u32>>),
+    U64(Arc<Vec<u64>>),
+    Bool(Arc<Vec<bool>>),
+}
+
+/// A Rust element type that a tensor can hold.
+///
+/// Conversions follow numpy `astype` semantics: `from_f64` truncates toward zero and saturates
+/// for integers (NaN gives 0), `from_i128` wraps for integers, and `bool` is `x != 0`.
+pub trait Element:
+    Copy + Send + Sync + PartialEq + PartialOrd + fmt::Debug + Default + 'static
+{
+    /// The dtype tag of this element type.
+    const DTYPE: DType;
+    /// Wraps a typed buffer.
+    fn wrap(v: Arc<Vec<Self>>) -> TensorData;
+    /// The typed buffer, if `d` holds this element type.
+    fn unwrap(d: &TensorData) -> Option<&Arc<Vec<Self>>>;
+    /// Value as f64 (exact for every type except i64/u64 beyond 2^53).
+    fn to_f64(self) -> f64;
+    /// Converts from f64 (see the trait docs for rounding rules).
+    fn from_f64(v: f64) -> Self;
+    /// Value as i128 (floats truncate toward zero, saturating; NaN gives 0).
+    fn to_i128(self) -> i128;
+    /// Converts from i128, wrapping for integer types.
+    fn from_i128(v: i128) -> Self;
+    /// Decodes one element from little-endian bytes; `b.len() == DTYPE.size_in_bytes()`.
+    fn from_le_slice(b: &[u8]) -> Self;
+}
+
+macro_rules! impl_int_element {
+    ($t:ty, $variant:ident) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$variant;
+            fn wrap(v: Arc<Vec<Self>>) -> TensorData {
+                TensorData::$variant(v)
+            }
+            fn unwrap(d: &TensorData) -> Option<&Arc<Vec<Self>>> {
+                match d {
+                    TensorData::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            fn to_i128(self) -> i128 {
+                self as i128
+            }
+            fn from_i128(v: i128) -> Self {
+                v as $t
+            }
+            fn from_le_slice(b: &[u8]) -> Self {
+                let mut a = [0u8; std::mem::size_of::<$t>()];
+                a.copy_from_slice(b);
+                <$t>::from_le_bytes(a)
+            }
+        }
+    };
+}
+impl_int_element!(i8, I8);
+impl_int_element!(i16, I16);
+impl_int_element!(i32, I32);
+impl_int_element!(i64, I64);
+impl_int_element!(u8, U8);
+impl_int_element!(u16, U16);
+impl_int_element!(u32, U32);
+impl_int_element!(u64, U64);
+
+macro_rules! impl_float_element {
+    ($t:ty, $variant:ident, $to:expr, $from:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$variant;
+            fn wrap(v: Arc<Vec<Self>>) -> TensorData {
+                TensorData::$variant(v)
+            }
+            fn unwrap(d: &TensorData) -> Option<&Arc<Vec<Self>>> {
+                match d {
+                    TensorData::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn to_f64(self) -> f64 {
+                $to(self)
+            }
+            fn from_f64(v: f64) -> Self {
+                $from(v)
+            }
+            fn to_i128(self) -> i128 {
+                $to(self) as i128
+            }
+            fn from_i128(v: i128) -> Self {
+                $from(v as f64)
+            }
+            fn from_le_slice(b: &[u8]) -> Self {
+                let mut a = [0u8; std::mem::size_of::<$t>()];
+                a.copy_from_slice(b);
+                <$t>::from_le_bytes(a)
+            }
+        }
+    };
+}
+impl_float_element!(f32, F32, |x: f32| x as f64, |v: f64| v as f32);
+impl_float_element!(f64, F64, |x: f64| x, |v: f64| v);
+impl_float_element!(f16, F16, |x: f16| x.to_f64(), f16::from_f64);
+impl_float_element!(bf16, BF16, |x: bf16| x.to_f64(), bf16::from_f64);
+
+impl Element for bool {
+    const DTYPE: DType = DType::Bool;
+    fn wrap(v: Arc<Vec<Self>>) -> TensorData {
+        TensorData::Bool(v)
+    }
+    fn unwrap(d: &TensorData) -> Option<&Arc<Vec<Self>>> {
+        match d {
+            TensorData::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn to_f64(self) -> f64 {
+        if self {
+            1.0
+        } else {
+            0.0
+        }
+    }
+    fn from_f64(v: f64) -> Self {
+        v != 0.0
+    }
+    fn to_i128(self) -> i128 {
+        self as i128
+    }
+    fn from_i128(v: i128) -> Self {
+        v != 0
+    }
+    fn from_le_slice(b: &[u8]) -> Self {
+        b[0] != 0
+    }
+}
+
+/// Runs `$body` with `$T` bound to the Rust element type of `$dtype`, for the dtypes listed
+/// after `;` (as `Variant: type`); any other dtype evaluates `$fallback`.
+///
+/// Op families normally use the narrower wrappers [`dispatch_all!`], [`dispatch_float!`],
+/// [`dispatch_int!`] and [`dispatch_numeric!`].
+#[macro_export]
+macro_rules! dispatch_dtypes {
+    ($dtype:expr, $T:ident => $body:expr, else $fallback:expr; $($variant:ident : $ty:ty),* $(,)?) => {
+        {
+            #[allow(unreachable_patterns)]
+            let __dispatch_result = match $dtype {
+                $( $crate::DType::$variant => { type $T = $ty; $body } )*
+                _ => $fallback,
+            };
+            __dispatch_result
+        }
+    };
+}
+
+/// [`dispatch_dtypes!`] over every dtype (no fallback needed).
+#[macro_export]
+macro_rules! dispatch_all {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        $crate::dispatch_dtypes!($dtype, $T => $body, else unreachable!("all dtypes are listed");
+            F32: f32, F64: f64, F16: $crate::half::f16, BF16: $crate::half::bf16,
+            I8: i8, I16: i16, I32: i32, I64: i64, U8: u8, U16: u16, U32: u32, U64: u64, Bool: bool)
+    };
+}
+
+/// [`dispatch_dtypes!`] over f16, bf16, f32, f64.
+#[macro_export]
+macro_rules! dispatch_float {
+    ($dtype:expr, $T:ident => $body:expr, else $fallback:expr) => {
+        $crate::dispatch_dtypes!($dtype, $T => $body, else $fallback;
+            F32: f32, F64: f64, F16: $crate::half::f16, BF16: $crate::half::bf16)
+    };
+}
+
+/// [`dispatch_dtypes!`] over the signed and unsigned integer types.
+#[macro_export]
+macro_rules! dispatch_int {
+    ($dtype:expr, $T:ident => $body:expr, else $fallback:expr) => {
+        $crate::dispatch_dtypes!($dtype, $T => $body, else $fallback;
+            I8: i8, I16: i16, I32: i32, I64: i64, U8: u8, U16: u16, U32: u32, U64: u64)
+    };
+}
+
+/// [`dispatch_dtypes!`] over every dtype except bool.
+#[macro_export]
+macro_rules! dispatch_numeric {
+    ($dtype:expr, $T:ident => $body:expr, else $fallback:expr) => {
+        $crate::dispatch_dtypes!($dtype, $T => $body, else $fallback;
+            F32: f32, F64: f64, F16: $crate::half::f16, BF16: $crate::half::bf16,
+            I8: i8, I16: i16, I32: i32, I64: i64, U8: u8, U16: u16, U32: u32, U64: u64)
+    };
+}
+
+/// A dense, row-major tensor with owned element data.
+///
+/// Cloning a tensor never copies its elements: the buffer is reference-counted, so
+/// initializers are shared between the graph and every execution.
+#[derive(Clone, PartialEq)]
+pub struct Tensor {
+    shape: Vec<usize>,
+    data: TensorData,
+}
+
+/// Number of elements of `shape`, or `None` on overflow.
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+impl Tensor {
+    /// Builds a tensor from a typed buffer; fails if `data.len()` is not the shape's product.
+    pub fn new<T: Element>(shape: Vec<usize>, data: Vec<T>) -> Result<Tensor, TensorError> {
+        Tensor::from_data(shape, T::wrap(Arc::new(data)))
+    }
+
+    /// Builds a tensor from shared storage; fails if the element count does not match.
+    pub fn from_data(shape: Vec<usize>, data: TensorData) -> Result<Tensor, TensorError> {
+        let expected = checked_numel(&shape).ok_or_else(|| TensorError::TooLarge(shape.clone()))?;
+        let given = data_len(&data);
+        if expected != given {
+            return Err(TensorError::LengthMismatch {
+                shape,
+                expected,
+                given,
+            });
+        }
+        Ok(Tensor { shape, data })
+    }
+
+    /// A rank-0 tensor holding `v`.
+    pub fn scalar<T: Element>(v: T) -> Tensor {
+        Tensor {
+            shape: vec![],
+            data: T::wrap(Arc::new(vec![v])),
+        }
+    }
+
+    /// A tensor of `dtype` filled with zeros (false for bool).
+    pub fn zeros(dtype: DType, shape: Vec<usize>) -> Result<Tensor, TensorError> {
+        let n = checked_numel(&shape).ok_or_else(|| TensorError::TooLarge(shape.clone()))?;
+        crate::dispatch_all!(dtype, T => Tensor::new(shape, vec![T::default(); n]))
+    }
+
+    /// Decodes little-endian bytes (ONNX `raw_data`, external data) into a tensor.
+    pub fn from_le_bytes(
+        dtype: DType,
+        shape: Vec<usize>,
+        bytes: &[u8],
+    ) -> Result<Tensor, TensorError> {
+        let n = checked_numel(&shape).ok_or_else(|| TensorError::TooLarge(shape.clone()))?;
+        let size = dtype.size_in_bytes();
+        let expected = n
+            .checked_mul(size)
+            .ok_or_else(|| TensorError::TooLarge(shape.clone()))?;
+        if bytes.len() != expected {
+            return Err(TensorError::ByteLength {
+                expected,
+                given: bytes.len(),
+            });
+        }
+        crate::dispatch_all!(dtype, T => {
+            let v: Vec<T> = bytes.chunks_exact(size).map(T::from_le_slice).collect();
+            Tensor::new(shape, v)
+        })
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        data_dtype(&self.data)
+    }
+
+    /// The dimensions, outermost first.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        data_len(&self.data)
+    }
+
+    /// Bytes occupied by the elements.
+    pub fn size_in_bytes(&self) -> usize {
+        self.numel() * self.dtype().size_in_bytes()
+    }
+
+    /// The shared storage.
+    pub fn data(&self) -> &TensorData {
+        &self.data
+    }
+
+    /// The elements as a typed slice; fails if `T` is not the tensor's element type.
+    pub fn as_slice<T: Element>(&self) -> Result<&[T], TensorError> {
+        T::unwrap(&self.data)
+            .map(|v| v.as_slice())
+            .ok_or(TensorError::DTypeMismatch {
+                actual: self.dtype(),
+                requested: T::DTYPE,
+            })
+    }
+
+    /// The same elements with another shape of equal element count (no copy).
+    pub fn reshape(&self, shape: Vec<usize>) -> Result<Tensor, TensorError> {
+        Tensor::from_data(shape, self.data.clone())
+    }
+
+    /// Elements converted to f64, row-major.
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        crate::dispatch_all!(self.dtype(), T => match T::unwrap(&self.data) {
+            Some(v) => v.iter().map(|x| x.to_f64()).collect(),
+            None => unreachable!("dtype() reports the stored variant"),
+        })
+    }
+
+    /// Elements converted to i64 (floats truncate), row-major. Used for shape-like inputs.
+    pub fn to_i64_vec(&self) -> Vec<i64> {
+        crate::dispatch_all!(self.dtype(), T => match T::unwrap(&self.data) {
+            Some(v) => v.iter().map(|x| x.to_i128() as i64).collect(),
+            None => unreachable!("dtype() reports the stored variant"),
+        })
+    }
+
+    /// Converts every element to `dtype` (numpy `astype` semantics, see [`Element`]).
+    pub fn cast(&self, dtype: DType) -> Tensor {
+        if dtype == self.dtype() {
+            return self.clone();
+        }
+        let src_float = self.dtype().is_float();
+        let dst_float = dtype.is_float();
+        crate::dispatch_all!(self.dtype(), S => {
+            let src: &[S] = match S::unwrap(&self.data) {
+                Some(v) => v,
+                None => unreachable!("dtype() reports the stored variant"),
+            };
+            crate::dispatch_all!(dtype, D => {
+                let out: Vec<D> = if src_float || dst_float {
+                    src.iter().map(|x| D::from_f64(x.to_f64())).collect()
+                } else {
+                    src.iter().map(|x| D::from_i128(x.to_i128())).collect()
+                };
+                Tensor { shape: self.shape.clone(), data: D::wrap(Arc::new(out)) }
+            })
+        })
+    }
+}
+
+fn data_len(d: &TensorData) -> usize {
+    match d {
+        TensorData::F32(v) => v.len(),
+        TensorData::F64(v) => v.len(),
+        TensorData::F16(v) => v.len(),
+        TensorData::BF16(v) => v.len(),
+        TensorData::I8(v) => v.len(),
+        TensorData::I16(v) => v.len(),
+        TensorData::I32(v) => v.len(),
+        TensorData::I64(v) => v.len(),
+        TensorData::U8(v) => v.len(),
+        TensorData::U16(v) => v.len(),
+        TensorData::U32(v) => v.len(),
+        TensorData::U64(v) => v.len(),
+        TensorData::Bool(v) => v.len(),
+    }
+}
+
+fn data_dtype(d: &TensorData) -> DType {
+    match d {
+        TensorData::F32(_) => DType::F32,
+        TensorData::F64(_) => DType::F64,
+        TensorData::F16(_) => DType::F16,
+        TensorData::BF16(_) => DType::BF16,
+        TensorData::I8(_) => DType::I8,
+        TensorData::I16(_) => DType::I16,
+        TensorData::I32(_) => DType::I32,
+        TensorData::I64(_) => DType::I64,
+        TensorData::U8(_) => DType::U8,
+        TensorData::U16(_) => DType::U16,
+        TensorData::U32(_) => DType::U32,
+        TensorData::U64(_) => DType::U64,
+        TensorData::Bool(_) => DType::Bool,
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.to_f64_vec();
+        let head: Vec<f64> = v.iter().copied().take(8).collect();
+        write!(
+            f,
+            "Tensor({}, {:?}, {:?}{})",
+            self.dtype(),
+            self.shape,
+            head,
+            if v.len() > 8 { "..." } else { "" }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_checks_length() {
+        assert!(Tensor::new(vec![2, 3], vec![1.0f32; 5]).is_err());
+        let t = Tensor::new(vec![2, 3], vec![1.5f32; 6]).unwrap();
+        assert_eq!(t.dtype(), DType::F32);
+        assert_eq!(t.numel(), 6);
+    }
+
+    #[test]
+    fn cast_follows_numpy() {
+        let t = Tensor::new(vec![4], vec![-1.7f32, 2.9, 300.0, f32::NAN]).unwrap();
+        assert_eq!(
+            t.cast(DType::I32).as_slice::<i32>().unwrap(),
+            &[-1, 2, 300, 0]
+        );
+        let i = Tensor::new(vec![2], vec![300i64, -1]).unwrap();
+        assert_eq!(i.cast(DType::U8).as_slice::<u8>().unwrap(), &[44, 255]);
+        assert_eq!(
+            i.cast(DType::Bool).as_slice::<bool>().unwrap(),
+            &[true, true]
+        );
+    }
+
+    #[test]
+    fn le_bytes_roundtrip() {
+        let b: Vec<u8> = [1.25f32, -3.5]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let t = Tensor::from_le_bytes(DType::F32, vec![2], &b).unwrap();
+        assert_eq!(t.as_slice::<f32>().unwrap(), &[1.25, -3.5]);
+        assert!(Tensor::from_le_bytes(DType::F32, vec![3], &b).is_err());
+    }
+}

@@ -1,0 +1,230 @@
+//! ModelProto → hidet [`Graph`].
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use hidet_graph::registry::normalize_domain;
+use hidet_graph::{
+    Attribute, Attributes, DType, Dim, GraphBuilder, NodeSpec, Registry, TensorType, UnsupportedOp,
+};
+use prost::Message;
+
+use crate::error::OnnxError;
+use crate::proto::{
+    attribute_proto::AttributeType, tensor_shape_proto::dimension, type_proto, ModelProto,
+    NodeProto, ValueInfoProto,
+};
+use crate::tensor::tensor_from_proto;
+use crate::Graph;
+
+/// An imported model.
+#[derive(Debug, Clone)]
+pub struct OnnxModel {
+    pub graph: Graph,
+    pub ir_version: i64,
+    /// (domain, version) of every imported opset; `""` is the default ONNX domain.
+    pub opsets: Vec<(String, i64)>,
+    pub producer: String,
+}
+
+/// Decodes the bytes of an `.onnx` file. Malformed or truncated bytes give
+/// [`OnnxError::Decode`].
+pub fn decode_model(bytes: &[u8]) -> Result<ModelProto, OnnxError> {
+    Ok(ModelProto::decode(bytes)?)
+}
+
+/// Reads and imports an `.onnx` file with the built-in operator registry. External data is
+/// resolved in the file's folder.
+pub fn load_model(path: &Path) -> Result<OnnxModel, OnnxError> {
+    let bytes = std::fs::read(path).map_err(|e| OnnxError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    let proto = decode_model(&bytes)?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    import_model(&proto, Some(base), Registry::global())
+}
+
+/// Converts a decoded model. `base_dir` is the folder external data is confined to.
+///
+/// Unsupported operators are reported all at once ([`OnnxError::UnsupportedOps`]) before any
+/// other per-node conversion.
+pub fn import_model(
+    m: &ModelProto,
+    base_dir: Option<&Path>,
+    registry: &Registry,
+) -> Result<OnnxModel, OnnxError> {
+    let g = m
+        .graph
+        .as_ref()
+        .ok_or_else(|| OnnxError::Invalid("model has no graph".into()))?;
+    let mut opsets: HashMap<String, i64> = HashMap::new();
+    for o in &m.opset_import {
+        opsets.insert(normalize_domain(o.domain()).to_string(), o.version());
+    }
+    if m.ir_version() < 3 && !opsets.contains_key("") {
+        opsets.insert(String::new(), 1);
+    }
+    let opset_of = |n: &NodeProto| -> Result<i64, OnnxError> {
+        let d = normalize_domain(n.domain());
+        opsets.get(d).copied().ok_or_else(|| {
+            OnnxError::Invalid(format!(
+                "node `{}` uses domain `{d}` which the model does not import",
+                n.name()
+            ))
+        })
+    };
+
+    // All unsupported operators first, in one error.
+    let mut missing: Vec<UnsupportedOp> = Vec::new();
+    for n in &g.node {
+        let opset = opset_of(n)?;
+        let domain = normalize_domain(n.domain());
+        if registry.lookup(domain, n.op_type(), opset).is_none() {
+            match missing
+                .iter_mut()
+                .find(|u| u.domain == domain && u.op_type == n.op_type() && u.opset == opset)
+            {
+                Some(u) => u.count += 1,
+                None => missing.push(UnsupportedOp {
+                    domain: domain.into(),
+                    op_type: n.op_type().into(),
+                    opset,
+                    count: 1,
+                }),
+            }
+        }
+    }
+    if !missing.is_empty() {
+        missing.sort_by(|a, b| (&a.domain, &a.op_type).cmp(&(&b.domain, &b.op_type)));
+        return Err(OnnxError::UnsupportedOps(missing));
+    }
+
+    let mut b = GraphBuilder::new(g.name());
+    for init in &g.initializer {
+        b.initializer(init.name(), tensor_from_proto(init, base_dir)?);
+    }
+    if !g.sparse_initializer.is_empty() {
+        return Err(OnnxError::Unsupported("sparse initializers".into()));
+    }
+    for vi in &g.input {
+        b.input(vi.name(), value_type(vi)?);
+    }
+    for (i, n) in g.node.iter().enumerate() {
+        let name = if n.name().is_empty() {
+            format!("{}_{i}", n.op_type())
+        } else {
+            n.name().to_string()
+        };
+        b.node(NodeSpec {
+            attrs: attributes(n, &name, base_dir)?,
+            name,
+            domain: normalize_domain(n.domain()).to_string(),
+            op_type: n.op_type().to_string(),
+            opset: opset_of(n)?,
+            inputs: n.input.clone(),
+            outputs: n.output.clone(),
+        });
+    }
+    for o in &g.output {
+        b.output(o.name());
+    }
+    let graph = b.build(registry)?;
+    let mut opsets: Vec<(String, i64)> = opsets.into_iter().collect();
+    opsets.sort();
+    Ok(OnnxModel {
+        graph,
+        ir_version: m.ir_version(),
+        opsets,
+        producer: m.producer_name().to_string(),
+    })
+}
+
+/// The static type of a graph input.
+fn value_type(vi: &ValueInfoProto) -> Result<TensorType, OnnxError> {
+    let name = vi.name();
+    let t = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(type_proto::Value::TensorType(t)) => t,
+        Some(_) => {
+            return Err(OnnxError::Unsupported(format!(
+                "input `{name}`: non-tensor types (sequence, map, optional)"
+            )))
+        }
+        None => return Err(OnnxError::Invalid(format!("input `{name}` has no type"))),
+    };
+    let code = t.elem_type();
+    let dtype = DType::from_onnx_code(code)
+        .ok_or_else(|| OnnxError::Unsupported(format!("input `{name}`: ONNX data type {code}")))?;
+    let shape = t.shape.as_ref().map(|s| {
+        s.dim
+            .iter()
+            .map(|d| match &d.value {
+                Some(dimension::Value::DimValue(v)) if *v >= 0 => Dim::Fixed(*v as usize),
+                Some(dimension::Value::DimParam(p)) if !p.is_empty() => {
+                    Dim::Symbol(Arc::from(p.as_str()))
+                }
+                _ => Dim::Unknown,
+            })
+            .collect()
+    });
+    Ok(TensorType { dtype, shape })
+}
+
+fn string(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Converts a node's attributes.
+fn attributes(n: &NodeProto, node: &str, base_dir: Option<&Path>) -> Result<Attributes, OnnxError> {
+    let mut attrs = Attributes::new();
+    for a in &n.attribute {
+        let name = a.name();
+        if !a.ref_attr_name().is_empty() {
+            return Err(OnnxError::Unsupported(format!(
+                "node `{node}`: attribute references (`{name}`)"
+            )));
+        }
+        let value = match a.r#type() {
+            AttributeType::Float => Attribute::Float(a.f()),
+            AttributeType::Int => Attribute::Int(a.i()),
+            AttributeType::String => Attribute::String(string(a.s())),
+            AttributeType::Tensor => match &a.t {
+                Some(t) => Attribute::Tensor(tensor_from_proto(t, base_dir)?),
+                None => {
+                    return Err(OnnxError::Invalid(format!(
+                        "node `{node}`: tensor attribute `{name}` is empty"
+                    )))
+                }
+            },
+            AttributeType::Floats => Attribute::Floats(a.floats.clone()),
+            AttributeType::Ints => Attribute::Ints(a.ints.clone()),
+            AttributeType::Strings => {
+                Attribute::Strings(a.strings.iter().map(|s| string(s)).collect())
+            }
+            AttributeType::Tensors => Attribute::Tensors(
+                a.tensors
+                    .iter()
+                    .map(|t| tensor_from_proto(t, base_dir))
+                    .collect::<Result<_, _>>()?,
+            ),
+            AttributeType::Graph | AttributeType::Graphs => {
+                return Err(OnnxError::Unsupported(format!(
+                    "node `{node}`: subgraph attribute `{name}`"
+                )))
+            }
+            AttributeType::Undefined => {
+                return Err(OnnxError::Invalid(format!(
+                    "node `{node}`: attribute `{name}` has no type"
+                )))
+            }
+            other => {
+                return Err(OnnxError::Unsupported(format!(
+                    "node `{node}`: attribute `{name}` of kind {other:?}"
+                )))
+            }
+        };
+        attrs.insert(name, value);
+    }
+    Ok(attrs)
+}

@@ -1,0 +1,240 @@
+//! `TensorProto` → [`Tensor`].
+
+use std::path::Path;
+
+use hidet_graph::half::{bf16, f16};
+use hidet_graph::{DType, Tensor};
+use prost::Message;
+
+use crate::error::OnnxError;
+use crate::external::with_external_bytes;
+use crate::proto::{tensor_proto::DataLocation, TensorProto};
+
+fn invalid(name: &str, msg: impl std::fmt::Display) -> OnnxError {
+    OnnxError::Invalid(format!("tensor `{name}`: {msg}"))
+}
+
+/// Converts a `TensorProto` to a tensor.
+///
+/// Data comes from `raw_data` (little-endian), the typed repeated fields, or external data
+/// (resolved in `base_dir`; external data without a `base_dir` is an error). Every declared
+/// size is checked against the data actually present before any buffer is allocated.
+pub fn tensor_from_proto(p: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, OnnxError> {
+    let name = p.name();
+    let code = p.data_type();
+    let dtype = DType::from_onnx_code(code)
+        .ok_or_else(|| OnnxError::Unsupported(format!("tensor `{name}`: ONNX data type {code}")))?;
+    if p.segment.is_some() {
+        return Err(OnnxError::Unsupported(format!(
+            "tensor `{name}`: segmented tensors"
+        )));
+    }
+    let shape: Vec<usize> = p
+        .dims
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| invalid(name, format!("negative dimension {d}"))))
+        .collect::<Result<_, _>>()?;
+    let numel = hidet_graph::tensor::checked_numel(&shape)
+        .ok_or_else(|| invalid(name, "too many elements"))?;
+    let nbytes = numel
+        .checked_mul(dtype.size_in_bytes())
+        .ok_or_else(|| invalid(name, "too many bytes"))?;
+    let tensor_err = |source| OnnxError::Tensor {
+        name: name.to_string(),
+        source,
+    };
+
+    if p.data_location() == DataLocation::External {
+        let base =
+            base_dir.ok_or_else(|| invalid(name, "external data needs the model's folder"))?;
+        let mut location = None;
+        let (mut offset, mut length) = (0u64, None);
+        for kv in &p.external_data {
+            let v = kv.value();
+            match kv.key() {
+                "location" => location = Some(v.to_string()),
+                "offset" => {
+                    offset = v
+                        .parse()
+                        .map_err(|_| invalid(name, format!("bad external offset `{v}`")))?
+                }
+                "length" => {
+                    length = Some(
+                        v.parse::<u64>()
+                            .map_err(|_| invalid(name, format!("bad external length `{v}`")))?,
+                    )
+                }
+                _ => {}
+            }
+        }
+        let location = location.ok_or_else(|| invalid(name, "external data without location"))?;
+        if let Some(l) = length {
+            if l != nbytes as u64 {
+                return Err(invalid(
+                    name,
+                    format!("external length {l} != {nbytes} bytes for shape {shape:?}"),
+                ));
+            }
+        }
+        return with_external_bytes(base, &location, offset, Some(nbytes as u64), |b| {
+            Tensor::from_le_bytes(dtype, shape.clone(), b).map_err(tensor_err)
+        });
+    }
+
+    if let Some(raw) = &p.raw_data {
+        return Tensor::from_le_bytes(dtype, shape, raw).map_err(tensor_err);
+    }
+
+    let check = |len: usize| -> Result<(), OnnxError> {
+        if len != numel {
+            Err(invalid(
+                name,
+                format!("{len} values for shape {shape:?} ({numel} elements)"),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let t = match dtype {
+        DType::F32 => {
+            check(p.float_data.len())?;
+            Tensor::new(shape.clone(), p.float_data.clone())
+        }
+        DType::F64 => {
+            check(p.double_data.len())?;
+            Tensor::new(shape.clone(), p.double_data.clone())
+        }
+        DType::I64 => {
+            check(p.int64_data.len())?;
+            Tensor::new(shape.clone(), p.int64_data.clone())
+        }
+        DType::U32 | DType::U64 => {
+            check(p.uint64_data.len())?;
+            if dtype == DType::U64 {
+                Tensor::new(shape.clone(), p.uint64_data.clone())
+            } else {
+                Tensor::new(
+                    shape.clone(),
+                    p.uint64_data.iter().map(|&v| v as u32).collect(),
+                )
+            }
+        }
+        _ => {
+            check(p.int32_data.len())?;
+            let v = &p.int32_data;
+            match dtype {
+                DType::I32 => Tensor::new(shape.clone(), v.clone()),
+                DType::I16 => Tensor::new(shape.clone(), v.iter().map(|&x| x as i16).collect()),
+                DType::I8 => Tensor::new(shape.clone(), v.iter().map(|&x| x as i8).collect()),
+                DType::U16 => Tensor::new(shape.clone(), v.iter().map(|&x| x as u16).collect()),
+                DType::U8 => Tensor::new(shape.clone(), v.iter().map(|&x| x as u8).collect()),
+                DType::Bool => Tensor::new(shape.clone(), v.iter().map(|&x| x != 0).collect()),
+                // f16/bf16 are stored as their bit patterns in int32_data.
+                DType::F16 => Tensor::new(
+                    shape.clone(),
+                    v.iter().map(|&x| f16::from_bits(x as u16)).collect(),
+                ),
+                DType::BF16 => Tensor::new(
+                    shape.clone(),
+                    v.iter().map(|&x| bf16::from_bits(x as u16)).collect(),
+                ),
+                _ => return Err(invalid(name, format!("no data field for {dtype}"))),
+            }
+        }
+    };
+    t.map_err(tensor_err)
+}
+
+/// Reads a file holding one serialized `TensorProto` (as in the ONNX node tests) and returns
+/// its name and value. External data is resolved in the file's folder.
+pub fn load_tensor_file(path: &Path) -> Result<(String, Tensor), OnnxError> {
+    let bytes = std::fs::read(path).map_err(|e| OnnxError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    let p = TensorProto::decode(bytes.as_slice())?;
+    let t = tensor_from_proto(&p, path.parent())?;
+    Ok((p.name().to_string(), t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_and_typed_data() {
+        let p = TensorProto {
+            dims: vec![2],
+            data_type: Some(1),
+            raw_data: Some(
+                [1.5f32, -2.0]
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes())
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        assert_eq!(
+            tensor_from_proto(&p, None)
+                .unwrap()
+                .as_slice::<f32>()
+                .unwrap(),
+            &[1.5, -2.0]
+        );
+        let p = TensorProto {
+            dims: vec![3],
+            data_type: Some(7),
+            int64_data: vec![1, 2],
+            ..Default::default()
+        };
+        assert!(
+            tensor_from_proto(&p, None).is_err(),
+            "2 values for 3 elements"
+        );
+        let p = TensorProto {
+            dims: vec![-1],
+            data_type: Some(1),
+            ..Default::default()
+        };
+        assert!(tensor_from_proto(&p, None).is_err());
+        let p = TensorProto {
+            dims: vec![i64::MAX, i64::MAX],
+            data_type: Some(1),
+            raw_data: Some(vec![]),
+            ..Default::default()
+        };
+        assert!(tensor_from_proto(&p, None).is_err());
+    }
+
+    #[test]
+    fn external_data_in_model_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = [3i64, 4, 5].iter().flat_map(|x| x.to_le_bytes()).collect();
+        std::fs::write(dir.path().join("w.bin"), [vec![0u8; 8], bytes].concat()).unwrap();
+        let kv = |k: &str, v: &str| crate::proto::StringStringEntryProto {
+            key: Some(k.into()),
+            value: Some(v.into()),
+        };
+        let mut p = TensorProto {
+            dims: vec![3],
+            data_type: Some(7),
+            data_location: Some(DataLocation::External as i32),
+            external_data: vec![
+                kv("location", "w.bin"),
+                kv("offset", "8"),
+                kv("length", "24"),
+            ],
+            ..Default::default()
+        };
+        let t = tensor_from_proto(&p, Some(dir.path())).unwrap();
+        assert_eq!(t.as_slice::<i64>().unwrap(), &[3, 4, 5]);
+        p.external_data[0] = kv("location", "../w.bin");
+        assert!(tensor_from_proto(&p, Some(dir.path())).is_err());
+        p.external_data[0] = kv("location", "w.bin");
+        p.dims = vec![4];
+        assert!(
+            tensor_from_proto(&p, Some(dir.path())).is_err(),
+            "declared length mismatches shape"
+        );
+    }
+}
