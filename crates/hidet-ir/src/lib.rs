@@ -7,6 +7,7 @@ pub mod builder;
 pub mod dtype;
 pub mod expr;
 pub mod function;
+pub mod interp;
 pub mod intrinsic;
 pub mod layout;
 pub mod mapping;

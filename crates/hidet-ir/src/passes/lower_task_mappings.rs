@@ -126,7 +126,7 @@ impl Lowerer<'_> {
                 function: self.function.to_string(),
                 vars: vars.iter().map(|v| format!("{v:?}")).collect(),
                 mapping: mapping.to_string(),
-                worker: format!("{worker:?}"),
+                worker: worker.to_string(),
                 rank: mapping.rank(),
             });
         }
@@ -137,7 +137,7 @@ impl Lowerer<'_> {
                 return Err(PassError::NonIntegerWorker {
                     function: self.function.to_string(),
                     mapping: mapping.to_string(),
-                    worker: format!("{worker:?}"),
+                    worker: worker.to_string(),
                     ty: worker_ty.to_string(),
                 })
             }

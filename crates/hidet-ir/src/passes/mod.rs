@@ -116,7 +116,7 @@ fn first_for_mapping(s: &Stmt) -> Option<(String, String)> {
             },
         ) = (&found, s)
         {
-            found = Some((mapping.to_string(), format!("{worker:?}")));
+            found = Some((mapping.to_string(), worker.to_string()));
         }
     });
     found
