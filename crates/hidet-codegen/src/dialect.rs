@@ -178,6 +178,14 @@ pub trait Dialect {
         params: &[EmittedParam],
     ) -> Result<String, Unsupported>;
 
+    /// A preprocessor condition under which `function`'s forward declaration
+    /// and definition are compiled (`#if COND … #endif`), e.g. host-only code
+    /// in CUDA C; `None` (the default) compiles it unconditionally.
+    fn function_guard(&self, function: &Function) -> Option<String> {
+        let _ = function;
+        None
+    }
+
     /// Definitions that close the file (exported wrappers, runtime hooks).
     fn epilogue(
         &self,

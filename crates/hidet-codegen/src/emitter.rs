@@ -78,12 +78,31 @@ pub fn emit_module(module: &IRModule, dialect: &dyn Dialect) -> Result<String, C
         out.push_str(def.trim_end());
         out.push_str("\n\n");
     }
-    for head in &heads {
-        let _ = writeln!(out, "{head};");
+    let guards: Vec<Option<String>> = module
+        .functions
+        .iter()
+        .map(|f| dialect.function_guard(f))
+        .collect();
+    for (head, guard) in heads.iter().zip(&guards) {
+        match guard {
+            Some(cond) => {
+                let _ = writeln!(out, "#if {cond}\n{head};\n#endif");
+            }
+            None => {
+                let _ = writeln!(out, "{head};");
+            }
+        }
     }
     out.push('\n');
-    for (head, body) in heads.iter().zip(&bodies) {
-        let _ = writeln!(out, "{head} {{\n{body}}}\n");
+    for ((head, body), guard) in heads.iter().zip(&bodies).zip(&guards) {
+        match guard {
+            Some(cond) => {
+                let _ = writeln!(out, "#if {cond}\n{head} {{\n{body}}}\n#endif\n");
+            }
+            None => {
+                let _ = writeln!(out, "{head} {{\n{body}}}\n");
+            }
+        }
     }
     out.push_str(&epilogue);
     Ok(out)

@@ -1,0 +1,194 @@
+//! Checks of the emitted C text and of the errors for bad input.
+
+use hidet_codegen::{emit_module, CDialect, CodegenError};
+use hidet_ir::prelude::*;
+
+fn emit(f: Function) -> Result<String, CodegenError> {
+    emit_module(&IRModule::new("m", Target::Cpu).with(f), &CDialect)
+}
+
+#[test]
+fn division_by_proven_non_negative_operands_is_plain_c() {
+    let mut fb = FunctionBuilder::cpu_kernel("k");
+    let n = fb.param("n", DataType::I32);
+    let out = fb.tensor_param("out", DataType::I32, [24]);
+    fb.for_range("i", 24, |fb, i| {
+        // Loop variables and constants are non-negative: plain `/` and `%`.
+        fb.store(&out, [i.clone()], (i.clone() / 5) * 7 + i.clone() % 3);
+    });
+    fb.for_range("j", 24, |fb, j| {
+        // `n` may be negative: floor helpers.
+        fb.store(&out, [j.clone()], (&n + j.clone()) / 4 + (&n - j) % 4);
+    });
+    let c = emit(fb.finish()).expect("emits");
+    assert!(c.contains("((i / 5) * 7)"), "{c}");
+    assert!(c.contains("(i % 3)"), "{c}");
+    assert!(c.contains("hidet_floordiv_i32((n + j), 4)"), "{c}");
+    assert!(c.contains("hidet_floormod_i32((n - j), 4)"), "{c}");
+    assert_eq!(
+        c.matches("static inline int32_t hidet_floordiv_i32(")
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn no_floor_helpers_when_nothing_needs_them() {
+    let mut fb = FunctionBuilder::cpu_kernel("k");
+    let out = fb.tensor_param("out", DataType::I64, [10]);
+    fb.for_range("i", 10, |fb, i| {
+        fb.store(
+            &out,
+            [i.clone()],
+            i.cast(DataType::I64) / Expr::int_of(3, DataType::I64),
+        );
+    });
+    let c = emit(fb.finish()).expect("emits");
+    assert!(!c.contains("hidet_floor"), "{c}");
+}
+
+#[test]
+fn loop_kinds_become_pragmas() {
+    let mut fb = FunctionBuilder::cpu_kernel("k");
+    let out = fb.tensor_param("out", DataType::F32, [6, 8, 4]);
+    fb.for_range_with("i", 6, LoopKind::Parallel, |fb, i| {
+        fb.for_range_with("j", 8, LoopKind::Vectorize, |fb, j| {
+            fb.for_range_with("k", 4, LoopKind::Unroll(None), |fb, k| {
+                fb.for_range_with("l", 3, LoopKind::Unroll(Some(2)), |fb, _l| {
+                    fb.store(&out, [i.clone(), j.clone(), k], Expr::f32(1.5));
+                });
+            });
+        });
+    });
+    let c = emit(fb.finish()).expect("emits");
+    for needle in [
+        "#pragma omp parallel for schedule(static)\n    for (int32_t i = 0; i < 6; i++) {",
+        "#pragma omp simd",
+        "#pragma GCC unroll 4",
+        "#pragma GCC unroll 2",
+        "1.5e0f",
+    ] {
+        assert!(c.contains(needle), "missing `{needle}` in\n{c}");
+    }
+}
+
+#[test]
+fn abi_symbols_and_visibility() {
+    let mut fb = FunctionBuilder::cpu_kernel("scale");
+    let x = fb.tensor_param("x", DataType::F32, [5]);
+    let s = fb.param("s", DataType::F64);
+    fb.for_range("i", 5, |fb, i| {
+        fb.store(&x, [i.clone()], x.at([i]) * s.expr().cast(DataType::F32));
+    });
+    let c = emit(fb.finish()).expect("emits");
+    assert!(
+        c.contains("static void scale(float* __restrict__ x, double s)"),
+        "{c}"
+    );
+    assert!(c.contains(
+        "HIDET_EXPORT void scale__packed(void *const *args) {\n    scale((float*)args[0], *(const double*)args[1]);"
+    ), "{c}");
+    assert_eq!(
+        c.matches("HIDET_EXPORT int hidet_set_num_threads(int n)")
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn bf16_is_stored_as_bits_and_computed_in_float() {
+    let mut fb = FunctionBuilder::cpu_kernel("k");
+    let x = fb.tensor_param("x", DataType::BF16, [3]);
+    let y = fb.tensor_param("y", DataType::F16, [3]);
+    fb.for_range("i", 3, |fb, i| {
+        let v = x.at([i.clone()]) * Expr::float_of(2.0, DataType::BF16);
+        fb.store(&x, [i.clone()], v);
+        fb.store(&y, [i.clone()], y.at([i]).exp());
+    });
+    let c = emit(fb.finish()).expect("emits");
+    assert!(c.contains("uint16_t* __restrict__ x"), "{c}");
+    assert!(
+        c.contains("x[i] = hidet_f32_to_bf16((hidet_bf16_to_f32(x[i]) * 2e0f));"),
+        "{c}"
+    );
+    assert!(c.contains("_Float16* __restrict__ y"), "{c}");
+    assert!(c.contains("((_Float16)expf((float)y[i]))"), "{c}");
+}
+
+#[test]
+fn task_mapping_loops_must_be_lowered_first() {
+    let mut fb = FunctionBuilder::cpu_kernel("unlowered");
+    let out = fb.tensor_param("out", DataType::F32, [8]);
+    let m = spatial([8]).expect("valid");
+    fb.for_range("w", 8, |fb, w| {
+        fb.for_each(m.on(w), |fb, i| {
+            fb.store(&out, [i[0].clone()], Expr::f32(1.0))
+        });
+    });
+    match emit(fb.finish()) {
+        Err(CodegenError::NotLowered { function, stmt }) => {
+            assert_eq!(function, "unlowered");
+            assert!(!stmt.is_empty());
+        }
+        other => panic!("expected NotLowered, got {other:?}"),
+    }
+}
+
+#[test]
+fn cuda_constructs_are_typed_errors_in_c() {
+    let mut fb = FunctionBuilder::cpu_kernel("k");
+    let t = fb.shared_tensor("tile", DataType::F32, row_major([4i64]));
+    fb.store(&t, [Expr::int(0)], Expr::f32(1.0));
+    match emit(fb.finish()) {
+        Err(CodegenError::Unsupported { function, what, .. }) => {
+            assert_eq!(function, "k");
+            assert!(what.contains("shared memory"), "{what}");
+        }
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+
+    let mut fb = FunctionBuilder::cpu_kernel("k2");
+    let out = fb.tensor_param("out", DataType::I32, [4]);
+    fb.store(&out, [Expr::int(0)], Expr::thread_idx(Dim::X));
+    assert!(matches!(
+        emit(fb.finish()),
+        Err(CodegenError::Unsupported { .. })
+    ));
+
+    let fb = FunctionBuilder::cuda_kernel("gpu", [1, 1, 1], [32, 1, 1]);
+    assert!(matches!(
+        emit(fb.finish()),
+        Err(CodegenError::Unsupported { .. })
+    ));
+}
+
+#[test]
+fn bad_function_names_are_rejected() {
+    for name in ["int", "hidet_x", "a-b", ""] {
+        let fb = FunctionBuilder::cpu_kernel(name);
+        assert!(
+            matches!(emit(fb.finish()), Err(CodegenError::BadFunctionName { .. })),
+            "{name}"
+        );
+    }
+    let m = IRModule::new("m", Target::Cpu)
+        .with(FunctionBuilder::cpu_kernel("same").finish())
+        .with(FunctionBuilder::cpu_kernel("same").finish());
+    assert!(matches!(
+        emit_module(&m, &CDialect),
+        Err(CodegenError::BadFunctionName { .. })
+    ));
+}
+
+#[test]
+fn asserts_report_the_kernel_and_message() {
+    let mut fb = FunctionBuilder::cpu_kernel("checked");
+    let n = fb.param("n", DataType::I32);
+    fb.assert(n.expr().gt(0), "n must be \"positive\"");
+    let c = emit(fb.finish()).expect("emits");
+    assert!(c.contains("if (!(n > 0)) {"), "{c}");
+    assert!(
+        c.contains(r#"hidet_assert_fail("checked", "n must be \042positive\042");"#),
+        "{c}"
+    );
+}
