@@ -15,6 +15,7 @@ pub mod passes;
 pub mod print;
 pub mod stmt;
 pub mod ty;
+pub mod verify;
 
 /// Everything a kernel template usually needs, in one import.
 pub mod prelude {
