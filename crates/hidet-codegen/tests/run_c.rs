@@ -330,8 +330,72 @@ fn lowered_task_mapping_kernel_with_bound_check() {
     assert!(err < 1e-6, "max rel err {err}");
 }
 
+/// The bf16 value nearest to `x` (ties to even), found by comparing the two
+/// bf16 neighbours of `x` in float64.
+fn nearest_bf16(x: f32) -> f32 {
+    let down = f32::from_bits(x.to_bits() & 0xffff_0000);
+    let up = f32::from_bits((x.to_bits() & 0xffff_0000) + 0x1_0000);
+    let (dd, du) = ((x as f64 - down as f64).abs(), (up as f64 - x as f64).abs());
+    if dd < du || (dd == du && (down.to_bits() >> 16) & 1 == 0) {
+        down
+    } else {
+        up
+    }
+}
+
 #[test]
-#[ignore = "prints generated C for inspection"]
-fn dump_sources() {
-    println!("{}", emit(microkernel(37)));
+fn bf16_and_f16_storage_with_an_internal_helper() {
+    let len = 57i64;
+    let mut helper = FunctionBuilder::internal("twice_plus", DataType::F32);
+    let hx = helper.param("x", DataType::F32);
+    helper.ret(&hx * Expr::f32(2.0) + Expr::f32(0.125));
+    let helper = helper.finish();
+
+    let mut fb = FunctionBuilder::cpu_kernel("convert");
+    let x = fb.tensor_param("x", DataType::F32, [len]);
+    let b = fb.tensor_param("b", DataType::BF16, [len]);
+    let h = fb.tensor_param("h", DataType::F16, [len]);
+    let back = fb.tensor_param("back", DataType::F32, [len]);
+    fb.for_range("i", len, |fb, i| {
+        let call = Expr::call(
+            Intrinsic::Function {
+                name: "twice_plus".into(),
+                ret: Type::Data(DataType::F32),
+            },
+            vec![x.at([i.clone()])],
+        );
+        fb.store(&b, [i.clone()], call.cast(DataType::BF16));
+        fb.store(&h, [i.clone()], x.at([i.clone()]).cast(DataType::F16));
+        fb.store(&back, [i.clone()], b.at([i.clone()]).cast(DataType::F32));
+    });
+    let m = IRModule::new("conv", Target::Cpu)
+        .with(helper)
+        .with(fb.finish());
+    let lib = compile(&emit_module(&m, &CDialect).expect("emits"));
+    assert!(!lib.exports("twice_plus"), "helpers stay static");
+
+    let mut rng = Rng::new(7);
+    let n = len as usize;
+    let mut xv: Vec<f32> = (0..n).map(|_| rng.f32_nonzero() * 300.0).collect();
+    let mut bv = vec![0u16; n];
+    let mut hv = vec![0u16; n];
+    let mut backv = vec![0.0f32; n];
+    lib.call(
+        "convert",
+        &mut [ptr(&mut xv), ptr(&mut bv), ptr(&mut hv), ptr(&mut backv)],
+    );
+    for i in 0..n {
+        let want = nearest_bf16(xv[i] * 2.0 + 0.125);
+        assert_eq!(f32::from_bits((bv[i] as u32) << 16), want, "bf16 at {i}");
+        assert_eq!(backv[i], want, "bf16 read back at {i}");
+        // f16: decode the bits and check it is within half an ulp (2^-11 relative).
+        let bits = hv[i];
+        let sign = if bits >> 15 == 1 { -1.0 } else { 1.0 };
+        let exp = ((bits >> 10) & 0x1f) as i32;
+        let frac = (bits & 0x3ff) as f64;
+        assert!(exp > 0 && exp < 31, "normal f16 expected at {i}");
+        let value = sign * (1.0 + frac / 1024.0) * 2f64.powi(exp - 15);
+        let rel = (value - xv[i] as f64).abs() / (xv[i] as f64).abs();
+        assert!(rel <= 1.0 / 2048.0, "f16 at {i}: {value} vs {}", xv[i]);
+    }
 }
