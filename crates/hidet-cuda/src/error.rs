@@ -51,6 +51,12 @@ pub enum CudaError {
     /// `ptxas -v` printed something this crate cannot read.
     #[error("cannot parse ptxas output line {line:?}")]
     PtxasOutput { line: String },
+    /// Lowering the module (task mappings, simplification) failed.
+    #[error("lowering failed: {0}")]
+    Lower(#[from] hidet_ir::passes::PassError),
+    /// Emitting CUDA C failed.
+    #[error("CUDA C generation failed: {0}")]
+    Codegen(#[from] hidet_codegen::CodegenError),
     /// A file system operation failed.
     #[error("{action} {path}: {source}")]
     Io {

@@ -14,9 +14,11 @@ pub mod error;
 pub mod locate;
 pub mod nvrtc;
 pub mod ptxas;
+pub mod source;
 pub mod templates;
 
 pub use arch::Arch;
 pub use error::CudaError;
 pub use nvrtc::{compile_to_ptx, CompileOptions, Nvrtc, Ptx};
 pub use ptxas::{assemble, locate_ptxas, KernelResources, PtxasReport};
+pub use source::{emit_cuda, module_to_ptx};
