@@ -1,0 +1,93 @@
+//! `hidet run`: run a model on `.npy` inputs, write `.npy` outputs.
+
+use std::path::{Path, PathBuf};
+
+use hidet::graph::Tensor;
+use hidet::pipeline;
+
+use super::{npy, CliError};
+
+/// `name` with every character outside `[A-Za-z0-9._-]` replaced by `_`.
+pub fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Parses `NAME=FILE.npy` arguments (split at the first `=`), rejecting duplicates.
+fn parse_inputs(args: &[String]) -> Result<Vec<(String, PathBuf)>, CliError> {
+    let mut out: Vec<(String, PathBuf)> = Vec::new();
+    for a in args {
+        let (name, file) = a
+            .split_once('=')
+            .ok_or_else(|| CliError::InputSyntax(a.clone()))?;
+        if name.is_empty() || file.is_empty() {
+            return Err(CliError::InputSyntax(a.clone()));
+        }
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(CliError::DuplicateInput(name.to_string()));
+        }
+        out.push((name.to_string(), PathBuf::from(file)));
+    }
+    Ok(out)
+}
+
+/// Loads `model`, reads the inputs, runs (reference executor; `reference` is accepted for
+/// forward compatibility), writes `output_dir/<sanitized name>.npy` for every graph output.
+pub fn run(
+    model: &Path,
+    inputs: &[String],
+    output_dir: &Path,
+    reference: bool,
+    threads: Option<usize>,
+) -> Result<(), CliError> {
+    let _ = reference; // Only the reference path exists so far.
+    if let Some(n) = threads {
+        if n == 0 {
+            return Err(CliError::Other("--threads must be at least 1".into()));
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .map_err(|e| CliError::Other(format!("--threads: {e}")))?;
+    }
+    let specs = parse_inputs(inputs)?;
+    let m = pipeline::load(model)?;
+    let tensors: Vec<(String, Tensor)> = specs
+        .iter()
+        .map(|(name, path)| Ok((name.clone(), npy::read(path)?)))
+        .collect::<Result<_, CliError>>()?;
+    let outputs = pipeline::run(&m, &tensors)?;
+    std::fs::create_dir_all(output_dir).map_err(|e| CliError::Io {
+        path: output_dir.to_path_buf(),
+        source: e,
+    })?;
+    let mut used: Vec<String> = Vec::new();
+    for (name, t) in &outputs {
+        let file = sanitize(name);
+        if used.contains(&file) {
+            return Err(CliError::Other(format!(
+                "two outputs map to the same file name `{file}.npy`"
+            )));
+        }
+        npy::write(&output_dir.join(format!("{file}.npy")), t)?;
+        used.push(file);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitize_replaces_outside_charset() {
+        assert_eq!(sanitize("out:0/a b.c-d_e"), "out_0_a_b.c-d_e");
+    }
+}

@@ -1,0 +1,250 @@
+//! Integration tests of the `hidet` binary on small models built with the prost types.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use hidet::onnx::proto::{
+    tensor_shape_proto::{dimension, Dimension},
+    type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+    TensorShapeProto, TypeProto, ValueInfoProto,
+};
+use npyz::WriterBuilder;
+use prost::Message;
+
+fn value_info(name: &str, elem: i32, dims: &[Result<i64, &str>]) -> ValueInfoProto {
+    let dim = dims
+        .iter()
+        .map(|d| Dimension {
+            value: Some(match d {
+                Ok(v) => dimension::Value::DimValue(*v),
+                Err(p) => dimension::Value::DimParam(p.to_string()),
+            }),
+            ..Default::default()
+        })
+        .collect();
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(elem),
+                shape: Some(TensorShapeProto { dim }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    NodeProto {
+        op_type: Some(op.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// out:0 = Relu(x + y) * w, x: f32[N, 3] (symbolic N), y: f32[3], w: initializer f32[3].
+fn model(extra_nodes: Vec<NodeProto>) -> ModelProto {
+    let w = TensorProto {
+        name: Some("w".into()),
+        dims: vec![3],
+        data_type: Some(1),
+        raw_data: Some(
+            [0.5f32, -2.0, 3.0]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    let mut nodes = vec![
+        node("Add", &["x", "y"], &["s"]),
+        node("Relu", &["s"], &["r"]),
+        node("Mul", &["r", "w"], &["out:0"]),
+    ];
+    nodes.extend(extra_nodes);
+    ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
+        graph: Some(GraphProto {
+            name: Some("tiny".into()),
+            node: nodes,
+            initializer: vec![w],
+            input: vec![
+                value_info("x", 1, &[Err("N"), Ok(3)]),
+                value_info("y", 1, &[Ok(3)]),
+            ],
+            output: vec![value_info("out:0", 1, &[Err("N"), Ok(3)])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn write_model(dir: &Path, m: &ModelProto) -> PathBuf {
+    let p = dir.join("model.onnx");
+    std::fs::write(&p, m.encode_to_vec()).unwrap();
+    p
+}
+
+fn write_npy<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data: &[T]) -> String {
+    let f = std::fs::File::create(path).unwrap();
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(shape)
+        .writer(f)
+        .begin_nd()
+        .unwrap();
+    w.extend(data.iter().copied()).unwrap();
+    w.finish().unwrap();
+    path.display().to_string()
+}
+
+fn hidet(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hidet"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn run_writes_sanitized_outputs_with_correct_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = write_model(dir.path(), &model(vec![]));
+    let x: Vec<f32> = vec![0.3, -1.7, 2.2, -0.4, 1.1, -2.9];
+    let y: Vec<f32> = vec![0.6, 1.3, -0.8];
+    let xp = write_npy(&dir.path().join("x.npy"), &[2, 3], &x);
+    let yp = write_npy(&dir.path().join("y.npy"), &[3], &y);
+    let out = dir.path().join("out");
+    let o = hidet(&[
+        "run",
+        m.to_str().unwrap(),
+        "--input",
+        &format!("x={xp}"),
+        "--input",
+        &format!("y={yp}"),
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--reference",
+        "--threads",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f = std::fs::File::open(out.join("out_0.npy")).unwrap();
+    let npy = npyz::NpyFile::new(std::io::BufReader::new(f)).unwrap();
+    assert_eq!(npy.shape(), &[2, 3]);
+    let got: Vec<f32> = npy.into_vec().unwrap();
+    let w = [0.5f32, -2.0, 3.0];
+    let want: Vec<f32> = (0..6)
+        .map(|i| (x[i] + y[i % 3]).max(0.0) * w[i % 3])
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn missing_input_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = write_model(dir.path(), &model(vec![]));
+    let xp = write_npy(&dir.path().join("x.npy"), &[1, 3], &[1.0f32, 2.0, 3.0]);
+    let o = hidet(&[
+        "run",
+        m.to_str().unwrap(),
+        "--input",
+        &format!("x={xp}"),
+        "--output-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("missing input `y`"), "{}", stderr(&o));
+}
+
+#[test]
+fn wrong_shape_and_dtype_name_expected_and_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = write_model(dir.path(), &model(vec![]));
+    let xp = write_npy(&dir.path().join("x.npy"), &[1, 3], &[1.0f32, 2.0, 3.0]);
+    let bad_shape = write_npy(&dir.path().join("y4.npy"), &[4], &[1.0f32; 4]);
+    let o = hidet(&[
+        "run",
+        m.to_str().unwrap(),
+        "--input",
+        &format!("x={xp}"),
+        "--input",
+        &format!("y={bad_shape}"),
+        "--output-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("`y`") && e.contains("[3]") && e.contains("[4]"),
+        "{e}"
+    );
+    let bad_dtype = write_npy(&dir.path().join("yi.npy"), &[3], &[1i64, 2, 3]);
+    let o = hidet(&[
+        "run",
+        m.to_str().unwrap(),
+        "--input",
+        &format!("x={xp}"),
+        "--input",
+        &format!("y={bad_dtype}"),
+        "--output-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("`y`") && e.contains("f32") && e.contains("i64"),
+        "{e}"
+    );
+}
+
+#[test]
+fn malformed_and_unsupported_models_fail_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = write_model(dir.path(), &model(vec![]));
+    let bytes = std::fs::read(&m).unwrap();
+    let truncated = dir.path().join("truncated.onnx");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let o = hidet(&["info", truncated.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("error:"), "{}", stderr(&o));
+
+    let unsupported = model(vec![
+        node("FancyOp", &["x"], &["f1"]),
+        node("FancyOp", &["f1"], &["f2"]),
+        node("OtherOp", &["x"], &["f3"]),
+    ]);
+    let p = write_model(dir.path(), &unsupported);
+    let o = hidet(&["info", p.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("FancyOp x2") && e.contains("OtherOp x1") && e.contains("opset ai.onnx 17"),
+        "{e}"
+    );
+}
+
+#[test]
+fn info_and_ops_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = write_model(dir.path(), &model(vec![]));
+    let o = hidet(&["info", m.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("x: f32[N, 3]") && out.contains("parameters: 3 (12 bytes)"),
+        "{out}"
+    );
+    let o = hidet(&["ops"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("MatMul"));
+}
