@@ -5,7 +5,48 @@ use crate::compile::Compiler;
 use crate::error::CpuError;
 use crate::module::CompiledModule;
 use crate::options::BuildOptions;
+use hidet_codegen::{emit_module, CDialect};
 use hidet_ir::function::{IRModule, Target};
+use hidet_ir::passes::lower_module;
+
+/// Builds `module` for the CPU: lowers it (task mappings to loops and
+/// index arithmetic, simplification), emits C, compiles it through the
+/// kernel cache and loads it. Kernel signatures are those of `module`.
+pub fn build(module: IRModule, opts: &BuildOptions) -> Result<CompiledModule, CpuError> {
+    check_target(&module)?;
+    if opts.dump_ir {
+        eprintln!(
+            "// IR of module `{}` before lowering\n{module}",
+            module.name
+        );
+    }
+    let lowered = lower_module(module.clone()).map_err(|e| CpuError::Pipeline {
+        stage: "lowering",
+        message: e.to_string(),
+    })?;
+    if opts.dump_ir {
+        eprintln!(
+            "// IR of module `{}` after lowering\n{lowered}",
+            lowered.name
+        );
+    }
+    let source = emit_module(&lowered, &CDialect).map_err(|e| CpuError::Pipeline {
+        stage: "C code generation",
+        message: e.to_string(),
+    })?;
+    build_from_source(&module, &source, opts)
+}
+
+fn check_target(module: &IRModule) -> Result<(), CpuError> {
+    if module.target == Target::Cpu {
+        Ok(())
+    } else {
+        Err(CpuError::Unsupported(format!(
+            "module `{}` targets {:?}, not the CPU",
+            module.name, module.target
+        )))
+    }
+}
 
 /// Compiles `source`, a C translation unit implementing `module`'s CPU
 /// kernels with the packed calling convention (see [`crate::module`]),
@@ -15,12 +56,7 @@ pub fn build_from_source(
     source: &str,
     opts: &BuildOptions,
 ) -> Result<CompiledModule, CpuError> {
-    if module.target != Target::Cpu {
-        return Err(CpuError::Unsupported(format!(
-            "module `{}` targets {:?}, not the CPU",
-            module.name, module.target
-        )));
-    }
+    check_target(module)?;
     if let Some(dir) = &opts.keep_source_dir {
         std::fs::create_dir_all(dir).map_err(|source| CpuError::Io {
             path: dir.clone(),
