@@ -412,7 +412,10 @@ impl<'f> Checker<'f> {
             _ => {
                 return Err(Problem::BadBlock {
                     block: launch.block,
-                    threads: launch.block.iter().product(),
+                    threads: launch
+                        .block
+                        .iter()
+                        .fold(1i64, |acc, &b| acc.saturating_mul(b)),
                 })
             }
         }
@@ -1354,9 +1357,13 @@ impl<'f> Checker<'f> {
             };
         };
         match b {
-            Builtin::ThreadIdx(d) => Interval::range(0, Some(launch.block[dim(d)] - 1)),
+            Builtin::ThreadIdx(d) => {
+                Interval::range(0, Some(launch.block[dim(d)].saturating_sub(1)))
+            }
             Builtin::BlockDim(d) => Interval::exact(launch.block[dim(d)]),
-            Builtin::BlockIdx(d) => Interval::range(0, launch.grid[dim(d)].as_int().map(|g| g - 1)),
+            Builtin::BlockIdx(d) => {
+                Interval::range(0, launch.grid[dim(d)].as_int().map(|g| g.saturating_sub(1)))
+            }
             Builtin::GridDim(d) => match launch.grid[dim(d)].as_int() {
                 Some(g) => Interval::exact(g),
                 None => Interval::range(1, None),

@@ -789,6 +789,11 @@ fn oversized_blocks_are_rejected() {
         reject(&f, Target::Cuda).to_string(),
         "in function `huge_block`: CUDA block (64, 32, 1) has 2048 threads; a block needs 1 to 1024 threads"
     );
+    let f = FunctionBuilder::cuda_kernel("overflowing", [1, 1, 1], [i64::MAX, 3, 0]).finish();
+    assert!(matches!(
+        *reject(&f, Target::Cuda).problem,
+        Problem::BadBlock { .. }
+    ));
 }
 
 // ----- module-level checks ------------------------------------------------------
