@@ -27,6 +27,9 @@ pub enum ExecError {
         expected: String,
         given: Vec<usize>,
     },
+    /// A named dimension has different sizes in different inputs.
+    #[error("inconsistent inputs: {0}")]
+    SymbolConflict(String),
     #[error("node `{node}` ({op_type}): {source}")]
     Node {
         node: String,
@@ -84,11 +87,7 @@ pub fn check_inputs(graph: &Graph, inputs: &[(String, Tensor)]) -> Result<(), Ex
     }
     graph
         .bind_symbols(&given)
-        .map_err(|msg| ExecError::WrongShape {
-            name: msg,
-            expected: "consistent symbolic dimensions".into(),
-            given: vec![],
-        })?;
+        .map_err(ExecError::SymbolConflict)?;
     Ok(())
 }
 

@@ -1,0 +1,119 @@
+//! Graph building, the DCE pass and the reference executor, end to end.
+
+use std::sync::Arc;
+
+use hidet_graph::passes::{default_passes, run_passes};
+use hidet_graph::{
+    run_reference, Attributes, DType, Dim, ExecError, GraphBuilder, GraphError, NodeSpec, Registry,
+    Tensor, TensorType,
+};
+
+fn spec(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeSpec {
+    NodeSpec {
+        name: format!("{op}_{}", outputs[0]),
+        domain: String::new(),
+        op_type: op.into(),
+        opset: 17,
+        attrs: Attributes::new(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: outputs.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn sym(n: &str) -> Dim {
+    Dim::Symbol(Arc::from(n))
+}
+
+#[test]
+fn out_of_order_nodes_are_sorted_dce_removes_dead_and_symbols_bind() {
+    let mut b = GraphBuilder::new("g");
+    b.input(
+        "x",
+        TensorType {
+            dtype: DType::F32,
+            shape: Some(vec![sym("N"), Dim::Fixed(2)]),
+        },
+    );
+    b.input(
+        "y",
+        TensorType {
+            dtype: DType::F32,
+            shape: Some(vec![sym("N"), Dim::Fixed(2)]),
+        },
+    );
+    b.initializer("w", Tensor::new(vec![2], vec![2.0f32, -1.0]).unwrap());
+    // Given in reverse order; `dead` feeds nothing.
+    b.node(spec("Mul", &["s", "w"], &["out"]));
+    b.node(spec("Exp", &["x"], &["dead"]));
+    b.node(spec("Add", &["x", "y"], &["s"]));
+    b.output("out");
+    let g = b.build(Registry::global()).unwrap();
+    assert_eq!(g.nodes().len(), 3);
+    let pos = |op: &str| g.nodes().iter().position(|n| n.op_type == op).unwrap();
+    assert!(pos("Add") < pos("Mul"), "topological order");
+    let out_ty = &g.value(g.outputs()[0]).ty;
+    assert_eq!(out_ty.shape, Some(vec![sym("N"), Dim::Fixed(2)]));
+
+    let g = run_passes(g, &default_passes()).unwrap();
+    assert_eq!(
+        g.nodes()
+            .iter()
+            .map(|n| n.op_type.as_str())
+            .collect::<Vec<_>>(),
+        vec!["Add", "Mul"]
+    );
+    let s = g.values().iter().find(|v| v.name == "s").unwrap();
+    assert_eq!(s.users.len(), 1, "use lists are recomputed");
+
+    let x = Tensor::new(vec![3, 2], vec![0.5f32, 1.5, -2.0, 3.0, 4.25, -0.75]).unwrap();
+    let y = Tensor::new(vec![3, 2], vec![1.0f32, -1.0, 0.5, 0.25, -3.0, 2.0]).unwrap();
+    let out = run_reference(&g, &[("x".into(), x), ("y".into(), y.clone())]).unwrap();
+    assert_eq!(
+        out[0].1.as_slice::<f32>().unwrap(),
+        &[3.0, -0.5, -3.0, -3.25, 2.5, -1.25]
+    );
+
+    // N bound to 3 by x, then 2 by y: inconsistent.
+    let x2 = Tensor::new(vec![2, 2], vec![1.0f32; 4]).unwrap();
+    let err = run_reference(&g, &[("x".into(), x2), ("y".into(), y)]).unwrap_err();
+    assert!(matches!(err, ExecError::SymbolConflict(_)), "{err}");
+}
+
+#[test]
+fn unsupported_ops_are_listed_together_and_cycles_rejected() {
+    let mut b = GraphBuilder::new("g");
+    b.input("x", TensorType::fixed(DType::F32, &[2]));
+    b.node(spec("Foo", &["x"], &["a"]));
+    b.node(spec("Foo", &["a"], &["b"]));
+    b.node(spec("Bar", &["b"], &["c"]));
+    b.output("c");
+    match b.build(Registry::global()) {
+        Err(GraphError::UnsupportedOps(v)) => {
+            assert_eq!(v.len(), 2);
+            assert_eq!((v[1].op_type.as_str(), v[1].count), ("Foo", 2));
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut b = GraphBuilder::new("g");
+    b.input("x", TensorType::fixed(DType::F32, &[2]));
+    b.node(spec("Add", &["x", "b"], &["a"]));
+    b.node(spec("Neg", &["a"], &["b"]));
+    b.output("b");
+    assert!(matches!(
+        b.build(Registry::global()),
+        Err(GraphError::Cycle(_))
+    ));
+}
+
+#[test]
+fn shape_inference_errors_at_build_time() {
+    let mut b = GraphBuilder::new("g");
+    b.input("x", TensorType::fixed(DType::F32, &[2]));
+    b.input("y", TensorType::fixed(DType::F32, &[3]));
+    b.node(spec("Add", &["x", "y"], &["z"]));
+    b.output("z");
+    assert!(matches!(
+        b.build(Registry::global()),
+        Err(GraphError::Node { .. })
+    ));
+}
