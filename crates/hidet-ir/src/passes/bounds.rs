@@ -162,8 +162,12 @@ impl Interval {
                     -1
                 }
             } else {
-                let (x, y) = (x as i64, y as i64);
-                i128::from(floor_div(x, y))
+                let q = x / y;
+                if x % y != 0 && ((x < 0) != (y < 0)) {
+                    q - 1
+                } else {
+                    q
+                }
             }
         };
         let corners = [q(a, c), q(a, d), q(b, c), q(b, d)];

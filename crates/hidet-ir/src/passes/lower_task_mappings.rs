@@ -208,7 +208,7 @@ impl Lowerer<'_> {
         if !worker_range.is_non_negative() {
             checks.push(w.ge(Expr::int_of(0, dtype_of(&w))));
         }
-        if !worker_range.hi.is_some_and(|h| h < n) {
+        if worker_range.hi.is_none_or(|h| h >= n) {
             checks.push(w.lt(Expr::int_of(n, dtype_of(&w))));
         }
         if let Some(cond) = checks.into_iter().reduce(|a, b| a.and(b)) {
