@@ -8,10 +8,13 @@ use crate::options::BuildOptions;
 use hidet_codegen::{emit_module, CDialect};
 use hidet_ir::function::{IRModule, Target};
 use hidet_ir::passes::lower_module;
+use hidet_ir::verify::verify_module;
 
-/// Builds `module` for the CPU: lowers it (task mappings to loops and
-/// index arithmetic, simplification), emits C, compiles it through the
-/// kernel cache and loads it. Kernel signatures are those of `module`.
+/// Builds `module` for the CPU: verifies it (an invalid module fails here,
+/// with the verifier's message naming the statement, before any C exists),
+/// lowers it (task mappings to loops and index arithmetic,
+/// simplification), emits C, compiles it through the kernel cache and
+/// loads it. Kernel signatures are those of `module`.
 pub fn build(module: IRModule, opts: &BuildOptions) -> Result<CompiledModule, CpuError> {
     check_target(&module)?;
     if opts.dump_ir {
@@ -20,6 +23,10 @@ pub fn build(module: IRModule, opts: &BuildOptions) -> Result<CompiledModule, Cp
             module.name
         );
     }
+    verify_module(&module).map_err(|e| CpuError::Pipeline {
+        stage: "IR verification",
+        message: e.to_string(),
+    })?;
     let lowered = lower_module(module.clone()).map_err(|e| CpuError::Pipeline {
         stage: "lowering",
         message: e.to_string(),
