@@ -168,3 +168,16 @@ fn mismatched_rank_is_a_typed_error() {
     );
     assert!(err.to_string().contains("spatial(2, 2)"), "{err}");
 }
+
+#[test]
+fn lets_whose_uses_simplify_away_are_dropped() {
+    let mut fb = FunctionBuilder::cuda_kernel("k", [1, 1, 1], [64, 1, 1]);
+    let out = fb.tensor_param("out", DataType::I32, [64i64]);
+    let tid = Expr::thread_idx(Dim::X);
+    fb.let_in("warp", &tid / 32, |fb, warp| {
+        fb.store(&out, [tid.clone()], &warp * 0 + 5);
+    });
+    let lowered = lower_function(fb.finish()).unwrap();
+    assert!(lets(&lowered.body).is_empty(), "{lowered}");
+    assert_eq!(run_block(&lowered, 64), vec![5; 64]);
+}

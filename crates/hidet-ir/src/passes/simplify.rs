@@ -72,10 +72,6 @@ pub fn simplify_stmt(s: &Stmt, ranges: &mut VarRanges) -> Stmt {
     match s {
         Stmt::Let { var, value, body } => {
             let value = se(value, ranges);
-            let used = uses_var(body, var);
-            if !used && is_pure(&value) {
-                return simplify_stmt(body, ranges);
-            }
             if is_constant_or_builtin(&value) {
                 let map = HashMap::from([(var.clone(), value)]);
                 let body = body.rewrite(&mut |s| s, &mut |e| e.substitute(&map));
@@ -84,6 +80,9 @@ pub fn simplify_stmt(s: &Stmt, ranges: &mut VarRanges) -> Stmt {
             let prev = ranges.set(var, bound_of(&value, ranges));
             let body = simplify_stmt(body, ranges);
             ranges.restore(var, prev);
+            if !uses_var(&body, var) && is_pure(&value) {
+                return body;
+            }
             Stmt::Let {
                 var: var.clone(),
                 value,
