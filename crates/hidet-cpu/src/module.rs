@@ -250,3 +250,17 @@ fn open_library(path: &Path) -> Result<Library, CpuError> {
         unsafe { Library::new(path) }.map_err(load_error)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_and_modules_are_send_and_sync() {
+        assert_send_sync::<KernelHandle>();
+        assert_send_sync::<CompiledModule>();
+        assert_eq!(packed_symbol("matmul"), "matmul__packed");
+    }
+}

@@ -239,3 +239,42 @@ fn unknown_kernel_and_thread_count() {
         assert_eq!(out[0], threads as i32);
     }
 }
+
+#[test]
+fn raw_buffers_are_checked_like_slices() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let module = axpy_module(dir.path());
+    let kernel = module.kernel("axpy").expect("kernel exists");
+    let mut rng = Rng::new(5);
+    let x = rng.vec_f32(6);
+    let mut y = rng.vec_f32(6);
+    let y0 = y.clone();
+    let y_ptr = y.as_mut_ptr() as *mut std::ffi::c_void;
+    // SAFETY: `y` holds 6 initialized f32 values and is not touched until
+    // the call returns.
+    let y_arg = unsafe { KernelArg::raw(y_ptr, 6, DataType::F32, &[6], true) };
+    // SAFETY: as above; the wrong dtype is rejected before any access.
+    let wrong = unsafe { KernelArg::raw(y_ptr, 6, DataType::I32, &[6], true) };
+    let err = arg_error(kernel.call(&mut [
+        KernelArg::scalar(6i32),
+        KernelArg::scalar(2.0f32),
+        KernelArg::tensor(&x, &[6]),
+        wrong,
+    ]));
+    assert!(
+        matches!(err, ArgError::DType { ref param, .. } if param == "y"),
+        "{err:?}"
+    );
+    kernel
+        .call(&mut [
+            KernelArg::scalar(6i32),
+            KernelArg::scalar(2.0f32),
+            KernelArg::tensor(&x, &[6]),
+            y_arg,
+        ])
+        .expect("arguments match");
+    for i in 0..6 {
+        let expected = f64::from(y0[i]) + 2.0 * f64::from(x[i]);
+        assert!((f64::from(y[i]) - expected).abs() < 1e-5);
+    }
+}
