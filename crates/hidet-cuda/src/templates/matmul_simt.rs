@@ -4,10 +4,11 @@
 //!
 //! `C[M, N] = A[M, K] · B[K, N]`, all row-major fp32. One thread block
 //! computes a `BM × BN` tile of `C`:
-//! - the block's threads form `block_map = spatial(WM, WN) * repeat(OM, ON)
-//!   * lanes(LM, LN) * repeat(IM, IN)`: a block-level spatial mapping of
-//!   warps, then the warp mapping `repeat(outer) * spatial(lane layout) *
-//!   repeat(inner)`, so `BM = WM·OM·LM·IM` and `BN = WN·ON·LN·IN`;
+//! - the block's threads form
+//!   `block_map = spatial(WM, WN) * repeat(OM, ON) * lanes(LM, LN) * repeat(IM, IN)`:
+//!   a block-level spatial mapping of warps, then the warp mapping
+//!   `repeat(outer) * spatial(lane layout) * repeat(inner)`, so
+//!   `BM = WM·OM·LM·IM` and `BN = WN·ON·LN·IN`;
 //! - each `BK`-slice of `A` and `B` is copied global → registers → shared
 //!   with `auto_map` copy mappings over all threads;
 //! - double buffering in shared memory *and* registers: while tile `k0` is
@@ -120,7 +121,8 @@ impl MatmulSimtSchedule {
         self.warp_outer[0] * self.warp_outer[1] * self.warp_inner[0] * self.warp_inner[1]
     }
 
-    /// A conservative estimate of the registers per thread: accumulators,
+    /// An estimate of the registers per thread (ptxas lands within a few
+    /// registers of it on sm_80/sm_90): accumulators,
     /// two fragment buffers, the global prefetch registers and a fixed
     /// allowance for addresses and loop counters.
     pub fn estimated_registers(&self) -> i64 {
@@ -312,6 +314,32 @@ pub fn schedule_space(limits: &SimtLimits) -> Vec<MatmulSimtSchedule> {
         }
     }
     space
+}
+
+/// A fixed, diverse sample of the space (the paper's 128×128×8 schedule
+/// first), used by the `matmul_cuda` example and the compile tests: block
+/// tiles from 32×16 to 256×32, 64 to 512 threads, all four lane layouts,
+/// per-thread tiles 2×2 to 8×4 and k-tiles 4, 8 and 16. Every entry is
+/// valid under [`SimtLimits::default`].
+pub fn showcase_schedules() -> Vec<MatmulSimtSchedule> {
+    let s = |block_warps, warp_outer, lanes, lane_order, warp_inner, block_k| MatmulSimtSchedule {
+        block_warps,
+        warp_outer,
+        lanes,
+        lane_order,
+        warp_inner,
+        block_k,
+    };
+    use LaneOrder::{ColumnMajor as Col, RowMajor as Row};
+    vec![
+        s([4, 2], [2, 2], [4, 8], Row, [4, 4], 8),
+        s([2, 2], [2, 2], [8, 4], Row, [4, 4], 8),
+        s([2, 4], [1, 1], [4, 8], Col, [4, 4], 16),
+        s([1, 2], [2, 1], [8, 4], Col, [2, 2], 4),
+        s([4, 4], [1, 1], [4, 8], Row, [4, 4], 8),
+        s([2, 2], [1, 2], [2, 16], Row, [8, 4], 8),
+        s([2, 1], [2, 2], [16, 2], Col, [4, 4], 4),
+    ]
 }
 
 /// The kernel's name for a schedule.
