@@ -51,6 +51,10 @@ pub enum CudaError {
     /// `ptxas -v` printed something this crate cannot read.
     #[error("cannot parse ptxas output line {line:?}")]
     PtxasOutput { line: String },
+    /// The module is not a valid CUDA program (the verifier names the
+    /// function and statement).
+    #[error("invalid CUDA module: {0}")]
+    Verify(#[from] hidet_ir::verify::VerifyError),
     /// Lowering the module (task mappings, simplification) failed.
     #[error("lowering failed: {0}")]
     Lower(#[from] hidet_ir::passes::PassError),
