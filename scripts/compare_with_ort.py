@@ -131,7 +131,7 @@ def run_model(model_dir: Path, hidet: list[str], args: argparse.Namespace) -> Mo
         print("  $ " + " ".join(cmd), flush=True)
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=args.timeout)
         except subprocess.TimeoutExpired:
             res.error = f"hidet did not finish within {args.timeout} s"
             return res
@@ -175,10 +175,12 @@ def _indent(text: str, prefix: str) -> str:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model_dirs", nargs="+", type=Path, metavar="MODEL_DIR")
-    p.add_argument("--hidet-bin", type=Path,
-                   help="the hidet executable (default: target/release/hidet, then target/debug/hidet)")
-    p.add_argument("--rtol", type=float, default=1e-3,
-                   help="tolerance on max |hidet - ort| / max |ort| per output (default 1e-3)")
+    p.add_argument(
+        "--hidet-bin", type=Path, help="the hidet executable (default: target/release/hidet, then target/debug/hidet)"
+    )
+    p.add_argument(
+        "--rtol", type=float, default=1e-3, help="tolerance on max |hidet - ort| / max |ort| per output (default 1e-3)"
+    )
     p.add_argument("--reference", action="store_true", help="pass --reference to hidet run")
     p.add_argument("--threads", type=int, help="pass --threads N to hidet run")
     p.add_argument("--timeout", type=float, default=3600, help="seconds allowed per model (default 3600)")
@@ -187,8 +189,10 @@ def main(argv: list[str]) -> int:
 
     hidet_bin = args.hidet_bin or default_hidet_bin()
     if hidet_bin is None:
-        print("error: no hidet binary; build it with `cargo build --release -p hidet` "
-              "or pass --hidet-bin PATH", file=sys.stderr)
+        print(
+            "error: no hidet binary; build it with `cargo build --release -p hidet` or pass --hidet-bin PATH",
+            file=sys.stderr,
+        )
         return 2
     if not (hidet_bin.is_file() and os.access(hidet_bin, os.X_OK)):
         print(f"error: {hidet_bin} is not an executable file", file=sys.stderr)
@@ -202,8 +206,7 @@ def main(argv: list[str]) -> int:
             print(f"  FAIL  {r.error}")
         for o in r.outputs:
             print(f"  {'PASS' if o.ok else 'FAIL'}  {o.name}: {o.detail}")
-        print(f"  {'PASS' if r.ok else 'FAIL'}  {model_dir.name} ({r.seconds:.1f} s, rtol {args.rtol:g})",
-              flush=True)
+        print(f"  {'PASS' if r.ok else 'FAIL'}  {model_dir.name} ({r.seconds:.1f} s, rtol {args.rtol:g})", flush=True)
         results.append(r)
 
     passed = sum(r.ok for r in results)

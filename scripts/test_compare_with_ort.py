@@ -28,7 +28,7 @@ import numpy as np
 
 SCRIPTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(SCRIPTS))
-import compare_with_ort  # noqa: E402
+import compare_with_ort
 
 FAKE_HIDET = textwrap.dedent(
     """\
@@ -129,9 +129,19 @@ class CompareWithOrtTest(unittest.TestCase):
 
     def _run(self, mode: str, *extra: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, str(SCRIPTS / "compare_with_ort.py"), str(self.model_dir),
-             "--hidet-bin", str(self._fake(mode)), *extra],
-            capture_output=True, text=True, timeout=120, env={**os.environ},
+            [
+                sys.executable,
+                str(SCRIPTS / "compare_with_ort.py"),
+                str(self.model_dir),
+                "--hidet-bin",
+                str(self._fake(mode)),
+                *extra,
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ},
         )
 
     def test_exact_outputs_pass(self):
@@ -167,9 +177,17 @@ class CompareWithOrtTest(unittest.TestCase):
 
     def test_absent_model_folder_fails(self):
         r = subprocess.run(
-            [sys.executable, str(SCRIPTS / "compare_with_ort.py"), str(self.root / "nope"),
-             "--hidet-bin", str(self._fake("exact"))],
-            capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                str(SCRIPTS / "compare_with_ort.py"),
+                str(self.root / "nope"),
+                "--hidet-bin",
+                str(self._fake("exact")),
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         self.assertEqual(r.returncode, 1)
         self.assertIn("does not exist", r.stdout)
