@@ -4,6 +4,7 @@
 //! CUDA C by the backend crates.
 
 pub mod builder;
+pub mod compute;
 pub mod dtype;
 pub mod expr;
 pub mod function;
