@@ -41,6 +41,26 @@ impl DType {
         DType::Bool,
     ];
 
+    /// The kernel IR's data type for this dtype.
+    pub fn to_ir(self) -> hidet_ir::dtype::DataType {
+        use hidet_ir::dtype::DataType as D;
+        match self {
+            DType::F32 => D::F32,
+            DType::F64 => D::F64,
+            DType::F16 => D::F16,
+            DType::BF16 => D::BF16,
+            DType::I8 => D::I8,
+            DType::I16 => D::I16,
+            DType::I32 => D::I32,
+            DType::I64 => D::I64,
+            DType::U8 => D::U8,
+            DType::U16 => D::U16,
+            DType::U32 => D::U32,
+            DType::U64 => D::U64,
+            DType::Bool => D::BOOL,
+        }
+    }
+
     /// Size of one element in bytes.
     pub fn size_in_bytes(self) -> usize {
         match self {

@@ -29,7 +29,7 @@ pub use executor::{check_inputs, run_reference, ExecError};
 pub use graph::{
     Graph, GraphBuilder, GraphError, Node, NodeId, NodeSpec, UnsupportedOp, Value, ValueId,
 };
-pub use operator::{ComputeDef, InferInput, OpContext, OpError, Operator};
+pub use operator::{ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator};
 pub use registry::{OpSchema, Registry, LATEST_OPSET};
 pub use shape::{Dim, TensorType};
 pub use tensor::{Element, Tensor, TensorData, TensorError};

@@ -66,10 +66,16 @@ pub struct InferInput<'a> {
     pub value: Option<&'a Tensor>,
 }
 
-/// Placeholder for the declarative compute definition of an operator (DESIGN §2). Compute
-/// definitions are not implemented yet; the type is uninhabited so no operator can return one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ComputeDef {}
+pub use hidet_ir::compute::ComputeDef;
+
+/// An input as seen by [`Operator::compute`]: a concrete dtype and shape and, when known
+/// when the graph is compiled (initializers, folded constants), its value.
+#[derive(Debug, Clone, Copy)]
+pub struct ComputeInput<'a> {
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    pub value: Option<&'a Tensor>,
+}
 
 /// An operator instance: one ONNX node's op type with its attributes already parsed.
 ///
@@ -86,10 +92,16 @@ pub trait Operator: Send + Sync + fmt::Debug {
     /// Must never panic on any input; invalid inputs are errors.
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError>;
 
-    /// The declarative compute definition, where the operator is expressible that way.
-    /// Not implemented yet for any operator.
-    fn compute(&self) -> Option<ComputeDef> {
-        None
+    /// The declarative compute definition (DESIGN §2) for concrete input types, where the
+    /// operator is expressible that way; `Ok(None)` where it is not.
+    ///
+    /// Contract: `def.inputs[i]` stands for input slot `i` (one tensor variable per slot of
+    /// `inputs`, with that input's dtype and shape; an absent optional input gets a rank-0
+    /// placeholder that no node reads), `def.outputs[j]` for output `j`, with the dtypes and
+    /// shapes [`Operator::infer`] gives. Evaluating `def` must agree with [`Operator::eval`].
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let _ = inputs;
+        Ok(None)
     }
 }
 
