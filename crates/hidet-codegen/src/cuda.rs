@@ -33,6 +33,9 @@
 //! the `exp` family, `f16`/`bf16` compute in `float` and round back, except
 //! `Fma`, which is `__hfma` (one rounding). Integer `Min`/`Max`/`Abs` are
 //! CUDA's `min`/`max`/`abs`/`llabs`. Vector math is [`Unsupported`].
+//! Non-finite `f32`/`f64` constants are spelled from their bits
+//! (`__int_as_float`, `__longlong_as_double`); `f16`/`bf16` constants are
+//! rounded to nearest-even at emission and spelled from their bits too.
 //!
 //! # Intrinsics
 //! - `WarpShuffle` → `__shfl{,_up,_down,_xor}_sync(0xffffffffu, value, arg, width)`;
@@ -599,18 +602,15 @@ impl Dialect for CudaDialect {
                 if let Some(text) = finite_float_literal(v, dtype) {
                     return Ok(text);
                 }
-                let f = if dtype.scalar == ScalarType::F32 {
-                    "f"
-                } else {
-                    ""
+                let text = match (dtype.scalar, v.is_nan(), v < 0.0) {
+                    (ScalarType::F32, true, _) => "__int_as_float(0x7fffffff)",
+                    (ScalarType::F32, false, false) => "__int_as_float(0x7f800000)",
+                    (ScalarType::F32, false, true) => "__int_as_float((int)0xff800000u)",
+                    (_, true, _) => "__longlong_as_double(0x7fffffffffffffffLL)",
+                    (_, false, false) => "__longlong_as_double(0x7ff0000000000000LL)",
+                    (_, false, true) => "__longlong_as_double((long long)0xfff0000000000000ull)",
                 };
-                Ok(if v.is_nan() {
-                    format!("__builtin_nan{f}(\"\")")
-                } else if v > 0.0 {
-                    format!("__builtin_huge_val{f}()")
-                } else {
-                    format!("(-__builtin_huge_val{f}())")
-                })
+                Ok(text.to_string())
             }
             ScalarType::F16 => {
                 require_fp16(uses);
