@@ -8,6 +8,7 @@ pub mod compute;
 pub mod dtype;
 pub mod expr;
 pub mod function;
+pub mod fusion;
 pub mod interp;
 pub mod intrinsic;
 pub mod layout;
