@@ -30,4 +30,5 @@ families! {
     constant,
     reshape,
     matmul,
+    reduce,
 }
