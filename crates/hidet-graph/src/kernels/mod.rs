@@ -2,3 +2,7 @@
 
 pub mod broadcast;
 pub mod axis;
+pub mod conv;
+pub mod pool;
+pub mod quant;
+pub mod window;

@@ -31,4 +31,5 @@ families! {
     reshape,
     matmul,
     reduce,
+    conv,
 }
