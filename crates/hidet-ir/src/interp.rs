@@ -13,7 +13,7 @@
 //! CUDA kernels run one thread at a time ([`run_cuda_thread`],
 //! [`run_cuda_block`]); shared tensors are shared by the threads of a block.
 //! Barriers are only accepted when a block has one thread. Vector types,
-//! intrinsic calls, `erf` and kernel launches are reported as unsupported.
+//! intrinsic calls and kernel launches are reported as unsupported.
 
 use crate::dtype::{DataType, ScalarType};
 use crate::expr::{
@@ -125,6 +125,15 @@ impl Buffer {
     pub fn from_i64(dtype: DataType, values: &[i64]) -> Buffer {
         let data = values.iter().map(|&v| Scalar::Int(v)).collect();
         Buffer { dtype, data }
+    }
+
+    /// A `bool` buffer.
+    pub fn from_bool(values: &[bool]) -> Buffer {
+        let data = values.iter().map(|&v| Scalar::Bool(v)).collect();
+        Buffer {
+            dtype: DataType::BOOL,
+            data,
+        }
     }
 
     pub fn dtype(&self) -> DataType {
@@ -884,6 +893,7 @@ impl Machine {
             (MathFunc::Sqrt, [a]) => a.sqrt(),
             (MathFunc::Rsqrt, [a]) => 1.0 / a.sqrt(),
             (MathFunc::Tanh, [a]) => a.tanh(),
+            (MathFunc::Erf, [a]) => libm::erf(*a),
             (MathFunc::Sigmoid, [a]) => 1.0 / (1.0 + (-a).exp()),
             (MathFunc::Sin, [a]) => a.sin(),
             (MathFunc::Cos, [a]) => a.cos(),
@@ -899,7 +909,7 @@ impl Machine {
             (MathFunc::Abs, [a]) => a.abs(),
             (MathFunc::Floor, [a]) => a.floor(),
             (MathFunc::Ceil, [a]) => a.ceil(),
-            (MathFunc::Round, [a]) => a.round(),
+            (MathFunc::Round, [a]) => a.round_ties_even(),
             (MathFunc::Trunc, [a]) => a.trunc(),
             (MathFunc::Pow, [a, b]) => a.powf(*b),
             (MathFunc::Min, [a, b]) => a.min(*b),
@@ -1010,6 +1020,45 @@ mod tests {
         };
         let expected: Vec<f64> = (0..24).map(|k| (k / 4) as f64).collect();
         assert_eq!(b.to_f64(), expected);
+    }
+
+    #[test]
+    fn round_is_half_to_even_and_erf_is_evaluated() {
+        let mut fb = FunctionBuilder::cpu_kernel("k");
+        let x = fb.tensor_param("x", DataType::F64, [4i64]);
+        let r = fb.tensor_param("r", DataType::F64, [4i64]);
+        let e = fb.tensor_param("e", DataType::F64, [4i64]);
+        fb.for_range("i", 4, |fb, i| {
+            let v = x.at([i.clone()]);
+            fb.store(
+                &r,
+                [i.clone()],
+                Expr::math(MathFunc::Round, vec![v.clone()]),
+            );
+            fb.store(&e, [i], Expr::math(MathFunc::Erf, vec![v]));
+        });
+        let f = fb.finish();
+        let xs = [0.5, 1.5, -2.5, 0.3];
+        let mut args = vec![
+            Arg::Buffer(Buffer::from_f64(DataType::F64, &xs)),
+            Arg::Buffer(Buffer::zeros(DataType::F64, 4)),
+            Arg::Buffer(Buffer::zeros(DataType::F64, 4)),
+        ];
+        run_function(&f, &mut args).unwrap();
+        let (Arg::Buffer(r), Arg::Buffer(e)) = (&args[1], &args[2]) else {
+            unreachable!()
+        };
+        assert_eq!(r.to_f64(), vec![0.0, 2.0, -2.0, 0.0]);
+        // erf(0.5), erf(-2.5), erf(0.3) to 12 digits (Abramowitz & Stegun, table 7.1).
+        let want = [
+            0.520_499_877_813,
+            0.0,
+            -0.999_593_047_983,
+            0.328_626_759_459,
+        ];
+        for k in [0, 2, 3] {
+            assert!((e.to_f64()[k] - want[k]).abs() < 1e-11, "erf({})", xs[k]);
+        }
     }
 
     #[test]

@@ -37,6 +37,7 @@ pub enum MathFunc {
     Abs,
     Floor,
     Ceil,
+    /// Round to the nearest integer, halfway cases to even (C `rint`).
     Round,
     Trunc,
     IsNan,
