@@ -5,7 +5,9 @@
 //! runs, by the definition of composition, the tasks
 //! `t = Σ_l t_l ⊙ (D_{l+1} ⊙ … ⊙ D_{L-1})` for `t_l ∈ f_l(w_l)` in nested
 //! order, where `w_l = (w / (n_{l+1}·…·n_{L-1})) mod n_l`. Emitting one
-//! `for … in f_l.on(w_l)` per atom produces exactly `f.on(w)`; in addition,
+//! `for … in f_l.on(w_l)` per atom produces exactly `f.on(w)` (the outermost
+//! atom gets `w_0` without the `mod`, so that workers `w ≥ n` fail its bound
+//! check and run nothing, as `f.on(w)` requires); in addition,
 //! the indices `t_l` of the `repeat` atoms number the worker's tasks
 //! (a *slot*), which is how a register tile mirrors the mapping that fills
 //! it (DESIGN §2: `local(…) * row_major(…)`).
@@ -117,19 +119,22 @@ fn nest<F: FnOnce(&mut FunctionBuilder, &LevelTask)>(
         .iter()
         .map(TaskMapping::num_workers)
         .product();
-    let atom_worker = if n == 1 {
-        Expr::int(0)
-    } else {
-        let shifted = if below == 1 {
+    let shifted = || {
+        if below == 1 {
             worker.clone()
         } else {
             worker / below
-        };
-        if level == 0 {
-            shifted
-        } else {
-            shifted % n
         }
+    };
+    // The outermost atom sees `w / below` unreduced, so that workers past the
+    // mapping's count fail its bound check and run no task; inner atoms see
+    // their digit of `w`.
+    let atom_worker = if level == 0 {
+        shifted()
+    } else if n == 1 {
+        Expr::int(0)
+    } else {
+        shifted() % n
     };
     fb.for_each(atom.on(atom_worker), |fb, idx| {
         bound.push(idx.to_vec());
