@@ -13,6 +13,7 @@ pub mod error;
 pub mod module;
 pub mod options;
 pub mod pipeline;
+pub mod schedule;
 pub mod signature;
 pub mod target;
 pub mod templates;
