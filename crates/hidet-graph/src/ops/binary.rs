@@ -5,10 +5,18 @@
 //! correctly rounded f32 result for + - * /); integers are computed in i128 and wrap to the
 //! output width like numpy.
 
+use hidet_ir::dtype::DataType;
+use hidet_ir::expr::Expr;
+use hidet_ir::intrinsic::MathFunc;
+
 use crate::dtype::DType;
 use crate::kernels::broadcast::map2;
-use crate::operator::{arg, InferInput, OpContext, OpError, Operator};
+use crate::operator::{arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator};
 use crate::ops::common::{self, infer_broadcast};
+use crate::ops::compute_util::{
+    broadcast, broadcast_read, float_to_int, input, placeholders, trunc_div, trunc_rem,
+    try_grid_def,
+};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::TensorType;
 use crate::tensor::{Element, Tensor};
@@ -63,31 +71,46 @@ pub fn register(r: &mut Registry) {
         ("BitwiseXor", 18, Kind::BitwiseXor),
     ];
     for &(name, since, kind) in simple {
-        r.register("", name, since..=LATEST_OPSET, move |_| Ok(Box::new(Binary { kind })));
+        r.register("", name, since..=LATEST_OPSET, move |_| {
+            Ok(Box::new(Binary { kind }))
+        });
     }
     r.register("", "Mod", 10..=LATEST_OPSET, |ctx: &OpContext<'_>| {
         let fmod = ctx.attrs.int_or("fmod", 0)?;
         if fmod != 0 && fmod != 1 {
             return Err(OpError::attr("fmod", format!("must be 0 or 1, got {fmod}")));
         }
-        Ok(Box::new(Binary { kind: Kind::Mod { fmod: fmod == 1 } }))
+        Ok(Box::new(Binary {
+            kind: Kind::Mod { fmod: fmod == 1 },
+        }))
     });
     r.register("", "BitShift", 11..=LATEST_OPSET, |ctx: &OpContext<'_>| {
         let dir = ctx.attrs.string_or("direction", "")?;
         let left = match dir.as_str() {
             "LEFT" => true,
             "RIGHT" => false,
-            other => return Err(OpError::attr("direction", format!("must be LEFT or RIGHT, got `{other}`"))),
+            other => {
+                return Err(OpError::attr(
+                    "direction",
+                    format!("must be LEFT or RIGHT, got `{other}`"),
+                ))
+            }
         };
-        Ok(Box::new(Binary { kind: Kind::BitShift { left } }))
+        Ok(Box::new(Binary {
+            kind: Kind::BitShift { left },
+        }))
     });
 }
 
 impl Binary {
     fn accepts(&self, d: DType) -> bool {
         match self.kind {
-            Kind::Add | Kind::Sub | Kind::Mul | Kind::Div | Kind::Pow | Kind::Mod { .. } => common::numeric(d),
-            Kind::Less | Kind::LessOrEqual | Kind::Greater | Kind::GreaterOrEqual => common::numeric(d),
+            Kind::Add | Kind::Sub | Kind::Mul | Kind::Div | Kind::Pow | Kind::Mod { .. } => {
+                common::numeric(d)
+            }
+            Kind::Less | Kind::LessOrEqual | Kind::Greater | Kind::GreaterOrEqual => {
+                common::numeric(d)
+            }
             Kind::Equal => true,
             Kind::And | Kind::Or | Kind::Xor => common::boolean(d),
             Kind::BitShift { .. } => d.is_unsigned_int(),
@@ -96,7 +119,10 @@ impl Binary {
     }
 
     fn is_comparison(&self) -> bool {
-        matches!(self.kind, Kind::Equal | Kind::Less | Kind::LessOrEqual | Kind::Greater | Kind::GreaterOrEqual)
+        matches!(
+            self.kind,
+            Kind::Equal | Kind::Less | Kind::LessOrEqual | Kind::Greater | Kind::GreaterOrEqual
+        )
     }
 }
 
@@ -104,9 +130,16 @@ impl Operator for Binary {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
         let a = crate::operator::infer_arg(inputs, 0)?;
         if !self.accepts(a.ty.dtype) {
-            return Err(OpError::DType { index: 0, dtype: a.ty.dtype });
+            return Err(OpError::DType {
+                index: 0,
+                dtype: a.ty.dtype,
+            });
         }
-        let out = if self.is_comparison() { Some(DType::Bool) } else { None };
+        let out = if self.is_comparison() {
+            Some(DType::Bool)
+        } else {
+            None
+        };
         // Pow's exponent may have another dtype.
         infer_broadcast(&inputs[..inputs.len().min(2)], out, self.kind != Kind::Pow)
     }
@@ -115,14 +148,22 @@ impl Operator for Binary {
         let (a, b) = (arg(inputs, 0)?, arg(inputs, 1)?);
         let dt = a.dtype();
         if !self.accepts(dt) {
-            return Err(OpError::DType { index: 0, dtype: dt });
+            return Err(OpError::DType {
+                index: 0,
+                dtype: dt,
+            });
         }
         if self.kind != Kind::Pow && b.dtype() != dt {
-            return Err(OpError::Invalid(format!("input dtypes differ: {dt} and {}", b.dtype())));
+            return Err(OpError::Invalid(format!(
+                "input dtypes differ: {dt} and {}",
+                b.dtype()
+            )));
         }
         let out = match self.kind {
             Kind::Pow => pow(a, b)?,
-            Kind::Equal | Kind::Less | Kind::LessOrEqual | Kind::Greater | Kind::GreaterOrEqual => compare(self.kind, a, b)?,
+            Kind::Equal | Kind::Less | Kind::LessOrEqual | Kind::Greater | Kind::GreaterOrEqual => {
+                compare(self.kind, a, b)?
+            }
             Kind::And | Kind::Or | Kind::Xor => {
                 let k = self.kind;
                 map2::<bool, bool, bool>(a, b, move |x, y| match k {
@@ -134,6 +175,94 @@ impl Operator for Binary {
             _ => arith(self.kind, a, b)?,
         };
         Ok(vec![out])
+    }
+
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let (a, b) = (input(inputs, 0)?, input(inputs, 1)?);
+        let dt = a.dtype;
+        if !self.accepts(dt) {
+            return Err(OpError::DType {
+                index: 0,
+                dtype: dt,
+            });
+        }
+        if self.kind == Kind::Pow && b.dtype == DType::Bool {
+            return Err(OpError::DType {
+                index: 1,
+                dtype: b.dtype,
+            });
+        }
+        if self.kind != Kind::Pow && b.dtype != dt {
+            return Err(OpError::Invalid(format!(
+                "input dtypes differ: {dt} and {}",
+                b.dtype
+            )));
+        }
+        let shape = broadcast(&[a.shape, b.shape])?;
+        let (ta, tb) = (dt.to_ir(), b.dtype.to_ir());
+        let out = if self.is_comparison() {
+            DataType::BOOL
+        } else {
+            ta
+        };
+        let vars = placeholders(inputs);
+        try_grid_def(vars.clone(), out, &shape, |i| {
+            let x = broadcast_read(&vars[0], a.shape, i);
+            let y = broadcast_read(&vars[1], b.shape, i);
+            self.element(x, y, ta, tb)
+        })
+    }
+}
+
+impl Binary {
+    /// The output element for elements `x: ta` and `y: tb`, with `eval`'s semantics; `None`
+    /// where the IR has no equivalent (integer `Pow`, float-to-`u64` results).
+    fn element(&self, x: Expr, y: Expr, ta: DataType, tb: DataType) -> Option<Expr> {
+        let signed = ta.is_integer() && ta.scalar.is_signed();
+        let zero = Expr::zero(ta);
+        Some(match self.kind {
+            Kind::Add => x + y,
+            Kind::Sub => x - y,
+            Kind::Mul => x * y,
+            Kind::Div if signed => trunc_div(x, y, ta),
+            Kind::Div => x / y,
+            Kind::Pow if ta.is_float() && ta == tb => Expr::math(MathFunc::Pow, vec![x, y]),
+            Kind::Pow => {
+                let p = Expr::math(
+                    MathFunc::Pow,
+                    vec![x.cast(DataType::F64), y.cast(DataType::F64)],
+                );
+                match (ta.is_float(), tb.is_float()) {
+                    (true, _) => p.cast(ta),
+                    (false, true) => float_to_int(p, DataType::F64, ta)?,
+                    (false, false) => return None,
+                }
+            }
+            Kind::Mod { fmod: true } if signed => trunc_rem(x, y, ta),
+            Kind::Mod { fmod: true } => x % y,
+            Kind::Mod { fmod: false } if ta.is_float() => {
+                let r = &x % y.clone();
+                let fix = r.ne(zero.clone()).and(r.lt(zero.clone()).ne(y.lt(zero)));
+                Expr::select(fix, &r + y, r)
+            }
+            Kind::Mod { fmod: false } => x % y,
+            Kind::Equal => x.eq(y),
+            Kind::Less => x.lt(y),
+            Kind::LessOrEqual => x.le(y),
+            Kind::Greater => x.gt(y),
+            Kind::GreaterOrEqual => x.ge(y),
+            Kind::And => x.and(y),
+            Kind::Or => x.or(y),
+            Kind::Xor => x.ne(y),
+            Kind::BitShift { left } => {
+                let bits = Expr::int_of((ta.bytes() * 8) as i64, ta);
+                let shifted = if left { x << y.clone() } else { x >> y.clone() };
+                Expr::select(y.lt(bits), shifted, zero)
+            }
+            Kind::BitwiseAnd => x & y,
+            Kind::BitwiseOr => x | y,
+            Kind::BitwiseXor => x ^ y,
+        })
     }
 }
 
@@ -232,7 +361,10 @@ fn compare(kind: Kind, a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
 fn pow(a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
     let (da, db) = (a.dtype(), b.dtype());
     if db == DType::Bool {
-        return Err(OpError::DType { index: 1, dtype: db });
+        return Err(OpError::DType {
+            index: 1,
+            dtype: db,
+        });
     }
     dispatch_all!(da, A => dispatch_all!(db, B => {
         if da.is_int() && db.is_int() {
@@ -266,22 +398,37 @@ mod tests {
     use super::*;
 
     fn run(kind: Kind, a: Tensor, b: Tensor) -> Tensor {
-        Binary { kind }.eval(&[Some(&a), Some(&b)]).unwrap().remove(0)
+        Binary { kind }
+            .eval(&[Some(&a), Some(&b)])
+            .unwrap()
+            .remove(0)
     }
 
     #[test]
     fn mod_signs_follow_numpy_and_c() {
         let a = Tensor::new(vec![4], vec![-4i32, 7, 5, -9]).unwrap();
         let b = Tensor::new(vec![4], vec![3i32, -3, 8, -2]).unwrap();
-        assert_eq!(run(Kind::Mod { fmod: false }, a.clone(), b.clone()).as_slice::<i32>().unwrap(), &[2, -2, 5, -1]);
-        assert_eq!(run(Kind::Mod { fmod: true }, a, b).as_slice::<i32>().unwrap(), &[-1, 1, 5, -1]);
+        assert_eq!(
+            run(Kind::Mod { fmod: false }, a.clone(), b.clone())
+                .as_slice::<i32>()
+                .unwrap(),
+            &[2, -2, 5, -1]
+        );
+        assert_eq!(
+            run(Kind::Mod { fmod: true }, a, b)
+                .as_slice::<i32>()
+                .unwrap(),
+            &[-1, 1, 5, -1]
+        );
     }
 
     #[test]
     fn int_div_by_zero_is_error() {
         let a = Tensor::new(vec![1], vec![1i64]).unwrap();
         let b = Tensor::new(vec![1], vec![0i64]).unwrap();
-        assert!(Binary { kind: Kind::Div }.eval(&[Some(&a), Some(&b)]).is_err());
+        assert!(Binary { kind: Kind::Div }
+            .eval(&[Some(&a), Some(&b)])
+            .is_err());
     }
 
     #[test]

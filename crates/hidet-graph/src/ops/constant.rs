@@ -1,7 +1,10 @@
 //! Constant and Identity.
 
 use crate::attribute::Attribute;
-use crate::operator::{arg, infer_arg, InferInput, OpContext, OpError, Operator};
+use crate::operator::{
+    arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
+};
+use crate::ops::compute_util::{grid_def, input, placeholders};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
@@ -34,19 +37,32 @@ fn build_constant(c: &OpContext<'_>) -> Result<Box<dyn Operator>, OpError> {
             ("value_string" | "value_strings" | "sparse_value", _) => {
                 return Err(OpError::Unsupported(format!("Constant with `{name}`")))
             }
-            (n, _) => return Err(OpError::attr(n, "unexpected attribute or kind for Constant")),
+            (n, _) => {
+                return Err(OpError::attr(
+                    n,
+                    "unexpected attribute or kind for Constant",
+                ))
+            }
         };
         found.push(t);
     }
     if found.len() != 1 {
-        return Err(OpError::Invalid(format!("Constant needs exactly one value attribute, found {}", found.len())));
+        return Err(OpError::Invalid(format!(
+            "Constant needs exactly one value attribute, found {}",
+            found.len()
+        )));
     }
-    Ok(Box::new(Constant { value: found.remove(0) }))
+    Ok(Box::new(Constant {
+        value: found.remove(0),
+    }))
 }
 
 impl Operator for Constant {
     fn infer(&self, _: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
-        Ok(vec![TensorType::fixed(self.value.dtype(), self.value.shape())])
+        Ok(vec![TensorType::fixed(
+            self.value.dtype(),
+            self.value.shape(),
+        )])
     }
 
     fn eval(&self, _: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
@@ -61,5 +77,15 @@ impl Operator for Identity {
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         Ok(vec![arg(inputs, 0)?.clone()])
+    }
+
+    /// A copy (`out[i] = x[i]`), so that the output is a tensor of its own.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        let vars = placeholders(inputs);
+        let def = grid_def(vars.clone(), x.dtype.to_ir(), x.shape, |i| {
+            vars[0].at(i.to_vec())
+        })?;
+        Ok(Some(def))
     }
 }

@@ -8,6 +8,7 @@
 use crate::registry::Registry;
 
 pub mod common;
+pub mod compute_util;
 
 macro_rules! families {
     ($($family:ident),* $(,)?) => {

@@ -1,0 +1,358 @@
+//! Building blocks of operator compute definitions ([`crate::Operator::compute`]): input
+//! placeholders, numpy-broadcast reads, row-major linearize/unravel, single-grid definitions,
+//! and scalar expressions with ONNX semantics that the IR does not have as one operation
+//! (C-style integer division, numpy's saturating float-to-int conversion).
+
+use hidet_ir::compute::{grid, tensor_input, ComputeDef, ComputeNode};
+use hidet_ir::dtype::DataType;
+use hidet_ir::expr::{Expr, Var};
+use hidet_ir::intrinsic::MathFunc;
+
+use crate::kernels::broadcast::broadcast_shapes;
+use crate::operator::{ComputeInput, OpError};
+
+/// The required input `i`, or [`OpError::MissingInput`].
+pub fn input<'a>(
+    inputs: &[Option<ComputeInput<'a>>],
+    i: usize,
+) -> Result<ComputeInput<'a>, OpError> {
+    inputs
+        .get(i)
+        .copied()
+        .flatten()
+        .ok_or(OpError::MissingInput(i))
+}
+
+/// The optional input `i` (`None` if absent or beyond the slice).
+pub fn opt_input<'a>(inputs: &[Option<ComputeInput<'a>>], i: usize) -> Option<ComputeInput<'a>> {
+    inputs.get(i).copied().flatten()
+}
+
+/// One placeholder per input slot, as [`crate::Operator::compute`]'s contract requires:
+/// `in{i}`, row-major, with the slot's dtype and shape; an absent slot gets a rank-0 `bool`
+/// placeholder.
+pub fn placeholders(inputs: &[Option<ComputeInput<'_>>]) -> Vec<Var> {
+    inputs
+        .iter()
+        .enumerate()
+        .map(|(i, x)| {
+            let name = format!("in{i}");
+            match x {
+                Some(x) => tensor_input(&name, x.dtype.to_ir(), dims(x.shape)),
+                None => tensor_input(&name, DataType::BOOL, Vec::<i64>::new()),
+            }
+        })
+        .collect()
+}
+
+/// A concrete shape as IR dimension values.
+pub fn dims(shape: &[usize]) -> Vec<i64> {
+    shape.iter().map(|&d| d as i64).collect()
+}
+
+/// The numpy broadcast of `shapes`, or [`OpError::Shape`].
+pub fn broadcast(shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
+    broadcast_shapes(shapes)
+}
+
+/// The index into a tensor of shape `in_shape` that numpy broadcasting reads for the output
+/// element at `out_index`: dimensions are right-aligned, leading output axes the input lacks
+/// are dropped and size-1 input dimensions are read at 0.
+///
+/// Requires `in_shape.len() <= out_index.len()`.
+pub fn broadcast_index(out_index: &[Expr], in_shape: &[usize]) -> Vec<Expr> {
+    let skip = out_index.len().saturating_sub(in_shape.len());
+    in_shape
+        .iter()
+        .zip(&out_index[skip..])
+        .map(|(&d, i)| if d == 1 { Expr::int(0) } else { i.clone() })
+        .collect()
+}
+
+/// `t[broadcast_index(out_index, in_shape)]`, where `in_shape` is `t`'s shape.
+pub fn broadcast_read(t: &Var, in_shape: &[usize], out_index: &[Expr]) -> Expr {
+    t.at(broadcast_index(out_index, in_shape))
+}
+
+/// The index type that holds every linear offset of a tensor of `numel` elements: `i32`
+/// where it fits, `i64` beyond.
+pub fn index_dtype(numel: usize) -> DataType {
+    if numel <= i32::MAX as usize {
+        DataType::I32
+    } else {
+        DataType::I64
+    }
+}
+
+fn numel(shape: &[usize]) -> usize {
+    shape.iter().fold(1usize, |n, &d| n.saturating_mul(d))
+}
+
+/// The row-major offset of `index` in a tensor of `shape`, as an expression of
+/// [`index_dtype`]`(numel)`. Size-1 dimensions contribute nothing.
+///
+/// Requires `index.len() == shape.len()`.
+pub fn linearize(index: &[Expr], shape: &[usize]) -> Expr {
+    let ty = index_dtype(numel(shape));
+    let mut stride = 1usize;
+    let mut terms: Vec<Expr> = Vec::new();
+    for (i, &d) in index.iter().zip(shape).rev() {
+        if d != 1 {
+            let i = if ty == DataType::I32 {
+                i.clone()
+            } else {
+                i.cast(ty)
+            };
+            terms.push(if stride == 1 {
+                i
+            } else {
+                i * Expr::int_of(stride as i64, ty)
+            });
+        }
+        stride = stride.saturating_mul(d);
+    }
+    terms
+        .into_iter()
+        .rev()
+        .reduce(|a, b| a + b)
+        .unwrap_or_else(|| Expr::int_of(0, ty))
+}
+
+/// The row-major index in a tensor of `shape` of the element at offset `linear` (the inverse
+/// of [`linearize`]). Size-1 dimensions are 0; the outermost non-trivial dimension is not
+/// reduced modulo its extent, so `linear` must be in range.
+pub fn unravel(linear: &Expr, shape: &[usize]) -> Vec<Expr> {
+    let ty = linear.dtype().unwrap_or(DataType::I32);
+    let outermost = shape.iter().position(|&d| d != 1);
+    let mut stride = 1usize;
+    let mut out = vec![Expr::int(0); shape.len()];
+    for (k, &d) in shape.iter().enumerate().rev() {
+        if d != 1 {
+            let q = if stride == 1 {
+                linear.clone()
+            } else {
+                linear / Expr::int_of(stride as i64, ty)
+            };
+            out[k] = if Some(k) == outermost {
+                q
+            } else {
+                q % Expr::int_of(d as i64, ty)
+            };
+        }
+        stride = stride.saturating_mul(d);
+    }
+    out
+}
+
+/// A definition of one grid output `out[i…] = f(i…)` of `dtype` over `shape`, with `inputs`
+/// as its placeholders.
+pub fn grid_def(
+    inputs: Vec<Var>,
+    dtype: DataType,
+    shape: &[usize],
+    f: impl FnOnce(&[Expr]) -> Expr,
+) -> Result<ComputeDef, OpError> {
+    let (out, node) = grid("out", dtype, dims(shape), f);
+    finish(inputs, vec![(out.clone(), node)], vec![out])
+}
+
+/// Like [`grid_def`] for an element function that may have no IR form: `Ok(None)` when `f`
+/// returns `None`.
+pub fn try_grid_def(
+    inputs: Vec<Var>,
+    dtype: DataType,
+    shape: &[usize],
+    f: impl FnOnce(&[Expr]) -> Option<Expr>,
+) -> Result<Option<ComputeDef>, OpError> {
+    let mut expressible = true;
+    let (out, node) = grid("out", dtype, dims(shape), |i| {
+        f(i).unwrap_or_else(|| {
+            expressible = false;
+            Expr::zero(dtype)
+        })
+    });
+    if !expressible {
+        return Ok(None);
+    }
+    finish(inputs, vec![(out.clone(), node)], vec![out]).map(Some)
+}
+
+/// [`ComputeDef::new`], with a validation failure (a bug in the operator's definition)
+/// reported as [`OpError::Invalid`].
+pub fn finish(
+    inputs: Vec<Var>,
+    nodes: Vec<(Var, ComputeNode)>,
+    outputs: Vec<Var>,
+) -> Result<ComputeDef, OpError> {
+    ComputeDef::new(inputs, nodes, outputs)
+        .map_err(|e| OpError::Invalid(format!("invalid compute definition: {e}")))
+}
+
+/// The type float math of `dtype` is carried out in: `f32` for `f16`/`bf16`, else `dtype`.
+pub fn math_dtype(dtype: DataType) -> DataType {
+    if dtype == DataType::F16 || dtype == DataType::BF16 {
+        DataType::F32
+    } else {
+        dtype
+    }
+}
+
+/// The constant `v` of `dtype`: rounded for floats, truncated for integers, `v != 0` for bool.
+pub fn konst(v: f64, dtype: DataType) -> Expr {
+    if dtype.is_float() {
+        Expr::float_of(v, dtype)
+    } else if dtype.is_bool() {
+        Expr::bool(v != 0.0)
+    } else {
+        Expr::int_of(v as i64, dtype)
+    }
+}
+
+/// `f(x)` for a one-argument math function.
+pub fn math1(f: MathFunc, x: Expr) -> Expr {
+    Expr::math(f, vec![x])
+}
+
+/// `lo` where `x < lo`, `hi` where `x > hi`, else `x` (NaN stays NaN).
+pub fn clamp(x: Expr, lo: Expr, hi: Expr) -> Expr {
+    let upper = Expr::select(x.gt(hi.clone()), hi, x.clone());
+    Expr::select(x.lt(lo.clone()), lo, upper)
+}
+
+/// Integer division rounding toward zero (C and ONNX semantics; the IR's `/` floors) of
+/// signed integers of `dtype`.
+pub fn trunc_div(a: Expr, b: Expr, dtype: DataType) -> Expr {
+    let q = &a / b.clone();
+    let zero = Expr::int_of(0, dtype);
+    let inexact = (&a % b.clone()).ne(zero.clone());
+    let signs_differ = a.lt(zero.clone()).ne(b.lt(zero));
+    Expr::select(inexact.and(signs_differ), &q + Expr::int_of(1, dtype), q)
+}
+
+/// The integer remainder with the sign of the dividend (C `%`, ONNX `Mod` with `fmod=1`;
+/// the IR's `%` takes the divisor's sign) of signed integers of `dtype`.
+pub fn trunc_rem(a: Expr, b: Expr, dtype: DataType) -> Expr {
+    let r = &a % b.clone();
+    let zero = Expr::int_of(0, dtype);
+    let signs_differ = a.lt(zero.clone()).ne(b.lt(zero.clone()));
+    Expr::select(r.ne(zero).and(signs_differ), &r - b, r)
+}
+
+/// The smallest and largest values of the integer type `dtype`.
+pub fn int_bounds(dtype: DataType) -> (i128, i128) {
+    let bits = (dtype.bytes() * 8) as u32;
+    if dtype.scalar.is_signed() {
+        (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
+    } else {
+        (0, (1i128 << bits) - 1)
+    }
+}
+
+/// `x` (of float type `from`) converted to the integer type `to` like numpy's `astype` (and
+/// [`crate::Element::from_f64`]): truncated toward zero, saturated at the type's bounds, NaN
+/// to 0. `None` for `u64`, whose maximum the IR's 64-bit signed constants cannot hold.
+pub fn float_to_int(x: Expr, from: DataType, to: DataType) -> Option<Expr> {
+    let (lo, max) = int_bounds(to);
+    let (lo, max) = (i64::try_from(lo).ok()?, i64::try_from(max).ok()?);
+    let above = max as f64 + 1.0;
+    let saturated = Expr::select(
+        x.le(Expr::float_of(lo as f64, from)),
+        Expr::int_of(lo, to),
+        Expr::select(
+            x.ge(Expr::float_of(above, from)),
+            Expr::int_of(max, to),
+            x.cast(to),
+        ),
+    );
+    Some(Expr::select(
+        math1(MathFunc::IsNan, x),
+        Expr::int_of(0, to),
+        saturated,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eval_int(e: &Expr, vars: &[(&Var, i64)]) -> i64 {
+        use hidet_ir::builder::FunctionBuilder;
+        use hidet_ir::interp::{run_function, Arg, Buffer, Scalar};
+        let mut fb = FunctionBuilder::cpu_kernel("k");
+        let mut map = std::collections::HashMap::new();
+        for (v, _) in vars {
+            map.insert((*v).clone(), fb.param(v.name(), v.ty().clone()).expr());
+        }
+        let out = fb.tensor_param("out", DataType::I64, [1i64]);
+        fb.store(&out, [Expr::int(0)], e.substitute(&map).cast(DataType::I64));
+        let f = fb.finish();
+        let mut args: Vec<Arg> = vars
+            .iter()
+            .map(|(_, x)| Arg::Scalar(Scalar::Int(*x)))
+            .collect();
+        args.push(Arg::Buffer(Buffer::zeros(DataType::I64, 1)));
+        run_function(&f, &mut args).expect("expression evaluates");
+        match args.pop() {
+            Some(Arg::Buffer(b)) => b.to_i64()[0],
+            _ => unreachable!("the last argument is the output buffer"),
+        }
+    }
+
+    #[test]
+    fn linearize_and_unravel_are_inverse() {
+        let shape = [3usize, 1, 5, 2];
+        let l = Var::new("l", DataType::I32);
+        let idx = unravel(&l.expr(), &shape);
+        for off in 0..30i64 {
+            let got: Vec<i64> = idx.iter().map(|e| eval_int(e, &[(&l, off)])).collect();
+            let want = [off / 10, 0, off / 2 % 5, off % 2];
+            assert_eq!(got, want, "offset {off}");
+        }
+        let vars: Vec<Var> = (0..4)
+            .map(|k| Var::new(format!("i{k}"), DataType::I32))
+            .collect();
+        let index: Vec<Expr> = vars.iter().map(Var::expr).collect();
+        let lin = linearize(&index, &shape);
+        let got = eval_int(
+            &lin,
+            &[(&vars[0], 2), (&vars[1], 0), (&vars[2], 3), (&vars[3], 1)],
+        );
+        assert_eq!(got, 2 * 10 + 3 * 2 + 1);
+        assert_eq!(linearize(&[], &[]).as_int(), Some(0));
+    }
+
+    #[test]
+    fn broadcast_index_drops_leading_and_zeroes_unit_axes() {
+        let i: Vec<Expr> = (0..3).map(|k| Expr::int(k + 4)).collect();
+        let b = broadcast_index(&i, &[1, 7]);
+        assert_eq!(
+            b.iter().map(|e| e.as_int()).collect::<Vec<_>>(),
+            vec![Some(0), Some(6)]
+        );
+        assert!(broadcast_index(&i, &[]).is_empty());
+    }
+
+    #[test]
+    fn trunc_div_and_rem_follow_c() {
+        let (a, b) = (Var::new("a", DataType::I32), Var::new("b", DataType::I32));
+        for (x, y) in [
+            (-7i64, 2i64),
+            (7, -2),
+            (-7, -2),
+            (7, 2),
+            (-6, 3),
+            (5, 7),
+            (-5, 7),
+        ] {
+            let q = eval_int(
+                &trunc_div(a.expr(), b.expr(), DataType::I32),
+                &[(&a, x), (&b, y)],
+            );
+            let r = eval_int(
+                &trunc_rem(a.expr(), b.expr(), DataType::I32),
+                &[(&a, x), (&b, y)],
+            );
+            assert_eq!((q, r), (x / y, x % y), "{x} / {y}");
+        }
+    }
+}

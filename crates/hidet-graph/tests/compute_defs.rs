@@ -1,0 +1,954 @@
+//! Compute definitions of the elementwise, cast, clip, where, PRelu, variadic, reshape,
+//! identity and matmul families against the operators' reference `eval`.
+//!
+//! Every case builds the operator through the global registry, asks it for its compute
+//! definition for the inputs' concrete types, runs each node's naive kernel
+//! (`ComputeDef::node_function`) through the IR interpreter, and compares every output with
+//! `eval` on the same inputs: same dtype, same shape, values exact for integers and bools
+//! and within a dtype-dependent tolerance for floats (NaN matches NaN). Cases whose operator
+//! has no definition for those inputs are listed with the reason; the test checks that
+//! `compute` really returns `Ok(None)` there, so the coverage printed by
+//! `cargo test -p hidet-graph --test compute_defs -- --nocapture` is the actual one.
+
+use hidet_graph::{
+    Attribute, Attributes, ComputeInput, DType, OpContext, Operator, Registry, Tensor,
+};
+use hidet_ir::compute::{tensor_dtype, tensor_shape, ComputeDef};
+use hidet_ir::dtype::DataType;
+use hidet_ir::interp::{run_function, Arg, Buffer};
+
+/// Deterministic random numbers (SplitMix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[lo, hi)`.
+    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform integer in `[lo, hi]`.
+    fn int(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next() % (hi - lo + 1) as u64) as i64
+    }
+}
+
+/// How a case's input is made.
+#[derive(Clone)]
+enum In {
+    /// Floats uniform in `[lo, hi)`, never within 0.01 of zero, converted to the dtype.
+    Float(DType, Vec<usize>, f64, f64),
+    /// Non-zero integers in `[lo, hi]`, converted to the dtype (floats hold integer values,
+    /// so comparisons see ties).
+    Int(DType, Vec<usize>, i64, i64),
+    /// Multiples of 1/2 in `[lo, hi]` (Round's ties).
+    Halves(DType, Vec<usize>, i64, i64),
+    /// Random bools.
+    Bool(Vec<usize>),
+    /// Floats in `[-3, 3)` with NaN, +inf, -inf and 1e10 mixed in.
+    Special(DType, Vec<usize>),
+    /// A fixed tensor.
+    Value(Tensor),
+    /// An absent optional input.
+    Absent,
+}
+
+fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+impl In {
+    fn make(&self, rng: &mut Rng) -> Option<Tensor> {
+        let from_f64 = |shape: &[usize], v: Vec<f64>, dt: DType| {
+            Tensor::new(shape.to_vec(), v)
+                .expect("length matches the shape")
+                .cast(dt)
+        };
+        Some(match self {
+            In::Float(dt, shape, lo, hi) => {
+                let v = (0..numel(shape))
+                    .map(|_| loop {
+                        let x = rng.uniform(*lo, *hi);
+                        if x.abs() >= 0.01 {
+                            break x;
+                        }
+                    })
+                    .collect();
+                from_f64(shape, v, *dt)
+            }
+            In::Int(dt, shape, lo, hi) | In::Halves(dt, shape, lo, hi) => {
+                let halves = matches!(self, In::Halves(..));
+                let (lo, hi) = if halves { (2 * lo, 2 * hi) } else { (*lo, *hi) };
+                let v: Vec<i64> = (0..numel(shape))
+                    .map(|_| loop {
+                        let x = rng.int(lo, hi);
+                        if x != 0 {
+                            break x;
+                        }
+                    })
+                    .collect();
+                if halves {
+                    from_f64(shape, v.iter().map(|&x| x as f64 / 2.0).collect(), *dt)
+                } else {
+                    Tensor::new(shape.clone(), v)
+                        .expect("length matches the shape")
+                        .cast(*dt)
+                }
+            }
+            In::Bool(shape) => {
+                let v: Vec<bool> = (0..numel(shape)).map(|_| rng.next() & 1 == 1).collect();
+                Tensor::new(shape.clone(), v).expect("length matches the shape")
+            }
+            In::Special(dt, shape) => {
+                let specials = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e10];
+                let v = (0..numel(shape))
+                    .map(|k| match specials.get(k % 7) {
+                        Some(s) => *s,
+                        None => rng.uniform(-3.0, 3.0),
+                    })
+                    .collect();
+                from_f64(shape, v, *dt)
+            }
+            In::Value(t) => t.clone(),
+            In::Absent => return None,
+        })
+    }
+}
+
+struct Case {
+    op: &'static str,
+    opset: i64,
+    attrs: Vec<(&'static str, Attribute)>,
+    inputs: Vec<In>,
+    /// `None`: a definition is expected; `Some(reason)`: `compute` must return `Ok(None)`.
+    no_def: Option<&'static str>,
+}
+
+fn case(op: &'static str, inputs: Vec<In>) -> Case {
+    Case {
+        op,
+        opset: 21,
+        attrs: Vec::new(),
+        inputs,
+        no_def: None,
+    }
+}
+
+impl Case {
+    fn opset(mut self, opset: i64) -> Case {
+        self.opset = opset;
+        self
+    }
+
+    fn attr(mut self, name: &'static str, a: Attribute) -> Case {
+        self.attrs.push((name, a));
+        self
+    }
+
+    fn none(mut self, reason: &'static str) -> Case {
+        self.no_def = Some(reason);
+        self
+    }
+
+    fn label(&self) -> String {
+        let attrs: Vec<String> = self
+            .attrs
+            .iter()
+            .map(|(n, a)| format!("{n}={a:?}"))
+            .collect();
+        format!("{}(opset {}; {})", self.op, self.opset, attrs.join(", "))
+    }
+}
+
+use DType::{Bool as B, BF16, F16, F32, F64, I16, I32, I64, I8, U16, U32, U64, U8};
+
+fn f(dt: DType, shape: &[usize]) -> In {
+    In::Float(dt, shape.to_vec(), -3.0, 3.0)
+}
+
+fn range(dt: DType, shape: &[usize], lo: f64, hi: f64) -> In {
+    In::Float(dt, shape.to_vec(), lo, hi)
+}
+
+fn int(dt: DType, shape: &[usize], lo: i64, hi: i64) -> In {
+    In::Int(dt, shape.to_vec(), lo, hi)
+}
+
+fn boolean(shape: &[usize]) -> In {
+    In::Bool(shape.to_vec())
+}
+
+fn special(dt: DType, shape: &[usize]) -> In {
+    In::Special(dt, shape.to_vec())
+}
+
+fn i64s(shape: &[usize], v: &[i64]) -> In {
+    In::Value(Tensor::new(shape.to_vec(), v.to_vec()).expect("length matches the shape"))
+}
+
+fn u64s(shape: &[usize], v: &[u64]) -> In {
+    In::Value(Tensor::new(shape.to_vec(), v.to_vec()).expect("length matches the shape"))
+}
+
+fn cases() -> Vec<Case> {
+    let mut c = Vec::new();
+    // Unary math on floats: (op, low, high) of the data.
+    let math: &[(&str, f64, f64)] = &[
+        ("Sqrt", 0.05, 5.0),
+        ("Reciprocal", -3.0, 3.0),
+        ("Exp", -3.0, 3.0),
+        ("Log", 0.05, 5.0),
+        ("Erf", -3.0, 3.0),
+        ("Sigmoid", -8.0, 8.0),
+        ("Tanh", -3.0, 3.0),
+        ("Floor", -3.0, 3.0),
+        ("Ceil", -3.0, 3.0),
+        ("Softplus", -40.0, 40.0),
+        ("Softsign", -3.0, 3.0),
+        ("Mish", -6.0, 6.0),
+        ("HardSwish", -5.0, 5.0),
+        ("Sin", -3.0, 3.0),
+        ("Cos", -3.0, 3.0),
+        ("Tan", -1.4, 1.4),
+        ("Asin", -0.95, 0.95),
+        ("Acos", -0.95, 0.95),
+        ("Atan", -3.0, 3.0),
+        ("Sinh", -3.0, 3.0),
+        ("Cosh", -3.0, 3.0),
+        ("Asinh", -3.0, 3.0),
+        ("Acosh", 1.05, 4.0),
+        ("Atanh", -0.95, 0.95),
+        ("LeakyRelu", -3.0, 3.0),
+        ("Elu", -3.0, 3.0),
+        ("Selu", -3.0, 3.0),
+        ("Celu", -3.0, 3.0),
+        ("HardSigmoid", -4.0, 4.0),
+        ("ThresholdedRelu", -3.0, 3.0),
+        ("Gelu", -4.0, 4.0),
+        ("Shrink", -3.0, 3.0),
+    ];
+    for &(op, lo, hi) in math {
+        c.push(case(op, vec![range(F32, &[3, 5, 7], lo, hi)]));
+        c.push(case(op, vec![range(F16, &[11], lo, hi)]));
+        c.push(case(op, vec![range(F64, &[], lo, hi)]));
+    }
+    c.push(case("Round", vec![In::Halves(F32, vec![4, 9], -6, 6)]));
+    c.push(case("Round", vec![In::Halves(BF16, vec![13], -6, 6)]));
+    c.push(case("Round", vec![range(F64, &[5], -9.0, 9.0)]));
+    c.push(case("LeakyRelu", vec![f(F32, &[2, 9])]).attr("alpha", Attribute::Float(0.37)));
+    c.push(case("Elu", vec![f(F16, &[2, 9])]).attr("alpha", Attribute::Float(0.6)));
+    c.push(
+        case("Selu", vec![f(F32, &[17])])
+            .attr("alpha", Attribute::Float(1.3))
+            .attr("gamma", Attribute::Float(0.7)),
+    );
+    c.push(case("Celu", vec![f(F32, &[3, 3])]).attr("alpha", Attribute::Float(2.5)));
+    c.push(
+        case("HardSigmoid", vec![f(F32, &[3, 3])])
+            .attr("alpha", Attribute::Float(0.3))
+            .attr("beta", Attribute::Float(0.45)),
+    );
+    c.push(case("ThresholdedRelu", vec![f(F32, &[13])]).attr("alpha", Attribute::Float(0.7)));
+    c.push(
+        case("Gelu", vec![range(F32, &[3, 7], -4.0, 4.0)])
+            .attr("approximate", Attribute::String("tanh".into())),
+    );
+    c.push(
+        case("Gelu", vec![range(BF16, &[9], -4.0, 4.0)])
+            .attr("approximate", Attribute::String("tanh".into())),
+    );
+    c.push(
+        case("Shrink", vec![f(F32, &[5, 3])])
+            .attr("bias", Attribute::Float(0.25))
+            .attr("lambd", Attribute::Float(1.1)),
+    );
+    c.push(
+        case("Shrink", vec![int(I32, &[4, 5], -9, 9)])
+            .attr("bias", Attribute::Float(1.5))
+            .attr("lambd", Attribute::Float(2.0)),
+    );
+    c.push(
+        case("Shrink", vec![int(U8, &[3, 5], 1, 9)])
+            .attr("bias", Attribute::Float(2.5))
+            .attr("lambd", Attribute::Float(1.0)),
+    );
+    // Unary ops that also take integers.
+    for op in ["Neg", "Abs", "Sign", "Relu"] {
+        c.push(case(op, vec![f(F32, &[3, 1, 5])]));
+        c.push(case(op, vec![f(F16, &[])]));
+        c.push(case(op, vec![int(I32, &[2, 7], -50, 50)]));
+        c.push(case(op, vec![int(I8, &[9], -100, 100)]));
+        c.push(case(op, vec![int(U16, &[6], 1, 900)]));
+    }
+    c.push(case(
+        "Sign",
+        vec![In::Value(
+            Tensor::new(vec![3], vec![0.0f32, -0.0, 2.0]).unwrap(),
+        )],
+    ));
+    c.push(case("Not", vec![boolean(&[3, 4])]));
+    c.push(case("Not", vec![boolean(&[])]));
+    c.push(case("BitwiseNot", vec![int(I16, &[3, 4], -300, 300)]));
+    c.push(case("BitwiseNot", vec![int(U8, &[7], 1, 255)]));
+    c.push(case("IsNaN", vec![special(F32, &[3, 5])]));
+    c.push(case("IsNaN", vec![special(F16, &[9])]));
+    c.push(case("IsInf", vec![special(F32, &[3, 5])]));
+    c.push(case("IsInf", vec![special(F64, &[11])]).attr("detect_negative", Attribute::Int(0)));
+    c.push(case("IsInf", vec![special(F32, &[11])]).attr("detect_positive", Attribute::Int(0)));
+
+    // Binary arithmetic with broadcasting and rank 0.
+    for op in ["Add", "Sub", "Mul", "Div"] {
+        c.push(case(op, vec![f(F32, &[3, 1, 5]), f(F32, &[4, 1])]));
+        c.push(case(op, vec![f(F16, &[]), f(F16, &[2, 3])]));
+        c.push(case(op, vec![f(BF16, &[7]), f(BF16, &[])]));
+        c.push(case(op, vec![f(F64, &[]), f(F64, &[])]));
+        c.push(case(
+            op,
+            vec![int(I32, &[5, 3], -60, 60), int(I32, &[3], -7, 7)],
+        ));
+        c.push(case(
+            op,
+            vec![
+                int(I64, &[2, 1, 3], -1000, 1000),
+                int(I64, &[1, 4, 1], -9, 9),
+            ],
+        ));
+        c.push(case(op, vec![int(U8, &[6], 20, 90), int(U8, &[6], 1, 9)]));
+    }
+    c.push(case(
+        "Pow",
+        vec![range(F32, &[3, 4], 0.3, 3.0), f(F32, &[4])],
+    ));
+    c.push(case("Pow", vec![range(F16, &[5], 0.3, 2.0), f(F16, &[])]));
+    c.push(case("Pow", vec![f(F32, &[2, 5]), int(I64, &[5], -3, 3)]));
+    c.push(case(
+        "Pow",
+        vec![range(F64, &[7], 0.5, 2.0), range(F32, &[7], -2.0, 2.0)],
+    ));
+    c.push(case(
+        "Pow",
+        vec![int(I32, &[2, 3], 1, 6), range(F32, &[3], 0.2, 3.0)],
+    ));
+    c.push(
+        case("Pow", vec![int(I32, &[2, 3], -5, 5), int(I32, &[3], 0, 4)])
+            .none("integer Pow is wrapping repeated multiplication, which has no IR operation"),
+    );
+    for fmod in [0, 1] {
+        c.push(case("Mod", vec![f(F32, &[4, 5]), f(F32, &[5])]).attr("fmod", Attribute::Int(fmod)));
+        c.push(case("Mod", vec![f(F16, &[9]), f(F16, &[])]).attr("fmod", Attribute::Int(fmod)));
+        c.push(
+            case(
+                "Mod",
+                vec![int(I32, &[4, 5], -40, 40), int(I32, &[4, 1], -9, 9)],
+            )
+            .attr("fmod", Attribute::Int(fmod)),
+        );
+        c.push(
+            case("Mod", vec![int(U16, &[7], 1, 500), int(U16, &[7], 1, 30)])
+                .attr("fmod", Attribute::Int(fmod)),
+        );
+    }
+    for op in ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"] {
+        c.push(case(
+            op,
+            vec![int(F32, &[3, 4], -2, 2), int(F32, &[4], -2, 2)],
+        ));
+        c.push(case(op, vec![int(I64, &[5], -2, 2), int(I64, &[], -2, 2)]));
+        c.push(case(op, vec![special(F32, &[7]), f(F32, &[7])]));
+        c.push(case(
+            op,
+            vec![int(U8, &[2, 3], 1, 3), int(U8, &[2, 1], 1, 3)],
+        ));
+    }
+    c.push(case("Equal", vec![boolean(&[3, 4]), boolean(&[1, 4])]));
+    for op in ["And", "Or", "Xor"] {
+        c.push(case(op, vec![boolean(&[3, 1, 4]), boolean(&[5, 1])]));
+        c.push(case(op, vec![boolean(&[]), boolean(&[3])]));
+    }
+    for dir in ["LEFT", "RIGHT"] {
+        let d = || Attribute::String(dir.into());
+        c.push(
+            case(
+                "BitShift",
+                vec![int(U8, &[3, 4], 1, 255), int(U8, &[4], 1, 11)],
+            )
+            .attr("direction", d()),
+        );
+        c.push(
+            case(
+                "BitShift",
+                vec![int(U32, &[5], 1, 1 << 20), int(U32, &[], 1, 40)],
+            )
+            .attr("direction", d()),
+        );
+        c.push(
+            case(
+                "BitShift",
+                vec![
+                    int(U64, &[2, 3], 1, 1 << 20),
+                    u64s(&[2, 3], &[3, 40, 64, 70, 1, 43]),
+                ],
+            )
+            .attr("direction", d()),
+        );
+    }
+    for op in ["BitwiseAnd", "BitwiseOr", "BitwiseXor"] {
+        c.push(case(
+            op,
+            vec![int(I16, &[3, 4], -900, 900), int(I16, &[4], -900, 900)],
+        ));
+        c.push(case(op, vec![int(U8, &[5], 1, 255), int(U8, &[], 1, 255)]));
+    }
+
+    // Where, Clip, PRelu.
+    c.push(case(
+        "Where",
+        vec![boolean(&[3, 1]), f(F32, &[1, 4]), f(F32, &[])],
+    ));
+    c.push(case(
+        "Where",
+        vec![
+            boolean(&[]),
+            int(I64, &[2, 3], -9, 9),
+            int(I64, &[3], -9, 9),
+        ],
+    ));
+    c.push(case(
+        "Where",
+        vec![boolean(&[5]), boolean(&[5]), boolean(&[1])],
+    ));
+    c.push(
+        case("Clip", vec![f(F32, &[4, 5])])
+            .opset(6)
+            .attr("min", Attribute::Float(-1.25))
+            .attr("max", Attribute::Float(0.7)),
+    );
+    c.push(
+        case("Clip", vec![f(F16, &[9])])
+            .opset(6)
+            .attr("max", Attribute::Float(0.1)),
+    );
+    c.push(
+        case("Clip", vec![special(F32, &[9])])
+            .opset(6)
+            .attr("min", Attribute::Float(-0.5)),
+    );
+    c.push(
+        case("Clip", vec![int(I32, &[3, 5], -9, 9)])
+            .opset(6)
+            .attr("min", Attribute::Float(-2.5))
+            .attr("max", Attribute::Float(3.7)),
+    );
+    c.push(
+        case("Clip", vec![int(U64, &[6], 1, 900)])
+            .opset(6)
+            .attr("max", Attribute::Float(400.0)),
+    );
+    c.push(
+        case(
+            "Clip",
+            vec![
+                f(F32, &[3, 7]),
+                range(F32, &[], -1.0, -0.5),
+                range(F32, &[], 0.5, 1.0),
+            ],
+        )
+        .opset(13),
+    );
+    c.push(
+        case(
+            "Clip",
+            vec![
+                int(I32, &[2, 3, 5], -20, 20),
+                In::Absent,
+                int(I32, &[], 1, 7),
+            ],
+        )
+        .opset(13),
+    );
+    c.push(case("Clip", vec![int(U8, &[11], 1, 250), int(U8, &[1], 40, 60)]).opset(12));
+    c.push(case("Clip", vec![f(F64, &[])]).opset(11));
+    c.push(case("PRelu", vec![f(F32, &[2, 3, 4]), f(F32, &[3, 1])]));
+    c.push(case("PRelu", vec![f(F16, &[5, 3]), f(F16, &[3])]));
+    c.push(case(
+        "PRelu",
+        vec![int(I32, &[4, 5], -20, 20), int(I32, &[5], -3, 3)],
+    ));
+
+    // Variadic.
+    c.push(case(
+        "Sum",
+        vec![f(F32, &[3, 1, 4]), f(F32, &[5, 1]), f(F32, &[4])],
+    ));
+    c.push(case("Sum", vec![f(F16, &[2, 3])]));
+    c.push(case(
+        "Sum",
+        vec![int(I32, &[3, 4], -50, 50), int(I32, &[], -50, 50)],
+    ));
+    c.push(case(
+        "Mean",
+        vec![f(F32, &[3, 4]), f(F32, &[4]), f(F32, &[3, 1])],
+    ));
+    c.push(case("Mean", vec![f(F16, &[7]), f(F16, &[7])]));
+    c.push(case(
+        "Mean",
+        vec![
+            int(I32, &[9], -50, 50),
+            int(I32, &[9], -50, 50),
+            int(I32, &[1], -5, 5),
+        ],
+    ));
+    c.push(case(
+        "Mean",
+        vec![int(U16, &[9], 1, 500), int(U16, &[9], 1, 500)],
+    ));
+    c.push(case(
+        "Max",
+        vec![special(F32, &[7]), f(F32, &[7]), special(F32, &[1])],
+    ));
+    c.push(case(
+        "Max",
+        vec![int(I64, &[2, 5], -9, 9), int(I64, &[5], -9, 9)],
+    ));
+    c.push(case("Min", vec![f(F32, &[7]), special(F32, &[7])]));
+    c.push(case(
+        "Min",
+        vec![int(U8, &[3, 1], 1, 200), int(U8, &[1, 4], 1, 200)],
+    ));
+    c.push(case("Min", vec![f(BF16, &[])]));
+
+    // Cast and CastLike.
+    let to = |d: DType| Attribute::Int(i64::from(d.onnx_code()));
+    c.push(case("Cast", vec![range(F32, &[3, 7], -400.0, 400.0)]).attr("to", to(I8)));
+    c.push(case("Cast", vec![special(F32, &[3, 7])]).attr("to", to(I32)));
+    c.push(case("Cast", vec![special(F32, &[9])]).attr("to", to(I64)));
+    c.push(case("Cast", vec![range(F64, &[5, 3], -400.0, 400.0)]).attr("to", to(U8)));
+    c.push(case("Cast", vec![special(F16, &[9])]).attr("to", to(U16)));
+    c.push(case("Cast", vec![special(F32, &[9])]).attr("to", to(U32)));
+    c.push(case("Cast", vec![special(F32, &[9])]).attr("to", to(B)));
+    c.push(
+        case("Cast", vec![f(F32, &[9])])
+            .attr("to", to(U64))
+            .none("u64's saturation value is beyond the IR's 64-bit signed integer constants"),
+    );
+    c.push(case("Cast", vec![int(I64, &[4, 3], -300, 300)]).attr("to", to(U8)));
+    c.push(case("Cast", vec![int(I32, &[4, 3], -3000, 3000)]).attr("to", to(F16)));
+    c.push(case("Cast", vec![int(U8, &[6], 1, 255)]).attr("to", to(I8)));
+    c.push(case("Cast", vec![f(F64, &[2, 5])]).attr("to", to(F32)));
+    c.push(case("Cast", vec![f(F32, &[2, 5])]).attr("to", to(BF16)));
+    c.push(case("Cast", vec![boolean(&[2, 5])]).attr("to", to(F32)));
+    c.push(case("Cast", vec![int(I16, &[], -9, 9)]).attr("to", to(B)));
+    c.push(case("Cast", vec![f(F32, &[4])]).attr("to", to(F32)));
+    c.push(case(
+        "CastLike",
+        vec![range(F32, &[3, 4], -40.0, 40.0), int(I16, &[2], 1, 2)],
+    ));
+    c.push(case("CastLike", vec![int(I32, &[5], -9, 9), f(F64, &[])]));
+
+    // Reshape and Identity.
+    c.push(case(
+        "Reshape",
+        vec![f(F32, &[2, 3, 5]), i64s(&[2], &[5, -1])],
+    ));
+    c.push(case(
+        "Reshape",
+        vec![int(I64, &[6, 1, 4], -9, 9), i64s(&[3], &[0, 2, -1])],
+    ));
+    c.push(case("Reshape", vec![boolean(&[1, 1]), i64s(&[0], &[])]));
+    c.push(case("Reshape", vec![f(F16, &[]), i64s(&[3], &[1, 1, 1])]));
+    c.push(case("Reshape", vec![f(F32, &[3, 7]), i64s(&[2], &[3, 7])]));
+    c.push(
+        case("Reshape", vec![f(F32, &[4, 0, 3]), i64s(&[2], &[0, 5])])
+            .attr("allowzero", Attribute::Int(1)),
+    );
+    c.push(case("Identity", vec![int(I64, &[3, 5], -9, 9)]));
+    c.push(case("Identity", vec![boolean(&[])]));
+    c.push(case("Identity", vec![f(BF16, &[2, 1, 3])]));
+
+    // MatMul: batch broadcasting, 1-D promotion, every accumulation type.
+    c.push(case(
+        "MatMul",
+        vec![f(F32, &[2, 1, 3, 5]), f(F32, &[4, 5, 2])],
+    ));
+    c.push(case("MatMul", vec![f(F32, &[7]), f(F32, &[3, 7, 2])]));
+    c.push(case("MatMul", vec![f(F32, &[2, 3, 7]), f(F32, &[7])]));
+    c.push(case("MatMul", vec![f(F32, &[13]), f(F32, &[13])]));
+    c.push(case("MatMul", vec![f(F32, &[3, 0]), f(F32, &[0, 2])]));
+    c.push(case("MatMul", vec![f(F16, &[3, 17]), f(F16, &[17, 5])]));
+    c.push(case("MatMul", vec![f(BF16, &[2, 3, 9]), f(BF16, &[9, 4])]));
+    c.push(case(
+        "MatMul",
+        vec![f(F64, &[1, 3, 11]), f(F64, &[5, 11, 2])],
+    ));
+    c.push(case(
+        "MatMul",
+        vec![int(I32, &[3, 4], -20, 20), int(I32, &[4, 6], -20, 20)],
+    ));
+    c.push(case(
+        "MatMul",
+        vec![int(U32, &[2, 5], 1, 30), int(U32, &[5], 1, 30)],
+    ));
+    c
+}
+
+/// Every operator of the families under test; each must appear in [`cases`].
+const OPS: &[&str] = &[
+    "Neg",
+    "Abs",
+    "Sign",
+    "Relu",
+    "Sqrt",
+    "Reciprocal",
+    "Exp",
+    "Log",
+    "Erf",
+    "Sigmoid",
+    "Tanh",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Softplus",
+    "Softsign",
+    "Mish",
+    "HardSwish",
+    "Sin",
+    "Cos",
+    "Tan",
+    "Asin",
+    "Acos",
+    "Atan",
+    "Sinh",
+    "Cosh",
+    "Asinh",
+    "Acosh",
+    "Atanh",
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "Celu",
+    "HardSigmoid",
+    "ThresholdedRelu",
+    "Gelu",
+    "Shrink",
+    "Not",
+    "BitwiseNot",
+    "IsNaN",
+    "IsInf",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Mod",
+    "Equal",
+    "Less",
+    "LessOrEqual",
+    "Greater",
+    "GreaterOrEqual",
+    "And",
+    "Or",
+    "Xor",
+    "BitShift",
+    "BitwiseAnd",
+    "BitwiseOr",
+    "BitwiseXor",
+    "Where",
+    "Clip",
+    "PRelu",
+    "Sum",
+    "Mean",
+    "Max",
+    "Min",
+    "Cast",
+    "CastLike",
+    "Reshape",
+    "Identity",
+    "MatMul",
+];
+
+fn build(c: &Case) -> Box<dyn Operator> {
+    let mut attrs = Attributes::new();
+    for (n, a) in &c.attrs {
+        attrs.insert(*n, a.clone());
+    }
+    let ctx = OpContext {
+        domain: "",
+        op_type: c.op,
+        opset: c.opset,
+        attrs: &attrs,
+        num_inputs: c.inputs.len(),
+        num_outputs: 1,
+    };
+    Registry::global()
+        .lookup("", c.op, c.opset)
+        .unwrap_or_else(|| panic!("{} is registered at opset {}", c.op, c.opset))
+        .build(&ctx)
+        .unwrap_or_else(|e| panic!("{}: {e}", c.label()))
+}
+
+fn buffer(t: &Tensor) -> Buffer {
+    let dt = t.dtype();
+    if dt.is_float() {
+        Buffer::from_f64(dt.to_ir(), &t.to_f64_vec())
+    } else if dt == DType::Bool {
+        let v: Vec<bool> = t.to_f64_vec().iter().map(|&x| x != 0.0).collect();
+        Buffer::from_bool(&v)
+    } else {
+        Buffer::from_i64(dt.to_ir(), &t.to_i64_vec())
+    }
+}
+
+fn const_shape(v: &hidet_ir::expr::Var) -> Vec<usize> {
+    tensor_shape(v)
+        .iter()
+        .map(|d| d.as_int().expect("static shapes only") as usize)
+        .collect()
+}
+
+/// Runs every node of `def` through the interpreter; returns each output's dtype, shape and
+/// buffer.
+fn run_def(
+    def: &ComputeDef,
+    inputs: &[Option<Tensor>],
+) -> Result<Vec<(DataType, Vec<usize>, Buffer)>, String> {
+    let mut buffers: Vec<Buffer> = inputs
+        .iter()
+        .map(|t| match t {
+            Some(t) => buffer(t),
+            None => Buffer::from_bool(&[false]),
+        })
+        .collect();
+    for (i, (out, _)) in def.nodes.iter().enumerate() {
+        let f = def.node_function(i, "node");
+        let dtype = tensor_dtype(out).ok_or("node output is not a tensor")?;
+        let mut args: Vec<Arg> = buffers.iter().cloned().map(Arg::Buffer).collect();
+        args.push(Arg::Buffer(Buffer::zeros(dtype, numel(&const_shape(out)))));
+        run_function(&f, &mut args).map_err(|e| format!("node {i} ({}): {e}", out.name()))?;
+        match args.pop() {
+            Some(Arg::Buffer(b)) => buffers.push(b),
+            _ => return Err("the output argument is not a buffer".into()),
+        }
+    }
+    def.outputs
+        .iter()
+        .map(|o| {
+            let k = def
+                .inputs
+                .iter()
+                .chain(def.nodes.iter().map(|(v, _)| v))
+                .position(|v| v == o)
+                .ok_or("an output is neither an input nor a node")?;
+            let dtype = tensor_dtype(o).ok_or("output is not a tensor")?;
+            Ok((dtype, const_shape(o), buffers[k].clone()))
+        })
+        .collect()
+}
+
+/// `(absolute, relative)` tolerance of a float dtype.
+fn tolerance(d: DataType) -> (f64, f64) {
+    match d {
+        DataType::F64 => (1e-12, 1e-12),
+        DataType::F32 => (1e-5, 1e-5),
+        DataType::F16 => (2e-3, 2e-3),
+        _ => (1e-2, 1e-2),
+    }
+}
+
+fn compare(c: &Case, want: &Tensor, got: &(DataType, Vec<usize>, Buffer)) -> Result<(), String> {
+    let (dtype, shape, buf) = got;
+    if *dtype != want.dtype().to_ir() || shape.as_slice() != want.shape() {
+        return Err(format!(
+            "{}: definition gives {dtype}{shape:?}, eval {}{:?}",
+            c.label(),
+            want.dtype(),
+            want.shape()
+        ));
+    }
+    if dtype.is_float() {
+        let (atol, rtol) = tolerance(*dtype);
+        for (k, (g, w)) in buf.to_f64().iter().zip(want.to_f64_vec()).enumerate() {
+            let same =
+                (g.is_nan() && w.is_nan()) || g == &w || (g - w).abs() <= atol + rtol * w.abs();
+            if !same {
+                return Err(format!(
+                    "{}: element {k}: definition {g}, eval {w}",
+                    c.label()
+                ));
+            }
+        }
+    } else {
+        let w: Vec<i64> = if want.dtype() == DType::Bool {
+            want.to_f64_vec().iter().map(|&x| x as i64).collect()
+        } else {
+            want.to_i64_vec()
+        };
+        if buf.to_i64() != w {
+            return Err(format!(
+                "{}: definition {:?}, eval {w:?}",
+                c.label(),
+                buf.to_i64()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check(c: &Case, rng: &mut Rng) -> Result<bool, String> {
+    let op = build(c);
+    let tensors: Vec<Option<Tensor>> = c.inputs.iter().map(|i| i.make(rng)).collect();
+    let refs: Vec<Option<&Tensor>> = tensors.iter().map(Option::as_ref).collect();
+    let want = op
+        .eval(&refs)
+        .map_err(|e| format!("{}: eval failed: {e}", c.label()))?;
+    let cinputs: Vec<Option<ComputeInput<'_>>> = tensors
+        .iter()
+        .map(|t| {
+            t.as_ref().map(|t| ComputeInput {
+                dtype: t.dtype(),
+                shape: t.shape(),
+                value: Some(t),
+            })
+        })
+        .collect();
+    let def = op
+        .compute(&cinputs)
+        .map_err(|e| format!("{}: compute failed: {e}", c.label()))?;
+    let def = match (def, c.no_def) {
+        (Some(def), None) => def,
+        (None, Some(_)) => return Ok(false),
+        (Some(_), Some(why)) => {
+            return Err(format!(
+                "{}: has a definition, expected none ({why})",
+                c.label()
+            ))
+        }
+        (None, None) => return Err(format!("{}: no definition", c.label())),
+    };
+    if def.inputs.len() != c.inputs.len() || def.outputs.len() != want.len() {
+        return Err(format!(
+            "{}: definition has the wrong number of inputs or outputs",
+            c.label()
+        ));
+    }
+    let got = run_def(&def, &tensors).map_err(|e| format!("{}: {e}", c.label()))?;
+    for (w, g) in want.iter().zip(&got) {
+        compare(c, w, g)?;
+    }
+    Ok(true)
+}
+
+#[test]
+fn compute_definitions_agree_with_eval() {
+    let mut rng = Rng(0x5eed_2024);
+    let mut failures = Vec::new();
+    let mut with_def = std::collections::BTreeSet::new();
+    let mut without: Vec<String> = Vec::new();
+    let cases = cases();
+    for c in &cases {
+        match check(c, &mut rng) {
+            Ok(true) => {
+                with_def.insert(c.op);
+            }
+            Ok(false) => without.push(format!("{}: {}", c.label(), c.no_def.unwrap_or(""))),
+            Err(e) => failures.push(e),
+        }
+    }
+    println!(
+        "{} cases; operators with compute definitions: {}",
+        cases.len(),
+        with_def.iter().copied().collect::<Vec<_>>().join(" ")
+    );
+    println!("cases without a definition:");
+    for w in &without {
+        println!("  {w}");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failing cases:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_operator_of_the_families_is_covered() {
+    let cases = cases();
+    let missing: Vec<&str> = OPS
+        .iter()
+        .copied()
+        .filter(|op| !cases.iter().any(|c| c.op == *op))
+        .collect();
+    assert!(missing.is_empty(), "operators without a case: {missing:?}");
+    let unknown: Vec<&str> = cases
+        .iter()
+        .map(|c| c.op)
+        .filter(|op| !OPS.contains(op))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "cases of operators outside the list: {unknown:?}"
+    );
+}
+
+#[test]
+fn reshape_without_a_known_target_has_no_definition() {
+    let op = build(&case("Reshape", vec![]).opset(14));
+    let x = [2usize, 6];
+    let inputs = [
+        Some(ComputeInput {
+            dtype: F32,
+            shape: &x,
+            value: None,
+        }),
+        Some(ComputeInput {
+            dtype: I64,
+            shape: &[2],
+            value: None,
+        }),
+    ];
+    assert!(op.compute(&inputs).expect("valid inputs").is_none());
+}
+
+#[test]
+fn invalid_inputs_are_errors_not_definitions() {
+    let shape = [3usize];
+    let other = [4usize];
+    let inp = |dtype, shape| {
+        Some(ComputeInput {
+            dtype,
+            shape,
+            value: None,
+        })
+    };
+    let add = build(&case("Add", vec![]));
+    assert!(
+        add.compute(&[inp(F32, &shape), inp(F32, &other)]).is_err(),
+        "shapes do not broadcast"
+    );
+    assert!(
+        add.compute(&[inp(F32, &shape), inp(I32, &shape)]).is_err(),
+        "dtypes differ"
+    );
+    assert!(add.compute(&[inp(F32, &shape)]).is_err(), "missing input");
+    assert!(build(&case("Exp", vec![]))
+        .compute(&[inp(I32, &shape)])
+        .is_err());
+    assert!(build(&case("MatMul", vec![]))
+        .compute(&[inp(F32, &[2, 3]), inp(F32, &[4, 2])])
+        .is_err());
+    assert!(build(&case("Where", vec![]))
+        .compute(&[inp(I32, &shape), inp(F32, &shape), inp(F32, &shape)])
+        .is_err());
+    let clip = build(&case("Clip", vec![]).opset(13));
+    assert!(
+        clip.compute(&[inp(F32, &shape), inp(F32, &[2])]).is_err(),
+        "bound of two elements"
+    );
+}
