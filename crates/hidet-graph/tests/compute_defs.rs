@@ -4,7 +4,7 @@
 //! Every case builds the operator through the global registry, asks it for its compute
 //! definition for the inputs' concrete types, runs each node's naive kernel
 //! (`ComputeDef::node_function`) through the IR interpreter, and compares every output with
-//! `eval` on the same inputs: same dtype, same shape, values exact for integers and bools
+//! `eval` on the same inputs (each kernel also passes the IR verifier): same dtype, same shape, values exact for integers and bools
 //! and within a dtype-dependent tolerance for floats (NaN matches NaN). Cases whose operator
 //! has no definition for those inputs are listed with the reason; the test checks that
 //! `compute` really returns `Ok(None)` there, so the coverage printed by
@@ -15,7 +15,9 @@ use hidet_graph::{
 };
 use hidet_ir::compute::{tensor_dtype, tensor_shape, ComputeDef};
 use hidet_ir::dtype::DataType;
+use hidet_ir::function::Target;
 use hidet_ir::interp::{run_function, Arg, Buffer};
+use hidet_ir::verify::verify_function;
 
 /// Deterministic random numbers (SplitMix64).
 struct Rng(u64);
@@ -727,6 +729,7 @@ fn run_def(
         .collect();
     for (i, (out, _)) in def.nodes.iter().enumerate() {
         let f = def.node_function(i, "node");
+        verify_function(&f, Target::Cpu).map_err(|e| format!("node {i} does not verify: {e}"))?;
         let dtype = tensor_dtype(out).ok_or("node output is not a tensor")?;
         let mut args: Vec<Arg> = buffers.iter().cloned().map(Arg::Buffer).collect();
         args.push(Arg::Buffer(Buffer::zeros(dtype, numel(&const_shape(out)))));
