@@ -1,10 +1,10 @@
 //! Clip: bounds from attributes (opset 6-10) or optional inputs (opset 11+).
 
-use crate::dispatch_numeric;
-use crate::kernels::broadcast::map1;
 use hidet_ir::dtype::DataType;
 use hidet_ir::expr::Expr;
 
+use crate::dispatch_numeric;
+use crate::kernels::broadcast::map1;
 use crate::operator::{arg, opt_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
 use crate::ops::common::{self, infer_same};
 use crate::ops::compute_util::{grid_def, input, int_bounds, konst, opt_input, placeholders};
@@ -134,6 +134,7 @@ struct Bound {
     value: Expr,
 }
 
+/// How an attribute bound (opset 6-10) acts on elements of a given type.
 enum AttrBound {
     Applies(Bound),
     /// No element of the type is beyond the bound.
@@ -142,10 +143,6 @@ enum AttrBound {
     Inexpressible,
 }
 
-/// An attribute bound `b` for elements of `t`, as `eval` applies it: compared in `f64`,
-/// replaced by `b` converted to `t` (truncated and saturated for integers). Float bounds
-/// are compared in `t` directly, which selects the same elements because rounding to `t`
-/// is monotonic and the replacement is that same rounded value.
 impl AttrBound {
     fn applied(self) -> Option<Bound> {
         match self {
@@ -155,6 +152,10 @@ impl AttrBound {
     }
 }
 
+/// An attribute bound `b` for elements of `t`, as `eval` applies it: compared in `f64`,
+/// replaced by `b` converted to `t` (truncated and saturated for integers). Float bounds
+/// are compared in `t` directly, which selects the same elements because rounding to `t`
+/// is monotonic and the replacement is that same rounded value.
 fn attr_bound(b: f64, t: DataType, lower: bool) -> AttrBound {
     if t.is_float() {
         return AttrBound::Applies(Bound {

@@ -1,9 +1,9 @@
 //! PRelu: `x < 0 ? slope * x : x`, slope broadcast to x.
 
-use crate::dispatch_numeric;
-use crate::kernels::broadcast::map2;
 use hidet_ir::expr::Expr;
 
+use crate::dispatch_numeric;
+use crate::kernels::broadcast::map2;
 use crate::operator::{arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
 use crate::ops::common::{self, infer_broadcast};
 use crate::ops::compute_util::{broadcast, broadcast_read, grid_def, input, placeholders};

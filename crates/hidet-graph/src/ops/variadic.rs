@@ -1,10 +1,10 @@
 //! Variadic broadcasting reductions over inputs: Min, Max, Sum, Mean.
 
-use crate::kernels::broadcast::map2;
 use hidet_ir::dtype::DataType;
 use hidet_ir::expr::Expr;
 use hidet_ir::intrinsic::MathFunc;
 
+use crate::kernels::broadcast::map2;
 use crate::operator::{arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
 use crate::ops::common::infer_broadcast;
 use crate::ops::compute_util::{

@@ -1,9 +1,9 @@
 //! Where: `cond ? x : y` with three-way broadcasting.
 
-use crate::dispatch_all;
-use crate::kernels::broadcast::map3;
 use hidet_ir::expr::Expr;
 
+use crate::dispatch_all;
+use crate::kernels::broadcast::map3;
 use crate::operator::{arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
 use crate::ops::compute_util::{broadcast, broadcast_read, grid_def, input, placeholders};
 use crate::registry::{Registry, LATEST_OPSET};
