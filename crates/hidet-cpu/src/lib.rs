@@ -10,6 +10,7 @@ pub mod arg;
 pub mod cache;
 pub mod compile;
 pub mod error;
+pub mod graph_backend;
 pub mod module;
 pub mod options;
 pub mod pipeline;

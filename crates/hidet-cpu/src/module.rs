@@ -77,6 +77,26 @@ impl KernelHandle {
     }
 }
 
+impl KernelHandle {
+    /// Runs the kernel on a prepared packed argument array (one pointer per parameter),
+    /// skipping the checks of [`KernelHandle::call`]; for executors that check their
+    /// arguments once (with [`KernelSignature::check`] or equivalent) and launch many times
+    /// without allocating.
+    ///
+    /// # Safety
+    /// `args` must satisfy everything `call` checks, for this kernel: exactly one pointer
+    /// per parameter, in order; a tensor pointer must point to a buffer of the parameter's
+    /// dtype spanning at least the layout's storage size, valid for writes and not accessed
+    /// by anything else during the call when the kernel writes it; a scalar pointer must
+    /// point to a value of the parameter's exact type.
+    pub unsafe fn call_packed(&self, args: &[*mut c_void]) {
+        debug_assert_eq!(args.len(), self.signature.params.len());
+        // SAFETY: the caller guarantees the arguments (see above); `entry` is this kernel's
+        // packed entry point and the library stays loaded through `_library`.
+        unsafe { (self.entry)(args.as_ptr()) }
+    }
+}
+
 impl std::fmt::Debug for KernelHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KernelHandle")

@@ -11,7 +11,9 @@
 
 pub mod attribute;
 pub mod dtype;
+pub mod compiled;
 pub mod executor;
+pub mod fusion;
 pub mod graph;
 pub mod kernels;
 pub mod operator;

@@ -1,0 +1,169 @@
+//! Anchored tasks whose anchor is a 2-D f32 matmul: the matmul template, with the task's
+//! prologues and epilogue fused into it by [`hidet_ir::fusion::fuse`].
+
+use std::collections::HashMap;
+
+use hidet_graph::fusion::{AnchorOperand, FusedTask};
+use hidet_ir::compute::{tensor_dtype, tensor_shape, ComputeDef, ComputeNode, ReduceKind};
+use hidet_ir::dtype::DataType;
+use hidet_ir::expr::{BinaryOp, Expr, ExprKind, Var};
+use hidet_ir::function::Function;
+use hidet_ir::fusion::{fuse, Epilogue, Prologue};
+
+use crate::templates::matmul::{matmul_f32, MatmulSchedule};
+
+/// `(m, n, k)` when `def` is exactly `C[i, j] = Σ_r A[i, r] · B[r, j]` over f32 with inputs
+/// `(A, B)` in that order.
+pub fn matmul_shape(def: &ComputeDef) -> Option<(i64, i64, i64)> {
+    let ([a, b], [(c, node)], [out]) = (
+        def.inputs.as_slice(),
+        def.nodes.as_slice(),
+        def.outputs.as_slice(),
+    ) else {
+        return None;
+    };
+    if c != out {
+        return None;
+    }
+    let ComputeNode::Reduce {
+        axes,
+        reduce_axes,
+        kind: ReduceKind::Sum,
+        value,
+        ..
+    } = node
+    else {
+        return None;
+    };
+    let ([i, j], [r]) = (axes.as_slice(), reduce_axes.as_slice()) else {
+        return None;
+    };
+    if [a, b, c]
+        .iter()
+        .any(|v| tensor_dtype(v) != Some(DataType::F32))
+    {
+        return None;
+    }
+    let shape =
+        |v: &Var| -> Option<Vec<i64>> { tensor_shape(v).iter().map(Expr::as_int).collect() };
+    let (sa, sb, sc) = (shape(a)?, shape(b)?, shape(c)?);
+    let ([m, k], [k2, n], [m2, n2]) = (sa.as_slice(), sb.as_slice(), sc.as_slice()) else {
+        return None;
+    };
+    if k != k2 || m != m2 || n != n2 {
+        return None;
+    }
+    let ExprKind::Binary(BinaryOp::Mul, x, y) = value.kind() else {
+        return None;
+    };
+    let is_read = |e: &Expr, t: &Var, idx: [&Var; 2]| match e.kind() {
+        ExprKind::TensorElement { tensor, indices } => {
+            tensor == t
+                && indices.len() == 2
+                && indices[0].as_var() == Some(idx[0])
+                && indices[1].as_var() == Some(idx[1])
+        }
+        _ => false,
+    };
+    let ordered = is_read(x, a, [i, r]) && is_read(y, b, [r, j]);
+    let swapped = is_read(y, a, [i, r]) && is_read(x, b, [r, j]);
+    (ordered || swapped).then_some((*m, *n, *k))
+}
+
+/// Why the template path does not apply or the fusion was refused.
+#[derive(Debug)]
+pub enum TemplateOutcome {
+    /// The anchor is not a 2-D f32 matmul: use the scheduler.
+    NotApplicable,
+    /// The fused kernel, or the template alone when nothing is fused.
+    Kernel(Function),
+    /// The template cannot absorb the task's prologues/epilogue.
+    Refused(String),
+}
+
+/// The matmul-template kernel of `task` (see [`TemplateOutcome`]).
+pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOutcome {
+    let Some(anchor) = &task.anchor else {
+        return TemplateOutcome::NotApplicable;
+    };
+    let Some((m, n, k)) = matmul_shape(&anchor.def) else {
+        return TemplateOutcome::NotApplicable;
+    };
+    let template = match matmul_f32(&task.name, m, n, k, schedule) {
+        Ok(f) => f,
+        Err(e) => return TemplateOutcome::Refused(format!("matmul template: {e}")),
+    };
+    let [ta, tb, tc] = template.params.as_slice() else {
+        return TemplateOutcome::Refused("the matmul template does not take (A, B, C)".into());
+    };
+    let def = &task.def;
+    // Task inputs read directly by the template become the template's own parameters.
+    let mut params: Vec<Var> = def.inputs.clone();
+    let mut direct: HashMap<Var, Var> = HashMap::new();
+    let mut prologues = Vec::new();
+    for (operand, param) in anchor.operands.iter().zip([ta, tb]) {
+        match operand {
+            Some(AnchorOperand::Input(i)) if !direct.contains_key(&def.inputs[*i]) => {
+                direct.insert(def.inputs[*i].clone(), param.clone());
+                params[*i] = param.clone();
+            }
+            Some(AnchorOperand::Input(i)) => {
+                let axes: Vec<Var> = (0..2)
+                    .map(|d| Var::new(format!("p{d}"), DataType::I32))
+                    .collect();
+                let value = def.inputs[*i].at(axes.iter().map(Var::expr));
+                prologues.push((param.clone(), axes, value));
+            }
+            Some(AnchorOperand::Prologue { axes, value }) => {
+                prologues.push((param.clone(), axes.clone(), value.clone()));
+            }
+            None => {
+                return TemplateOutcome::Refused(
+                    "an anchor operand has no prologue expression".into(),
+                )
+            }
+        }
+    }
+    let redirect = |e: &Expr| hidet_graph::fusion::task::redirect_reads(e, &direct);
+    let prologues: Vec<Prologue> = prologues
+        .into_iter()
+        .map(|(param, axes, value)| Prologue {
+            param,
+            axes,
+            value: redirect(&value),
+        })
+        .collect();
+    let [output] = def.outputs.as_slice() else {
+        return TemplateOutcome::Refused("an anchored task with several outputs".into());
+    };
+    // The task output is the anchor's own output unless epilogues follow it.
+    let has_epilogue = anchor.def.outputs.first() != Some(output);
+    let epilogue = match (&anchor.epilogue, has_epilogue) {
+        (Some(e), true) => Some(Epilogue {
+            param: tc.clone(),
+            axes: e.axes.clone(),
+            stored: e.stored.clone(),
+            output: output.clone(),
+            indices: e.indices.clone(),
+            value: redirect(&e.value),
+        }),
+        (None, true) => {
+            return TemplateOutcome::Refused("the epilogue's index map is not invertible".into())
+        }
+        _ => None,
+    };
+    if epilogue.is_none() {
+        params.push(tc.clone());
+    } else {
+        params.push(output.clone());
+    }
+    if prologues.is_empty() && epilogue.is_none() {
+        let mut f = template;
+        f.params = params;
+        return TemplateOutcome::Kernel(f);
+    }
+    match fuse(&template, params, &prologues, epilogue.as_ref()) {
+        Ok(f) => TemplateOutcome::Kernel(f),
+        Err(e) => TemplateOutcome::Refused(e.to_string()),
+    }
+}

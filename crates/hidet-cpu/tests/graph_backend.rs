@@ -1,0 +1,273 @@
+//! The compiled-graph path on the CPU: fusion partition, fused kernels, memory plan and the
+//! executor, against the reference executor and independent float64 loops.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::Rng;
+use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
+use hidet_cpu::{BuildOptions, KernelCache};
+use hidet_graph::compiled::{CompileOptions, CompiledGraph, CompiledModel};
+use hidet_graph::{
+    run_reference, Attribute, Attributes, DType, Dim, Graph, GraphBuilder, NodeSpec, Registry,
+    Tensor, TensorType,
+};
+
+fn backend(dir: &std::path::Path, template: bool) -> CpuBackend {
+    CpuBackend::new(CpuBackendOptions {
+        build: BuildOptions {
+            cache: Some(KernelCache::new(dir)),
+            ..BuildOptions::default()
+        },
+        matmul_template: template,
+        compile_jobs: Some(2),
+    })
+}
+
+fn node(op: &str, inputs: &[&str], output: &str, attrs: Attributes) -> NodeSpec {
+    NodeSpec {
+        name: format!("{op}_{output}"),
+        domain: String::new(),
+        op_type: op.into(),
+        opset: 17,
+        attrs,
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: vec![output.to_string()],
+    }
+}
+
+fn random(rng: &mut Rng, shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::new(shape.to_vec(), (0..n).map(|_| rng.nonzero_f32()).collect()).unwrap()
+}
+
+fn f32s(t: &Tensor) -> Vec<f32> {
+    t.as_slice::<f32>().unwrap().to_vec()
+}
+
+fn assert_close(got: &[f32], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (*g as f64 - w).abs() <= 1e-4 + 1e-4 * w.abs(),
+            "{what}[{i}]: {g} vs {w}"
+        );
+    }
+}
+
+const M: usize = 37;
+const K: usize = 53;
+const N: usize = 29;
+
+/// y = relu(x · w + b) + r, the matmul analogue of conv-bn-relu-add.
+fn dense_block(rng: &mut Rng) -> (Graph, Tensor, Tensor, Tensor, Tensor) {
+    let w = random(rng, &[K, N]);
+    let b = random(rng, &[N]);
+    let mut g = GraphBuilder::new("dense_block");
+    g.input("x", TensorType::fixed(DType::F32, &[M, K]));
+    g.input("r", TensorType::fixed(DType::F32, &[M, N]));
+    g.initializer("w", w.clone());
+    g.initializer("b", b.clone());
+    g.node(node("MatMul", &["x", "w"], "xw", Attributes::new()));
+    g.node(node("Add", &["xw", "b"], "biased", Attributes::new()));
+    g.node(node("Relu", &["biased"], "act", Attributes::new()));
+    g.node(node("Add", &["act", "r"], "y", Attributes::new()));
+    g.output("y");
+    let graph = g.build(Registry::global()).unwrap();
+    (graph, random(rng, &[M, K]), random(rng, &[M, N]), w, b)
+}
+
+fn dense_block_f64(x: &Tensor, r: &Tensor, w: &Tensor, b: &Tensor) -> Vec<f64> {
+    let (x, r, w, b) = (f32s(x), f32s(r), f32s(w), f32s(b));
+    let mut out = vec![0f64; M * N];
+    for i in 0..M {
+        for j in 0..N {
+            let dot: f64 = (0..K)
+                .map(|k| x[i * K + k] as f64 * w[k * N + j] as f64)
+                .sum();
+            out[i * N + j] = (dot + b[j] as f64).max(0.0) + r[i * N + j] as f64;
+        }
+    }
+    out
+}
+
+#[test]
+fn matmul_bias_relu_add_is_one_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(7);
+    let (graph, x, r, w, b) = dense_block(&mut rng);
+    let want = dense_block_f64(&x, &r, &w, &b);
+    let inputs = vec![("x".to_string(), x.clone()), ("r".to_string(), r.clone())];
+    let reference = run_reference(&graph, &inputs).unwrap();
+    assert_close(&f32s(&reference[0].1), &want, "reference");
+
+    let compiled = CompiledGraph::compile(
+        &graph,
+        &[vec![M, K], vec![M, N]],
+        Arc::new(backend(dir.path(), false)),
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    let report = compiled.report();
+    assert_eq!(report.kernels, 1, "{}", report.partition);
+    assert_eq!(report.host_nodes, 0, "{}", report.partition);
+    assert!(
+        report.partition.contains("epilogues"),
+        "{}",
+        report.partition
+    );
+    let out = compiled.run(&inputs).unwrap();
+    assert_eq!(out[0].0, "y");
+    assert_close(&f32s(&out[0].1), &want, "compiled");
+
+    // With the matmul template: fused when `fuse` accepts, else split — never wrong.
+    let templated = CompiledGraph::compile(
+        &graph,
+        &[vec![M, K], vec![M, N]],
+        Arc::new(backend(dir.path(), true)),
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    let report = templated.report();
+    assert!(report.kernels <= 2, "{}", report.partition);
+    assert_eq!(
+        report.kernels == 2,
+        !report.refusals.is_empty(),
+        "{report:?}"
+    );
+    let out = templated.run(&inputs).unwrap();
+    assert_close(&f32s(&out[0].1), &want, "templated");
+}
+
+#[test]
+fn concurrent_runs_share_one_compiled_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(11);
+    let (graph, _, _, w, b) = dense_block(&mut rng);
+    let model = CompiledModel::new(graph, backend(dir.path(), true), CompileOptions::default());
+    let cases: Vec<(Tensor, Tensor)> = (0..6)
+        .map(|_| (random(&mut rng, &[M, K]), random(&mut rng, &[M, N])))
+        .collect();
+    let wants: Vec<Vec<f64>> = cases
+        .iter()
+        .map(|(x, r)| dense_block_f64(x, r, &w, &b))
+        .collect();
+    let model = &model;
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (cases, wants) = (&cases, &wants);
+            s.spawn(move || {
+                for round in 0..10 {
+                    let c = (t + round) % cases.len();
+                    let inputs = vec![
+                        ("x".to_string(), cases[c].0.clone()),
+                        ("r".to_string(), cases[c].1.clone()),
+                    ];
+                    let out = model.run(&inputs).unwrap();
+                    assert_close(&f32s(&out[0].1), &wants[c], "concurrent");
+                }
+            });
+        }
+    });
+}
+
+fn assert_send_sync<T: Send + Sync>() {}
+
+#[test]
+fn compiled_graphs_are_send_and_sync() {
+    assert_send_sync::<CompiledGraph<CpuBackend>>();
+    assert_send_sync::<CompiledModel<CpuBackend>>();
+}
+
+#[test]
+fn symbolic_batch_compiles_once_per_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(5);
+    let w = random(&mut rng, &[12, 7]);
+    let mut g = GraphBuilder::new("sym");
+    g.input(
+        "x",
+        TensorType {
+            dtype: DType::F32,
+            shape: Some(vec![
+                Dim::Symbol(Arc::from("B")),
+                Dim::Fixed(3),
+                Dim::Fixed(4),
+            ]),
+        },
+    );
+    g.initializer("w", w.clone());
+    g.initializer("shape", Tensor::new(vec![2], vec![-1i64, 12]).unwrap());
+    g.node(node("Reshape", &["x", "shape"], "flat", Attributes::new()));
+    g.node(node("MatMul", &["flat", "w"], "y", Attributes::new()));
+    g.output("y");
+    let graph = g.build(Registry::global()).unwrap();
+    let model = CompiledModel::new(
+        graph.clone(),
+        backend(dir.path(), true),
+        CompileOptions::default(),
+    );
+    for batch in [1usize, 5, 2, 5] {
+        let x = random(&mut rng, &[batch, 3, 4]);
+        let inputs = vec![("x".to_string(), x.clone())];
+        let got = model.run(&inputs).unwrap();
+        let want = run_reference(&graph, &inputs).unwrap();
+        assert_eq!(got[0].1.shape(), &[batch, 7]);
+        let want: Vec<f64> = want[0].1.to_f64_vec();
+        assert_close(&f32s(&got[0].1), &want, "symbolic batch");
+        let compiled = model.compiled(&[vec![batch, 3, 4]]).unwrap();
+        assert_eq!(
+            compiled.report().kernels,
+            1,
+            "{}",
+            compiled.report().partition
+        );
+    }
+    // The wrong rank is rejected before anything runs.
+    let err = model
+        .run(&[("x".to_string(), random(&mut rng, &[2, 12]))])
+        .unwrap_err();
+    assert!(err.to_string().contains("x"), "{err}");
+}
+
+#[test]
+fn operators_without_compute_definitions_run_on_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(9);
+    let mut attrs = Attributes::new();
+    attrs.insert("perm", Attribute::Ints(vec![1, 0]));
+    let mut g = GraphBuilder::new("host");
+    g.input("x", TensorType::fixed(DType::F32, &[6, 5]));
+    g.node(node("Exp", &["x"], "e", Attributes::new()));
+    g.node(node("Transpose", &["e"], "t", attrs));
+    g.node(node("Neg", &["t"], "y", Attributes::new()));
+    g.output("y");
+    let graph = g.build(Registry::global()).unwrap();
+    let x = random(&mut rng, &[6, 5]);
+    let inputs = vec![("x".to_string(), x.clone())];
+    let compiled = CompiledGraph::compile(
+        &graph,
+        &[vec![6, 5]],
+        Arc::new(backend(dir.path(), true)),
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    let out = compiled.run(&inputs).unwrap();
+    let xs = f32s(&x);
+    let want: Vec<f64> = (0..30)
+        .map(|i| {
+            let (r, c) = (i / 6, i % 6);
+            -(xs[c * 5 + r] as f64).exp()
+        })
+        .collect();
+    assert_close(&f32s(&out[0].1), &want, "host fallback");
+    let r = compiled.report();
+    // Exp and Neg are compiled; Transpose runs on the host until it has a compute definition.
+    assert!(r.kernels >= 1, "{}", r.partition);
+    assert!(
+        r.host_nodes == 0 || r.partition.contains("host Transpose"),
+        "{}",
+        r.partition
+    );
+}

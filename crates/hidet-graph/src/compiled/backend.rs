@@ -1,0 +1,142 @@
+//! The one trait through which the graph layer talks to a backend (DESIGN §3): lower fused
+//! tasks to kernels, build them into one module, allocate memory arenas, move tensors in and
+//! out of them, and launch a kernel on addresses inside them.
+//!
+//! Addresses are plain integers (`u64`): host pointers for the CPU, device pointers for CUDA.
+//! The executor computes every kernel argument's address once per arena and launches with
+//! those, so a run makes no allocation on the compiled path.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::dtype::DType;
+use crate::fusion::FusedTask;
+use crate::tensor::Tensor;
+
+/// Errors of a backend.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The backend will not fuse this task as one kernel (e.g. a template cannot follow a
+    /// fused tensor); the graph layer splits the task and asks again. Never an error to the
+    /// user unless a single-operator task is refused.
+    #[error("task `{task}` refused: {reason}")]
+    Refused { task: String, reason: String },
+    /// Lowering, code generation or compilation failed.
+    #[error("task `{task}`: {message}")]
+    Compile { task: String, message: String },
+    /// Building the module failed.
+    #[error("building the module failed: {0}")]
+    Build(String),
+    /// Memory could not be allocated or accessed.
+    #[error("memory: {0}")]
+    Memory(String),
+    /// A kernel launch failed or was given unusable arguments.
+    #[error("launch of kernel #{kernel}: {message}")]
+    Launch { kernel: usize, message: String },
+}
+
+/// Options of a compilation, shared by every backend.
+#[derive(Debug, Clone, Default)]
+pub struct CompileOptions {
+    /// Worker threads a kernel is scheduled for; `None` = all cores.
+    pub threads: Option<usize>,
+    /// When set, every generated kernel's source is written under this folder.
+    pub emit_source_dir: Option<std::path::PathBuf>,
+}
+
+/// One tensor argument of a kernel launch: an address inside an arena with what lies there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArgAddress {
+    pub address: u64,
+    /// Bytes available at `address`.
+    pub bytes: usize,
+    /// Whether the kernel writes through it.
+    pub written: bool,
+}
+
+/// What a built module reports about itself.
+#[derive(Debug, Clone, Default)]
+pub struct ModuleReport {
+    /// Kernels in the module.
+    pub kernels: usize,
+    /// Compiler invocations that ran (cache misses).
+    pub compiled: usize,
+    /// Compiler invocations avoided by the cache.
+    pub cached: usize,
+    /// Wall time of the build.
+    pub build_time: Duration,
+    /// `(kernel name, source text)` of every kernel, when the backend keeps sources.
+    pub sources: Vec<(String, String)>,
+}
+
+/// A compute backend (see the module docs).
+///
+/// Contract: a kernel built from task `t` takes one argument per `t.def.inputs` then one per
+/// `t.def.outputs`, each a dense row-major buffer of the tensor's dtype and shape; it reads
+/// only its inputs and writes every element of its outputs. Arguments never alias.
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// A lowered, not yet built kernel.
+    type Kernel: Send;
+    /// A built module of kernels.
+    type Module: Send + Sync;
+    /// A block of memory kernels can address.
+    type Arena: Send;
+
+    /// A short name for reports (`"cpu"`, `"cuda"`).
+    fn name(&self) -> &'static str;
+
+    /// Lowers one task. [`BackendError::Refused`] asks the graph layer to split the task.
+    fn lower(&self, task: &FusedTask, opts: &CompileOptions) -> Result<Self::Kernel, BackendError>;
+
+    /// Builds every kernel into one module; kernel `i` of the module is `kernels[i]`.
+    fn build(
+        &self,
+        kernels: Vec<Self::Kernel>,
+        opts: &CompileOptions,
+    ) -> Result<(Self::Module, ModuleReport), BackendError>;
+
+    /// Checks that kernel `kernel` accepts `args` (count, sizes, writability). Called once
+    /// per arena before any launch with these addresses.
+    fn check_args(
+        &self,
+        module: &Self::Module,
+        kernel: usize,
+        args: &[ArgAddress],
+    ) -> Result<(), BackendError>;
+
+    /// Launches kernel `kernel` on `args` and waits for it.
+    ///
+    /// # Safety
+    /// `args` must have passed [`Backend::check_args`] for this kernel; every address must
+    /// point into a live arena of this backend with `bytes` bytes available; buffers written
+    /// must not be accessed by anything else during the call, and no two arguments overlap.
+    unsafe fn launch(
+        &self,
+        module: &Self::Module,
+        kernel: usize,
+        args: &[u64],
+    ) -> Result<(), BackendError>;
+
+    /// A zero-filled arena of `bytes` bytes, aligned for any element type (64 bytes).
+    fn alloc(&self, bytes: usize) -> Result<Self::Arena, BackendError>;
+
+    /// The address of the arena's first byte.
+    fn base(&self, arena: &Self::Arena) -> u64;
+
+    /// Copies `tensor`'s elements to `offset` in `arena`.
+    fn upload(
+        &self,
+        arena: &mut Self::Arena,
+        offset: usize,
+        tensor: &Tensor,
+    ) -> Result<(), BackendError>;
+
+    /// Reads a tensor of `dtype` and `shape` at `offset` in `arena`.
+    fn download(
+        &self,
+        arena: &Self::Arena,
+        offset: usize,
+        dtype: DType,
+        shape: &[usize],
+    ) -> Result<Tensor, BackendError>;
+}

@@ -1,0 +1,578 @@
+//! A graph compiled for concrete input shapes: one module of fused kernels, a static memory
+//! plan and a flat launch list.
+//!
+//! # Running, and why it is `Send + Sync`
+//! Weights and folded constants live in one read-only arena shared by every run. Everything a
+//! run writes (inputs, intermediates, outputs) lives in a *run state*: an arena laid out by
+//! the memory plan, with the address of every kernel argument computed once when the state is
+//! created. Run states come from a pool: a run takes one (creating it only when every state is
+//! in use by another thread), runs the launch list, and puts it back. So concurrent runs never
+//! share writable memory and get identical results, and after the first run on a thread no
+//! run allocates anything on the compiled path. What a run does allocate: the returned output
+//! tensors, and the tensors of host (reference `eval`) nodes, if the graph has any.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::backend::{ArgAddress, Backend, BackendError, CompileOptions, ModuleReport};
+use super::plan::{plan_memory, BufferRequest, ALIGN};
+use crate::dtype::DType;
+use crate::executor::ExecError;
+use crate::fusion::{
+    partition, FusedTask, Group, GroupKind, Specialization, SpecializeError, TaskError,
+};
+use crate::graph::{Graph, ValueId};
+use crate::operator::{OpError, Operator};
+use crate::tensor::Tensor;
+
+/// Errors of compiling or running a compiled graph.
+#[derive(Debug, thiserror::Error)]
+pub enum CompiledError {
+    #[error(transparent)]
+    Specialize(#[from] SpecializeError),
+    #[error(transparent)]
+    Task(#[from] TaskError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// Bad inputs, or a host node failed.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+}
+
+/// Where a value lives while a compiled graph runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Loc {
+    /// In the constant arena at this offset.
+    Const(usize),
+    /// In the run arena at this offset.
+    Run(usize),
+    /// In a host slot of the run state (data-dependent shape).
+    Host(usize),
+    /// Not needed by anything.
+    Unused,
+}
+
+#[derive(Debug, Clone)]
+struct ValueSlot {
+    name: String,
+    dtype: DType,
+    shape: Option<Vec<usize>>,
+    loc: Loc,
+}
+
+#[derive(Debug)]
+enum Step {
+    Kernel {
+        kernel: usize,
+        /// `(value, written)` per kernel argument.
+        args: Vec<(ValueId, bool)>,
+    },
+    Host {
+        node: String,
+        op_type: String,
+        op: Arc<dyn Operator>,
+        inputs: Vec<Option<ValueId>>,
+        outputs: Vec<Option<ValueId>>,
+    },
+}
+
+/// What a compilation produced.
+#[derive(Debug, Clone, Default)]
+pub struct CompileReport {
+    /// Compiled kernels (one per fused task).
+    pub kernels: usize,
+    /// Nodes run with their reference `eval` on the host.
+    pub host_nodes: usize,
+    /// Groups that became buffer aliases (no kernel).
+    pub aliases: usize,
+    /// Nodes evaluated at compile time.
+    pub folded: usize,
+    /// Every fused task a backend refused, with its reason (each was split and retried).
+    pub refusals: Vec<String>,
+    /// Peak bytes of the run arena (inputs, intermediates, outputs) after reuse.
+    pub intermediate_bytes: usize,
+    /// What the run buffers would take without reuse.
+    pub unplanned_bytes: usize,
+    /// Bytes of the constant arena.
+    pub constant_bytes: usize,
+    /// Wall time of the whole compilation.
+    pub compile_time: Duration,
+    pub module: ModuleReport,
+    /// The readable partition dump (which operators went into which kernel).
+    pub partition: String,
+}
+
+struct RunState<B: Backend> {
+    arena: B::Arena,
+    /// Argument addresses of each step (empty for host steps).
+    addresses: Vec<Vec<u64>>,
+    host: Vec<Option<Tensor>>,
+}
+
+/// A graph compiled for one set of input shapes (see the module docs).
+pub struct CompiledGraph<B: Backend> {
+    backend: Arc<B>,
+    module: B::Module,
+    consts: B::Arena,
+    const_tensors: HashMap<ValueId, Tensor>,
+    values: Vec<ValueSlot>,
+    steps: Vec<Step>,
+    inputs: Vec<ValueId>,
+    outputs: Vec<ValueId>,
+    run_bytes: usize,
+    host_slots: usize,
+    pool: Mutex<Vec<RunState<B>>>,
+    report: CompileReport,
+}
+
+impl<B: Backend> std::fmt::Debug for CompiledGraph<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledGraph")
+            .field("backend", &self.backend)
+            .field("report", &self.report)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> CompiledGraph<B> {
+    /// Compiles `graph` for `input_shapes` (one per runtime input, in the graph's input order)
+    /// with `backend`: specialize, partition, lower every kernel group (splitting groups the
+    /// backend refuses to fuse), build one module, plan memory, upload constants.
+    pub fn compile(
+        graph: &Graph,
+        input_shapes: &[Vec<usize>],
+        backend: Arc<B>,
+        opts: &CompileOptions,
+    ) -> Result<CompiledGraph<B>, CompiledError> {
+        let start = Instant::now();
+        let given: Vec<(ValueId, Vec<usize>)> = graph
+            .inputs()
+            .iter()
+            .copied()
+            .zip(input_shapes.iter().cloned())
+            .collect();
+        let spec = Specialization::new(graph, &given)?;
+        let part = partition(graph, &spec);
+        let mut report = CompileReport {
+            folded: part.folded.len(),
+            ..Default::default()
+        };
+
+        // Lower every kernel group, splitting refused ones.
+        let mut groups: Vec<(Group, Option<usize>)> = Vec::new();
+        let mut kernels = Vec::new();
+        let mut tasks: Vec<FusedTask> = Vec::new();
+        for group in &part.groups {
+            if !matches!(group.kind, GroupKind::Anchored | GroupKind::Injective) {
+                groups.push((group.clone(), None));
+                continue;
+            }
+            let mut pending = vec![(group.clone(), 0u8)];
+            let mut done: Vec<(Group, Option<usize>)> = Vec::new();
+            while let Some((g, level)) = pending.pop() {
+                let task = FusedTask::new(graph, &spec, &g, tasks.len())?;
+                match backend.lower(&task, opts) {
+                    Ok(k) => {
+                        kernels.push(k);
+                        done.push((g, Some(tasks.len())));
+                        tasks.push(task);
+                    }
+                    Err(BackendError::Refused { task: t, reason })
+                        if g.has_fusion() && level < 2 =>
+                    {
+                        report.refusals.push(format!("{t}: {reason}"));
+                        let keep_prologues = level == 0 && !g.prologues.is_empty();
+                        let next = if keep_prologues { 1 } else { 2 };
+                        for piece in g.split(graph, keep_prologues).into_iter().rev() {
+                            pending.push((piece, next));
+                        }
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            done.sort_by_key(|(g, _)| g.nodes.last().copied());
+            groups.extend(done);
+        }
+        let (module, module_report) = backend.build(kernels, opts)?;
+        report.module = module_report;
+        report.partition = part.dump(graph, &spec).to_string();
+
+        // Values, steps, aliases.
+        let mut values: Vec<ValueSlot> = graph
+            .values()
+            .iter()
+            .zip(&spec.values)
+            .map(|(v, info)| ValueSlot {
+                name: v.name.clone(),
+                dtype: info.dtype,
+                shape: info.shape.clone(),
+                loc: Loc::Unused,
+            })
+            .collect();
+        let mut root: Vec<usize> = (0..values.len()).collect();
+        let mut steps: Vec<Step> = Vec::new();
+        for (group, task) in &groups {
+            match (&group.kind, task) {
+                (_, Some(t)) => {
+                    let task = &tasks[*t];
+                    let args = task
+                        .inputs
+                        .iter()
+                        .map(|v| (*v, false))
+                        .chain(task.outputs.iter().map(|v| (*v, true)))
+                        .collect();
+                    steps.push(Step::Kernel { kernel: *t, args });
+                    report.kernels += 1;
+                }
+                (GroupKind::Alias, _) => {
+                    let (Some(src), Some(dst)) = (group.inputs.first(), group.outputs.first())
+                    else {
+                        continue;
+                    };
+                    root[dst.0] = root[src.0];
+                    report.aliases += 1;
+                }
+                (_, None) => {
+                    for id in &group.nodes {
+                        let n = &graph.nodes()[id.0];
+                        steps.push(Step::Host {
+                            node: n.name.clone(),
+                            op_type: n.op_type.clone(),
+                            op: Arc::clone(&n.op),
+                            inputs: n.inputs.clone(),
+                            outputs: n.outputs.clone(),
+                        });
+                        report.host_nodes += 1;
+                    }
+                }
+            }
+        }
+
+        // Lifetimes of run buffers, by root.
+        let step_count = steps.len();
+        let mut span: HashMap<usize, (usize, usize)> = HashMap::new();
+        let touch = |v: ValueId, at: usize, span: &mut HashMap<usize, (usize, usize)>| {
+            let r = root[v.0];
+            let e = span.entry(r).or_insert((at, at));
+            e.0 = e.0.min(at);
+            e.1 = e.1.max(at);
+        };
+        for v in graph.inputs() {
+            touch(*v, 0, &mut span);
+        }
+        for (i, s) in steps.iter().enumerate() {
+            match s {
+                Step::Kernel { args, .. } => args.iter().for_each(|(v, _)| touch(*v, i, &mut span)),
+                Step::Host {
+                    inputs, outputs, ..
+                } => inputs
+                    .iter()
+                    .chain(outputs)
+                    .flatten()
+                    .for_each(|v| touch(*v, i, &mut span)),
+            }
+        }
+        for v in graph.outputs() {
+            touch(*v, step_count, &mut span);
+        }
+        let mut const_tensors = HashMap::new();
+        let mut const_layout: Vec<(usize, usize)> = Vec::new();
+        let mut const_bytes = 0usize;
+        let mut requests = Vec::new();
+        let mut request_roots = Vec::new();
+        let mut host_slots = 0usize;
+        let mut roots: Vec<usize> = span.keys().copied().collect();
+        roots.sort_unstable();
+        let mut root_loc: HashMap<usize, Loc> = HashMap::new();
+        for r in roots {
+            let info = &spec.values[r];
+            let loc = if let Some(t) = &info.constant {
+                let offset = const_bytes;
+                const_bytes += t.size_in_bytes().div_ceil(ALIGN).max(1) * ALIGN;
+                const_tensors.insert(ValueId(r), t.clone());
+                const_layout.push((r, offset));
+                Loc::Const(offset)
+            } else if let Some(bytes) = info.size_in_bytes() {
+                let (start, end) = span[&r];
+                requests.push(BufferRequest { bytes, start, end });
+                request_roots.push(r);
+                Loc::Run(0)
+            } else {
+                host_slots += 1;
+                Loc::Host(host_slots - 1)
+            };
+            root_loc.insert(r, loc);
+        }
+        let plan = plan_memory(&requests);
+        for (r, offset) in request_roots.iter().zip(&plan.offsets) {
+            root_loc.insert(*r, Loc::Run(*offset));
+        }
+        for (i, slot) in values.iter_mut().enumerate() {
+            if let Some(loc) = root_loc.get(&root[i]) {
+                slot.loc = *loc;
+            }
+        }
+        // Aliases of constants are constants too (for host reads).
+        for (i, slot) in values.iter().enumerate() {
+            if let (Loc::Const(_), Some(t)) = (slot.loc, const_tensors.get(&ValueId(root[i]))) {
+                let t = t.clone();
+                let shape = slot.shape.clone().unwrap_or_default();
+                if let Ok(view) = t.reshape(shape) {
+                    const_tensors.insert(ValueId(i), view);
+                }
+            }
+        }
+        let mut consts = backend.alloc(const_bytes)?;
+        for (r, offset) in &const_layout {
+            backend.upload(&mut consts, *offset, &const_tensors[&ValueId(*r)])?;
+        }
+        report.intermediate_bytes = plan.arena_bytes;
+        report.unplanned_bytes = plan.unplanned_bytes;
+        report.constant_bytes = const_bytes;
+        report.compile_time = start.elapsed();
+        Ok(CompiledGraph {
+            backend,
+            module,
+            consts,
+            const_tensors,
+            values,
+            steps,
+            inputs: graph.inputs().to_vec(),
+            outputs: graph.outputs().to_vec(),
+            run_bytes: plan.arena_bytes,
+            host_slots,
+            pool: Mutex::new(Vec::new()),
+            report,
+        })
+    }
+
+    /// What the compilation produced.
+    pub fn report(&self) -> &CompileReport {
+        &self.report
+    }
+
+    /// The input shapes this graph was compiled for, in input order.
+    pub fn input_shapes(&self) -> Vec<Vec<usize>> {
+        self.inputs
+            .iter()
+            .map(|v| self.values[v.0].shape.clone().unwrap_or_default())
+            .collect()
+    }
+
+    fn new_state(&self) -> Result<RunState<B>, CompiledError> {
+        let arena = self.backend.alloc(self.run_bytes)?;
+        let (cbase, rbase) = (self.backend.base(&self.consts), self.backend.base(&arena));
+        let mut addresses = Vec::with_capacity(self.steps.len());
+        for step in &self.steps {
+            let Step::Kernel { kernel, args } = step else {
+                addresses.push(Vec::new());
+                continue;
+            };
+            let mut checked = Vec::with_capacity(args.len());
+            for (v, written) in args {
+                let slot = &self.values[v.0];
+                let bytes = slot.shape.as_ref().map_or(0, |s| {
+                    s.iter().product::<usize>() * slot.dtype.size_in_bytes()
+                });
+                let address = match slot.loc {
+                    Loc::Const(o) if !written => cbase + o as u64,
+                    Loc::Run(o) => rbase + o as u64,
+                    other => {
+                        return Err(BackendError::Launch {
+                            kernel: *kernel,
+                            message: format!(
+                                "argument `{}` has no kernel-visible buffer ({other:?})",
+                                slot.name
+                            ),
+                        }
+                        .into())
+                    }
+                };
+                checked.push(ArgAddress {
+                    address,
+                    bytes,
+                    written: *written,
+                });
+            }
+            self.backend.check_args(&self.module, *kernel, &checked)?;
+            addresses.push(checked.iter().map(|a| a.address).collect());
+        }
+        Ok(RunState {
+            arena,
+            addresses,
+            host: vec![None; self.host_slots],
+        })
+    }
+
+    /// Runs on named inputs, which must have exactly the dtypes and shapes this graph was
+    /// compiled for; returns every graph output as (name, tensor), in output order.
+    pub fn run(&self, inputs: &[(String, Tensor)]) -> Result<Vec<(String, Tensor)>, CompiledError> {
+        let by_name: HashMap<&str, &Tensor> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        for (n, _) in inputs {
+            if !self.inputs.iter().any(|v| self.values[v.0].name == *n) {
+                return Err(ExecError::UnknownInput(n.clone()).into());
+            }
+        }
+        for v in &self.inputs {
+            let slot = &self.values[v.0];
+            let t = by_name
+                .get(slot.name.as_str())
+                .ok_or_else(|| ExecError::MissingInput(slot.name.clone()))?;
+            if t.dtype() != slot.dtype {
+                return Err(ExecError::WrongDType {
+                    name: slot.name.clone(),
+                    expected: slot.dtype,
+                    given: t.dtype(),
+                }
+                .into());
+            }
+            if Some(t.shape()) != slot.shape.as_deref() {
+                return Err(ExecError::WrongShape {
+                    name: slot.name.clone(),
+                    expected: format!("{:?}", slot.shape.clone().unwrap_or_default()),
+                    given: t.shape().to_vec(),
+                }
+                .into());
+            }
+        }
+        let taken = self
+            .pool
+            .lock()
+            .map_err(|_| BackendError::Memory("run-state pool poisoned".into()))?
+            .pop();
+        let mut state = match taken {
+            Some(s) => s,
+            None => self.new_state()?,
+        };
+        let result = self.run_with(&mut state, &by_name);
+        state.host.iter_mut().for_each(|h| *h = None);
+        if let Ok(mut pool) = self.pool.lock() {
+            pool.push(state);
+        }
+        result
+    }
+
+    fn run_with(
+        &self,
+        state: &mut RunState<B>,
+        inputs: &HashMap<&str, &Tensor>,
+    ) -> Result<Vec<(String, Tensor)>, CompiledError> {
+        for v in &self.inputs {
+            let slot = &self.values[v.0];
+            if let (Loc::Run(offset), Some(t)) = (slot.loc, inputs.get(slot.name.as_str())) {
+                self.backend.upload(&mut state.arena, offset, t)?;
+            }
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            match step {
+                Step::Kernel { kernel, .. } => {
+                    // SAFETY: the addresses were computed for this state's arena and the
+                    // constant arena, both alive for the call, and passed `check_args` when
+                    // the state was created; the memory plan gives simultaneously live
+                    // buffers disjoint bytes, and the arena is owned by this run alone.
+                    unsafe {
+                        self.backend
+                            .launch(&self.module, *kernel, &state.addresses[i])?
+                    };
+                }
+                Step::Host {
+                    node,
+                    op_type,
+                    op,
+                    inputs: ins,
+                    outputs: outs,
+                } => self.run_host(state, inputs, node, op_type, op.as_ref(), ins, outs)?,
+            }
+        }
+        self.outputs
+            .iter()
+            .map(|v| Ok((self.values[v.0].name.clone(), self.read(state, inputs, *v)?)))
+            .collect()
+    }
+
+    fn read(
+        &self,
+        state: &RunState<B>,
+        inputs: &HashMap<&str, &Tensor>,
+        v: ValueId,
+    ) -> Result<Tensor, CompiledError> {
+        let slot = &self.values[v.0];
+        if self.inputs.contains(&v) {
+            if let Some(t) = inputs.get(slot.name.as_str()) {
+                return Ok((*t).clone());
+            }
+        }
+        match slot.loc {
+            Loc::Const(_) => self.const_tensors.get(&v).cloned().ok_or_else(|| {
+                BackendError::Memory(format!("constant `{}` is missing", slot.name)).into()
+            }),
+            Loc::Run(offset) => Ok(self.backend.download(
+                &state.arena,
+                offset,
+                slot.dtype,
+                slot.shape.as_deref().unwrap_or(&[]),
+            )?),
+            Loc::Host(h) => state.host[h]
+                .clone()
+                .ok_or_else(|| ExecError::MissingInput(slot.name.clone()).into()),
+            Loc::Unused => Err(ExecError::MissingInput(slot.name.clone()).into()),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_host(
+        &self,
+        state: &mut RunState<B>,
+        inputs: &HashMap<&str, &Tensor>,
+        node: &str,
+        op_type: &str,
+        op: &dyn Operator,
+        ins: &[Option<ValueId>],
+        outs: &[Option<ValueId>],
+    ) -> Result<(), CompiledError> {
+        let node_err = |source: OpError| ExecError::Node {
+            node: node.to_string(),
+            op_type: op_type.to_string(),
+            source,
+        };
+        let args: Vec<Option<Tensor>> = ins
+            .iter()
+            .map(|i| i.map(|v| self.read(state, inputs, v)).transpose())
+            .collect::<Result<_, _>>()?;
+        let refs: Vec<Option<&Tensor>> = args.iter().map(Option::as_ref).collect();
+        let results = op.eval(&refs).map_err(node_err)?;
+        for (slot_index, o) in outs.iter().enumerate() {
+            let Some(o) = o else { continue };
+            let t = results.get(slot_index).ok_or_else(|| {
+                node_err(OpError::Invalid(format!(
+                    "operator returned {} outputs, node declares #{slot_index}",
+                    results.len()
+                )))
+            })?;
+            let slot = &self.values[o.0];
+            match slot.loc {
+                Loc::Run(offset) => {
+                    if t.dtype() != slot.dtype || Some(t.shape()) != slot.shape.as_deref() {
+                        return Err(ExecError::InferenceMismatch {
+                            node: node.to_string(),
+                            op_type: op_type.to_string(),
+                            slot: slot_index,
+                            expected: format!(
+                                "{}{:?}",
+                                slot.dtype,
+                                slot.shape.clone().unwrap_or_default()
+                            ),
+                            given: format!("{}{:?}", t.dtype(), t.shape()),
+                        }
+                        .into());
+                    }
+                    self.backend.upload(&mut state.arena, offset, t)?;
+                }
+                Loc::Host(h) => state.host[h] = Some(t.clone()),
+                Loc::Const(_) | Loc::Unused => {}
+            }
+        }
+        Ok(())
+    }
+}

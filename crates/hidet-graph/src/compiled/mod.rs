@@ -1,0 +1,18 @@
+//! The compiled graph (DESIGN §1): a graph specialized for concrete input shapes, fused into
+//! tasks, built by a [`Backend`] into one module, with a static memory plan and a flat launch
+//! list that runs with no interpretation and no allocation per run.
+//!
+//! - [`backend`]: the one trait between the graph layer and a backend.
+//! - [`plan`]: the liveness-based memory plan.
+//! - [`graph`]: [`CompiledGraph`], compile and run for one set of input shapes.
+//! - [`model`]: [`CompiledModel`], the per-shape cache.
+
+pub mod backend;
+pub mod graph;
+pub mod model;
+pub mod plan;
+
+pub use backend::{ArgAddress, Backend, BackendError, CompileOptions, ModuleReport};
+pub use graph::{CompileReport, CompiledError, CompiledGraph};
+pub use model::CompiledModel;
+pub use plan::{plan_memory, BufferRequest, MemoryPlan};

@@ -1,0 +1,88 @@
+//! A model compiled lazily per input shapes: graph inputs with symbolic dimensions are
+//! compiled for the concrete shapes seen, once per distinct set of shapes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::backend::{Backend, BackendError, CompileOptions};
+use super::graph::{CompiledError, CompiledGraph};
+use crate::executor::check_inputs;
+use crate::graph::Graph;
+use crate::tensor::Tensor;
+
+/// Compiled graphs by input shapes.
+type ShapeCache<B> = HashMap<Vec<Vec<usize>>, Arc<CompiledGraph<B>>>;
+
+/// A graph with a backend and a cache of [`CompiledGraph`]s keyed by input shapes.
+/// `Send + Sync`: any number of threads may call [`CompiledModel::run`] at once.
+pub struct CompiledModel<B: Backend> {
+    graph: Graph,
+    backend: Arc<B>,
+    opts: CompileOptions,
+    cache: Mutex<ShapeCache<B>>,
+}
+
+impl<B: Backend> std::fmt::Debug for CompiledModel<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledModel")
+            .field("graph", &self.graph.name)
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> CompiledModel<B> {
+    /// A model of `graph` (after graph passes) for `backend`; nothing is compiled yet.
+    pub fn new(graph: Graph, backend: B, opts: CompileOptions) -> CompiledModel<B> {
+        CompiledModel {
+            graph,
+            backend: Arc::new(backend),
+            opts,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The compiled graph for `shapes` (one per runtime input, in input order), compiled now
+    /// if not cached. Compilations are serialized.
+    pub fn compiled(&self, shapes: &[Vec<usize>]) -> Result<Arc<CompiledGraph<B>>, CompiledError> {
+        let mut cache = self
+            .cache
+            .lock()
+            .map_err(|_| BackendError::Memory("compile cache poisoned".into()))?;
+        if let Some(c) = cache.get(shapes) {
+            return Ok(Arc::clone(c));
+        }
+        let compiled = Arc::new(CompiledGraph::compile(
+            &self.graph,
+            shapes,
+            Arc::clone(&self.backend),
+            &self.opts,
+        )?);
+        cache.insert(shapes.to_vec(), Arc::clone(&compiled));
+        Ok(compiled)
+    }
+
+    /// Checks `inputs` against the graph's declared inputs (as the reference executor does),
+    /// then runs the compiled graph for their shapes.
+    pub fn run(&self, inputs: &[(String, Tensor)]) -> Result<Vec<(String, Tensor)>, CompiledError> {
+        check_inputs(&self.graph, inputs)?;
+        let shapes: Vec<Vec<usize>> = self
+            .graph
+            .inputs()
+            .iter()
+            .map(|id| {
+                let name = &self.graph.value(*id).name;
+                inputs
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, t)| t.shape().to_vec())
+                    .unwrap_or_default()
+            })
+            .collect();
+        self.compiled(&shapes)?.run(inputs)
+    }
+}

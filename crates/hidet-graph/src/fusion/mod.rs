@@ -1,0 +1,16 @@
+//! Post-scheduling fusion on the graph side (DESIGN §2): specialize a graph for concrete
+//! input shapes, partition it into groups (anchor + prologues + epilogues, injective trees,
+//! aliases, host nodes) and turn each kernel group into a [`FusedTask`].
+//!
+//! ```text
+//! Graph ──Specialization::new──► Specialization ──partition──► Partition ──FusedTask::new──► tasks
+//! ```
+
+pub mod index_map;
+pub mod partition;
+pub mod specialize;
+pub mod task;
+
+pub use partition::{partition, Group, GroupKind, Partition, RESHAPE_LIKE};
+pub use specialize::{NodeMode, Specialization, SpecializeError, ValueInfo};
+pub use task::{AnchorInfo, AnchorOperand, FusedTask, TaskEpilogue, TaskError};

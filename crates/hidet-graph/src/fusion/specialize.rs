@@ -1,0 +1,308 @@
+//! Specialization of a graph for concrete input shapes: the concrete type of every value,
+//! the values known before any run (weights and folded constants), and each node's compute
+//! definition — or why it has none and runs on the host.
+
+use crate::dtype::DType;
+use crate::graph::{Graph, NodeId, ValueId};
+use crate::operator::{ComputeDef, ComputeInput, InferInput};
+use crate::shape::TensorType;
+use crate::tensor::Tensor;
+
+/// Nodes whose inputs are all known are evaluated at compile time when every output has at
+/// most this many elements.
+pub const FOLD_LIMIT: usize = 1 << 22;
+
+/// Errors of specialization.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SpecializeError {
+    /// An input shape was given for a value that is not a runtime input of the graph.
+    #[error("value #{0} is not a runtime input of the graph")]
+    NotAnInput(usize),
+    /// A runtime input got no shape.
+    #[error("no shape given for input `{0}`")]
+    MissingInput(String),
+    /// A node's shape inference rejects the concrete input types.
+    #[error("node `{node}` ({op_type}): {reason}")]
+    Node {
+        node: String,
+        op_type: String,
+        reason: String,
+    },
+}
+
+/// What specialization knows about one value.
+#[derive(Debug, Clone)]
+pub struct ValueInfo {
+    pub dtype: DType,
+    /// The concrete shape; `None` when it depends on run-time data (the value then lives on
+    /// the host, and so does every node reading it).
+    pub shape: Option<Vec<usize>>,
+    /// The value itself when known before any run (initializers, folded constants).
+    pub constant: Option<Tensor>,
+}
+
+impl ValueInfo {
+    /// Bytes of the value when its shape is static.
+    pub fn size_in_bytes(&self) -> Option<usize> {
+        let n = crate::tensor::checked_numel(self.shape.as_ref()?)?;
+        n.checked_mul(self.dtype.size_in_bytes())
+    }
+}
+
+/// How a node of a specialized graph runs.
+#[derive(Debug, Clone)]
+pub enum NodeMode {
+    /// Every output is known at compile time; the node never runs.
+    Folded,
+    /// Compiled from this compute definition.
+    Compute(ComputeDef),
+    /// Runs its reference `eval` on the host, for the stated reason.
+    Host(String),
+}
+
+/// A graph specialized for concrete input shapes (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Specialization {
+    /// Indexed by [`ValueId`]; values no node defines any more keep their graph type.
+    pub values: Vec<ValueInfo>,
+    /// Indexed by [`NodeId`].
+    pub nodes: Vec<NodeMode>,
+}
+
+impl Specialization {
+    /// Specializes `graph` for `inputs` (`(runtime input, shape)`, one per runtime input).
+    ///
+    /// Shape inference runs again with concrete types; nodes whose inputs are all known and
+    /// whose outputs are small enough are folded ([`FOLD_LIMIT`]); every other node gets its
+    /// compute definition when its input shapes are static and the operator provides one.
+    /// Operator failures are not errors here: such nodes run on the host, where the same
+    /// failure surfaces when the graph runs (as it would on the reference path).
+    pub fn new(graph: &Graph, inputs: &[(ValueId, Vec<usize>)]) -> Result<Self, SpecializeError> {
+        let mut values: Vec<ValueInfo> = graph
+            .values()
+            .iter()
+            .map(|v| ValueInfo {
+                dtype: v.ty.dtype,
+                shape: v.initializer.as_ref().map(|t| t.shape().to_vec()),
+                constant: v.initializer.clone(),
+            })
+            .collect();
+        for (id, shape) in inputs {
+            if !graph.inputs().contains(id) {
+                return Err(SpecializeError::NotAnInput(id.0));
+            }
+            values[id.0].shape = Some(shape.clone());
+        }
+        for id in graph.inputs() {
+            if values[id.0].shape.is_none() {
+                return Err(SpecializeError::MissingInput(graph.value(*id).name.clone()));
+            }
+        }
+        let mut nodes = Vec::with_capacity(graph.nodes().len());
+        for index in 0..graph.nodes().len() {
+            nodes.push(specialize_node(graph, NodeId(index), &mut values)?);
+        }
+        Ok(Specialization { values, nodes })
+    }
+
+    /// The value's info.
+    pub fn value(&self, id: ValueId) -> &ValueInfo {
+        &self.values[id.0]
+    }
+
+    /// The static shape of `id`, if any.
+    pub fn shape(&self, id: ValueId) -> Option<&[usize]> {
+        self.values[id.0].shape.as_deref()
+    }
+}
+
+/// A static input of a node: dtype, shape and known value.
+type StaticInput<'a> = (DType, &'a [usize], Option<&'a Tensor>);
+
+fn specialize_node(
+    graph: &Graph,
+    id: NodeId,
+    values: &mut [ValueInfo],
+) -> Result<NodeMode, SpecializeError> {
+    let node = &graph.nodes()[id.0];
+    let types: Vec<Option<TensorType>> = node
+        .inputs
+        .iter()
+        .map(|i| {
+            i.map(|v| {
+                let info = &values[v.0];
+                match &info.shape {
+                    Some(s) => TensorType::fixed(info.dtype, s),
+                    None => graph.value(v).ty.clone(),
+                }
+            })
+        })
+        .collect();
+    let infer_inputs: Vec<Option<InferInput<'_>>> = node
+        .inputs
+        .iter()
+        .zip(&types)
+        .map(|(i, t)| {
+            i.zip(t.as_ref()).map(|(v, ty)| InferInput {
+                ty,
+                value: values[v.0].constant.as_ref(),
+            })
+        })
+        .collect();
+    let out_types = node
+        .op
+        .infer(&infer_inputs)
+        .map_err(|e| SpecializeError::Node {
+            node: node.name.clone(),
+            op_type: node.op_type.clone(),
+            reason: e.to_string(),
+        })?;
+    drop(infer_inputs);
+    for (slot, out) in node.outputs.iter().enumerate() {
+        let Some(out) = out else { continue };
+        if let Some(ty) = out_types.get(slot) {
+            values[out.0].dtype = ty.dtype;
+            values[out.0].shape = ty.fixed_shape();
+        }
+    }
+
+    let all_known = node
+        .inputs
+        .iter()
+        .flatten()
+        .all(|v| values[v.0].constant.is_some());
+    let small = node.outputs.iter().flatten().all(|o| {
+        values[o.0]
+            .shape
+            .as_ref()
+            .and_then(|s| crate::tensor::checked_numel(s))
+            .is_some_and(|n| n <= FOLD_LIMIT)
+    });
+    if all_known && small && node.outputs.iter().flatten().next().is_some() {
+        let args: Vec<Option<&Tensor>> = node
+            .inputs
+            .iter()
+            .map(|i| i.and_then(|v| values[v.0].constant.as_ref()))
+            .collect();
+        if let Ok(outs) = node.op.eval(&args) {
+            let consistent = node.outputs.iter().enumerate().all(|(slot, o)| match o {
+                None => true,
+                Some(o) => outs.get(slot).is_some_and(|t| {
+                    t.dtype() == values[o.0].dtype
+                        && values[o.0].shape.as_deref() == Some(t.shape())
+                }),
+            });
+            if consistent {
+                for (slot, o) in node.outputs.iter().enumerate() {
+                    if let (Some(o), Some(t)) = (o, outs.get(slot)) {
+                        values[o.0].constant = Some(t.clone());
+                    }
+                }
+                return Ok(NodeMode::Folded);
+            }
+        }
+    }
+
+    let mut shapes: Vec<Option<StaticInput<'_>>> = Vec::new();
+    for i in &node.inputs {
+        match i {
+            None => shapes.push(None),
+            Some(v) => match &values[v.0].shape {
+                Some(s) => shapes.push(Some((values[v.0].dtype, s, values[v.0].constant.as_ref()))),
+                None => {
+                    return Ok(NodeMode::Host(format!(
+                        "input `{}` has a data-dependent shape",
+                        graph.value(*v).name
+                    )))
+                }
+            },
+        }
+    }
+    if let Some(o) = node
+        .outputs
+        .iter()
+        .flatten()
+        .find(|o| values[o.0].shape.is_none())
+    {
+        return Ok(NodeMode::Host(format!(
+            "output `{}` has a data-dependent shape",
+            graph.value(*o).name
+        )));
+    }
+    let compute_inputs: Vec<Option<ComputeInput<'_>>> = shapes
+        .iter()
+        .map(|s| {
+            s.map(|(dtype, shape, value)| ComputeInput {
+                dtype,
+                shape,
+                value,
+            })
+        })
+        .collect();
+    match node.op.compute(&compute_inputs) {
+        Ok(Some(def)) => match check_def(&def, node, values) {
+            Ok(()) => Ok(NodeMode::Compute(def)),
+            Err(why) => Ok(NodeMode::Host(why)),
+        },
+        Ok(None) => Ok(NodeMode::Host("no compute definition".to_string())),
+        Err(e) => Ok(NodeMode::Host(format!("compute definition failed: {e}"))),
+    }
+}
+
+/// Checks the [`crate::Operator::compute`] contract against the specialized types, so that a
+/// definition that disagrees with inference runs on the host instead of computing garbage.
+fn check_def(
+    def: &ComputeDef,
+    node: &crate::graph::Node,
+    values: &[ValueInfo],
+) -> Result<(), String> {
+    def.validate()
+        .map_err(|e| format!("invalid compute definition: {e}"))?;
+    if def.inputs.len() < node.inputs.iter().filter(|i| i.is_some()).count()
+        || def.outputs.len() < node.outputs.iter().filter(|o| o.is_some()).count()
+    {
+        return Err("compute definition has too few inputs or outputs".to_string());
+    }
+    let matches = |var: &hidet_ir::expr::Var, info: &ValueInfo| -> bool {
+        let Some(t) = var.ty().as_tensor() else {
+            return false;
+        };
+        let Some(shape) = t.layout.const_shape() else {
+            return false;
+        };
+        let want = info.shape.as_deref().unwrap_or(&[]);
+        t.dtype == info.dtype.to_ir()
+            && shape.len() == want.len()
+            && shape
+                .iter()
+                .zip(want)
+                .all(|(a, b)| usize::try_from(*a) == Ok(*b))
+    };
+    for (slot, v) in node.inputs.iter().enumerate() {
+        if let Some(v) = v {
+            if !def
+                .inputs
+                .get(slot)
+                .is_some_and(|var| matches(var, &values[v.0]))
+            {
+                return Err(format!(
+                    "compute definition input #{slot} has the wrong type"
+                ));
+            }
+        }
+    }
+    for (slot, v) in node.outputs.iter().enumerate() {
+        if let Some(v) = v {
+            if !def
+                .outputs
+                .get(slot)
+                .is_some_and(|var| matches(var, &values[v.0]))
+            {
+                return Err(format!(
+                    "compute definition output #{slot} has the wrong type"
+                ));
+            }
+        }
+    }
+    Ok(())
+}

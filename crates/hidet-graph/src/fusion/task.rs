@@ -1,0 +1,350 @@
+//! Fused tasks: one group of the partition as one compute definition, ready for a backend.
+//!
+//! The operators' definitions are composed: every read of an operator's input placeholder
+//! is redirected to the tensor that defines it inside the task (an earlier member's node) or
+//! to the task input that stands for the graph value. An anchored task also carries what a
+//! backend needs to fuse into a template kernel of its anchor ([`AnchorInfo`]): each anchor
+//! operand as a task input or as an inlined prologue expression, and the epilogue as a value
+//! written through the inverse of its index map.
+
+use std::collections::HashMap;
+
+use hidet_ir::compute::{tensor_input, ComputeDef, ComputeNode};
+use hidet_ir::expr::{Expr, ExprKind, Var};
+
+use super::index_map::invert_read;
+use super::partition::{Group, GroupKind};
+use super::specialize::{NodeMode, Specialization};
+use crate::graph::{Graph, NodeId, ValueId};
+
+/// Why a group could not be turned into a task.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TaskError {
+    /// The group runs no kernel (host or alias group).
+    #[error("group of `{0}` is not a kernel group")]
+    NotAKernel(String),
+    /// A member has no compute definition or a value has no static shape.
+    #[error("node `{node}`: {reason}")]
+    Node { node: String, reason: String },
+    /// The composed definition is invalid (an operator broke the `compute` contract).
+    #[error("task `{task}`: {reason}")]
+    Invalid { task: String, reason: String },
+}
+
+/// How the anchor reads one of its operands.
+#[derive(Debug, Clone)]
+pub enum AnchorOperand {
+    /// Task input `index` (`task.def.inputs[index]`), read directly.
+    Input(usize),
+    /// An inlined prologue: the operand's element at `axes` is `value`, which reads only
+    /// task inputs.
+    Prologue { axes: Vec<Var>, value: Expr },
+}
+
+/// The epilogue of an anchored task: where and what to write for each anchor output element.
+#[derive(Debug, Clone)]
+pub struct TaskEpilogue {
+    /// One `i32` variable per dimension of the anchor output.
+    pub axes: Vec<Var>,
+    /// Stands for the anchor's output element inside `value`.
+    pub stored: Var,
+    /// The index of the task output (`def.outputs[0]`) written for anchor element `axes`.
+    pub indices: Vec<Expr>,
+    /// The value written: reads `stored`, `axes` and task inputs only.
+    pub value: Expr,
+}
+
+/// What a backend needs to put an anchored task into a template kernel of its anchor.
+#[derive(Debug, Clone)]
+pub struct AnchorInfo {
+    pub node: NodeId,
+    pub op_type: String,
+    /// The anchor operator's own definition (inputs are its operand placeholders).
+    pub def: ComputeDef,
+    /// One entry per `def.inputs` (absent optional inputs are `None`).
+    pub operands: Vec<Option<AnchorOperand>>,
+    /// The epilogue, when the task has epilogue members; the task output is the anchor
+    /// output otherwise.
+    pub epilogue: Option<TaskEpilogue>,
+}
+
+/// One kernel's worth of work.
+#[derive(Debug, Clone)]
+pub struct FusedTask {
+    /// A C-identifier-safe name, unique in its graph (`k<index>_<ops>`).
+    pub name: String,
+    /// The composed definition: `def.inputs[i]` stands for `inputs[i]`, `def.outputs[j]`
+    /// for `outputs[j]`.
+    pub def: ComputeDef,
+    pub inputs: Vec<ValueId>,
+    pub outputs: Vec<ValueId>,
+    /// Members in topological order.
+    pub nodes: Vec<NodeId>,
+    pub anchor: Option<AnchorInfo>,
+}
+
+impl FusedTask {
+    /// The task of kernel group `group`, named after `index` and its operators.
+    pub fn new(
+        graph: &Graph,
+        spec: &Specialization,
+        group: &Group,
+        index: usize,
+    ) -> Result<FusedTask, TaskError> {
+        let first = group
+            .nodes
+            .first()
+            .map(|n| graph.nodes()[n.0].name.clone())
+            .unwrap_or_default();
+        if !matches!(group.kind, GroupKind::Anchored | GroupKind::Injective) {
+            return Err(TaskError::NotAKernel(first));
+        }
+        let name = task_name(graph, group, index);
+        let invalid = |reason: String| TaskError::Invalid {
+            task: name.clone(),
+            reason,
+        };
+        let mut var_of: HashMap<ValueId, Var> = HashMap::new();
+        let mut inputs = Vec::new();
+        for (i, v) in group.inputs.iter().enumerate() {
+            let var = value_var(graph, spec, *v, &format!("in{i}"))?;
+            var_of.insert(*v, var.clone());
+            inputs.push(var);
+        }
+        let mut nodes: Vec<(Var, ComputeNode)> = Vec::new();
+        let mut anchor_def = None;
+        for id in &group.nodes {
+            let node = &graph.nodes()[id.0];
+            let NodeMode::Compute(def) = &spec.nodes[id.0] else {
+                return Err(TaskError::Node {
+                    node: node.name.clone(),
+                    reason: "no compute definition".into(),
+                });
+            };
+            let mut map: HashMap<Var, Var> = HashMap::new();
+            for (slot, v) in node.inputs.iter().enumerate() {
+                if let (Some(v), Some(placeholder)) = (v, def.inputs.get(slot)) {
+                    let target = var_of
+                        .get(v)
+                        .cloned()
+                        .ok_or_else(|| invalid(format!("value #{} is not defined", v.0)))?;
+                    map.insert(placeholder.clone(), target);
+                }
+            }
+            for (var, n) in &def.nodes {
+                nodes.push((var.clone(), redirect_node(n, &map)));
+            }
+            for (slot, v) in node.outputs.iter().enumerate() {
+                if let (Some(v), Some(out)) = (v, def.outputs.get(slot)) {
+                    let var = map.get(out).cloned().unwrap_or_else(|| out.clone());
+                    var_of.insert(*v, var);
+                }
+            }
+            if group.anchor == Some(*id) {
+                anchor_def = Some(def.clone());
+            }
+        }
+        let outputs: Vec<Var> = group
+            .outputs
+            .iter()
+            .map(|v| {
+                var_of
+                    .get(v)
+                    .cloned()
+                    .ok_or_else(|| invalid(format!("output value #{} is not defined", v.0)))
+            })
+            .collect::<Result<_, _>>()?;
+        let def = ComputeDef::new(inputs, nodes, outputs).map_err(|e| invalid(e.to_string()))?;
+        let anchor = match (group.anchor, anchor_def) {
+            (Some(a), Some(adef)) => Some(anchor_info(graph, group, &def, &var_of, a, adef)),
+            _ => None,
+        };
+        Ok(FusedTask {
+            name,
+            def,
+            inputs: group.inputs.clone(),
+            outputs: group.outputs.clone(),
+            nodes: group.nodes.clone(),
+            anchor,
+        })
+    }
+}
+
+fn task_name(graph: &Graph, group: &Group, index: usize) -> String {
+    let mut name = format!("k{index}");
+    let ops = group
+        .anchor
+        .iter()
+        .chain(group.nodes.iter().filter(|n| Some(**n) != group.anchor));
+    for id in ops.take(4) {
+        name.push('_');
+        name.extend(
+            graph.nodes()[id.0]
+                .op_type
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric())
+                .map(|c| c.to_ascii_lowercase()),
+        );
+    }
+    name
+}
+
+fn value_var(
+    graph: &Graph,
+    spec: &Specialization,
+    v: ValueId,
+    name: &str,
+) -> Result<Var, TaskError> {
+    let info = spec.value(v);
+    let shape = info.shape.as_ref().ok_or_else(|| TaskError::Node {
+        node: graph.value(v).name.clone(),
+        reason: "data-dependent shape".into(),
+    })?;
+    Ok(tensor_input(
+        name,
+        info.dtype.to_ir(),
+        shape.iter().map(|&d| d as i64),
+    ))
+}
+
+/// `e` with every read of a key of `map` reading the mapped tensor instead.
+pub fn redirect_reads(e: &Expr, map: &HashMap<Var, Var>) -> Expr {
+    e.rewrite(&mut |x| match x.kind() {
+        ExprKind::TensorElement { tensor, indices } => {
+            map.get(tensor).map(|t| t.at(indices.iter().cloned()))
+        }
+        _ => None,
+    })
+}
+
+fn redirect_node(n: &ComputeNode, map: &HashMap<Var, Var>) -> ComputeNode {
+    match n {
+        ComputeNode::Grid { axes, value } => ComputeNode::Grid {
+            axes: axes.clone(),
+            value: redirect_reads(value, map),
+        },
+        ComputeNode::Reduce {
+            axes,
+            reduce_axes,
+            reduce_shape,
+            kind,
+            value,
+        } => ComputeNode::Reduce {
+            axes: axes.clone(),
+            reduce_axes: reduce_axes.clone(),
+            reduce_shape: reduce_shape.clone(),
+            kind: *kind,
+            value: redirect_reads(value, map),
+        },
+    }
+}
+
+fn anchor_info(
+    graph: &Graph,
+    group: &Group,
+    def: &ComputeDef,
+    var_of: &HashMap<ValueId, Var>,
+    anchor: NodeId,
+    anchor_def: ComputeDef,
+) -> AnchorInfo {
+    let node = &graph.nodes()[anchor.0];
+    // Only grid nodes of prologue members, inlined into each other.
+    let prologue_vars: Vec<Var> = group
+        .prologues
+        .iter()
+        .flat_map(|p| graph.nodes()[p.0].outputs.iter().flatten())
+        .filter_map(|v| var_of.get(v).cloned())
+        .collect();
+    let operands = node
+        .inputs
+        .iter()
+        .map(|slot| {
+            let v = (*slot)?;
+            let var = var_of.get(&v)?;
+            if let Some(i) = def.inputs.iter().position(|x| x == var) {
+                return Some(AnchorOperand::Input(i));
+            }
+            if !prologue_vars.contains(var) {
+                return None;
+            }
+            let sub = ComputeDef {
+                inputs: def.inputs.clone(),
+                nodes: def.nodes.clone(),
+                outputs: vec![var.clone()],
+            }
+            .inline_grids();
+            match sub.node(var)? {
+                ComputeNode::Grid { axes, value } => {
+                    let pure = hidet_ir::compute::reads(value)
+                        .iter()
+                        .all(|(t, _)| def.inputs.contains(t));
+                    pure.then(|| AnchorOperand::Prologue {
+                        axes: axes.clone(),
+                        value: value.clone(),
+                    })
+                }
+                ComputeNode::Reduce { .. } => None,
+            }
+        })
+        .collect();
+    let epilogue = group.epilogues.last().and_then(|_| {
+        let anchor_out = node.outputs.iter().flatten().next()?;
+        let src = var_of.get(anchor_out)?;
+        let out = def.outputs.first()?;
+        let sub = ComputeDef {
+            inputs: def.inputs.iter().cloned().chain([src.clone()]).collect(),
+            nodes: def
+                .nodes
+                .iter()
+                .skip_while(|(v, _)| v != src)
+                .skip(1)
+                .cloned()
+                .collect(),
+            outputs: vec![out.clone()],
+        }
+        .inline_grids();
+        let ComputeNode::Grid { axes, value } = sub.node(out)? else {
+            return None;
+        };
+        let src_shape = const_shape(src)?;
+        let out_shape = const_shape(out)?;
+        let inv = invert_read(axes, &out_shape, value, src, &src_shape)?;
+        let stored = Var::new("stored", src.ty().as_tensor()?.dtype);
+        let map: HashMap<Var, Expr> = axes
+            .iter()
+            .cloned()
+            .zip(inv.out_index.iter().cloned())
+            .collect();
+        let replaced = value.rewrite(&mut |x| match x.kind() {
+            ExprKind::TensorElement { tensor, .. } if tensor == src => Some(stored.expr()),
+            _ => None,
+        });
+        let value = replaced.substitute(&map);
+        let pure = hidet_ir::compute::reads(&value)
+            .iter()
+            .all(|(t, _)| def.inputs.contains(t));
+        pure.then_some(TaskEpilogue {
+            axes: inv.src_axes,
+            stored,
+            indices: inv.out_index,
+            value,
+        })
+    });
+    AnchorInfo {
+        node: anchor,
+        op_type: node.op_type.clone(),
+        def: anchor_def,
+        operands,
+        epilogue,
+    }
+}
+
+fn const_shape(v: &Var) -> Option<Vec<usize>> {
+    v.ty()
+        .as_tensor()?
+        .layout
+        .const_shape()?
+        .into_iter()
+        .map(|d| usize::try_from(d).ok())
+        .collect()
+}
