@@ -16,8 +16,12 @@
 //!   parallel loop runs over its points; per row, each reduce node is
 //!   folded into a register accumulator (`f32` for `f16`/`bf16`). When the
 //!   innermost reduction axis reads only contiguous (or invariant) `f32`
-//!   data, the fold is explicit SIMD: `4` accumulators of `f32xW`, a
-//!   horizontal combine, and a scalar tail; otherwise a scalar loop. Later
+//!   data, the fold is vectorized: sums and products in explicit SIMD (`4`
+//!   accumulators of `f32xW`), max and min in `W` per-lane accumulators
+//!   updated by a `LoopKind::Vectorize` lane loop; then a horizontal
+//!   combine and a scalar tail. Otherwise a scalar loop. Float `max`/`min`
+//!   in scalar code become NaN-preserving selects, so that the C compiler
+//!   can vectorize them. Later
 //!   reductions and outputs read earlier ones from their registers, so
 //!   `mean = sum / n`, softmax and layernorm are one pass of the row loop.
 //!   Grid outputs that read reductions must read them at their own row
@@ -35,6 +39,7 @@ mod injective;
 mod params;
 mod plan;
 mod rowwise;
+mod select;
 mod threads;
 mod vectorize;
 
@@ -126,7 +131,7 @@ pub(crate) fn output_value(
     let value = match def.nodes.iter().find(|(v, _)| v == out) {
         Some((_, ComputeNode::Grid { axes, value })) => {
             let env: HashMap<Var, Expr> = axes.iter().cloned().zip(index.iter().cloned()).collect();
-            kernel.rename(value, &env, &HashMap::new())
+            select::selects_for_min_max(&kernel.rename(value, &env, &HashMap::new()))
         }
         Some((_, ComputeNode::Reduce { .. })) => Expr::zero(dtype),
         None => match kernel.input(out) {

@@ -9,10 +9,11 @@
 use super::error::ScheduleError;
 use super::params::Kernel;
 use super::plan::{RowOutput, RowPlan};
+use super::select::{select_min_max, selects_for_min_max};
 use super::threads::{bind_all, parallel_items, product, unravel};
 use super::vectorize::vectorize;
 use hidet_ir::builder::FunctionBuilder;
-use hidet_ir::compute::{tensor_dtype, tensor_shape, ComputeDef, ComputeNode};
+use hidet_ir::compute::{tensor_dtype, tensor_shape, ComputeDef, ComputeNode, ReduceKind};
 use hidet_ir::dtype::DataType;
 use hidet_ir::expr::{Expr, Var};
 use hidet_ir::intrinsic::Intrinsic;
@@ -67,6 +68,16 @@ fn accumulator_dtype(dtype: DataType) -> DataType {
     }
 }
 
+/// `acc ⊕ value` for scalars, float max/min as selects.
+fn combine_scalar(kind: ReduceKind, acc: Expr, value: Expr) -> Expr {
+    match kind {
+        ReduceKind::Max | ReduceKind::Min if acc.dtype().is_some_and(|d| d.is_float()) => {
+            select_min_max(kind == ReduceKind::Max, &value, &acc)
+        }
+        _ => kind.combine(acc, value),
+    }
+}
+
 fn cast_to(e: Expr, dtype: DataType) -> Expr {
     if e.dtype() == Some(dtype) {
         e
@@ -106,6 +117,7 @@ fn reduce_row(
     let env: HashMap<Var, Expr> = axes.iter().cloned().zip(row.iter().cloned()).collect();
     let acc = fb.var("acc", kind.identity(acc_t));
     let body_value = |env: &HashMap<Var, Expr>| cast_to(kernel.rename(value, env, accs), acc_t);
+    let per_lane = matches!(kind, ReduceKind::Max | ReduceKind::Min);
 
     let vector_body = match (reduce_axes.last(), rshape.last()) {
         (Some(r_last), Some(n_last)) if acc_t == DataType::F32 && lanes > 1 => {
@@ -121,6 +133,37 @@ fn reduce_row(
         _ => None,
     };
     match vector_body {
+        Some((lane, scalar)) if per_lane => {
+            let w = i64::from(lanes);
+            let scalar = selects_for_min_max(&scalar);
+            let lacc = fb.register_tensor("lacc", DataType::F32, row_major([w]));
+            fb.for_range_with("l", w, LoopKind::Vectorize, |fb, l| {
+                fb.store(&lacc, [l], kind.identity(DataType::F32));
+            });
+            let outer_axes = &reduce_axes[..reduce_axes.len() - 1];
+            let (n_last, outer_shape) = rshape.split_last().expect("vector path has a last axis");
+            nest(fb, outer_shape, &mut |fb, ro| {
+                let mut map: HashMap<Var, Expr> =
+                    outer_axes.iter().cloned().zip(ro.iter().cloned()).collect();
+                fb.for_range("b", n_last / w, |fb, b| {
+                    fb.for_range_with("l", w, LoopKind::Vectorize, |fb, l| {
+                        let mut at = map.clone();
+                        at.insert(lane.clone(), &b * w + &l);
+                        let v = scalar.substitute(&at);
+                        fb.store(&lacc, [l.clone()], combine_scalar(kind, lacc.at([l]), v));
+                    });
+                });
+                fb.for_range("r", n_last - (n_last / w) * w, |fb, r| {
+                    map.insert(lane.clone(), (n_last / w) * w + r);
+                    let v = scalar.substitute(&map);
+                    fb.assign(&acc, combine_scalar(kind, acc.expr(), v));
+                });
+            });
+            let each = repeat_unrolled([w])?;
+            fb.for_each(each.on(0), |fb, l| {
+                fb.assign(&acc, combine_scalar(kind, acc.expr(), lacc.at(l.to_vec())));
+            });
+        }
         Some((lane, scalar)) => {
             let vec_t = DataType::F32.with_lanes(lanes);
             let vacc = fb.register_tensor("vacc", vec_t, row_major([ACCUMULATORS]));
@@ -159,8 +202,8 @@ fn reduce_row(
                 });
                 fb.for_range("r", n_last - (n_last / w) * w, |fb, r| {
                     map.insert(lane.clone(), (n_last / w) * w + r);
-                    let v = scalar.substitute(&map);
-                    fb.assign(&acc, kind.combine(acc.expr(), v));
+                    let v = selects_for_min_max(&scalar.substitute(&map));
+                    fb.assign(&acc, combine_scalar(kind, acc.expr(), v));
                 });
             });
             let folded = (1..ACCUMULATORS).fold(vacc.at([0]), |a, u| kind.combine(a, vacc.at([u])));
@@ -171,14 +214,15 @@ fn reduce_row(
             );
             let per_lane = repeat_unrolled([i64::from(lanes)])?;
             fb.for_each(per_lane.on(0), |fb, l| {
-                fb.assign(&acc, kind.combine(acc.expr(), spill.at(l.to_vec())));
+                fb.assign(&acc, combine_scalar(kind, acc.expr(), spill.at(l.to_vec())));
             });
         }
         None => {
             nest(fb, &rshape, &mut |fb, r| {
                 let mut env = env.clone();
                 env.extend(reduce_axes.iter().cloned().zip(r.iter().cloned()));
-                fb.assign(&acc, kind.combine(acc.expr(), body_value(&env)));
+                let v = selects_for_min_max(&body_value(&env));
+                fb.assign(&acc, combine_scalar(kind, acc.expr(), v));
             });
         }
     }
@@ -248,7 +292,10 @@ fn write_output(
                     .collect();
                 let env: HashMap<Var, Expr> =
                     axes.iter().cloned().zip(full.iter().cloned()).collect();
-                let v = cast_to(kernel.rename(value, &env, accs), dtype);
+                let v = cast_to(
+                    selects_for_min_max(&kernel.rename(value, &env, accs)),
+                    dtype,
+                );
                 fb.store(param, full, v);
             });
         }
