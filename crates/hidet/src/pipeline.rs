@@ -1,10 +1,18 @@
 //! Load a model and run it: the path shared by `hidet run` and the conformance suite.
+//!
+//! Two executors: the compiled path ([`compile`], [`run`]: fused CPU kernels, the default)
+//! and the reference executor ([`run_reference`]: every operator's `eval`, the oracle).
 
 use std::path::Path;
 
+use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
+use hidet_graph::compiled::{CompileOptions, CompiledError, CompiledModel};
 use hidet_graph::passes::{default_passes, run_passes};
-use hidet_graph::{run_reference, ExecError, GraphError, Tensor};
+use hidet_graph::{run_reference as reference_executor, ExecError, GraphError, Tensor};
 use hidet_onnx::{OnnxError, OnnxModel};
+
+/// A model compiled for the CPU (lazily, once per distinct set of input shapes).
+pub type CpuModel = CompiledModel<CpuBackend>;
 
 /// Errors of loading or running a model.
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +23,8 @@ pub enum PipelineError {
     Graph(#[from] GraphError),
     #[error(transparent)]
     Exec(#[from] ExecError),
+    #[error(transparent)]
+    Compiled(#[from] CompiledError),
 }
 
 /// Imports `path` and applies the default graph passes.
@@ -24,13 +34,30 @@ pub fn load(path: &Path) -> Result<OnnxModel, PipelineError> {
     Ok(m)
 }
 
-/// Runs the model on named inputs and returns every graph output as (name, tensor).
-///
-/// Until the compiled path exists, this is the reference executor (with or without
-/// `--reference`). Input errors name the input and what was expected.
+/// The compiled CPU model of `model`. Nothing is compiled until the first run (or
+/// [`CompiledModel::compiled`]) with concrete input shapes; compiled kernels are cached on
+/// disk (`HIDET_CACHE_DIR`) and in the returned model per input shapes.
+pub fn compile(model: &OnnxModel, opts: CompileOptions) -> CpuModel {
+    CompiledModel::new(
+        model.graph.clone(),
+        CpuBackend::new(CpuBackendOptions::default()),
+        opts,
+    )
+}
+
+/// Runs a compiled model on named inputs and returns every graph output as (name, tensor).
+/// Input errors name the input and what was expected.
 pub fn run(
+    model: &CpuModel,
+    inputs: &[(String, Tensor)],
+) -> Result<Vec<(String, Tensor)>, PipelineError> {
+    Ok(model.run(inputs)?)
+}
+
+/// Runs the model with the reference executor (the oracle); same contract as [`run`].
+pub fn run_reference(
     model: &OnnxModel,
     inputs: &[(String, Tensor)],
 ) -> Result<Vec<(String, Tensor)>, PipelineError> {
-    Ok(run_reference(&model.graph, inputs)?)
+    Ok(reference_executor(&model.graph, inputs)?)
 }

@@ -1,14 +1,18 @@
 //! ONNX backend node-test conformance (`cargo test -p hidet --test conformance`).
 //!
 //! Runs every case under the ONNX node-test folder through `hidet::pipeline` (the path of
-//! `hidet run`), prints passed / failed / unsupported per operator, and fails if any case in
-//! `tests/conformance/expected_pass.txt` does not pass.
+//! `hidet run`) twice — with the reference executor and compiled — prints passed / failed /
+//! unsupported per operator and path, and fails if any case in
+//! `tests/conformance/expected_pass.txt` does not pass both ways. A case counts as passing
+//! (for the list update) only when it passes both ways.
 //!
 //! - Data: `$HIDET_ONNX_NODE_TESTS`, or `.venv/lib/python3.*/site-packages/onnx/backend/test/data/node`
 //!   at the repository root (created by `scripts/setup_python.sh`). Missing data is a failure.
 //! - `HIDET_UPDATE_CONFORMANCE=1` rewrites the list as (old list ∪ passing cases).
 //! - `HIDET_CONFORMANCE_FILTER=substr` runs only cases whose name contains `substr`.
 //! - `HIDET_CONFORMANCE_VERBOSE=1` prints every failure's message.
+//! - `HIDET_CONFORMANCE_PATHS=reference` (or `compiled`) runs one path only; listed cases are
+//!   then checked on that path alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -125,7 +129,14 @@ fn close(a: &Tensor, b: &Tensor) -> Result<(), String> {
     Ok(())
 }
 
-fn run_case(case: &Path) -> Outcome {
+/// Which executor a case runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path_ {
+    Reference,
+    Compiled,
+}
+
+fn run_case(case: &Path, path: Path_) -> Outcome {
     let model = match pipeline::load(&case.join("model.onnx")) {
         Ok(m) => m,
         Err(PipelineError::Onnx(
@@ -148,6 +159,8 @@ fn run_case(case: &Path) -> Outcome {
         Err(e) => return Outcome::Fail(e.to_string()),
     };
     sets.sort();
+    let compiled = (path == Path_::Compiled)
+        .then(|| pipeline::compile(&model, hidet::graph::compiled::CompileOptions::default()));
     let graph = &model.graph;
     let input_names: Vec<String> = graph
         .inputs()
@@ -199,7 +212,11 @@ fn run_case(case: &Path) -> Outcome {
                 (name, t)
             })
             .collect();
-        let outputs = match pipeline::run(&model, &inputs) {
+        let result = match &compiled {
+            Some(c) => pipeline::run(c, &inputs),
+            None => pipeline::run_reference(&model, &inputs),
+        };
+        let outputs = match result {
             Ok(o) => o,
             Err(e) => return Outcome::Fail(format!("run: {e}")),
         };
@@ -217,6 +234,18 @@ fn run_case(case: &Path) -> Outcome {
         }
     }
     Outcome::Pass
+}
+
+/// One outcome from the outcomes of the paths that ran: a failure on either path fails (named
+/// by path); unsupported if the reference path found it unsupported.
+fn combine(reference: Option<Outcome>, compiled: Option<Outcome>) -> Outcome {
+    match (reference, compiled) {
+        (Some(Outcome::Fail(m)), _) => Outcome::Fail(format!("reference: {m}")),
+        (_, Some(Outcome::Fail(m))) => Outcome::Fail(format!("compiled: {m}")),
+        (Some(u @ Outcome::Unsupported(_)), _) | (None, Some(u @ Outcome::Unsupported(_))) => u,
+        (Some(Outcome::Pass) | None, Some(Outcome::Pass) | None) => Outcome::Pass,
+        (Some(Outcome::Pass), Some(u @ Outcome::Unsupported(_))) => u,
+    }
 }
 
 fn main() {
@@ -249,6 +278,12 @@ fn main() {
         );
         std::process::exit(1);
     }
+    let paths = match std::env::var("HIDET_CONFORMANCE_PATHS").as_deref() {
+        Ok("reference") => (true, false),
+        Ok("compiled") => (false, true),
+        _ => (true, true),
+    };
+    let compiled_only = std::sync::atomic::AtomicUsize::new(0);
     let start = std::time::Instant::now();
     let results: Mutex<Vec<(String, String, Outcome)>> = Mutex::new(Vec::new());
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -267,8 +302,19 @@ fn main() {
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default();
                 let op = primary_op(case);
-                let outcome = catch_unwind(AssertUnwindSafe(|| run_case(case)))
-                    .unwrap_or_else(|_| Outcome::Fail("panicked".into()));
+                let run = |path: Path_| {
+                    catch_unwind(AssertUnwindSafe(|| run_case(case, path)))
+                        .unwrap_or_else(|_| Outcome::Fail("panicked".into()))
+                };
+                let reference = paths.0.then(|| run(Path_::Reference));
+                let compiled = paths.1.then(|| run(Path_::Compiled));
+                if matches!(
+                    (&reference, &compiled),
+                    (Some(Outcome::Pass), Some(Outcome::Fail(_)))
+                ) {
+                    compiled_only.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                let outcome = combine(reference, compiled);
                 if let Ok(mut r) = results.lock() {
                     r.push((name, op, outcome));
                 }
@@ -314,10 +360,11 @@ fn main() {
         }
     }
     println!(
-        "\nconformance: {} cases, {} passed, {} failed, {} unsupported ({:.1}s)",
+        "\nconformance: {} cases, {} passed, {} failed ({} of them only compiled), {} unsupported ({:.1}s)",
         results.len(),
         passed.len(),
         failed.len(),
+        compiled_only.load(std::sync::atomic::Ordering::Relaxed),
         unsupported,
         start.elapsed().as_secs_f64()
     );

@@ -42,6 +42,8 @@ pub struct CompileOptions {
     pub threads: Option<usize>,
     /// When set, every generated kernel's source is written under this folder.
     pub emit_source_dir: Option<std::path::PathBuf>,
+    /// One kernel per operator (the unfused baseline, for tests and comparisons).
+    pub no_fusion: bool,
 }
 
 /// One tensor argument of a kernel launch: an address inside an arena with what lies there.

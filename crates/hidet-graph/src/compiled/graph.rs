@@ -20,7 +20,8 @@ use super::plan::{plan_memory, BufferRequest, ALIGN};
 use crate::dtype::DType;
 use crate::executor::ExecError;
 use crate::fusion::{
-    partition, FusedTask, Group, GroupKind, Specialization, SpecializeError, TaskError,
+    partition_with, FusedTask, Group, GroupKind, Partition, Specialization, SpecializeError,
+    TaskError,
 };
 use crate::graph::{Graph, ValueId};
 use crate::operator::{OpError, Operator};
@@ -153,7 +154,7 @@ impl<B: Backend> CompiledGraph<B> {
             .zip(input_shapes.iter().cloned())
             .collect();
         let spec = Specialization::new(graph, &given)?;
-        let part = partition(graph, &spec);
+        let part = partition_with(graph, &spec, !opts.no_fusion);
         let mut report = CompileReport {
             folded: part.folded.len(),
             ..Default::default()
@@ -196,7 +197,16 @@ impl<B: Backend> CompiledGraph<B> {
         }
         let (module, module_report) = backend.build(kernels, opts)?;
         report.module = module_report;
-        report.partition = part.dump(graph, &spec).to_string();
+        let final_partition = Partition {
+            groups: groups.iter().map(|(g, _)| g.clone()).collect(),
+            folded: part.folded.clone(),
+        };
+        report.partition = final_partition.dump(graph, &spec).to_string();
+        for r in &report.refusals {
+            report
+                .partition
+                .push_str(&format!("split after refusal: {r}\n"));
+        }
 
         // Values, steps, aliases.
         let mut values: Vec<ValueSlot> = graph

@@ -77,6 +77,12 @@ enum Class {
 
 /// Partitions `graph` as specialized by `spec` (see the module docs).
 pub fn partition(graph: &Graph, spec: &Specialization) -> Partition {
+    partition_with(graph, spec, true)
+}
+
+/// [`partition`], or with `fuse == false` one group per node (anchors alone, each injective
+/// node alone; reshape-like nodes still become aliases) — the unfused baseline.
+pub fn partition_with(graph: &Graph, spec: &Specialization, fuse: bool) -> Partition {
     let n = graph.nodes().len();
     let class: Vec<Class> = spec
         .nodes
@@ -124,7 +130,7 @@ pub fn partition(graph: &Graph, spec: &Specialization) -> Partition {
             prologues: vec![],
             epilogues: vec![],
         };
-        let mut stack = vec![NodeId(a)];
+        let mut stack = if fuse { vec![NodeId(a)] } else { vec![] };
         while let Some(m) = stack.pop() {
             for v in graph.nodes()[m.0].inputs.iter().flatten() {
                 let Some((p, _)) = graph.value(*v).producer else {
@@ -143,7 +149,7 @@ pub fn partition(graph: &Graph, spec: &Specialization) -> Partition {
             }
         }
         let mut tail = NodeId(a);
-        while let Some(out) = single_output(tail) {
+        while let Some(out) = single_output(tail).filter(|_| fuse) {
             let Some(c) = single_use(out) else { break };
             if class[c.0] != Class::Injective
                 || owner[c.0].is_some()
@@ -174,7 +180,7 @@ pub fn partition(graph: &Graph, spec: &Specialization) -> Partition {
             prologues: vec![],
             epilogues: vec![],
         };
-        if single_output(NodeId(s)).is_some() {
+        if fuse && single_output(NodeId(s)).is_some() {
             let mut stack = vec![NodeId(s)];
             while let Some(m) = stack.pop() {
                 for v in graph.nodes()[m.0].inputs.iter().flatten() {

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use hidet::graph::compiled::CompileOptions;
 use hidet::graph::Tensor;
 use hidet::pipeline;
 
@@ -38,8 +39,8 @@ fn parse_inputs(args: &[String]) -> Result<Vec<(String, PathBuf)>, CliError> {
     Ok(out)
 }
 
-/// Loads `model`, reads the inputs, runs (reference executor; `reference` is accepted for
-/// forward compatibility), writes `output_dir/<sanitized name>.npy` for every graph output.
+/// Loads `model`, reads the inputs, runs (compiled, or with the reference executor when
+/// `reference`), writes `output_dir/<sanitized name>.npy` for every graph output.
 pub fn run(
     model: &Path,
     inputs: &[String],
@@ -47,7 +48,6 @@ pub fn run(
     reference: bool,
     threads: Option<usize>,
 ) -> Result<(), CliError> {
-    let _ = reference; // Only the reference path exists so far.
     if let Some(n) = threads {
         if n == 0 {
             return Err(CliError::Other("--threads must be at least 1".into()));
@@ -63,7 +63,18 @@ pub fn run(
         .iter()
         .map(|(name, path)| Ok((name.clone(), npy::read(path)?)))
         .collect::<Result<_, CliError>>()?;
-    let outputs = pipeline::run(&m, &tensors)?;
+    let outputs = if reference {
+        pipeline::run_reference(&m, &tensors)?
+    } else {
+        let compiled = pipeline::compile(
+            &m,
+            CompileOptions {
+                threads,
+                ..CompileOptions::default()
+            },
+        );
+        pipeline::run(&compiled, &tensors)?
+    };
     std::fs::create_dir_all(output_dir).map_err(|e| CliError::Io {
         path: output_dir.to_path_buf(),
         source: e,
