@@ -6,3 +6,4 @@ pub mod conv;
 pub mod pool;
 pub mod quant;
 pub mod window;
+pub mod movement;
