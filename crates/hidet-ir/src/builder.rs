@@ -101,6 +101,14 @@ impl FunctionBuilder {
         v
     }
 
+    /// Adds an existing variable as the next parameter (for kernels whose
+    /// parameter types refer to variables defined elsewhere, such as the
+    /// shape variables of a compute definition).
+    pub fn param_var(&mut self, var: Var) -> Var {
+        self.params.push(var.clone());
+        var
+    }
+
     /// Adds a row-major global tensor parameter.
     pub fn tensor_param<I: Into<Expr>>(
         &mut self,

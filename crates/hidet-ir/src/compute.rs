@@ -345,15 +345,14 @@ impl ComputeDef {
     pub fn node_function(&self, index: usize, name: &str) -> Function {
         let (out, node) = &self.nodes[index];
         let mut fb = FunctionBuilder::cpu_kernel(name);
-        let mut params: HashMap<Var, Var> = HashMap::new();
         for t in self
             .inputs
             .iter()
             .chain(self.nodes[..index].iter().map(|(v, _)| v))
         {
-            params.insert(t.clone(), fb.param(t.name(), t.ty().clone()));
+            fb.param_var(t.clone());
         }
-        let out_param = fb.param(out.name(), out.ty().clone());
+        let out_param = fb.param_var(out.clone());
         let mut scalars: Vec<Var> = Vec::new();
         let mut note_scalars = |e: &Expr| {
             e.visit(&mut |x| {
@@ -372,25 +371,10 @@ impl ComputeDef {
         if let ComputeNode::Reduce { reduce_shape, .. } = node {
             reduce_shape.iter().for_each(&mut note_scalars);
         }
-        for s in &scalars {
-            params.insert(s.clone(), fb.param(s.name(), s.ty().clone()));
+        for s in scalars {
+            fb.param_var(s);
         }
-        let rename = |e: &Expr, extra: &HashMap<Var, Expr>| -> Expr {
-            e.rewrite(&mut |x| match x.kind() {
-                ExprKind::Var(v) => extra
-                    .get(v)
-                    .cloned()
-                    .or_else(|| params.get(v).map(Var::expr)),
-                ExprKind::TensorElement { tensor, indices } => {
-                    params.get(tensor).map(|p| p.at(indices.clone()))
-                }
-                _ => None,
-            })
-        };
-        let shape: Vec<Expr> = tensor_shape(out)
-            .iter()
-            .map(|d| rename(d, &HashMap::new()))
-            .collect();
+        let shape = tensor_shape(out);
         let dtype = tensor_dtype(out).unwrap_or(DataType::F32);
         emit_nest(&mut fb, &shape, Vec::new(), &mut |fb, index| {
             let mut env: HashMap<Var, Expr> = node
@@ -401,7 +385,7 @@ impl ComputeDef {
                 .collect();
             match node {
                 ComputeNode::Grid { value, .. } => {
-                    let v = rename(value, &env);
+                    let v = value.substitute(&env);
                     fb.store(&out_param, index.to_vec(), v);
                 }
                 ComputeNode::Reduce {
@@ -412,15 +396,11 @@ impl ComputeDef {
                     ..
                 } => {
                     let acc = fb.var("acc", kind.identity(dtype));
-                    let rshape: Vec<Expr> = reduce_shape
-                        .iter()
-                        .map(|d| rename(d, &HashMap::new()))
-                        .collect();
-                    emit_nest(fb, &rshape, Vec::new(), &mut |fb, rindex| {
+                    emit_nest(fb, reduce_shape, Vec::new(), &mut |fb, rindex| {
                         for (a, r) in reduce_axes.iter().zip(rindex) {
                             env.insert(a.clone(), r.clone());
                         }
-                        let v = rename(value, &env);
+                        let v = value.substitute(&env);
                         fb.assign(&acc, kind.combine(acc.expr(), v));
                     });
                     fb.store(&out_param, index.to_vec(), acc.expr());
@@ -608,5 +588,34 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn node_kernels_take_run_time_shapes_as_parameters() {
+        let n = Var::new("n", DataType::I32);
+        let x = tensor_input("x", DataType::F32, [n.expr(), Expr::int(3)]);
+        let (y, node) = reduce(
+            "y",
+            DataType::F32,
+            [n.expr()],
+            [3i64],
+            ReduceKind::Sum,
+            |i, r| x.at([i[0].clone(), r[0].clone()]),
+        );
+        let def = ComputeDef::new(vec![x], vec![(y.clone(), node)], vec![y]).unwrap();
+        let f = def.node_function(0, "row_sum");
+        assert_eq!(f.params.len(), 3, "x, y and the shape variable n");
+        let xs: Vec<f64> = (0..12).map(|i| i as f64 * 0.5 - 2.0).collect();
+        let mut args = vec![
+            Arg::Buffer(Buffer::from_f64(DataType::F32, &xs)),
+            Arg::Buffer(Buffer::zeros(DataType::F32, 4)),
+            Arg::Scalar(crate::interp::Scalar::Int(4)),
+        ];
+        run_function(&f, &mut args).expect("runs with n = 4");
+        let Arg::Buffer(y) = &args[1] else {
+            unreachable!("argument 1 is a buffer")
+        };
+        let want: Vec<f64> = (0..4).map(|r| xs[r * 3..r * 3 + 3].iter().sum()).collect();
+        assert_eq!(y.to_f64(), want);
     }
 }
