@@ -1,65 +1,95 @@
-//! The fp32 matmul template against a float64 reference, on shapes that are
-//! multiples of nothing, with several schedules and 1, 2 and 3 threads.
+//! The fp32 matmul / batch-matmul template against a float64 reference, on
+//! shapes that are multiples of nothing, with several schedules, thread
+//! splits (parallel-k included) and 1, 2 and 3 threads.
 
 mod common;
 
 use common::{options_in, Rng};
-use hidet_cpu::templates::{matmul_f32, MatmulSchedule};
+use hidet_cpu::templates::matmul::{MatmulShape, ThreadGrid, ThreadSplit};
+use hidet_cpu::templates::{batch_matmul_f32, matmul_f32, MatmulSchedule};
 use hidet_cpu::{build, CpuError, CpuTarget, KernelArg, TemplateError};
 use hidet_ir::function::{IRModule, Target};
 
-/// Builds and runs the template for `m × n × k` and checks every output
-/// element against float64 within a bound proportional to `Σ|a||b|`.
-fn check(m: usize, n: usize, k: usize, schedule: &MatmulSchedule, seed: u64) {
+/// Checks `c[b]` against `a[b or 0] · b[b or 0]` in float64, each element
+/// within `1e-5 · Σ_k |a_ik·b_kj|`.
+fn assert_matches(s: &MatmulShape, a: &[f32], b: &[f32], c: &[f32], what: &str) {
+    let (m, n, k) = (s.m as usize, s.n as usize, s.k as usize);
+    for bi in 0..s.batch as usize {
+        let ao = if s.a_batch == 1 { 0 } else { bi * m * k };
+        let bo = if s.b_batch == 1 { 0 } else { bi * k * n };
+        for i in 0..m {
+            for j in 0..n {
+                let (mut exact, mut magnitude) = (0.0f64, 0.0f64);
+                for p in 0..k {
+                    let term = f64::from(a[ao + i * k + p]) * f64::from(b[bo + p * n + j]);
+                    exact += term;
+                    magnitude += term.abs();
+                }
+                let got = f64::from(c[(bi * m + i) * n + j]);
+                assert!(
+                    (got - exact).abs() <= 1e-5 * magnitude + 1e-30,
+                    "{what}: C[{bi}][{i}][{j}] = {got}, float64 reference {exact}"
+                );
+            }
+        }
+    }
+}
+
+/// Builds and runs the template for `shape` (rank 3 when `batched`) and
+/// checks every output element.
+fn check_shape(shape: MatmulShape, batched: bool, schedule: &MatmulSchedule, seed: u64) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let f = matmul_f32("mm", m as i64, n as i64, k as i64, schedule).expect("valid instantiation");
+    let f = if batched {
+        batch_matmul_f32("mm", &shape, schedule)
+    } else {
+        matmul_f32("mm", shape.m, shape.n, shape.k, schedule)
+    }
+    .expect("valid instantiation");
     let module = IRModule::new("mm_test", Target::Cpu).with(f);
     let compiled = build(module, &options_in(dir.path())).expect("builds");
     compiled
         .set_num_threads(schedule.threads as usize)
         .expect("exported by the C dialect");
     let mut rng = Rng::new(seed);
-    let a = rng.vec_f32(m * k);
-    let b = rng.vec_f32(k * n);
-    let mut c = vec![f32::NAN; m * n];
+    let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
+    let a = rng.vec_f32(shape.a_batch as usize * m * k);
+    let b = rng.vec_f32(shape.b_batch as usize * k * n);
+    let mut c = vec![f32::NAN; shape.batch as usize * m * n];
+    let dims = |batch: i64, r: usize, col: usize| -> Vec<usize> {
+        if batched {
+            vec![batch as usize, r, col]
+        } else {
+            vec![r, col]
+        }
+    };
+    let (da, db, dc) = (
+        dims(shape.a_batch, m, k),
+        dims(shape.b_batch, k, n),
+        dims(shape.batch, m, n),
+    );
     compiled
         .kernel("mm")
         .expect("kernel exists")
         .call(&mut [
-            KernelArg::tensor(&a, &[m, k]),
-            KernelArg::tensor(&b, &[k, n]),
-            KernelArg::tensor_mut(&mut c, &[m, n]),
+            KernelArg::tensor(&a, &da),
+            KernelArg::tensor(&b, &db),
+            KernelArg::tensor_mut(&mut c, &dc),
         ])
         .expect("arguments match");
-    for i in 0..m {
-        for j in 0..n {
-            let (mut exact, mut magnitude) = (0.0f64, 0.0f64);
-            for p in 0..k {
-                let term = f64::from(a[i * k + p]) * f64::from(b[p * n + j]);
-                exact += term;
-                magnitude += term.abs();
-            }
-            let got = f64::from(c[i * n + j]);
-            let tolerance = 1e-5 * magnitude + 1e-30;
-            assert!(
-                (got - exact).abs() <= tolerance,
-                "{m}x{n}x{k} {schedule:?}: C[{i}][{j}] = {got}, float64 reference {exact}"
-            );
-        }
-    }
+    assert_matches(&shape, &a, &b, &c, &format!("{shape:?} {schedule:?}"));
+}
+
+fn check(m: i64, n: i64, k: i64, schedule: &MatmulSchedule, seed: u64) {
+    check_shape(MatmulShape::plain(m, n, k), false, schedule, seed);
 }
 
 fn small_schedule(lanes: u16, threads: i64) -> MatmulSchedule {
     let w = i64::from(lanes);
-    MatmulSchedule {
-        mr: 3,
-        nr: 2 * w,
-        lanes,
-        mc: 6,
-        nc: 4 * w,
-        kc: 16,
-        threads,
-    }
+    MatmulSchedule::new(3, 2 * w, lanes, 6, 4 * w, 16, threads)
+}
+
+fn with_split(s: MatmulSchedule, split: ThreadSplit) -> MatmulSchedule {
+    MatmulSchedule { split, ..s }
 }
 
 #[test]
@@ -79,7 +109,7 @@ fn small_blocks_exercise_every_edge_and_k_slice() {
         let schedule = small_schedule(lanes, threads);
         check(
             29,
-            3 * lanes as usize + 5,
+            3 * i64::from(lanes) + 5,
             53,
             &schedule,
             31 + threads as u64,
@@ -87,6 +117,73 @@ fn small_blocks_exercise_every_edge_and_k_slice() {
     }
     check(1, 1, 1, &small_schedule(lanes, 2), 41);
     check(7, 2, 40, &small_schedule(lanes, 2), 43);
+}
+
+#[test]
+fn every_thread_split_on_odd_shapes() {
+    let lanes = CpuTarget::host().f32_lanes().max(4);
+    for split in [
+        ThreadSplit::Auto,
+        ThreadSplit::Rows,
+        ThreadSplit::Columns,
+        ThreadSplit::ParallelK,
+    ] {
+        for threads in [2, 3] {
+            let s = with_split(small_schedule(lanes, threads), split);
+            check(13, 2 * i64::from(lanes) + 3, 71, &s, 61 + threads as u64);
+            check(1, 5 * i64::from(lanes) + 1, 37, &s, 67 + threads as u64);
+        }
+    }
+}
+
+#[test]
+fn parallel_k_on_a_gemv_like_shape() {
+    let host = CpuTarget::host();
+    let s = with_split(MatmulSchedule::for_target(host, 2), ThreadSplit::ParallelK);
+    let shape = MatmulShape::plain(1, 77, 1001);
+    assert_eq!(s.thread_grid(&shape).k, 2, "parallel-k splits K");
+    check(1, 77, 1001, &s, 71);
+    check(3, 130, 517, &s, 73);
+}
+
+#[test]
+fn batch_matmul_with_and_without_broadcast() {
+    let host = CpuTarget::host();
+    let lanes = host.f32_lanes().max(4);
+    let shapes = [
+        (5, 5, 5, 13, 37, 21),
+        (4, 1, 4, 9, 19, 300),
+        (3, 3, 1, 17, 23, 29),
+    ];
+    for (i, &(batch, a_batch, b_batch, m, n, k)) in shapes.iter().enumerate() {
+        let shape = MatmulShape {
+            batch,
+            a_batch,
+            b_batch,
+            m,
+            n,
+            k,
+        };
+        for threads in [1, 2, 3] {
+            let seed = 100 + 10 * i as u64 + threads as u64;
+            check_shape(
+                shape,
+                true,
+                &MatmulSchedule::for_target(host, threads),
+                seed,
+            );
+            check_shape(shape, true, &small_schedule(lanes, threads), seed + 5);
+        }
+    }
+    let attention = MatmulShape {
+        batch: 12,
+        a_batch: 12,
+        b_batch: 12,
+        m: 128,
+        n: 128,
+        k: 64,
+    };
+    check_shape(attention, true, &MatmulSchedule::for_target(host, 2), 151);
 }
 
 #[test]
@@ -109,6 +206,16 @@ fn invalid_schedules_and_shapes_are_errors() {
         matmul_f32("mm", 8, 8, 8, &bad_mc),
         Err(TemplateError::InvalidSchedule(_))
     ));
+    let bad_lanes = MatmulSchedule {
+        lanes: 6,
+        nr: 12,
+        nc: 24,
+        ..good
+    };
+    assert!(matches!(
+        matmul_f32("mm", 8, 8, 8, &bad_lanes),
+        Err(TemplateError::InvalidSchedule(_))
+    ));
     assert!(matches!(
         matmul_f32("mm", 0, 8, 8, &good),
         Err(TemplateError::InvalidShape(_))
@@ -117,19 +224,60 @@ fn invalid_schedules_and_shapes_are_errors() {
         matmul_f32("mm", 1 << 20, 1 << 12, 8, &good),
         Err(TemplateError::InvalidShape(_))
     ));
+    let bad_broadcast = MatmulShape {
+        batch: 4,
+        a_batch: 2,
+        ..MatmulShape::plain(3, 3, 3)
+    };
+    assert!(matches!(
+        batch_matmul_f32("mm", &bad_broadcast, &good),
+        Err(TemplateError::InvalidShape(_))
+    ));
     let err: CpuError = TemplateError::InvalidShape("x".into()).into();
     assert!(err.to_string().contains("invalid shape"));
 }
 
 #[test]
-fn thread_grid_minimizes_the_busiest_thread() {
-    let s = MatmulSchedule {
-        threads: 4,
-        ..small_schedule(8, 4)
+fn thread_grid_follows_the_split() {
+    let s = MatmulSchedule::new(4, 16, 16, 64, 256, 128, 4);
+    let grid = |split, shape: MatmulShape| with_split(s, split).thread_grid(&shape);
+    let g = |k, batch, rows, cols| ThreadGrid {
+        k,
+        batch,
+        rows,
+        cols,
     };
-    assert_eq!(s.thread_grid(8, 1), (4, 1));
-    assert_eq!(s.thread_grid(1, 8), (1, 4));
-    assert_eq!(s.thread_grid(2, 2), (2, 2));
-    let two = MatmulSchedule { threads: 2, ..s };
-    assert_eq!(two.thread_grid(7, 2), (1, 2));
+    // 32 row panels, 1 column panel: rows.
+    assert_eq!(
+        grid(ThreadSplit::Auto, MatmulShape::plain(128, 16, 64)),
+        g(1, 1, 4, 1)
+    );
+    // 1 row panel, 8 column panels: columns.
+    assert_eq!(
+        grid(ThreadSplit::Auto, MatmulShape::plain(4, 128, 64)),
+        g(1, 1, 1, 4)
+    );
+    // One tile only and a deep K: parallel-k.
+    assert_eq!(
+        grid(ThreadSplit::Auto, MatmulShape::plain(1, 16, 4096)),
+        g(4, 1, 1, 1)
+    );
+    let batched = MatmulShape {
+        batch: 8,
+        a_batch: 8,
+        b_batch: 1,
+        ..MatmulShape::plain(64, 64, 64)
+    };
+    assert_eq!(grid(ThreadSplit::Auto, batched), g(1, 4, 1, 1));
+    let rows_only = grid(ThreadSplit::Rows, MatmulShape::plain(4, 128, 64));
+    assert_eq!((rows_only.k, rows_only.cols), (1, 1));
+    let cols_only = grid(ThreadSplit::Columns, MatmulShape::plain(128, 16, 64));
+    assert_eq!((cols_only.k, cols_only.rows), (1, 1));
+    assert_eq!(
+        grid(ThreadSplit::ParallelK, MatmulShape::plain(128, 16, 64)),
+        g(4, 1, 1, 1)
+    );
+    // Partial sums too large for parallel-k: falls back to Auto.
+    let big = MatmulShape::plain(1024, 1024, 64);
+    assert_eq!(grid(ThreadSplit::ParallelK, big).k, 1);
 }

@@ -2,4 +2,7 @@
 
 pub mod matmul;
 
-pub use matmul::{matmul_f32, MatmulSchedule};
+pub use matmul::{
+    batch_matmul_f32, matmul_candidates, matmul_f32, matmul_space, MatmulSchedule, MatmulShape,
+    ThreadSplit,
+};

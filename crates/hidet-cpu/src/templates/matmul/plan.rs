@@ -1,403 +1,622 @@
-//! The fp32 matmul template for the CPU: `C[M, N] = A[M, K] · B[K, N]`, all
-//! row-major, written with task mappings.
-//!
-//! The schedule is hardware-centric (see [`MatmulSchedule`]): a micro-kernel
-//! of `MR × NR` outputs held in `MR × NR/W` SIMD registers of `W` lanes,
-//! cache blocks `MC × NC × KC`, and a thread count. The output is cut into
-//! `MC × NC` tiles; a spatial mapping of threads over the tile grid, composed
-//! with a repeat mapping, gives each thread a contiguous block of tiles. For
-//! every tile and every `KC`-slice of `K`, a thread packs the slice of `A`
-//! into `MR`-row panels and the slice of `B` into `NR`-column panels (its own
-//! buffers, zero-padded past `M` and `N`), then runs the micro-kernel over
-//! every pair of panels. Sizes need not be multiples of anything: panels
-//! beyond `M`/`N` are skipped, partial panels are zero-padded when packed,
-//! and partial output tiles are written with per-element predication.
+//! The IR of one instantiation of the matmul template (see the module docs
+//! of [`super`]).
 
+use super::schedule::{ceil_div, MatmulSchedule, MatmulShape, ThreadGrid};
 use crate::error::TemplateError;
-use crate::target::CpuTarget;
+use hidet_ir::mapping::MappingError;
 use hidet_ir::prelude::*;
 
-/// The schedule of [`matmul_f32`]; every field is a plain value chosen for
-/// the hardware, independent of the problem size.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct MatmulSchedule {
-    /// Rows of the micro-kernel's register tile.
-    pub mr: i64,
-    /// Columns of the micro-kernel's register tile; a multiple of `lanes`.
-    pub nr: i64,
-    /// `f32` lanes per SIMD vector (`W`).
-    pub lanes: u16,
-    /// Rows of a cache block of `A` (a multiple of `mr`).
-    pub mc: i64,
-    /// Columns of a cache block of `B` (a multiple of `nr`).
-    pub nc: i64,
-    /// Depth of a cache block.
-    pub kc: i64,
-    /// Threads the output tiles are spread over.
-    pub threads: i64,
-}
-
-impl MatmulSchedule {
-    /// A schedule suited to `target`'s SIMD width and register count, for
-    /// `threads` threads.
-    pub fn for_target(target: &CpuTarget, threads: i64) -> MatmulSchedule {
-        let lanes = target.f32_lanes();
-        let (mr, nr, kc) = match lanes {
-            16 => (14, 32, 256),
-            8 => (6, 16, 256),
-            4 => (6, 8, 256),
-            _ => (4, 4, 128),
-        };
-        MatmulSchedule {
-            mr,
-            nr,
-            lanes,
-            mc: mr * 12,
-            nc: nr * 16,
-            kc,
-            threads,
-        }
-    }
-
-    /// Checks the schedule's constraints: positive sizes, `nr` a multiple
-    /// of `lanes`, `mc` of `mr`, `nc` of `nr`.
-    pub fn validate(&self) -> Result<(), TemplateError> {
-        let bad = |why: String| Err(TemplateError::InvalidSchedule(format!("{self:?}: {why}")));
-        let w = i64::from(self.lanes);
-        if [self.mr, self.nr, self.mc, self.nc, self.kc, self.threads, w]
-            .iter()
-            .any(|&v| v <= 0)
-        {
-            return bad("every size must be positive".into());
-        }
-        if self.nr % w != 0 {
-            return bad(format!("nr = {} is not a multiple of lanes = {w}", self.nr));
-        }
-        if self.mc % self.mr != 0 {
-            return bad(format!(
-                "mc = {} is not a multiple of mr = {}",
-                self.mc, self.mr
-            ));
-        }
-        if self.nc % self.nr != 0 {
-            return bad(format!(
-                "nc = {} is not a multiple of nr = {}",
-                self.nc, self.nr
-            ));
-        }
-        Ok(())
-    }
-
-    /// The thread grid `(tm, tn)` with `tm · tn = threads` that gives the
-    /// fewest tiles to the busiest thread for a `gm × gn` tile grid,
-    /// preferring to split rows on ties.
-    pub fn thread_grid(&self, gm: i64, gn: i64) -> (i64, i64) {
-        let t = self.threads;
-        (1..=t)
-            .filter(|tm| t % tm == 0)
-            .map(|tm| (tm, t / tm))
-            .min_by_key(|&(tm, tn)| (ceil_div(gm, tm) * ceil_div(gn, tn), -tm))
-            .unwrap_or((1, t))
-    }
-}
-
-fn ceil_div(a: i64, b: i64) -> i64 {
-    (a + b - 1) / b
-}
-
-fn round_up(a: i64, b: i64) -> i64 {
-    ceil_div(a, b) * b
-}
-
-/// The kernel `name(A: f32[m, k], B: f32[k, n], C: f32[m, n])` computing
-/// `C = A · B` with `schedule`. Fails on non-positive sizes, an invalid
-/// schedule, or operands with `2^31` elements or more (indices are `i32`).
-pub fn matmul_f32(
+/// Builds the kernel for `shape` (with rank-3 operands when `rank3`, else
+/// rank 2, which requires a batch of 1).
+pub(super) fn build(
     name: &str,
-    m: i64,
-    n: i64,
-    k: i64,
+    shape: &MatmulShape,
+    rank3: bool,
     schedule: &MatmulSchedule,
 ) -> Result<Function, TemplateError> {
     schedule.validate()?;
-    if m <= 0 || n <= 0 || k <= 0 {
+    shape.validate()?;
+    if !rank3 && shape.batch != 1 {
         return Err(TemplateError::InvalidShape(format!(
-            "matmul sizes must be positive, got m={m} n={n} k={k}"
+            "a rank-2 matmul has batch 1, got {shape:?}"
         )));
     }
-    let largest = [m * k, k * n, m * n].into_iter().max().unwrap_or(0);
-    if largest >= i64::from(i32::MAX) {
-        return Err(TemplateError::InvalidShape(format!(
-            "matmul of m={m} n={n} k={k} has an operand of 2^31 elements or more"
-        )));
-    }
+    let s = shape;
     let mut fb = FunctionBuilder::cpu_kernel(name);
-    let a = fb.tensor_param("A", DataType::F32, [m, k]);
-    let b = fb.tensor_param("B", DataType::F32, [k, n]);
-    let c = fb.tensor_param("C", DataType::F32, [m, n]);
-    let s = schedule;
-    let plan = Plan {
-        a,
-        b,
-        c,
-        m,
-        n,
-        mr: s.mr,
-        nr: s.nr,
-        w: i64::from(s.lanes),
-        vec_t: DataType::vector(ScalarType::F32, s.lanes),
-        // Cache blocks never exceed the (padded) problem, so buffers stay small.
-        mc: s.mc.min(round_up(m, s.mr)),
-        nc: s.nc.min(round_up(n, s.nr)),
-        kc: s.kc.min(k),
+    let f32_ = DataType::F32;
+    let (a, b, c) = if rank3 {
+        (
+            fb.tensor_param("A", f32_, [s.a_batch, s.m, s.k]),
+            fb.tensor_param("B", f32_, [s.b_batch, s.k, s.n]),
+            fb.tensor_param("C", f32_, [s.batch, s.m, s.n]),
+        )
+    } else {
+        (
+            fb.tensor_param("A", f32_, [s.m, s.k]),
+            fb.tensor_param("B", f32_, [s.k, s.n]),
+            fb.tensor_param("C", f32_, [s.m, s.n]),
+        )
     };
-    let (gm, gn) = (ceil_div(m, plan.mc), ceil_div(n, plan.nc));
-    let (tm, tn) = s.thread_grid(gm, gn);
-    // Thread t owns a contiguous block of ceil(gm/tm) x ceil(gn/tn) tiles.
-    let tiles_of_thread = spatial([tm, tn])? * repeat([ceil_div(gm, tm), ceil_div(gn, tn)])?;
-    let k_slices = ceil_div(k, plan.kc);
-
-    fb.for_range_with("t", s.threads, LoopKind::Parallel, |fb, t| {
-        let packed_a = fb.register_tensor(
-            "packed_a",
-            DataType::F32,
-            row_major([plan.mc / plan.mr, plan.kc, plan.mr]),
-        );
-        let packed_b = fb.register_tensor(
-            "packed_b",
-            DataType::F32,
-            row_major([plan.nc / plan.nr, plan.kc, plan.nr]),
-        );
-        fb.for_each(tiles_of_thread.on(t), |fb, tile| {
-            fb.if_then(tile[0].lt(gm).and(tile[1].lt(gn)), |fb| {
-                let m0 = &tile[0] * plan.mc;
-                let n0 = &tile[1] * plan.nc;
-                fb.for_range("kb", k_slices, |fb, kb| {
-                    let k0 = &kb * plan.kc;
-                    let kc_len = Expr::int(plan.kc).min(Expr::int(k) - &k0);
-                    fb.let_in("kc", kc_len, |fb, kc_len| {
-                        let slice = Slice {
-                            m0: &m0,
-                            n0: &n0,
-                            k0: &k0,
-                            kc_len: &kc_len,
-                            first: kb.eq(0),
-                        };
-                        plan.pack_a(fb, &packed_a, &slice);
-                        plan.pack_b(fb, &packed_b, &slice);
-                        plan.macro_kernel(fb, &packed_a, &packed_b, &slice);
-                    });
-                });
-            });
-        });
-    });
+    let plan = Plan::new(a, b, c, *shape, rank3, schedule);
+    plan.emit(&mut fb)?;
     Ok(fb.finish())
 }
 
-/// The constants of one instantiation and its parameters.
+/// The constants of one instantiation.
 struct Plan {
     a: Var,
     b: Var,
     c: Var,
-    m: i64,
-    n: i64,
+    s: MatmulShape,
+    rank3: bool,
+    threads: i64,
     mr: i64,
     nr: i64,
     w: i64,
     vec_t: DataType,
-    mc: i64,
-    nc: i64,
+    grid: ThreadGrid,
+    /// Row and column panels of the whole problem.
+    pm: i64,
+    pn: i64,
+    /// Batches, row panels, column panels and `K` of one thread.
+    cb: i64,
+    cm: i64,
+    cn: i64,
+    ck: i64,
+    /// `K`-parts that have work.
+    kparts: i64,
+    /// Panels per cache block and the block depth, clamped to one thread's share.
+    mcp: i64,
+    ncp: i64,
     kc: i64,
+    /// A thread's `K` spans several `KC`-slices: partial sums are kept.
+    sliced: bool,
+    /// Rows of the last row panel and columns of the last column panel
+    /// when they are partial, else 0.
+    m_edge: i64,
+    n_edge: i64,
 }
 
-/// The position of one packed block: output tile origin, K-slice origin and
-/// length, and whether it is the first K-slice.
-struct Slice<'e> {
-    m0: &'e Expr,
-    n0: &'e Expr,
-    k0: &'e Expr,
-    kc_len: &'e Expr,
-    first: Expr,
+/// Shape of one micro-kernel variant: rows, vectors per row, and columns
+/// stored (`cols ≤ vecs · W`).
+#[derive(Clone, Copy)]
+struct Micro {
+    rows: i64,
+    vecs: i64,
+    cols: i64,
+}
+
+/// The thread-local buffers of the main pass.
+struct Buffers {
+    packed_a: Var,
+    packed_b: Var,
+    partial: Option<Var>,
+    scratch: Option<Var>,
+}
+
+/// Where one thread is: its `K`-part and range, batch, the current tile
+/// (first panels and panel counts) and `K`-slice.
+struct At {
+    pk: Expr,
+    batch: Expr,
+    k_len: Expr,
+    pb0: Expr,
+    qb0: Expr,
+    np: Expr,
+    nq: Expr,
+    k0: Expr,
+    kb: Expr,
+    kc_len: Expr,
+}
+
+fn mapping(result: Result<TaskMapping, MappingError>) -> TaskMapping {
+    result.expect("extents are positive: the schedule and shape were validated")
 }
 
 impl Plan {
-    fn mapping(result: Result<TaskMapping, hidet_ir::mapping::MappingError>) -> TaskMapping {
-        result.expect("extents are positive: the schedule and shape were validated")
+    fn new(a: Var, b: Var, c: Var, s: MatmulShape, rank3: bool, sch: &MatmulSchedule) -> Plan {
+        let grid = sch.thread_grid(&s);
+        let (pm, pn) = (ceil_div(s.m, sch.mr), ceil_div(s.n, sch.nr));
+        let (cm, cn) = (ceil_div(pm, grid.rows), ceil_div(pn, grid.cols));
+        let ck = ceil_div(s.k, grid.k);
+        let kc = sch.kc.min(ck);
+        Plan {
+            a,
+            b,
+            c,
+            s,
+            rank3,
+            threads: sch.threads,
+            mr: sch.mr,
+            nr: sch.nr,
+            w: i64::from(sch.lanes),
+            vec_t: DataType::vector(ScalarType::F32, sch.lanes),
+            grid,
+            pm,
+            pn,
+            cb: ceil_div(s.batch, grid.batch),
+            cm,
+            cn,
+            ck,
+            kparts: ceil_div(s.k, ck),
+            mcp: (sch.mc / sch.mr).min(cm),
+            ncp: (sch.nc / sch.nr).min(cn),
+            kc,
+            sliced: ck > kc,
+            m_edge: s.m % sch.mr,
+            n_edge: s.n % sch.nr,
+        }
+    }
+
+    fn parallel_k(&self) -> bool {
+        self.grid.k > 1
+    }
+
+    fn a_at(&self, batch: &Expr, row: Expr, col: Expr) -> Expr {
+        if self.rank3 {
+            let b = if self.s.a_batch == 1 {
+                Expr::int(0)
+            } else {
+                batch.clone()
+            };
+            self.a.at([b, row, col])
+        } else {
+            self.a.at([row, col])
+        }
+    }
+
+    fn b_at(&self, batch: &Expr, row: Expr, col: Expr) -> Expr {
+        if self.rank3 {
+            let b = if self.s.b_batch == 1 {
+                Expr::int(0)
+            } else {
+                batch.clone()
+            };
+            self.b.at([b, row, col])
+        } else {
+            self.b.at([row, col])
+        }
+    }
+
+    /// `C[batch, row, col] = value` (or `C[row, col]` for rank 2).
+    fn store_c(&self, fb: &mut FunctionBuilder, batch: &Expr, row: Expr, col: Expr, value: Expr) {
+        if self.rank3 {
+            fb.store(&self.c, [batch.clone(), row, col], value);
+        } else {
+            fb.store(&self.c, [row, col], value);
+        }
     }
 
     fn vector_load(&self, ptr: Expr) -> Expr {
         Expr::call(Intrinsic::VectorLoad { dtype: self.vec_t }, vec![ptr])
     }
 
-    /// `packed_a[p, kk, i] = A[m0 + p·MR + i, k0 + kk]`, zero for rows past
-    /// `M`; panels starting past `M` are skipped.
-    fn pack_a(&self, fb: &mut FunctionBuilder, packed_a: &Var, at: &Slice<'_>) {
-        let rows = Plan::mapping(repeat([self.mc / self.mr, self.mr]));
-        fb.for_each(rows.on(0), |fb, pi| {
-            let (p, i) = (&pi[0], &pi[1]);
-            let panel_row0 = at.m0 + p * self.mr;
-            let row = &panel_row0 + i;
-            fb.if_then(panel_row0.lt(self.m), |fb| {
-                fb.if_then_else(
-                    row.lt(self.m),
-                    |fb| {
-                        fb.for_range("kk", at.kc_len, |fb, kk| {
-                            let value = self.a.at([row.clone(), at.k0 + &kk]);
-                            fb.store(packed_a, [p.clone(), kk, i.clone()], value);
+    fn emit(&self, fb: &mut FunctionBuilder) -> Result<(), TemplateError> {
+        let scratch = self.parallel_k().then(|| {
+            fb.register_tensor(
+                "k_parts",
+                DataType::F32,
+                row_major([
+                    self.kparts,
+                    self.s.batch,
+                    self.pm * self.mr,
+                    self.pn * self.nr,
+                ]),
+            )
+        });
+        let g = self.grid;
+        let threads = spatial([g.k, g.batch, g.rows, g.cols])?;
+        let batches = repeat([self.cb])?;
+        let col_blocks = repeat([ceil_div(self.cn, self.ncp)])?;
+        let row_blocks = repeat([ceil_div(self.cm, self.mcp)])?;
+        fb.for_range_with("t", self.threads, LoopKind::Parallel, |fb, t| {
+            let f32_ = DataType::F32;
+            let bufs = Buffers {
+                packed_a: fb.register_tensor(
+                    "packed_a",
+                    f32_,
+                    row_major([self.mcp, self.kc, self.mr]),
+                ),
+                packed_b: fb.register_tensor(
+                    "packed_b",
+                    f32_,
+                    row_major([self.ncp, self.kc, self.nr]),
+                ),
+                partial: self.sliced.then(|| {
+                    fb.register_tensor(
+                        "partial",
+                        self.vec_t,
+                        row_major([self.mcp, self.ncp, self.mr, self.nr / self.w]),
+                    )
+                }),
+                scratch: scratch.clone(),
+            };
+            fb.for_each(threads.on(t), |fb, tg| {
+                let (pk, pb, pr, pc) = (&tg[0], &tg[1], &tg[2], &tg[3]);
+                let rp0 = pr * self.cm;
+                let cp0 = pc * self.cn;
+                let mut busy = Vec::new();
+                if (g.k - 1) * self.ck >= self.s.k {
+                    busy.push(pk.lt(self.kparts));
+                }
+                if (g.rows - 1) * self.cm >= self.pm {
+                    busy.push(rp0.lt(self.pm));
+                }
+                if (g.cols - 1) * self.cn >= self.pn {
+                    busy.push(cp0.lt(self.pn));
+                }
+                guarded(fb, busy, |fb| {
+                    let k_len = if g.k > 1 {
+                        Expr::int(self.ck).min(Expr::int(self.s.k) - pk * self.ck)
+                    } else {
+                        Expr::int(self.s.k)
+                    };
+                    fb.let_in("k_len", k_len, |fb, k_len| {
+                        fb.for_each(batches.on(0), |fb, bi| {
+                            let batch = pb * self.cb + &bi[0];
+                            let guard =
+                                (self.cb * g.batch > self.s.batch).then(|| batch.lt(self.s.batch));
+                            guarded(fb, guard.into_iter().collect(), |fb| {
+                                fb.let_in("b", batch, |fb, batch| {
+                                    let rp1 = (&rp0 + self.cm).min(self.pm);
+                                    let cp1 = (&cp0 + self.cn).min(self.pn);
+                                    self.thread_blocks(
+                                        fb,
+                                        &bufs,
+                                        pk,
+                                        &batch,
+                                        &k_len,
+                                        &rp0,
+                                        &rp1,
+                                        &cp0,
+                                        &cp1,
+                                        &col_blocks,
+                                        &row_blocks,
+                                    );
+                                });
+                            });
                         });
-                    },
+                    });
+                });
+            });
+        });
+        if let Some(scratch) = &scratch {
+            self.reduce_parts(fb, scratch)?;
+        }
+        Ok(())
+    }
+
+    /// One thread's work in one batch: its `MC × NC` tiles, each over its
+    /// `KC`-slices.
+    #[allow(clippy::too_many_arguments)]
+    fn thread_blocks(
+        &self,
+        fb: &mut FunctionBuilder,
+        bufs: &Buffers,
+        pk: &Expr,
+        batch: &Expr,
+        k_len: &Expr,
+        rp0: &Expr,
+        rp1: &Expr,
+        cp0: &Expr,
+        cp1: &Expr,
+        col_blocks: &TaskMapping,
+        row_blocks: &TaskMapping,
+    ) {
+        fb.for_each(col_blocks.on(0), |fb, nb| {
+            let qb0 = cp0 + &nb[0] * self.ncp;
+            fb.if_then(qb0.lt(cp1), |fb| {
+                fb.let_in("nq", Expr::int(self.ncp).min(cp1 - &qb0), |fb, nq| {
+                    fb.for_each(row_blocks.on(0), |fb, mb| {
+                        let pb0 = rp0 + &mb[0] * self.mcp;
+                        fb.if_then(pb0.lt(rp1), |fb| {
+                            fb.let_in("np", Expr::int(self.mcp).min(rp1 - &pb0), |fb, np| {
+                                fb.for_range("kb", ceil_div(self.ck, self.kc), |fb, kb| {
+                                    let kofs = &kb * self.kc;
+                                    let guard = self.parallel_k().then(|| kofs.lt(k_len));
+                                    guarded(fb, guard.into_iter().collect(), |fb| {
+                                        let kc_len = Expr::int(self.kc).min(k_len - &kofs);
+                                        fb.let_in("kc", kc_len, |fb, kc_len| {
+                                            let k0 = pk * self.ck + &kofs;
+                                            let at = At {
+                                                pk: pk.clone(),
+                                                batch: batch.clone(),
+                                                k_len: k_len.clone(),
+                                                pb0: pb0.clone(),
+                                                qb0: qb0.clone(),
+                                                np: np.clone(),
+                                                nq: nq.clone(),
+                                                k0,
+                                                kb,
+                                                kc_len,
+                                            };
+                                            self.pack_a(fb, &bufs.packed_a, &at);
+                                            self.pack_b(fb, &bufs.packed_b, &at);
+                                            self.macro_kernel(fb, bufs, &at);
+                                        });
+                                    });
+                                });
+                            });
+                        });
+                    });
+                });
+            });
+        });
+    }
+
+    /// `packed_a[p, kk, i] = A[b, (pb0 + p)·MR + i, k0 + kk]` for the real
+    /// rows of each panel of the tile (padding rows are never read).
+    fn pack_a(&self, fb: &mut FunctionBuilder, packed_a: &Var, at: &At) {
+        let panels = mapping(repeat([self.mcp]));
+        fb.for_each(panels.on(0), |fb, pv| {
+            let p = &pv[0];
+            fb.if_then(p.lt(&at.np), |fb| {
+                let row0 = (&at.pb0 + p) * self.mr;
+                let rows = Expr::int(self.mr).min(Expr::int(self.s.m) - &row0);
+                fb.for_range("i", rows, |fb, i| {
+                    fb.for_range("kk", &at.kc_len, |fb, kk| {
+                        let value = self.a_at(&at.batch, &row0 + &i, &at.k0 + &kk);
+                        fb.store(packed_a, [p.clone(), kk, i.clone()], value);
+                    });
+                });
+            });
+        });
+    }
+
+    /// `packed_b[q, kk, j] = B[b, k0 + kk, (qb0 + q)·NR + j]`; in the last,
+    /// partial panel the columns past `N` up to a whole vector are zero.
+    fn pack_b(&self, fb: &mut FunctionBuilder, packed_b: &Var, at: &At) {
+        let panels = mapping(repeat([self.ncp]));
+        fb.for_each(panels.on(0), |fb, qv| {
+            let q = &qv[0];
+            fb.if_then(q.lt(&at.nq), |fb| {
+                let gq = &at.qb0 + q;
+                let col0 = &gq * self.nr;
+                let copy = |fb: &mut FunctionBuilder, cols: i64, zeros: i64| {
+                    fb.for_range("kk", &at.kc_len, |fb, kk| {
+                        let krow = &at.k0 + &kk;
+                        let copies = mapping(repeat_unrolled([cols]));
+                        fb.for_each(copies.on(0), |fb, jv| {
+                            let j = &jv[0];
+                            let value = self.b_at(&at.batch, krow.clone(), &col0 + j);
+                            fb.store(packed_b, [q.clone(), kk.clone(), j.clone()], value);
+                        });
+                        if zeros > 0 {
+                            let pads = mapping(repeat_unrolled([zeros]));
+                            fb.for_each(pads.on(0), |fb, jv| {
+                                let j = &jv[0] + cols;
+                                fb.store(packed_b, [q.clone(), kk.clone(), j], Expr::f32(0.0));
+                            });
+                        }
+                    });
+                };
+                if self.n_edge == 0 {
+                    copy(fb, self.nr, 0);
+                } else {
+                    let padded = ceil_div(self.n_edge, self.w) * self.w;
+                    fb.if_then_else(
+                        gq.lt(self.pn - 1),
+                        |fb| copy(fb, self.nr, 0),
+                        |fb| copy(fb, self.n_edge, padded - self.n_edge),
+                    );
+                }
+            });
+        });
+    }
+
+    /// Runs the micro-kernel on every pair of packed panels of the tile,
+    /// panels of `A` innermost so one `B` panel stays in L1; the last row
+    /// and column panels use variants sized for them.
+    fn macro_kernel(&self, fb: &mut FunctionBuilder, bufs: &Buffers, at: &At) {
+        let tiles = mapping(column_repeat([self.mcp, self.ncp]));
+        let full = Micro {
+            rows: self.mr,
+            vecs: self.nr / self.w,
+            cols: self.nr,
+        };
+        let m_edge = Micro {
+            rows: self.m_edge,
+            ..full
+        };
+        let n_edge = Micro {
+            vecs: ceil_div(self.n_edge, self.w),
+            cols: self.n_edge,
+            ..full
+        };
+        let both = Micro {
+            rows: self.m_edge,
+            ..n_edge
+        };
+        fb.for_each(tiles.on(0), |fb, pq| {
+            let (p, q) = (&pq[0], &pq[1]);
+            fb.if_then(p.lt(&at.np).and(q.lt(&at.nq)), |fb| {
+                let gp = &at.pb0 + p;
+                let gq = &at.qb0 + q;
+                let last_row = gp.eq(self.pm - 1);
+                let last_col = gq.eq(self.pn - 1);
+                let micro = |fb: &mut FunctionBuilder, shape: Micro| {
+                    self.micro_kernel(fb, bufs, at, p, q, &gp, &gq, shape)
+                };
+                let by_col = |fb: &mut FunctionBuilder, rows_variant: Micro, col_variant: Micro| {
+                    if self.n_edge == 0 {
+                        micro(fb, rows_variant);
+                    } else {
+                        fb.if_then_else(
+                            last_col.clone(),
+                            |fb| micro(fb, col_variant),
+                            |fb| micro(fb, rows_variant),
+                        );
+                    }
+                };
+                if self.m_edge == 0 {
+                    by_col(fb, full, n_edge);
+                } else {
+                    fb.if_then_else(
+                        last_row,
+                        |fb| by_col(fb, m_edge, both),
+                        |fb| by_col(fb, full, n_edge),
+                    );
+                }
+            });
+        });
+    }
+
+    /// One `rows × vecs·W` register tile over the current `K`-slice: start
+    /// from zero (first slice) or the partial tile, accumulate, then keep
+    /// the sums (not the last slice) or hand them to [`Plan::sink`].
+    #[allow(clippy::too_many_arguments)]
+    fn micro_kernel(
+        &self,
+        fb: &mut FunctionBuilder,
+        bufs: &Buffers,
+        at: &At,
+        p: &Expr,
+        q: &Expr,
+        gp: &Expr,
+        gq: &Expr,
+        shape: Micro,
+    ) {
+        let registers = mapping(repeat_unrolled([shape.rows, shape.vecs]));
+        let acc = fb.register_tensor("acc", self.vec_t, row_major([shape.rows, shape.vecs]));
+        let zero = |fb: &mut FunctionBuilder| {
+            fb.for_each(registers.on(0), |fb, ij| {
+                fb.store(&acc, ij.to_vec(), Expr::zero(self.vec_t));
+            });
+        };
+        let partial_at = |ij: &[Expr]| vec![p.clone(), q.clone(), ij[0].clone(), ij[1].clone()];
+        match &bufs.partial {
+            Some(partial) => fb.if_then_else(at.kb.eq(0), zero, |fb| {
+                fb.for_each(registers.on(0), |fb, ij| {
+                    fb.store(&acc, ij.to_vec(), partial.at(partial_at(ij)));
+                });
+            }),
+            None => zero(fb),
+        }
+        fb.for_range("kk", &at.kc_len, |fb, kk| {
+            fb.for_each(registers.on(0), |fb, ij| {
+                let (i, j) = (&ij[0], &ij[1]);
+                let a_i = bufs.packed_a.at([p.clone(), kk.clone(), i.clone()]);
+                let b_j = self.vector_load(
+                    bufs.packed_b
+                        .at([q.clone(), kk.clone(), j * self.w])
+                        .address(),
+                );
+                let sum = a_i.broadcast(self.vec_t.lanes).fma(b_j, acc.at([i, j]));
+                fb.store(&acc, [i, j], sum);
+            });
+        });
+        let row0 = gp * self.mr;
+        let col0 = gq * self.nr;
+        match &bufs.partial {
+            Some(partial) => {
+                let last = (&at.kb * self.kc + self.kc).ge(&at.k_len);
+                fb.if_then_else(
+                    last,
+                    |fb| self.sink(fb, bufs, at, &acc, &row0, &col0, shape),
                     |fb| {
-                        fb.for_range("kk", at.kc_len, |fb, kk| {
-                            fb.store(packed_a, [p.clone(), kk, i.clone()], Expr::f32(0.0));
+                        fb.for_each(registers.on(0), |fb, ij| {
+                            fb.store(partial, partial_at(ij), acc.at(ij.to_vec()));
                         });
                     },
                 );
-            });
-        });
+            }
+            None => self.sink(fb, bufs, at, &acc, &row0, &col0, shape),
+        }
     }
 
-    /// `packed_b[q, kk, j] = B[k0 + kk, n0 + q·NR + j]`, zero for columns
-    /// past `N`; whole vectors where the panel lies inside `N`.
-    fn pack_b(&self, fb: &mut FunctionBuilder, packed_b: &Var, at: &Slice<'_>) {
-        let panels = Plan::mapping(repeat([self.nc / self.nr]));
-        let vectors = Plan::mapping(repeat_unrolled([self.nr / self.w]));
-        fb.for_each(panels.on(0), |fb, qv| {
-            let q = &qv[0];
-            let col0 = at.n0 + q * self.nr;
-            fb.if_then(col0.lt(self.n), |fb| {
-                fb.for_range("kk", at.kc_len, |fb, kk| {
-                    let krow = at.k0 + &kk;
-                    fb.if_then_else(
-                        (&col0 + self.nr).le(self.n),
-                        |fb| {
-                            fb.for_each(vectors.on(0), |fb, jv| {
-                                let j = &jv[0] * self.w;
-                                let v = self
-                                    .vector_load(self.b.at([krow.clone(), &col0 + &j]).address());
-                                let dst = packed_b.at([q.clone(), kk.clone(), j]).address();
-                                fb.call(Intrinsic::VectorStore, vec![dst, v]);
-                            });
-                        },
-                        |fb| {
-                            fb.for_range("j", self.nr, |fb, j| {
-                                let col = &col0 + &j;
-                                fb.if_then_else(
-                                    col.lt(self.n),
-                                    |fb| {
-                                        let value = self.b.at([krow.clone(), col.clone()]);
-                                        fb.store(
-                                            packed_b,
-                                            [q.clone(), kk.clone(), j.clone()],
-                                            value,
-                                        );
-                                    },
-                                    |fb| {
-                                        fb.store(
-                                            packed_b,
-                                            [q.clone(), kk.clone(), j.clone()],
-                                            Expr::f32(0.0),
-                                        );
-                                    },
-                                );
-                            });
-                        },
-                    );
-                });
-            });
-        });
-    }
-
-    /// Runs the micro-kernel on every pair of packed panels inside `M × N`,
-    /// panels of `A` innermost so one `B` panel stays in L1.
-    fn macro_kernel(
+    /// Hands the finished sums of a register tile on: into this `K`-part's
+    /// slot of the parallel-k buffer (whole vectors), or as the final value
+    /// of each element of `C`, stored once with an element store.
+    #[allow(clippy::too_many_arguments)]
+    fn sink(
         &self,
         fb: &mut FunctionBuilder,
-        packed_a: &Var,
-        packed_b: &Var,
-        at: &Slice<'_>,
-    ) {
-        let micro_tiles = Plan::mapping(column_repeat([self.mc / self.mr, self.nc / self.nr]));
-        let registers = Plan::mapping(repeat_unrolled([self.mr, self.nr / self.w]));
-        fb.for_each(micro_tiles.on(0), |fb, pq| {
-            let (p, q) = (&pq[0], &pq[1]);
-            let row0 = at.m0 + p * self.mr;
-            let col0 = at.n0 + q * self.nr;
-            fb.if_then(row0.lt(self.m).and(col0.lt(self.n)), |fb| {
-                let acc =
-                    fb.register_tensor("acc", self.vec_t, row_major([self.mr, self.nr / self.w]));
-                fb.for_each(registers.on(0), |fb, ij| {
-                    fb.store(&acc, ij.to_vec(), Expr::zero(self.vec_t));
-                });
-                fb.for_range("kk", at.kc_len, |fb, kk| {
-                    fb.for_each(registers.on(0), |fb, ij| {
-                        let (i, j) = (&ij[0], &ij[1]);
-                        let a_i = packed_a.at([p.clone(), kk.clone(), i.clone()]);
-                        let b_j = self.vector_load(
-                            packed_b.at([q.clone(), kk.clone(), j * self.w]).address(),
-                        );
-                        let sum = a_i.broadcast(self.vec_t.lanes).fma(b_j, acc.at([i, j]));
-                        fb.store(&acc, [i, j], sum);
-                    });
-                });
-                self.write_back(fb, &acc, &row0, &col0, &at.first);
-            });
-        });
-    }
-
-    /// Stores (first K-slice) or adds (later slices) the register tile `acc`
-    /// into `C[row0.., col0..]`: whole vectors when the tile lies inside
-    /// `C`, element by element with predication otherwise.
-    fn write_back(
-        &self,
-        fb: &mut FunctionBuilder,
+        bufs: &Buffers,
+        at: &At,
         acc: &Var,
         row0: &Expr,
         col0: &Expr,
-        first: &Expr,
+        shape: Micro,
     ) {
-        let registers = Plan::mapping(repeat_unrolled([self.mr, self.nr / self.w]));
-        let elements = Plan::mapping(repeat([self.mr, self.nr]));
-        let inside = (row0 + self.mr).le(self.m).and((col0 + self.nr).le(self.n));
-        let c_vector = |ij: &[Expr]| self.c.at([row0 + &ij[0], col0 + &ij[1] * self.w]).address();
-        fb.if_then_else(
-            inside,
-            |fb| {
-                fb.if_then_else(
-                    first,
-                    |fb| {
-                        fb.for_each(registers.on(0), |fb, ij| {
-                            fb.call(
-                                Intrinsic::VectorStore,
-                                vec![c_vector(ij), acc.at(ij.to_vec())],
-                            );
+        let registers = mapping(repeat_unrolled([shape.rows, shape.vecs]));
+        if let Some(scratch) = &bufs.scratch {
+            fb.for_each(registers.on(0), |fb, ij| {
+                let dst = scratch
+                    .at([
+                        at.pk.clone(),
+                        at.batch.clone(),
+                        row0 + &ij[0],
+                        col0 + &ij[1] * self.w,
+                    ])
+                    .address();
+                fb.call(Intrinsic::VectorStore, vec![dst, acc.at(ij.to_vec())]);
+            });
+            return;
+        }
+        let tile = fb.register_tensor(
+            "tile",
+            DataType::F32,
+            row_major([shape.rows, shape.vecs * self.w]),
+        );
+        fb.for_each(registers.on(0), |fb, ij| {
+            let dst = tile.at([ij[0].clone(), &ij[1] * self.w]).address();
+            fb.call(Intrinsic::VectorStore, vec![dst, acc.at(ij.to_vec())]);
+        });
+        let elements = mapping(repeat_with(
+            [shape.rows, shape.cols],
+            vec![0, 1],
+            vec![LoopKind::Serial, LoopKind::Unroll(None)],
+        ));
+        fb.for_each(elements.on(0), |fb, ij| {
+            let value = tile.at(ij.to_vec());
+            self.store_c(fb, &at.batch, row0 + &ij[0], col0 + &ij[1], value);
+        });
+    }
+
+    /// The second pass of parallel-k: `C[b, i, j] = Σ_p parts[p, b, i, j]`,
+    /// rows of `batch × M` spread over the threads.
+    fn reduce_parts(&self, fb: &mut FunctionBuilder, scratch: &Var) -> Result<(), TemplateError> {
+        let rows = self.s.batch * self.s.m;
+        let per_thread = ceil_div(rows, self.threads);
+        let rows_of_thread = spatial([self.threads])? * repeat([per_thread])?;
+        fb.for_range_with("t", self.threads, LoopKind::Parallel, |fb, t| {
+            fb.for_each(rows_of_thread.on(t), |fb, r| {
+                let r = &r[0];
+                fb.if_then(r.lt(rows), |fb| {
+                    let (batch, row) = if self.s.batch == 1 {
+                        (Expr::int(0), r.clone())
+                    } else {
+                        (r / self.s.m, r % self.s.m)
+                    };
+                    fb.let_in("b", batch, |fb, batch| {
+                        fb.let_in("i", row, |fb, row| {
+                            fb.for_range("j", self.s.n, |fb, j| {
+                                let total = (0..self.kparts)
+                                    .map(|p| {
+                                        scratch.at([
+                                            Expr::int(p),
+                                            batch.clone(),
+                                            row.clone(),
+                                            j.clone(),
+                                        ])
+                                    })
+                                    .reduce(|x, y| x + y)
+                                    .unwrap_or_else(|| Expr::f32(0.0));
+                                self.store_c(fb, &batch, row.clone(), j, total);
+                            });
                         });
-                    },
-                    |fb| {
-                        fb.for_each(registers.on(0), |fb, ij| {
-                            let sum = self.vector_load(c_vector(ij)) + acc.at(ij.to_vec());
-                            fb.call(Intrinsic::VectorStore, vec![c_vector(ij), sum]);
-                        });
-                    },
-                );
-            },
-            |fb| {
-                let tile = fb.register_tensor("tile", DataType::F32, row_major([self.mr, self.nr]));
-                fb.for_each(registers.on(0), |fb, ij| {
-                    let dst = tile.at([ij[0].clone(), &ij[1] * self.w]).address();
-                    fb.call(Intrinsic::VectorStore, vec![dst, acc.at(ij.to_vec())]);
-                });
-                fb.for_each(elements.on(0), |fb, ij| {
-                    let (row, col) = (row0 + &ij[0], col0 + &ij[1]);
-                    fb.if_then(row.lt(self.m).and(col.lt(self.n)), |fb| {
-                        let old = Expr::select(
-                            first.clone(),
-                            Expr::f32(0.0),
-                            self.c.at([row.clone(), col.clone()]),
-                        );
-                        fb.store(&self.c, [row, col], old + tile.at(ij.to_vec()));
                     });
                 });
-            },
-        );
+            });
+        });
+        Ok(())
+    }
+}
+
+/// `if c1 && c2 && … { body }`, or just `body` when there is no condition.
+fn guarded(fb: &mut FunctionBuilder, conds: Vec<Expr>, body: impl FnOnce(&mut FunctionBuilder)) {
+    match conds.into_iter().reduce(|x, y| x.and(y)) {
+        Some(cond) => fb.if_then(cond, body),
+        None => body(fb),
     }
 }

@@ -1,0 +1,63 @@
+//! The fp32 matmul and batch-matmul template for the CPU:
+//! `C[b, M, N] = A[b, M, K] · B[b, K, N]`, all row-major, written with task
+//! mappings, and its hardware-centric schedule space.
+//!
+//! The schedule ([`MatmulSchedule`]) fixes a micro-kernel of `MR × NR`
+//! outputs held in `MR × NR/W` SIMD registers of `W` lanes, cache blocks
+//! `MC × NC × KC`, a thread count and a [`ThreadSplit`]. A spatial task
+//! mapping over `[K-parts, batch, row panels, column panels]` gives every
+//! thread a contiguous block of `MR`-row and `NR`-column panels (and of
+//! `K` with parallel-k); the thread walks its block in `MC × NC` tiles.
+//! For every tile and every `KC`-slice it packs `A` into `MR`-row panels
+//! and `B` into `NR`-column panels (thread-local buffers) and runs the
+//! micro-kernel over every pair of panels.
+//!
+//! The output is fusion-friendly: sums over earlier `K`-slices are kept in
+//! a thread-local partial tile (never in `C`), and the final value of every
+//! element of `C` is written exactly once, by an element store
+//! `C[b, i, j] = v` in a constant-trip, unrolled loop over the register
+//! tile (which the C compiler turns into vector stores when the fused
+//! epilogue is elementwise). With parallel-k the parts go to a local
+//! buffer and a second parallel pass stores `C[b, i, j] = Σ parts`. `A` and
+//! `B` are read only by element loads in the packing loops, so prologues
+//! can be fused into both (see [`hidet_ir::fusion::fuse`]).
+//!
+//! Sizes need not be multiples of anything: the last row panel and the
+//! last column panel run micro-kernels specialized for their (static)
+//! sizes, so no work is spent on padding rows and every store is
+//! unpredicated.
+
+mod plan;
+mod schedule;
+mod space;
+
+pub use schedule::{MatmulSchedule, MatmulShape, ThreadGrid, ThreadSplit, PARALLEL_K_MAX_ELEMENTS};
+pub use space::{matmul_candidates, matmul_space, micro_kernels};
+
+use crate::error::TemplateError;
+use hidet_ir::function::Function;
+
+/// The kernel `name(A: f32[m, k], B: f32[k, n], C: f32[m, n])` computing
+/// `C = A · B` with `schedule`. Fails on non-positive sizes, an invalid
+/// schedule, or operands with `2^31` elements or more (indices are `i32`).
+pub fn matmul_f32(
+    name: &str,
+    m: i64,
+    n: i64,
+    k: i64,
+    schedule: &MatmulSchedule,
+) -> Result<Function, TemplateError> {
+    plan::build(name, &MatmulShape::plain(m, n, k), false, schedule)
+}
+
+/// The kernel `name(A: f32[a_batch, m, k], B: f32[b_batch, k, n],
+/// C: f32[batch, m, n])` computing `C[b] = A[b'] · B[b'']` where an operand
+/// of batch 1 is broadcast over the batch. Fails like [`matmul_f32`], and
+/// when an operand's batch is neither 1 nor `batch`.
+pub fn batch_matmul_f32(
+    name: &str,
+    shape: &MatmulShape,
+    schedule: &MatmulSchedule,
+) -> Result<Function, TemplateError> {
+    plan::build(name, shape, true, schedule)
+}

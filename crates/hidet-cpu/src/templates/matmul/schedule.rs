@@ -1,0 +1,264 @@
+//! The hardware-centric schedule of the matmul template and the thread grid
+//! it derives for a problem.
+
+use crate::error::TemplateError;
+use crate::target::CpuTarget;
+
+/// How the threads of a [`MatmulSchedule`] share the work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ThreadSplit {
+    /// The split of batch, rows, columns and (when the partial sums fit
+    /// [`PARALLEL_K_MAX_ELEMENTS`]) `K` that gives the busiest thread the
+    /// least work; `K` is split only when that is strictly less work.
+    Auto,
+    /// Threads over the batch, then over rows.
+    Rows,
+    /// Threads over the batch, then over columns.
+    Columns,
+    /// Every thread computes all of `C` over its own part of `K`; a second
+    /// parallel pass adds the parts. Acts as [`ThreadSplit::Auto`] when the
+    /// partial sums would exceed [`PARALLEL_K_MAX_ELEMENTS`].
+    ParallelK,
+}
+
+/// The largest number of `f32` partial sums (`K`-parts × batch × padded
+/// `M × N`) a parallel-k kernel may keep; they live on the calling thread's
+/// stack.
+pub const PARALLEL_K_MAX_ELEMENTS: i64 = 1 << 17;
+
+/// The schedule of the matmul template; every field is a plain value chosen
+/// for the hardware, independent of the problem size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatmulSchedule {
+    /// Rows of the micro-kernel's register tile.
+    pub mr: i64,
+    /// Columns of the micro-kernel's register tile; a multiple of `lanes`.
+    pub nr: i64,
+    /// `f32` lanes per SIMD vector (`W`).
+    pub lanes: u16,
+    /// Rows of a cache block of `A` (a multiple of `mr`).
+    pub mc: i64,
+    /// Columns of a cache block of `B` (a multiple of `nr`).
+    pub nc: i64,
+    /// Depth of a cache block.
+    pub kc: i64,
+    /// Threads the work is spread over.
+    pub threads: i64,
+    /// How the threads share the work.
+    pub split: ThreadSplit,
+}
+
+/// The sizes of a (batch) matmul problem `C[b] = A[b] · B[b]`, with
+/// `A: [a_batch, m, k]`, `B: [b_batch, k, n]`, `C: [batch, m, n]` where an
+/// operand's batch is either `batch` or 1 (broadcast).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatmulShape {
+    pub batch: i64,
+    pub a_batch: i64,
+    pub b_batch: i64,
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+}
+
+impl MatmulShape {
+    /// A plain (batch 1) `m × n × k` matmul.
+    pub fn plain(m: i64, n: i64, k: i64) -> MatmulShape {
+        MatmulShape {
+            batch: 1,
+            a_batch: 1,
+            b_batch: 1,
+            m,
+            n,
+            k,
+        }
+    }
+
+    /// Checks positive sizes, operand batches of `batch` or 1, and fewer
+    /// than `2^31` elements per operand (indices are `i32`).
+    pub fn validate(&self) -> Result<(), TemplateError> {
+        let s = self;
+        if [s.batch, s.a_batch, s.b_batch, s.m, s.n, s.k]
+            .iter()
+            .any(|&v| v <= 0)
+        {
+            return Err(TemplateError::InvalidShape(format!(
+                "matmul sizes must be positive, got {s:?}"
+            )));
+        }
+        for (name, b) in [("A", s.a_batch), ("B", s.b_batch)] {
+            if b != 1 && b != s.batch {
+                return Err(TemplateError::InvalidShape(format!(
+                    "batch of {name} is {b}, neither 1 nor the batch {}",
+                    s.batch
+                )));
+            }
+        }
+        let sizes = [
+            s.a_batch.checked_mul(s.m).and_then(|v| v.checked_mul(s.k)),
+            s.b_batch.checked_mul(s.k).and_then(|v| v.checked_mul(s.n)),
+            s.batch.checked_mul(s.m).and_then(|v| v.checked_mul(s.n)),
+        ];
+        if sizes
+            .iter()
+            .any(|v| v.is_none_or(|v| v >= i64::from(i32::MAX)))
+        {
+            return Err(TemplateError::InvalidShape(format!(
+                "matmul {s:?} has an operand of 2^31 elements or more"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Multiply-adds of the problem.
+    pub fn macs(&self) -> i64 {
+        self.batch * self.m * self.n * self.k
+    }
+}
+
+/// How the threads of a kernel are arranged: `k · batch · rows · cols`
+/// equals the schedule's thread count. Thread `t` is the row-major unravel
+/// of `t` over `[k, batch, rows, cols]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ThreadGrid {
+    pub k: i64,
+    pub batch: i64,
+    pub rows: i64,
+    pub cols: i64,
+}
+
+pub(crate) fn ceil_div(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
+
+pub(crate) fn round_up(a: i64, b: i64) -> i64 {
+    ceil_div(a, b) * b
+}
+
+impl MatmulSchedule {
+    /// A schedule with [`ThreadSplit::Auto`].
+    pub fn new(mr: i64, nr: i64, lanes: u16, mc: i64, nc: i64, kc: i64, threads: i64) -> Self {
+        MatmulSchedule {
+            mr,
+            nr,
+            lanes,
+            mc,
+            nc,
+            kc,
+            threads,
+            split: ThreadSplit::Auto,
+        }
+    }
+
+    /// The level-0 pick for `target`'s SIMD width and register count, for
+    /// `threads` threads (a member of `matmul_space(target, threads)`).
+    pub fn for_target(target: &CpuTarget, threads: i64) -> MatmulSchedule {
+        let lanes = target.f32_lanes();
+        let (mr, nr, mc, nc, kc) = match lanes {
+            16 => (14, 32, 168, 512, 256),
+            8 => (6, 16, 192, 512, 256),
+            4 => (6, 8, 192, 512, 256),
+            _ => (4, 4, 128, 256, 128),
+        };
+        MatmulSchedule::new(mr, nr, lanes, mc, nc, kc, threads)
+    }
+
+    /// Checks the schedule's constraints: positive sizes, `nr` a multiple
+    /// of `lanes`, `mc` of `mr`, `nc` of `nr`, and `lanes` a power of two.
+    pub fn validate(&self) -> Result<(), TemplateError> {
+        let bad = |why: String| Err(TemplateError::InvalidSchedule(format!("{self:?}: {why}")));
+        let w = i64::from(self.lanes);
+        if [self.mr, self.nr, self.mc, self.nc, self.kc, self.threads, w]
+            .iter()
+            .any(|&v| v <= 0)
+        {
+            return bad("every size must be positive".into());
+        }
+        if !self.lanes.is_power_of_two() {
+            return bad(format!("lanes = {w} is not a power of two"));
+        }
+        if self.nr % w != 0 {
+            return bad(format!("nr = {} is not a multiple of lanes = {w}", self.nr));
+        }
+        if self.mc % self.mr != 0 {
+            return bad(format!(
+                "mc = {} is not a multiple of mr = {}",
+                self.mc, self.mr
+            ));
+        }
+        if self.nc % self.nr != 0 {
+            return bad(format!(
+                "nc = {} is not a multiple of nr = {}",
+                self.nc, self.nr
+            ));
+        }
+        Ok(())
+    }
+
+    /// The thread grid for `shape` under this schedule's [`ThreadSplit`]:
+    /// among the grids the split allows, the one whose busiest thread has
+    /// the fewest multiply-adds (rows exact, columns padded to `lanes`,
+    /// plus the reduction pass of parallel-k); on ties, the fewest idle
+    /// threads, the fewest `K` parts, then the most batch threads, then the
+    /// most column threads.
+    pub fn thread_grid(&self, shape: &MatmulShape) -> ThreadGrid {
+        let t = self.threads.max(1);
+        let (pm, pn) = (ceil_div(shape.m, self.mr), ceil_div(shape.n, self.nr));
+        let n_padded = round_up(shape.n, i64::from(self.lanes.max(1)));
+        let k_fits = |tk: i64| {
+            tk == 1
+                || tk
+                    .checked_mul(shape.batch * pm * self.mr * pn * self.nr)
+                    .is_some_and(|v| v <= PARALLEL_K_MAX_ELEMENTS)
+        };
+        let divisors: Vec<i64> = (1..=t).filter(|d| t % d == 0).collect();
+        let mut grids = Vec::new();
+        for &tk in &divisors {
+            for &tb in divisors.iter().filter(|&&d| (t / tk) % d == 0) {
+                for &tm in divisors.iter().filter(|&&d| (t / tk / tb) % d == 0) {
+                    let tn = t / tk / tb / tm;
+                    grids.push(ThreadGrid {
+                        k: tk,
+                        batch: tb,
+                        rows: tm,
+                        cols: tn,
+                    });
+                }
+            }
+        }
+        let allowed = |g: &ThreadGrid, split: ThreadSplit| match split {
+            ThreadSplit::Auto => k_fits(g.k),
+            ThreadSplit::Rows => g.k == 1 && g.cols == 1,
+            ThreadSplit::Columns => g.k == 1 && g.rows == 1,
+            ThreadSplit::ParallelK => g.k == t && k_fits(t),
+        };
+        let split = if self.split == ThreadSplit::ParallelK && !k_fits(t) {
+            ThreadSplit::Auto
+        } else {
+            self.split
+        };
+        let cost = |g: &ThreadGrid| {
+            let rows = (ceil_div(pm, g.rows) * self.mr).min(shape.m);
+            let cols = (ceil_div(pn, g.cols) * self.nr).min(n_padded);
+            let work = ceil_div(shape.batch, g.batch) * rows * cols * ceil_div(shape.k, g.k);
+            let reduce = if g.k > 1 {
+                4 * ceil_div(shape.batch * shape.m * shape.n * g.k, t)
+            } else {
+                0
+            };
+            let busy =
+                g.k.min(shape.k) * g.batch.min(shape.batch) * g.rows.min(pm) * g.cols.min(pn);
+            (work + reduce, t - busy, g.k, -g.batch, -g.cols)
+        };
+        grids
+            .into_iter()
+            .filter(|g| allowed(g, split))
+            .min_by_key(cost)
+            .unwrap_or(ThreadGrid {
+                k: 1,
+                batch: 1,
+                rows: 1,
+                cols: t,
+            })
+    }
+}

@@ -1,0 +1,108 @@
+//! The hardware-centric schedule space of the matmul template: micro-kernel
+//! shapes chosen for the target's SIMD width and register file, cache
+//! blocks, and thread splits. It depends on the target and the thread
+//! count only, never on the problem's shape.
+
+use super::schedule::{round_up, MatmulSchedule, ThreadSplit};
+use crate::target::{Arch, CpuTarget};
+
+/// The micro-kernel shapes `(MR, NR)` of `target`, best first (by the
+/// loads per multiply-add of the register tile, `1/NR + 1/MR`). Each keeps
+/// its `MR · NR/W` accumulators, the `NR/W` vectors of a `B` row and one
+/// broadcast within the register file (32 vector registers with AVX-512
+/// and NEON, 16 with AVX2 and SSE).
+pub fn micro_kernels(target: &CpuTarget) -> Vec<(i64, i64)> {
+    let lanes = target.f32_lanes();
+    let kernels: &[(i64, i64)] = match (lanes, target.arch) {
+        (16, _) => &[(14, 32), (12, 32), (6, 64), (8, 48), (8, 32), (4, 64)],
+        (8, _) => &[(6, 16), (4, 24), (3, 32), (4, 16), (8, 8)],
+        (4, Arch::Aarch64) => &[(8, 12), (12, 8), (6, 16), (8, 8), (4, 16)],
+        (4, _) => &[(6, 8), (4, 12), (4, 8), (8, 4)],
+        _ => &[(4, 4), (2, 8)],
+    };
+    kernels.to_vec()
+}
+
+/// Depths of a cache block in the space.
+const KC_CHOICES: [i64; 3] = [128, 256, 384];
+/// Approximate `(MC, NC)` cache blocks in the space, rounded up to the
+/// micro-kernel.
+const BLOCK_CHOICES: [(i64, i64); 4] = [(96, 256), (96, 512), (192, 512), (192, 1024)];
+
+fn splits(threads: i64) -> Vec<ThreadSplit> {
+    if threads > 1 {
+        vec![
+            ThreadSplit::Auto,
+            ThreadSplit::Columns,
+            ThreadSplit::Rows,
+            ThreadSplit::ParallelK,
+        ]
+    } else {
+        vec![ThreadSplit::Auto]
+    }
+}
+
+/// Every schedule of the space for `target` and `threads` (tuning level 2),
+/// with [`MatmulSchedule::for_target`] first. Each is valid and correct on
+/// every shape.
+pub fn matmul_space(target: &CpuTarget, threads: i64) -> Vec<MatmulSchedule> {
+    let lanes = target.f32_lanes();
+    let mut space = vec![MatmulSchedule::for_target(target, threads)];
+    for (mr, nr) in micro_kernels(target) {
+        for kc in KC_CHOICES {
+            for (mc, nc) in BLOCK_CHOICES {
+                for split in splits(threads) {
+                    let s = MatmulSchedule {
+                        split,
+                        ..MatmulSchedule::new(
+                            mr,
+                            nr,
+                            lanes,
+                            round_up(mc, mr),
+                            round_up(nc, nr),
+                            kc,
+                            threads,
+                        )
+                    };
+                    if !space.contains(&s) {
+                        space.push(s);
+                    }
+                }
+            }
+        }
+    }
+    space
+}
+
+/// The `count` most promising schedules of the space (tuning level 1):
+/// the level-0 pick first, then, for each micro-kernel in order of
+/// [`micro_kernels`], each thread split with the block that keeps one
+/// `B` micro-panel (`KC × NR`) within 32 KiB, then the other blocks.
+pub fn matmul_candidates(target: &CpuTarget, threads: i64, count: usize) -> Vec<MatmulSchedule> {
+    let space = matmul_space(target, threads);
+    let kernels = micro_kernels(target);
+    let rank = |s: &MatmulSchedule| {
+        let kernel = kernels
+            .iter()
+            .position(|&(mr, nr)| (mr, nr) == (s.mr, s.nr))
+            .unwrap_or(kernels.len());
+        let fits_l1 = s.kc * s.nr * 4 <= 32 * 1024;
+        let largest_fitting_kc = s.kc * s.nr * 4 + 128 * s.nr * 4 > 32 * 1024;
+        let preferred_block = round_up(192, s.mr) == s.mc && round_up(512, s.nr) == s.nc;
+        let tier = match (fits_l1 && largest_fitting_kc, preferred_block) {
+            (true, true) => 0,
+            (true, false) | (false, true) => 1,
+            (false, false) => 2,
+        };
+        (tier, kernel)
+    };
+    let (first, rest) = space.split_at(1);
+    let mut ordered: Vec<MatmulSchedule> = rest.to_vec();
+    ordered.sort_by_key(rank);
+    first
+        .iter()
+        .copied()
+        .chain(ordered)
+        .take(count.max(1))
+        .collect()
+}
