@@ -33,6 +33,13 @@ pub fn register(r: &mut Registry) {
 impl Operator for NonZero {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
         let x = infer_arg(inputs, 0)?;
+        if let Some(v) = x.value {
+            let out = self.eval(&[Some(v)])?;
+            return Ok(out
+                .iter()
+                .map(|t| TensorType::fixed(t.dtype(), t.shape()))
+                .collect());
+        }
         let rows =
             x.ty.rank()
                 .map(|r| Dim::Fixed(r.max(1)))
@@ -85,7 +92,12 @@ impl Operator for Compress {
             (Some(a), Some(d)) => {
                 let a = norm_axis(a, d.len())?;
                 let mut d = d.clone();
-                d[a] = Dim::Unknown;
+                d[a] = match (&d[a], c.value.map(|v| v.as_slice::<bool>())) {
+                    (Dim::Fixed(n), Some(Ok(cond))) => {
+                        Dim::Fixed(cond.iter().take(*n).filter(|&&b| b).count())
+                    }
+                    _ => Dim::Unknown,
+                };
                 Some(d)
             }
             (Some(_), None) => None,
