@@ -141,7 +141,10 @@ impl Backend for CpuBackend {
                     } else {
                         KernelOrigin::Template
                     };
-                    return Ok(CpuKernel { function, origin });
+                    return Ok(CpuKernel {
+                        function: *function,
+                        origin,
+                    });
                 }
                 TemplateOutcome::Refused(reason) if fused => {
                     return Err(BackendError::Refused {

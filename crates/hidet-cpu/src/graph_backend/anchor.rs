@@ -76,7 +76,7 @@ pub enum TemplateOutcome {
     /// The anchor is not a 2-D f32 matmul: use the scheduler.
     NotApplicable,
     /// The fused kernel, or the template alone when nothing is fused.
-    Kernel(Function),
+    Kernel(Box<Function>),
     /// The template cannot absorb the task's prologues/epilogue.
     Refused(String),
 }
@@ -160,10 +160,10 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
     if prologues.is_empty() && epilogue.is_none() {
         let mut f = template;
         f.params = params;
-        return TemplateOutcome::Kernel(f);
+        return TemplateOutcome::Kernel(Box::new(f));
     }
     match fuse(&template, params, &prologues, epilogue.as_ref()) {
-        Ok(f) => TemplateOutcome::Kernel(f),
+        Ok(f) => TemplateOutcome::Kernel(Box::new(f)),
         Err(e) => TemplateOutcome::Refused(e.to_string()),
     }
 }

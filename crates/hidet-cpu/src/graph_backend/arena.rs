@@ -72,7 +72,7 @@ impl CpuArena {
         let len = tensor.size_in_bytes();
         self.check(offset, len)?;
         let src: *const u8 = hidet_graph::dispatch_all!(tensor.dtype(), T => match tensor.as_slice::<T>() {
-            Ok(s) => s.as_ptr() as *const u8,
+            Ok(s) => s.as_ptr().cast::<u8>(),
             Err(e) => return Err(BackendError::Memory(e.to_string())),
         });
         let dst = (self.base as usize + offset) as *mut u8;

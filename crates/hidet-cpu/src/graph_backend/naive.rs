@@ -1,6 +1,6 @@
-//! A simple scheduler for any compute definition, used where no template applies (until the
-//! rule-based scheduler replaces it): one kernel that computes every output element in
-//! place, with every other tensor of the definition inlined into it.
+//! The inlining fallback for single operators the rule-based scheduler does not cover: one
+//! kernel that computes every output element in place, with every other tensor of the
+//! definition inlined into it. Correct for any definition, fast for few.
 //!
 //! Grids are substituted into their readers; a read of a reduce node becomes an accumulator
 //! loop right before the element that needs it. So an anchor with its prologues and its

@@ -104,6 +104,29 @@ pub struct CompileReport {
     pub partition: String,
 }
 
+impl CompileReport {
+    /// Writes `partition.txt` (the partition dump) and every kept kernel source
+    /// (`<unit>.src`) into `dir`, creating it.
+    pub fn write_sources(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("partition.txt"), &self.partition)?;
+        for (name, text) in &self.module.sources {
+            let file: String = name
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '_' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            std::fs::write(dir.join(format!("{file}.src")), text)?;
+        }
+        Ok(())
+    }
+}
+
 struct RunState<B: Backend> {
     arena: B::Arena,
     /// Argument addresses of each step (empty for host steps).
