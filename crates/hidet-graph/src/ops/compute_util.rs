@@ -271,6 +271,76 @@ pub fn float_to_int(x: Expr, from: DataType, to: DataType) -> Option<Expr> {
     ))
 }
 
+/// The index into an axis of size `dim` that an ONNX index value `idx` (any integer
+/// expression, e.g. a read of an `indices` tensor) names: negative values count from the end
+/// (`select(idx < 0, idx + dim, idx)`), and the result is clamped into `[0, dim)` so that a
+/// kernel never reads outside the tensor. Indices that `eval` rejects as out of range thus
+/// read some element of the axis instead of failing. The result has type
+/// [`index_dtype`]`(dim)`.
+///
+/// Requires `dim > 0` (an empty axis has no element to read; callers reject that case).
+pub fn wrap_index(idx: Expr, dim: usize) -> Expr {
+    let wide = if idx.dtype() == Some(DataType::I64) {
+        idx
+    } else {
+        idx.cast(DataType::I64)
+    };
+    let n = Expr::int_of(dim as i64, DataType::I64);
+    let zero = Expr::int_of(0, DataType::I64);
+    let wrapped = Expr::select(wide.lt(zero.clone()), &wide + n.clone(), wide);
+    let hi = Expr::int_of(dim.saturating_sub(1) as i64, DataType::I64);
+    clamp(wrapped, zero, hi).cast(index_dtype(dim))
+}
+
+/// The index into a tensor of `in_shape` of the element that a reshape to `out_shape` puts
+/// at `out_index` (row-major order is kept). When the two shapes differ only by size-1
+/// dimensions (Squeeze, Unsqueeze, most Flattens) the axes map one to one; otherwise the
+/// index goes through the linear offset ([`linearize`], then [`unravel`]).
+///
+/// Requires `out_index.len() == out_shape.len()` and equal element counts.
+pub fn reshape_index(out_index: &[Expr], out_shape: &[usize], in_shape: &[usize]) -> Vec<Expr> {
+    if out_shape == in_shape {
+        return out_index.to_vec();
+    }
+    let non_unit = |s: &[usize]| -> Vec<usize> { s.iter().copied().filter(|&d| d != 1).collect() };
+    if non_unit(out_shape) == non_unit(in_shape) {
+        let mut from = out_index
+            .iter()
+            .zip(out_shape)
+            .filter(|(_, &d)| d != 1)
+            .map(|(i, _)| i.clone());
+        return in_shape
+            .iter()
+            .map(|&d| {
+                if d == 1 {
+                    Expr::int(0)
+                } else {
+                    from.next().unwrap_or_else(|| Expr::int(0))
+                }
+            })
+            .collect();
+    }
+    unravel(&linearize(out_index, out_shape), in_shape)
+}
+
+/// The first element of `t` as an IR constant of `t`'s dtype (floats exact, since every
+/// element value is representable in `f64`); `None` for an empty tensor or a `u64` value
+/// above `i64::MAX`, which the IR's integer constants cannot hold.
+pub fn scalar_const(t: &crate::tensor::Tensor) -> Option<Expr> {
+    let dtype = t.dtype().to_ir();
+    if t.numel() == 0 {
+        return None;
+    }
+    if dtype.is_float() || dtype.is_bool() {
+        let v = *t.to_f64_vec().first()?;
+        return Some(konst(v, dtype));
+    }
+    let v: i128 = crate::dispatch_int!(t.dtype(), T => {
+        crate::tensor::Element::to_i128(*t.as_slice::<T>().ok()?.first()?)
+    }, else return None);
+    i64::try_from(v).ok().map(|v| Expr::int_of(v, dtype))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

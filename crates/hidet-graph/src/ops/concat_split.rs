@@ -2,8 +2,13 @@
 
 use crate::dispatch_all;
 use crate::kernels::movement::{alloc, numel, offsets, strides, take};
-use crate::operator::{arg, infer_arg, infer_opt, opt_arg, InferInput, OpError, Operator};
+use crate::operator::{
+    arg, infer_arg, infer_opt, opt_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator,
+};
 use crate::ops::common::{int_list, norm_axis};
+use crate::ops::compute_util::{dims, finish, grid_def, input, opt_input, placeholders};
+use hidet_ir::compute::grid;
+use hidet_ir::expr::Expr;
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
@@ -176,6 +181,60 @@ impl Operator for Concat {
         });
         Ok(vec![out])
     }
+
+    /// A select chain over the concat axis: `out[i] = in_k[i with i[axis] - start_k]` for the
+    /// first present, non-empty input `k` whose range `[start_k, start_k + len_k)` holds
+    /// `i[axis]`.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let first = input(inputs, 0)?;
+        let rank = first.shape.len();
+        let axis = norm_axis(self.axis, rank)?;
+        let mut shape = first.shape.to_vec();
+        shape[axis] = 0;
+        let mut parts: Vec<(usize, usize, usize)> = Vec::new();
+        for (slot, x) in inputs.iter().enumerate() {
+            let Some(x) = x else { continue };
+            if x.dtype != first.dtype {
+                return Err(OpError::Invalid(format!(
+                    "Concat: input #{slot} has dtype {}, input #0 has {}",
+                    x.dtype, first.dtype
+                )));
+            }
+            let same = x.shape.len() == rank
+                && (0..rank).all(|d| d == axis || x.shape[d] == first.shape[d]);
+            if !same {
+                return Err(OpError::Shape(format!(
+                    "Concat: shapes {:?} and {:?} differ outside axis {axis}",
+                    first.shape, x.shape
+                )));
+            }
+            let len = x.shape[axis];
+            if len > 0 {
+                parts.push((slot, shape[axis], len));
+            }
+            shape[axis] = shape[axis]
+                .checked_add(len)
+                .ok_or_else(|| OpError::Shape("Concat: size overflow".into()))?;
+        }
+        let vars = placeholders(inputs);
+        let dtype = first.dtype.to_ir();
+        let def = grid_def(vars.clone(), dtype, &shape, |i| {
+            let read = |&(slot, start, _): &(usize, usize, usize)| {
+                let mut j = i.to_vec();
+                if start > 0 {
+                    j[axis] = &i[axis] - Expr::int(start as i64);
+                }
+                vars[slot].at(j)
+            };
+            let Some((last, rest)) = parts.split_last() else {
+                return Expr::zero(dtype);
+            };
+            rest.iter().rev().fold(read(last), |acc, p| {
+                Expr::select(i[axis].lt(Expr::int((p.1 + p.2) as i64)), read(p), acc)
+            })
+        })?;
+        Ok(Some(def))
+    }
 }
 
 /// Sizes of the parts of a dimension of size `dim` cut into `n` parts when no explicit sizes
@@ -321,6 +380,39 @@ impl Operator for Split {
             start += len;
         }
         Ok(outs)
+    }
+
+    /// One grid per part: `out_k[i] = x[i with i[axis] + start_k]`; needs the value of the
+    /// `split` input when it is present.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        let axis = norm_axis(self.axis, x.shape.len())?;
+        let split = match (&self.parts, opt_input(inputs, 1)) {
+            (Parts::Input { .. }, Some(s)) => match s.value {
+                Some(v) => Some(v),
+                None => return Ok(None),
+            },
+            _ => None,
+        };
+        let sizes = self.sizes(x.shape[axis], self.explicit(split)?)?;
+        let vars = placeholders(inputs);
+        let dtype = x.dtype.to_ir();
+        let mut nodes = Vec::with_capacity(sizes.len());
+        let mut start = 0usize;
+        for (k, len) in sizes.into_iter().enumerate() {
+            let mut shape = x.shape.to_vec();
+            shape[axis] = len;
+            nodes.push(grid(&format!("out{k}"), dtype, dims(&shape), |i| {
+                let mut j = i.to_vec();
+                if start > 0 {
+                    j[axis] = &i[axis] + Expr::int(start as i64);
+                }
+                vars[0].at(j)
+            }));
+            start += len;
+        }
+        let outputs = nodes.iter().map(|(v, _)| v.clone()).collect();
+        finish(vars, nodes, outputs).map(Some)
     }
 }
 

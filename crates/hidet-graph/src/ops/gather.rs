@@ -3,11 +3,13 @@
 //! Negative indices count from the end; out-of-range indices are errors.
 
 use crate::kernels::movement::{is_index_dtype, offsets, strides, take, wrap_index};
-use crate::operator::{arg, infer_arg, InferInput, OpError, Operator};
+use crate::operator::{arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
 use crate::ops::common::norm_axis;
+use crate::ops::compute_util::{grid_def, input, placeholders, wrap_index as wrap_expr};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
+use hidet_ir::expr::Expr;
 
 /// `out[a.., i.., b..] = data[a.., indices[i..], b..]` around `axis`.
 #[derive(Debug)]
@@ -62,6 +64,28 @@ fn check_indices(t: &TensorType) -> Result<(), OpError> {
     }
 }
 
+/// Checks that the indices input of a compute definition is int32/int64, and that an axis of
+/// size `dim` read through `count` indices is not empty (no index into it is valid).
+fn check_compute_indices(
+    ind: &ComputeInput<'_>,
+    dim: usize,
+    count: usize,
+    op: &str,
+) -> Result<(), OpError> {
+    if !is_index_dtype(ind.dtype) {
+        return Err(OpError::DType {
+            index: 1,
+            dtype: ind.dtype,
+        });
+    }
+    if dim == 0 && count > 0 {
+        return Err(OpError::Invalid(format!(
+            "{op}: indices into an empty dimension"
+        )));
+    }
+    Ok(())
+}
+
 fn index_values(t: &Tensor) -> Result<Vec<i64>, OpError> {
     if !is_index_dtype(t.dtype()) {
         return Err(OpError::DType {
@@ -112,6 +136,24 @@ impl Operator for Gather {
             Ok(outer + idx[pos] * st[a] + inner)
         })?;
         Ok(vec![take(x, shape, &src)?])
+    }
+
+    /// `out[a.., i.., b..] = x[a.., wrap(indices[i..]), b..]`, the index read as data
+    /// ([`wrap_expr`]: negative values count from the end).
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let (x, ind) = (input(inputs, 0)?, input(inputs, 1)?);
+        let a = norm_axis(self.axis, x.shape.len())?;
+        let dim = x.shape[a];
+        check_compute_indices(&ind, dim, ind.shape.iter().product(), "Gather")?;
+        let q = ind.shape.len();
+        let shape = [&x.shape[..a], ind.shape, &x.shape[a + 1..]].concat();
+        let vars = placeholders(inputs);
+        let def = grid_def(vars.clone(), x.dtype.to_ir(), &shape, |i| {
+            let idx = wrap_expr(vars[1].at(i[a..a + q].to_vec()), dim);
+            let j = [&i[..a], &[idx], &i[a + q..]].concat();
+            vars[0].at(j)
+        })?;
+        Ok(Some(def))
     }
 }
 
@@ -164,6 +206,35 @@ impl Operator for GatherElements {
                 .sum())
         })?;
         Ok(vec![take(x, ind.shape().to_vec(), &src)?])
+    }
+
+    /// `out[i] = x[i with i[axis] = wrap(indices[i])]`.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let (x, ind) = (input(inputs, 0)?, input(inputs, 1)?);
+        if x.shape.len() != ind.shape.len() {
+            return Err(OpError::Shape(format!(
+                "GatherElements: data rank {} != indices rank {}",
+                x.shape.len(),
+                ind.shape.len()
+            )));
+        }
+        let a = norm_axis(self.axis, x.shape.len())?;
+        for (d, (&n, &m)) in x.shape.iter().zip(ind.shape).enumerate() {
+            if d != a && m > n {
+                return Err(OpError::Shape(format!(
+                    "GatherElements: indices dimension {d} ({m}) exceeds data's ({n})"
+                )));
+            }
+        }
+        let dim = x.shape[a];
+        check_compute_indices(&ind, dim, ind.shape.iter().product(), "GatherElements")?;
+        let vars = placeholders(inputs);
+        let def = grid_def(vars.clone(), x.dtype.to_ir(), ind.shape, |i| {
+            let mut j = i.to_vec();
+            j[a] = wrap_expr(vars[1].at(i.to_vec()), dim);
+            vars[0].at(j)
+        })?;
+        Ok(Some(def))
     }
 }
 
@@ -244,6 +315,43 @@ impl Operator for GatherNd {
             Ok(off + inner)
         })?;
         Ok(vec![take(x, shape, &src)?])
+    }
+
+    /// `out[b.., i.., t..] = x[b.., wrap(indices[b.., i.., 0]), …, wrap(indices[b.., i.., k-1]),
+    /// t..]`.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let (x, ind) = (input(inputs, 0)?, input(inputs, 1)?);
+        let (r, q) = (x.shape.len(), ind.shape.len());
+        let k = ind.shape.last().copied().unwrap_or(0);
+        let b = self.check(r, q, Some(k))?;
+        if x.shape[..b] != ind.shape[..b] {
+            return Err(OpError::Shape(format!(
+                "GatherND: batch dimensions differ: data {:?}, indices {:?}",
+                x.shape, ind.shape
+            )));
+        }
+        let tuples: usize = ind.shape[..q - 1].iter().product();
+        for &dim in &x.shape[b..b + k] {
+            check_compute_indices(&ind, dim, tuples, "GatherND")?;
+        }
+        if !is_index_dtype(ind.dtype) {
+            return Err(OpError::DType {
+                index: 1,
+                dtype: ind.dtype,
+            });
+        }
+        let shape = [&ind.shape[..q - 1], &x.shape[b + k..]].concat();
+        let vars = placeholders(inputs);
+        let def = grid_def(vars.clone(), x.dtype.to_ir(), &shape, |i| {
+            let mut j: Vec<Expr> = i[..b].to_vec();
+            for (t, &dim) in x.shape[b..b + k].iter().enumerate() {
+                let at = [&i[..q - 1], &[Expr::int(t as i64)]].concat();
+                j.push(wrap_expr(vars[1].at(at), dim));
+            }
+            j.extend_from_slice(&i[q - 1..]);
+            vars[0].at(j)
+        })?;
+        Ok(Some(def))
     }
 }
 

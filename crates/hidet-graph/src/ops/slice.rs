@@ -2,8 +2,12 @@
 //! before opset 10; `starts`, `ends`, `axes`, `steps` inputs from opset 10).
 
 use crate::kernels::movement::{offsets, strides, take};
-use crate::operator::{arg, infer_arg, infer_opt, opt_arg, InferInput, OpError, Operator};
+use crate::operator::{
+    arg, infer_arg, infer_opt, opt_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator,
+};
 use crate::ops::common::int_list;
+use crate::ops::compute_util::{grid_def, input, opt_input, placeholders};
+use hidet_ir::expr::Expr;
 use crate::ops::squeeze::norm_axes;
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
@@ -230,6 +234,59 @@ impl Operator for Slice {
             Ok(off as usize)
         })?;
         Ok(vec![take(x, shape, &src)?])
+    }
+
+    /// `out[i] = x[start + i * step]` per axis; needs the values of every present parameter
+    /// input (`Ok(None)` otherwise).
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        let mut vals: Vec<Option<&Tensor>> = vec![None];
+        if self.attrs.is_none() {
+            for i in 1..5 {
+                match opt_input(inputs, i) {
+                    None => vals.push(None),
+                    Some(ComputeInput { value: Some(v), .. }) => vals.push(Some(v)),
+                    Some(_) => return Ok(None),
+                }
+            }
+        }
+        let p = self.params_eval(&vals)?;
+        let sizes: Vec<Option<usize>> = x.shape.iter().map(|&d| Some(d)).collect();
+        let ranges: Vec<Option<Range1>> = p
+            .ranges(x.shape.len(), &sizes)?
+            .into_iter()
+            .map(Option::flatten)
+            .collect();
+        let shape: Vec<usize> = ranges
+            .iter()
+            .zip(x.shape)
+            .map(|(r, &d)| r.map_or(d, |r| r.count))
+            .collect();
+        let vars = placeholders(inputs);
+        let def = grid_def(vars.clone(), x.dtype.to_ir(), &shape, |i| {
+            let j: Vec<Expr> = i
+                .iter()
+                .zip(&ranges)
+                .map(|(i, r)| match r {
+                    None => i.clone(),
+                    Some(r) if r.count <= 1 => Expr::int(r.start.max(0) as i64),
+                    Some(r) => {
+                        let scaled = if r.step == 1 {
+                            i.clone()
+                        } else {
+                            i * Expr::int(r.step as i64)
+                        };
+                        if r.start == 0 {
+                            scaled
+                        } else {
+                            scaled + Expr::int(r.start as i64)
+                        }
+                    }
+                })
+                .collect();
+            vars[0].at(j)
+        })?;
+        Ok(Some(def))
     }
 }
 

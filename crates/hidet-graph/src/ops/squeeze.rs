@@ -1,8 +1,11 @@
 //! Rank-changing views: Flatten, Squeeze, Unsqueeze. None of them moves data; the output
 //! shares the input's buffer with a new shape.
 
-use crate::operator::{arg, infer_arg, infer_opt, opt_arg, InferInput, OpError, Operator};
+use crate::operator::{
+    arg, infer_arg, infer_opt, opt_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator,
+};
 use crate::ops::common::int_list;
+use crate::ops::compute_util::{grid_def, input, opt_input, placeholders, reshape_index};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::{checked_numel, Tensor};
@@ -150,6 +153,30 @@ impl Operator for Flatten {
             .ok_or_else(|| OpError::Shape("Flatten: size overflow".into()))?;
         Ok(vec![x.reshape(vec![outer, inner])?])
     }
+
+    /// `out[i] = x[reshape_index(i)]` over `[outer, inner]`.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        let a = self.split(x.shape.len())?;
+        let outer = checked_numel(&x.shape[..a])
+            .ok_or_else(|| OpError::Shape("Flatten: size overflow".into()))?;
+        let inner = checked_numel(&x.shape[a..])
+            .ok_or_else(|| OpError::Shape("Flatten: size overflow".into()))?;
+        reshaped(inputs, x.shape, &[outer, inner]).map(Some)
+    }
+}
+
+/// The definition of a data-preserving reshape of input 0 (of `in_shape`) to `out_shape`.
+fn reshaped(
+    inputs: &[Option<ComputeInput<'_>>],
+    in_shape: &[usize],
+    out_shape: &[usize],
+) -> Result<ComputeDef, OpError> {
+    let x = input(inputs, 0)?;
+    let vars = placeholders(inputs);
+    grid_def(vars.clone(), x.dtype.to_ir(), out_shape, |i| {
+        vars[0].at(reshape_index(i, out_shape, in_shape))
+    })
 }
 
 impl Axes {
@@ -160,6 +187,25 @@ impl Axes {
             Axes::Input => opt_arg(inputs, 1)
                 .map(|t| int_list(t, &format!("{op} axes")))
                 .transpose(),
+        }
+    }
+
+    /// The axes for a compute definition: like [`Axes::eval`], with `Err(())` when input #1
+    /// is present but its value is unknown.
+    fn compute(
+        &self,
+        inputs: &[Option<ComputeInput<'_>>],
+        op: &str,
+    ) -> Result<Result<Option<Vec<i64>>, ()>, OpError> {
+        match self {
+            Axes::Attr(a) => Ok(Ok(a.clone())),
+            Axes::Input => match opt_input(inputs, 1) {
+                None => Ok(Ok(None)),
+                Some(ComputeInput { value: Some(v), .. }) => {
+                    Ok(Ok(Some(int_list(v, &format!("{op} axes"))?)))
+                }
+                Some(_) => Ok(Err(())),
+            },
         }
     }
 
@@ -253,6 +299,17 @@ impl Operator for Squeeze {
             .ok_or_else(|| OpError::Shape("Squeeze: unresolved shape".into()))?;
         Ok(vec![x.reshape(to_usize(&dims)?)?])
     }
+
+    /// `out[i] = x[i with the squeezed axes at 0]`; needs the axes' value.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        let Ok(axes) = self.axes.compute(inputs, "Squeeze")? else {
+            return Ok(None);
+        };
+        let dims = squeeze_dims(&fixed_dims(x.shape), axes.as_deref())?
+            .ok_or_else(|| OpError::Shape("Squeeze: unresolved shape".into()))?;
+        reshaped(inputs, x.shape, &to_usize(&dims)?).map(Some)
+    }
 }
 
 /// Unsqueeze over dims: the output has `dims.len() + axes.len()` dimensions, 1 at `axes`.
@@ -298,6 +355,18 @@ impl Operator for Unsqueeze {
             .ok_or(OpError::MissingInput(1))?;
         let dims = unsqueeze_dims(&fixed_dims(x.shape()), &axes)?;
         Ok(vec![x.reshape(to_usize(&dims)?)?])
+    }
+
+    /// `out[i] = x[i without the inserted axes]`; needs the axes' value.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        let axes = match self.axes.compute(inputs, "Unsqueeze")? {
+            Ok(Some(axes)) => axes,
+            Ok(None) => return Err(OpError::MissingInput(1)),
+            Err(()) => return Ok(None),
+        };
+        let dims = unsqueeze_dims(&fixed_dims(x.shape), &axes)?;
+        reshaped(inputs, x.shape, &to_usize(&dims)?).map(Some)
     }
 }
 

@@ -1,7 +1,8 @@
 //! Transpose: permutes dimensions (`perm`, default reversed).
 
 use crate::kernels::movement::{offsets, strides, take};
-use crate::operator::{arg, infer_arg, InferInput, OpError, Operator};
+use crate::operator::{arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
+use crate::ops::compute_util::{grid_def, input, placeholders};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
@@ -75,6 +76,22 @@ impl Operator for Transpose {
             Ok(o.iter().zip(&perm).map(|(&i, &p)| i * st[p]).sum())
         })?;
         Ok(vec![take(x, shape, &src)?])
+    }
+
+    /// `out[i] = x[j]` with `j[perm[k]] = i[k]`.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        let perm = self.perm(x.shape.len())?;
+        let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
+        let vars = placeholders(inputs);
+        let def = grid_def(vars.clone(), x.dtype.to_ir(), &shape, |i| {
+            let mut j = vec![hidet_ir::expr::Expr::int(0); perm.len()];
+            for (k, &p) in perm.iter().enumerate() {
+                j[p] = i[k].clone();
+            }
+            vars[0].at(j)
+        })?;
+        Ok(Some(def))
     }
 }
 
