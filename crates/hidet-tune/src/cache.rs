@@ -1,0 +1,189 @@
+//! The persistent tuning cache: one JSON [`TuningRecord`] per task and environment.
+//!
+//! A record lives at `<root>/<space>/<first 2 hex digits>/<key>.json`, where the key is the
+//! SHA-256 of the [`TaskIdentity`] (task key, space, template version, environment) and of
+//! [`RECORD_FORMAT`]. Changing any of them — another CPU, other instruction-set features,
+//! another compiler or flags, a new template version — therefore misses. Records are written
+//! to a temporary file in the same directory and renamed into place, so readers in any
+//! process see either no record or a complete one.
+//!
+//! A record that cannot be read or parsed, or whose contents disagree with the identity it
+//! was looked up by, is reported as [`Lookup::Corrupt`] and otherwise ignored (the task is
+//! tuned again and the record overwritten).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::environment::Environment;
+use crate::error::TuneError;
+use crate::record::{TuningRecord, RECORD_FORMAT};
+
+/// The environment variable that selects the cache root (records go to its `tuning/`).
+pub const CACHE_DIR_ENV: &str = "HIDET_CACHE_DIR";
+
+/// Everything a tuning result depends on.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TaskIdentity {
+    /// The task's stable key ([`crate::Tunable::key`]).
+    pub task: String,
+    /// The schedule space's name ([`crate::Tunable::space`]).
+    pub space: String,
+    /// The template's version ([`crate::Tunable::template_version`]).
+    pub template_version: String,
+    pub environment: Environment,
+}
+
+impl TaskIdentity {
+    /// The hex SHA-256 cache key.
+    pub fn key(&self) -> String {
+        let mut hasher = Sha256::new();
+        let mut field = |bytes: &[u8]| {
+            hasher.update((bytes.len() as u64).to_le_bytes());
+            hasher.update(bytes);
+        };
+        field(&RECORD_FORMAT.to_le_bytes());
+        field(self.task.as_bytes());
+        field(self.space.as_bytes());
+        field(self.template_version.as_bytes());
+        let e = &self.environment;
+        field(e.device.as_bytes());
+        field(e.features.join("\0").as_bytes());
+        field(e.compiler.as_bytes());
+        field(e.flags.join("\0").as_bytes());
+        hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+/// The answer of [`TuningCache::lookup`].
+#[derive(Debug)]
+pub enum Lookup<S> {
+    Hit(TuningRecord<S>),
+    Miss,
+    /// A file exists but is unusable; `reason` says why. Callers warn and tune again.
+    Corrupt {
+        path: PathBuf,
+        reason: String,
+    },
+}
+
+/// A tuning cache rooted at a directory (created on first store).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TuningCache {
+    root: PathBuf,
+}
+
+impl TuningCache {
+    /// A cache whose records live under `root`.
+    pub fn new(root: impl Into<PathBuf>) -> TuningCache {
+        TuningCache { root: root.into() }
+    }
+
+    /// The cache under `<dir>/tuning`, for a hidet cache directory `dir`.
+    pub fn in_cache_dir(dir: &Path) -> TuningCache {
+        TuningCache::new(dir.join("tuning"))
+    }
+
+    /// The cache under `$HIDET_CACHE_DIR/tuning` if the variable is set and non-empty, else
+    /// under `hidet/tuning` in the user's cache directory, else `hidet-cache/tuning` in the
+    /// system temporary directory (the same cache directory as the kernel cache's).
+    pub fn from_env() -> TuningCache {
+        let dir = match std::env::var_os(CACHE_DIR_ENV) {
+            Some(d) if !d.is_empty() => PathBuf::from(d),
+            _ => dirs::cache_dir()
+                .map(|d| d.join("hidet"))
+                .unwrap_or_else(|| std::env::temp_dir().join("hidet-cache")),
+        };
+        TuningCache::in_cache_dir(&dir)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The file of `identity`'s record.
+    pub fn path(&self, identity: &TaskIdentity) -> PathBuf {
+        let key = identity.key();
+        let space: String = identity
+            .space
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        self.root
+            .join(if space.is_empty() { "_".into() } else { space })
+            .join(&key[..2])
+            .join(format!("{key}.json"))
+    }
+
+    /// The record of `identity`: a hit only when the file parses, its identity equals
+    /// `identity` and it passes [`TuningRecord::validate`].
+    pub fn lookup<S: DeserializeOwned>(&self, identity: &TaskIdentity) -> Lookup<S> {
+        let path = self.path(identity);
+        let text = match std::fs::read(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Lookup::Miss,
+            Err(e) => {
+                return Lookup::Corrupt {
+                    path,
+                    reason: e.to_string(),
+                }
+            }
+        };
+        let record: TuningRecord<S> = match serde_json::from_slice(&text) {
+            Ok(r) => r,
+            Err(e) => {
+                return Lookup::Corrupt {
+                    path,
+                    reason: format!("not a tuning record: {e}"),
+                }
+            }
+        };
+        if &record.identity != identity {
+            return Lookup::Corrupt {
+                path,
+                reason: "the record belongs to another task or environment".into(),
+            };
+        }
+        match record.validate() {
+            Ok(()) => Lookup::Hit(record),
+            Err(reason) => Lookup::Corrupt { path, reason },
+        }
+    }
+
+    /// Stores `record` under its identity, atomically; returns the file written.
+    pub fn store<S: Serialize>(&self, record: &TuningRecord<S>) -> Result<PathBuf, TuneError> {
+        let path = self.path(&record.identity);
+        let text = serde_json::to_vec_pretty(record).map_err(|source| TuneError::Serialize {
+            task: record.identity.task.clone(),
+            source,
+        })?;
+        let dir = path.parent().unwrap_or(&self.root);
+        std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+        let mut file = tempfile::NamedTempFile::new_in(dir).map_err(|e| io_error(dir, e))?;
+        file.write_all(&text)
+            .and_then(|()| file.as_file().sync_data())
+            .map_err(|e| io_error(file.path(), e))?;
+        file.persist(&path).map_err(|e| io_error(&path, e.error))?;
+        Ok(path)
+    }
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> TuneError {
+    TuneError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
