@@ -19,7 +19,9 @@ pub mod naive;
 use std::ffi::c_void;
 use std::time::Instant;
 
-use hidet_graph::compiled::{ArgAddress, Backend, BackendError, CompileOptions, ModuleReport};
+use hidet_graph::compiled::{
+    ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport,
+};
 use hidet_graph::fusion::FusedTask;
 use hidet_graph::{DType, Tensor};
 use hidet_ir::function::{Function, IRModule, Target};
@@ -212,7 +214,15 @@ impl Backend for CpuBackend {
                     .into_iter()
                     .map(|m| {
                         let o = &build_opts;
-                        s.spawn(move || crate::build(m, o))
+                        let progress = opts.progress.as_ref();
+                        s.spawn(move || {
+                            let count = m.functions.len();
+                            let built = crate::build(m, o);
+                            if let (Ok(_), Some(p)) = (&built, progress) {
+                                p.report(CompileProgress::Built { kernels: count });
+                            }
+                            built
+                        })
                     })
                     .collect();
                 handles

@@ -1,4 +1,5 @@
-//! The `hidet` command-line tool: `hidet info`, `hidet ops`, `hidet run`.
+//! The `hidet` command-line tool: `hidet info`, `hidet ops`, `hidet run`, `hidet bench`,
+//! `hidet compile`, `hidet zoo`.
 //! Every error is printed to stderr and exits with status 1; nothing panics on bad input.
 
 mod cli;
@@ -41,6 +42,52 @@ enum Command {
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
     },
+    /// Compile a model (an .onnx file or zoo:NAME) and time its runs.
+    Bench {
+        /// The .onnx file, or zoo:NAME for a built-in model (see `hidet zoo`).
+        #[arg(required_unless_present = "list")]
+        model: Option<String>,
+        /// An input as NAME=FILE.npy (repeatable); missing inputs get seeded random data.
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// Worker threads (default: all cores).
+        #[arg(long, value_name = "N")]
+        threads: Option<usize>,
+        /// Timed runs.
+        #[arg(long, value_name = "N", default_value_t = 10)]
+        runs: usize,
+        /// Untimed runs before the timed ones.
+        #[arg(long, value_name = "N", default_value_t = 2)]
+        warmup: usize,
+        /// Print one JSON object as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+        /// Time the reference executor (every operator's `eval`) instead of compiled kernels.
+        #[arg(long, conflicts_with = "check")]
+        reference: bool,
+        /// Also run the reference executor once and report the largest output difference.
+        #[arg(long)]
+        check: bool,
+        /// List the built-in models instead.
+        #[arg(long)]
+        list: bool,
+    },
+    /// Compile a model (an .onnx file or zoo:NAME) through the kernel cache and report it.
+    Compile {
+        /// The .onnx file, or zoo:NAME for a built-in model (see `hidet zoo`).
+        model: String,
+        /// Write every kernel's source and the fused graph (`partition.txt`) to DIR.
+        #[arg(long, value_name = "DIR")]
+        emit_source: Option<PathBuf>,
+        /// Print one JSON object instead of the text report.
+        #[arg(long)]
+        json: bool,
+        /// Threads the kernels are scheduled for (default: all cores).
+        #[arg(long, value_name = "N")]
+        threads: Option<usize>,
+    },
+    /// List the built-in models (use them as zoo:NAME).
+    Zoo,
 }
 
 fn main() -> ExitCode {
@@ -55,6 +102,47 @@ fn main() -> ExitCode {
             reference,
             threads,
         } => cli::run::run(&model, &inputs, &output_dir, reference, threads),
+        Command::Bench {
+            model,
+            inputs,
+            threads,
+            runs,
+            warmup,
+            json,
+            reference,
+            check,
+            list,
+        } => match model {
+            Some(model) if !list => cli::bench::run(&cli::bench::BenchArgs {
+                model,
+                inputs,
+                threads,
+                runs,
+                warmup,
+                json,
+                reference,
+                check,
+            }),
+            _ => {
+                cli::bench::list_zoo();
+                Ok(())
+            }
+        },
+        Command::Compile {
+            model,
+            emit_source,
+            json,
+            threads,
+        } => cli::compile::run(&cli::compile::CompileArgs {
+            model,
+            emit_source,
+            json,
+            threads,
+        }),
+        Command::Zoo => {
+            cli::bench::list_zoo();
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

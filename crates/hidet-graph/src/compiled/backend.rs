@@ -7,6 +7,7 @@
 //! those, so a run makes no allocation on the compiled path.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::dtype::DType;
@@ -35,6 +36,39 @@ pub enum BackendError {
     Launch { kernel: usize, message: String },
 }
 
+/// One step of a compilation, reported to [`CompileOptions::progress`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompileProgress {
+    /// `done` of `total` kernels are lowered (`total` grows when a refused group is split).
+    Lowered { done: usize, total: usize },
+    /// Lowering is over; building `kernels` kernels starts.
+    Building { kernels: usize },
+    /// `kernels` more kernels are built (one compiler invocation finished or hit the cache).
+    Built { kernels: usize },
+}
+
+/// Receives [`CompileProgress`] events; backends may call it from several threads at once.
+#[derive(Clone)]
+pub struct ProgressSink(pub Arc<dyn Fn(CompileProgress) + Send + Sync>);
+
+impl ProgressSink {
+    /// A sink calling `f` for every event.
+    pub fn new(f: impl Fn(CompileProgress) + Send + Sync + 'static) -> ProgressSink {
+        ProgressSink(Arc::new(f))
+    }
+
+    /// Reports `event`.
+    pub fn report(&self, event: CompileProgress) {
+        (self.0)(event)
+    }
+}
+
+impl fmt::Debug for ProgressSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ProgressSink")
+    }
+}
+
 /// Options of a compilation, shared by every backend.
 #[derive(Debug, Clone, Default)]
 pub struct CompileOptions {
@@ -44,6 +78,8 @@ pub struct CompileOptions {
     pub emit_source_dir: Option<std::path::PathBuf>,
     /// One kernel per operator (the unfused baseline, for tests and comparisons).
     pub no_fusion: bool,
+    /// Where lowering and building report their progress (a progress bar), if anywhere.
+    pub progress: Option<ProgressSink>,
 }
 
 /// One tensor argument of a kernel launch: an address inside an arena with what lies there.

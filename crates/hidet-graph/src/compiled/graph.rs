@@ -15,7 +15,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::backend::{ArgAddress, Backend, BackendError, CompileOptions, ModuleReport};
+use super::backend::{
+    ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport,
+};
 use super::plan::{plan_memory, BufferRequest, ALIGN};
 use crate::dtype::DType;
 use crate::executor::ExecError;
@@ -187,6 +189,11 @@ impl<B: Backend> CompiledGraph<B> {
         let mut groups: Vec<(Group, Option<usize>)> = Vec::new();
         let mut kernels = Vec::new();
         let mut tasks: Vec<FusedTask> = Vec::new();
+        let mut planned = part
+            .groups
+            .iter()
+            .filter(|g| matches!(g.kind, GroupKind::Anchored | GroupKind::Injective))
+            .count();
         for group in &part.groups {
             if !matches!(group.kind, GroupKind::Anchored | GroupKind::Injective) {
                 groups.push((group.clone(), None));
@@ -201,6 +208,12 @@ impl<B: Backend> CompiledGraph<B> {
                         kernels.push(k);
                         done.push((g, Some(tasks.len())));
                         tasks.push(task);
+                        if let Some(p) = &opts.progress {
+                            p.report(CompileProgress::Lowered {
+                                done: tasks.len(),
+                                total: planned,
+                            });
+                        }
                     }
                     Err(BackendError::Refused { task: t, reason })
                         if g.has_fusion() && level < 2 =>
@@ -208,7 +221,9 @@ impl<B: Backend> CompiledGraph<B> {
                         report.refusals.push(format!("{t}: {reason}"));
                         let keep_prologues = level == 0 && !g.prologues.is_empty();
                         let next = if keep_prologues { 1 } else { 2 };
-                        for piece in g.split(graph, keep_prologues).into_iter().rev() {
+                        let pieces = g.split(graph, keep_prologues);
+                        planned += pieces.len().saturating_sub(1);
+                        for piece in pieces.into_iter().rev() {
                             pending.push((piece, next));
                         }
                     }
@@ -217,6 +232,11 @@ impl<B: Backend> CompiledGraph<B> {
             }
             done.sort_by_key(|(g, _)| g.nodes.last().copied());
             groups.extend(done);
+        }
+        if let Some(p) = &opts.progress {
+            p.report(CompileProgress::Building {
+                kernels: kernels.len(),
+            });
         }
         let (module, module_report) = backend.build(kernels, opts)?;
         report.module = module_report;

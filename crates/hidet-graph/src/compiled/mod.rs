@@ -12,7 +12,9 @@ pub mod graph;
 pub mod model;
 pub mod plan;
 
-pub use backend::{ArgAddress, Backend, BackendError, CompileOptions, ModuleReport};
+pub use backend::{
+    ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport, ProgressSink,
+};
 pub use graph::{CompileReport, CompiledError, CompiledGraph};
 pub use model::CompiledModel;
 pub use plan::{plan_memory, BufferRequest, MemoryPlan};

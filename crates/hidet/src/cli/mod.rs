@@ -1,9 +1,13 @@
 //! Subcommands of the `hidet` tool.
 
+pub mod bench;
+pub mod compile;
 pub mod info;
 pub mod npy;
 pub mod ops;
+pub mod progress;
 pub mod run;
+pub mod source;
 
 use std::path::PathBuf;
 
@@ -14,6 +18,10 @@ use hidet::pipeline::PipelineError;
 pub enum CliError {
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
+    #[error(transparent)]
+    Zoo(#[from] hidet::zoo::ZooError),
+    #[error(transparent)]
+    Inputs(#[from] hidet::zoo::inputs::InputError),
     #[error("`{0}`: expected NAME=FILE.npy")]
     InputSyntax(String),
     #[error("input `{0}` given more than once")]

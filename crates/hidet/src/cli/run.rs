@@ -22,7 +22,7 @@ pub fn sanitize(name: &str) -> String {
 }
 
 /// Parses `NAME=FILE.npy` arguments (split at the first `=`), rejecting duplicates.
-fn parse_inputs(args: &[String]) -> Result<Vec<(String, PathBuf)>, CliError> {
+pub fn parse_inputs(args: &[String]) -> Result<Vec<(String, PathBuf)>, CliError> {
     let mut out: Vec<(String, PathBuf)> = Vec::new();
     for a in args {
         let (name, file) = a

@@ -1,0 +1,262 @@
+//! `hidet bench`: compile a model (or use the reference executor) and time its runs.
+//!
+//! Prints the input summary, compile time and min/median/max latency; with `--json` the
+//! last stdout line is one JSON object (see [`BenchReport`]).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use hidet::graph::compiled::CompileOptions;
+use hidet::graph::Tensor;
+use hidet::pipeline::{self, PipelineError};
+use hidet::zoo::inputs::{complete_inputs, InputKind};
+use hidet::zoo::{self, SEED};
+
+use super::progress::CompileBar;
+use super::{npy, source, CliError};
+
+/// Options of `hidet bench`.
+#[derive(Debug, Clone)]
+pub struct BenchArgs {
+    pub model: String,
+    /// `NAME=FILE.npy` inputs; the others are synthesized.
+    pub inputs: Vec<String>,
+    pub threads: Option<usize>,
+    pub runs: usize,
+    pub warmup: usize,
+    pub json: bool,
+    /// Time the reference executor instead of the compiled model.
+    pub reference: bool,
+    /// Also run the reference executor once and report the largest difference.
+    pub check: bool,
+}
+
+/// Latency statistics of `times` (non-empty), in milliseconds: (min, median, max, mean).
+pub fn stats_ms(times: &[Duration]) -> (f64, f64, f64, f64) {
+    let mut ms: Vec<f64> = times.iter().map(|t| t.as_secs_f64() * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    let n = ms.len();
+    if n == 0 {
+        return (0.0, 0.0, 0.0, 0.0);
+    }
+    let median = if n % 2 == 1 {
+        ms[n / 2]
+    } else {
+        0.5 * (ms[n / 2 - 1] + ms[n / 2])
+    };
+    (ms[0], median, ms[n - 1], ms.iter().sum::<f64>() / n as f64)
+}
+
+/// Configures the global rayon pool (reference executor, host nodes) for `threads`.
+pub fn set_threads(threads: Option<usize>) -> Result<(), CliError> {
+    if let Some(n) = threads {
+        if n == 0 {
+            return Err(CliError::Other("--threads must be at least 1".into()));
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .map_err(|e| CliError::Other(format!("--threads: {e}")))?;
+    }
+    Ok(())
+}
+
+fn describe(t: &Tensor) -> String {
+    let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
+    format!("{}[{}]", t.dtype(), dims.join(", "))
+}
+
+/// Summary of one output: shape, finiteness, magnitude.
+fn output_summary(name: &str, t: &Tensor) -> serde_json::Value {
+    let v = t.to_f64_vec();
+    let finite = v.iter().all(|x| x.is_finite());
+    let max_abs = v.iter().fold(0f64, |m, x| m.max(x.abs()));
+    let mean_abs = if v.is_empty() {
+        0.0
+    } else {
+        v.iter().map(|x| x.abs()).sum::<f64>() / v.len() as f64
+    };
+    serde_json::json!({
+        "name": name,
+        "shape": t.shape(),
+        "dtype": t.dtype().to_string(),
+        "finite": finite,
+        "max_abs": max_abs,
+        "mean_abs": mean_abs,
+    })
+}
+
+/// Largest absolute and relative (to the reference's largest magnitude) differences.
+fn compare(got: &[(String, Tensor)], want: &[(String, Tensor)]) -> Result<(f64, f64), CliError> {
+    let (mut abs, mut rel) = (0f64, 0f64);
+    for ((gn, g), (wn, w)) in got.iter().zip(want) {
+        if gn != wn || g.shape() != w.shape() {
+            return Err(CliError::Other(format!(
+                "compiled output `{gn}` {} differs in kind from the reference's `{wn}` {}",
+                describe(g),
+                describe(w)
+            )));
+        }
+        let (gv, wv) = (g.to_f64_vec(), w.to_f64_vec());
+        let scale = wv.iter().fold(0f64, |m, x| m.max(x.abs())).max(1e-30);
+        let diff = gv.iter().zip(&wv).fold(0f64, |m, (a, b)| {
+            if a.is_nan() != b.is_nan() {
+                f64::INFINITY
+            } else {
+                m.max((a - b).abs())
+            }
+        });
+        abs = abs.max(diff);
+        rel = rel.max(diff / scale);
+    }
+    Ok((abs, rel))
+}
+
+/// Runs `hidet bench` (see the module docs).
+pub fn run(args: &BenchArgs) -> Result<(), CliError> {
+    if args.runs == 0 {
+        return Err(CliError::Other("--runs must be at least 1".into()));
+    }
+    set_threads(args.threads)?;
+    let specs = super::run::parse_inputs(&args.inputs)?;
+    let loaded = source::load(&args.model)?;
+    let graph = &loaded.model.graph;
+    let given: Vec<(String, Tensor)> = specs
+        .iter()
+        .map(|(name, path): &(String, PathBuf)| Ok((name.clone(), npy::read(path)?)))
+        .collect::<Result<_, CliError>>()?;
+    let completed = complete_inputs(graph, &given, SEED)?;
+    println!(
+        "model {} ({} nodes, loaded in {:.2} s)",
+        loaded.label,
+        graph.nodes().len(),
+        loaded.load_time.as_secs_f64()
+    );
+    for (name, t, kind) in &completed {
+        let what = match kind {
+            InputKind::Given => "given".to_string(),
+            InputKind::Ids { rows } => format!("random ids in [0, {rows})"),
+            InputKind::Ones => "ones".to_string(),
+            InputKind::Random => "random".to_string(),
+        };
+        println!("  input {name}: {} ({what})", describe(t));
+    }
+    let inputs: Vec<(String, Tensor)> = completed.into_iter().map(|(n, t, _)| (n, t)).collect();
+
+    let mut kernels = 0usize;
+    let mut compile_seconds = 0f64;
+    let mut intermediate_bytes = 0usize;
+    let mut times = Vec::with_capacity(args.runs);
+    let outputs;
+    let mut check = None;
+    if args.reference {
+        for _ in 0..args.warmup {
+            pipeline::run_reference(&loaded.model, &inputs)?;
+        }
+        let mut last = Vec::new();
+        for _ in 0..args.runs {
+            let t = Instant::now();
+            last = pipeline::run_reference(&loaded.model, &inputs)?;
+            times.push(t.elapsed());
+        }
+        outputs = last;
+    } else {
+        let bar = CompileBar::new(&loaded.label);
+        let opts = CompileOptions {
+            threads: args.threads,
+            progress: Some(bar.sink()),
+            ..CompileOptions::default()
+        };
+        let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, t)| t.shape().to_vec()).collect();
+        let model = pipeline::compile(&loaded.model, opts);
+        let start = Instant::now();
+        let compiled = model.compiled(&shapes);
+        bar.finish();
+        let compiled = compiled.map_err(PipelineError::from)?;
+        compile_seconds = start.elapsed().as_secs_f64();
+        let report = compiled.report();
+        kernels = report.kernels;
+        intermediate_bytes = report.intermediate_bytes;
+        println!(
+            "compiled in {compile_seconds:.2} s: {} kernels ({} compiled, {} cached units), {} host nodes, {:.1} MiB intermediates",
+            report.kernels,
+            report.module.compiled,
+            report.module.cached,
+            report.host_nodes,
+            report.intermediate_bytes as f64 / (1 << 20) as f64
+        );
+        for _ in 0..args.warmup {
+            compiled.run(&inputs).map_err(PipelineError::from)?;
+        }
+        let mut last = Vec::new();
+        for _ in 0..args.runs {
+            let t = Instant::now();
+            last = compiled.run(&inputs).map_err(PipelineError::from)?;
+            times.push(t.elapsed());
+        }
+        outputs = last;
+        if args.check {
+            let want = pipeline::run_reference(&loaded.model, &inputs)?;
+            check = Some(compare(&outputs, &want)?);
+        }
+    }
+    let (min_ms, median_ms, max_ms, mean_ms) = stats_ms(&times);
+    let summaries: Vec<serde_json::Value> =
+        outputs.iter().map(|(n, t)| output_summary(n, t)).collect();
+    for s in &summaries {
+        println!(
+            "  output {}: {}[{}] finite={} max|x|={:.4} mean|x|={:.4}",
+            s["name"].as_str().unwrap_or(""),
+            s["dtype"].as_str().unwrap_or(""),
+            s["shape"]
+                .as_array()
+                .map(|a| a
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "))
+                .unwrap_or_default(),
+            s["finite"],
+            s["max_abs"].as_f64().unwrap_or(f64::NAN),
+            s["mean_abs"].as_f64().unwrap_or(f64::NAN),
+        );
+    }
+    if let Some((abs, rel)) = check {
+        println!("  vs reference: max abs diff {abs:.3e}, relative to max |ref| {rel:.3e}");
+    }
+    println!(
+        "latency over {} runs ({} warmup): min {min_ms:.3} ms, median {median_ms:.3} ms, max {max_ms:.3} ms, mean {mean_ms:.3} ms",
+        args.runs, args.warmup
+    );
+    if args.json {
+        let mut obj = serde_json::json!({
+            "model": loaded.label,
+            "executor": if args.reference { "reference" } else { "compiled" },
+            "threads": args.threads.unwrap_or_else(rayon::current_num_threads),
+            "runs": args.runs,
+            "warmup": args.warmup,
+            "min_ms": min_ms,
+            "median_ms": median_ms,
+            "max_ms": max_ms,
+            "mean_ms": mean_ms,
+            "compile_seconds": compile_seconds,
+            "load_seconds": loaded.load_time.as_secs_f64(),
+            "kernels": kernels,
+            "intermediate_bytes": intermediate_bytes,
+            "outputs": summaries,
+        });
+        if let Some((abs, rel)) = check {
+            obj["max_abs_diff"] = abs.into();
+            obj["max_rel_diff"] = rel.into();
+        }
+        println!("{obj}");
+    }
+    Ok(())
+}
+
+/// Prints the zoo (`hidet zoo`, `hidet bench --list`).
+pub fn list_zoo() {
+    for e in zoo::entries() {
+        println!("{}{:<14} {}", zoo::PREFIX, e.name, e.description);
+    }
+}

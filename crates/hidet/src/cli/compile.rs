@@ -1,0 +1,125 @@
+//! `hidet compile`: compile a model for its input shapes (through the kernel cache), report
+//! what came out, and optionally write the kernel sources and the fused-graph dump.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use hidet::graph::compiled::CompileOptions;
+use hidet::graph::Dim;
+use hidet::pipeline::{self, PipelineError};
+
+use super::progress::CompileBar;
+use super::{source, CliError};
+
+/// Options of `hidet compile`.
+#[derive(Debug, Clone)]
+pub struct CompileArgs {
+    pub model: String,
+    /// Folder for `partition.txt` (which operators went into which kernel) and the kernel
+    /// sources.
+    pub emit_source: Option<PathBuf>,
+    pub json: bool,
+    pub threads: Option<usize>,
+}
+
+/// Runs `hidet compile` (see the module docs). Symbolic input dimensions are compiled as 1.
+pub fn run(args: &CompileArgs) -> Result<(), CliError> {
+    let loaded = source::load(&args.model)?;
+    let graph = &loaded.model.graph;
+    let mut shapes = Vec::with_capacity(graph.inputs().len());
+    for &id in graph.inputs() {
+        let v = graph.value(id);
+        let dims = v.ty.shape.as_ref().ok_or_else(|| {
+            CliError::Other(format!(
+                "input `{}` has an unknown rank; `hidet compile` needs static input shapes",
+                v.name
+            ))
+        })?;
+        shapes.push(
+            dims.iter()
+                .map(|d| d.fixed().unwrap_or(1))
+                .collect::<Vec<usize>>(),
+        );
+        if dims.iter().any(|d| !matches!(d, Dim::Fixed(_))) && !args.json {
+            println!("input `{}`: symbolic dimensions compiled as 1", v.name);
+        }
+    }
+    let bar = CompileBar::new(&loaded.label);
+    let opts = CompileOptions {
+        threads: args.threads,
+        progress: Some(bar.sink()),
+        ..CompileOptions::default()
+    };
+    let model = pipeline::compile(&loaded.model, opts);
+    let start = Instant::now();
+    let compiled = model.compiled(&shapes);
+    bar.finish();
+    let compiled = compiled.map_err(PipelineError::from)?;
+    let compile_seconds = start.elapsed().as_secs_f64();
+    let report = compiled.report();
+    if let Some(dir) = &args.emit_source {
+        report.write_sources(dir).map_err(|e| CliError::Io {
+            path: dir.clone(),
+            source: e,
+        })?;
+    }
+    if args.json {
+        let obj = serde_json::json!({
+            "model": loaded.label,
+            "kernels": report.kernels,
+            "host_nodes": report.host_nodes,
+            "aliases": report.aliases,
+            "folded_nodes": report.folded,
+            "refusals": report.refusals.len(),
+            "compile_seconds": compile_seconds,
+            "load_seconds": loaded.load_time.as_secs_f64(),
+            "build_seconds": report.module.build_time.as_secs_f64(),
+            "compiler_invocations": report.module.compiled,
+            "cached_units": report.module.cached,
+            "intermediate_bytes": report.intermediate_bytes,
+            "unplanned_bytes": report.unplanned_bytes,
+            "constant_bytes": report.constant_bytes,
+            "emit_source": args.emit_source.as_ref().map(|p| p.display().to_string()),
+        });
+        println!("{obj}");
+        return Ok(());
+    }
+    println!(
+        "{}: {} nodes -> {} kernels, {} host nodes, {} aliases, {} folded nodes",
+        loaded.label,
+        graph.nodes().len(),
+        report.kernels,
+        report.host_nodes,
+        report.aliases,
+        report.folded
+    );
+    println!(
+        "compiled in {compile_seconds:.2} s (load {:.2} s, C build {:.2} s: {} compiler invocations, {} cached)",
+        loaded.load_time.as_secs_f64(),
+        report.module.build_time.as_secs_f64(),
+        report.module.compiled,
+        report.module.cached
+    );
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    println!(
+        "memory: {:.2} MiB intermediates (peak of the plan; {:.2} MiB without reuse), {:.2} MiB constants",
+        mib(report.intermediate_bytes),
+        mib(report.unplanned_bytes),
+        mib(report.constant_bytes)
+    );
+    if !report.refusals.is_empty() {
+        println!(
+            "{} fused groups were split after a backend refusal",
+            report.refusals.len()
+        );
+    }
+    if let Some(dir) = &args.emit_source {
+        println!(
+            "wrote {} (fused graph) and {} kernel source files to {}",
+            dir.join("partition.txt").display(),
+            report.module.sources.len(),
+            dir.display()
+        );
+    }
+    Ok(())
+}

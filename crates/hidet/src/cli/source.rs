@@ -1,0 +1,52 @@
+//! The MODEL argument of `hidet bench` / `hidet compile`: an `.onnx` path or `zoo:NAME`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hidet::graph::passes::{default_passes, run_passes};
+use hidet::onnx::OnnxModel;
+use hidet::pipeline::{self, PipelineError};
+use hidet::zoo;
+
+use super::CliError;
+
+/// A loaded model (graph passes applied) with how long loading took.
+pub struct Loaded {
+    pub model: OnnxModel,
+    /// What the user named (`zoo:resnet50`, `path/model.onnx`).
+    pub label: String,
+    /// Import or zoo construction plus graph passes.
+    pub load_time: Duration,
+}
+
+/// Loads `spec`: `zoo:NAME` builds the zoo model, anything else is read as an `.onnx` file.
+/// Either way the default graph passes are applied, as `hidet run` does.
+pub fn load(spec: &str) -> Result<Loaded, CliError> {
+    let start = Instant::now();
+    let model = match zoo::strip_prefix(spec) {
+        Some(name) => {
+            let graph = zoo::build(name)?;
+            let graph = run_passes(graph, &default_passes()).map_err(PipelineError::from)?;
+            OnnxModel {
+                graph,
+                ir_version: 8,
+                opsets: vec![(String::new(), zoo::net::OPSET)],
+                producer: "hidet zoo".into(),
+            }
+        }
+        None => {
+            let path = Path::new(spec);
+            if !path.is_file() {
+                return Err(CliError::Other(format!(
+                    "`{spec}`: no such model file (give an .onnx path or zoo:NAME; `hidet zoo` lists the zoo)"
+                )));
+            }
+            pipeline::load(path)?
+        }
+    };
+    Ok(Loaded {
+        model,
+        label: spec.to_string(),
+        load_time: start.elapsed(),
+    })
+}
