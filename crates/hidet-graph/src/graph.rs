@@ -545,3 +545,49 @@ impl Graph {
         Ok(env)
     }
 }
+
+/// Value-table growth for graph rewrites (see `passes::rewrite`). The value table only grows;
+/// [`Graph::with_nodes`] then decides which values nodes define.
+impl Graph {
+    /// Adds a value that no node defines yet, for the output of a node that the next
+    /// [`Graph::with_nodes`] introduces. Until a node defines it, nothing may read it.
+    pub fn add_value(&mut self, name: impl Into<String>, ty: TensorType) -> ValueId {
+        let id = ValueId(self.values.len());
+        self.values.push(Value {
+            name: name.into(),
+            ty,
+            producer: None,
+            users: vec![],
+            initializer: None,
+            known: None,
+        });
+        id
+    }
+
+    /// Adds an initializer (a constant weight) and returns its value.
+    pub fn add_initializer(&mut self, name: impl Into<String>, tensor: Tensor) -> ValueId {
+        let id = ValueId(self.values.len());
+        self.values.push(Value {
+            name: name.into(),
+            ty: TensorType::fixed(tensor.dtype(), tensor.shape()),
+            producer: None,
+            users: vec![],
+            initializer: Some(tensor.clone()),
+            known: Some(tensor),
+        });
+        id
+    }
+
+    /// Drops the tensors of initializers that no node reads and no graph output names, so
+    /// [`Graph::initializers`] lists only weights the graph still needs. Use lists must be
+    /// current (they are after [`Graph::with_nodes`]).
+    pub fn prune_initializers(&mut self) {
+        for (i, v) in self.values.iter_mut().enumerate() {
+            if v.initializer.is_some() && v.users.is_empty() && !self.outputs.contains(&ValueId(i))
+            {
+                v.initializer = None;
+                v.known = None;
+            }
+        }
+    }
+}

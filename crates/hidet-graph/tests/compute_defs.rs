@@ -1,5 +1,6 @@
 //! Compute definitions of the elementwise, cast, clip, where, PRelu, variadic, reshape,
-//! identity and matmul families against the operators' reference `eval`.
+//! identity and matmul families ([`cases`]) and of the shape and data-movement family
+//! ([`movement_cases`]) against the operators' reference `eval`.
 //!
 //! Every case builds the operator through the global registry, asks it for its compute
 //! definition for the inputs' concrete types, runs each node's naive kernel
@@ -127,6 +128,8 @@ impl In {
 struct Case {
     op: &'static str,
     opset: i64,
+    /// Number of outputs the node declares (Split).
+    outputs: usize,
     attrs: Vec<(&'static str, Attribute)>,
     inputs: Vec<In>,
     /// `None`: a definition is expected; `Some(reason)`: `compute` must return `Ok(None)`.
@@ -137,6 +140,7 @@ fn case(op: &'static str, inputs: Vec<In>) -> Case {
     Case {
         op,
         opset: 21,
+        outputs: 1,
         attrs: Vec::new(),
         inputs,
         no_def: None,
@@ -146,6 +150,11 @@ fn case(op: &'static str, inputs: Vec<In>) -> Case {
 impl Case {
     fn opset(mut self, opset: i64) -> Case {
         self.opset = opset;
+        self
+    }
+
+    fn outputs(mut self, n: usize) -> Case {
+        self.outputs = n;
         self
     }
 
@@ -600,6 +609,554 @@ fn cases() -> Vec<Case> {
     c
 }
 
+fn i32s(shape: &[usize], v: &[i64]) -> In {
+    In::Value(
+        Tensor::new(shape.to_vec(), v.to_vec())
+            .expect("length matches the shape")
+            .cast(I32),
+    )
+}
+
+fn scalar<T: hidet_graph::Element>(v: T) -> In {
+    In::Value(Tensor::scalar(v))
+}
+
+fn ints(v: &[i64]) -> Attribute {
+    Attribute::Ints(v.to_vec())
+}
+
+fn int_attr(v: i64) -> Attribute {
+    Attribute::Int(v)
+}
+
+/// The shape and data-movement family: Flatten, Squeeze, Unsqueeze, Transpose, Concat,
+/// Split, Slice, the gathers, Expand, Tile, Pad, DepthToSpace, SpaceToDepth, Trilu, the
+/// generators, ReverseSequence; the scatters, NonZero and Compress have no definition.
+fn movement_cases() -> Vec<Case> {
+    // Flatten, Squeeze, Unsqueeze.
+    let mut c = vec![
+        case("Flatten", vec![f(F32, &[2, 3, 5, 7])]).attr("axis", int_attr(2)),
+        case("Flatten", vec![f(F32, &[2, 5, 3])]),
+        case("Flatten", vec![int(I64, &[3, 1, 5], -90, 90)])
+            .opset(9)
+            .attr("axis", int_attr(0)),
+        case("Flatten", vec![boolean(&[3, 1, 5])]).attr("axis", int_attr(-1)),
+        case("Flatten", vec![f(F16, &[4, 3])]).attr("axis", int_attr(2)),
+        case("Flatten", vec![f(F32, &[])]).attr("axis", int_attr(0)),
+        case(
+            "Squeeze",
+            vec![f(F32, &[1, 3, 1, 5, 1]), i64s(&[2], &[0, -1])],
+        ),
+        case("Squeeze", vec![int(I64, &[1, 3, 1, 5, 1], -50, 50)]),
+        case("Squeeze", vec![boolean(&[3, 1, 5])])
+            .opset(11)
+            .attr("axes", ints(&[1])),
+        case("Squeeze", vec![f(F16, &[1, 1]), i64s(&[1], &[-2])]).opset(13),
+        case("Squeeze", vec![f(F32, &[1])]),
+        case("Unsqueeze", vec![f(F32, &[3, 5]), i64s(&[2], &[3, 0])]),
+        case(
+            "Unsqueeze",
+            vec![int(I64, &[2, 3], -9, 9), i64s(&[1], &[-1])],
+        ),
+        case("Unsqueeze", vec![boolean(&[4])])
+            .opset(11)
+            .attr("axes", ints(&[0, 2])),
+        case("Unsqueeze", vec![f(F16, &[]), i64s(&[2], &[0, 1])]),
+    ];
+
+    // Transpose.
+    c.push(case("Transpose", vec![f(F32, &[3, 4, 5])]).attr("perm", ints(&[2, 0, 1])));
+    c.push(case("Transpose", vec![int(I64, &[2, 3, 5, 7], -99, 99)]));
+    c.push(case("Transpose", vec![boolean(&[3, 1, 4])]).attr("perm", ints(&[1, 2, 0])));
+    c.push(case("Transpose", vec![f(F16, &[5])]));
+    c.push(case("Transpose", vec![f(F32, &[])]));
+
+    // Concat and Split.
+    c.push(
+        case(
+            "Concat",
+            vec![f(F32, &[2, 3, 5]), f(F32, &[2, 1, 5]), f(F32, &[2, 4, 5])],
+        )
+        .attr("axis", int_attr(-2)),
+    );
+    c.push(
+        case(
+            "Concat",
+            vec![
+                int(I64, &[0, 3], -9, 9),
+                int(I64, &[2, 3], -9, 9),
+                int(I64, &[1, 3], -9, 9),
+            ],
+        )
+        .attr("axis", int_attr(0)),
+    );
+    c.push(case("Concat", vec![boolean(&[3, 2]), boolean(&[3, 5])]).attr("axis", int_attr(1)));
+    c.push(case("Concat", vec![f(F16, &[7])]).attr("axis", int_attr(0)));
+    c.push(case("Concat", vec![f(F32, &[2, 3]), f(F32, &[2, 0])]).attr("axis", int_attr(-1)));
+    c.push(
+        case("Concat", vec![f(F32, &[3, 2]), f(F32, &[1, 2])])
+            .opset(4)
+            .attr("axis", int_attr(0)),
+    );
+    c.push(
+        case("Split", vec![f(F32, &[3, 7])])
+            .outputs(3)
+            .attr("axis", int_attr(1))
+            .attr("num_outputs", int_attr(3)),
+    );
+    c.push(
+        case("Split", vec![f(F32, &[3, 7]), i64s(&[3], &[2, 0, 5])])
+            .opset(13)
+            .outputs(3)
+            .attr("axis", int_attr(-1)),
+    );
+    c.push(
+        case("Split", vec![int(I64, &[5, 3], -9, 9)])
+            .opset(11)
+            .outputs(2)
+            .attr("split", ints(&[1, 4])),
+    );
+    c.push(case("Split", vec![f(F16, &[6, 5])]).opset(11).outputs(3));
+    c.push(
+        case("Split", vec![boolean(&[4, 6])])
+            .opset(18)
+            .outputs(2)
+            .attr("axis", int_attr(1)),
+    );
+
+    // Slice.
+    c.push(case(
+        "Slice",
+        vec![
+            f(F32, &[5, 7]),
+            i64s(&[2], &[-1, 1]),
+            i64s(&[2], &[0, 100]),
+            i64s(&[2], &[-1, 0]),
+            i64s(&[2], &[-2, 2]),
+        ],
+    ));
+    c.push(
+        case(
+            "Slice",
+            vec![
+                int(I64, &[4, 6, 3], -9, 9),
+                i64s(&[1], &[1]),
+                i64s(&[1], &[-1]),
+            ],
+        )
+        .opset(13),
+    );
+    c.push(
+        case("Slice", vec![boolean(&[3, 4])])
+            .opset(9)
+            .attr("starts", ints(&[1]))
+            .attr("ends", ints(&[3]))
+            .attr("axes", ints(&[1])),
+    );
+    c.push(case(
+        "Slice",
+        vec![
+            f(F16, &[10]),
+            i64s(&[1], &[-100]),
+            i64s(&[1], &[100]),
+            i64s(&[1], &[0]),
+            i64s(&[1], &[3]),
+        ],
+    ));
+    c.push(case(
+        "Slice",
+        vec![
+            f(F32, &[4, 5]),
+            i64s(&[1], &[3]),
+            i64s(&[1], &[1]),
+            i64s(&[1], &[1]),
+        ],
+    ));
+    c.push(case(
+        "Slice",
+        vec![
+            f(F32, &[6, 5]),
+            i64s(&[1], &[1]),
+            i64s(&[1], &[i64::MAX]),
+            i64s(&[1], &[0]),
+            i64s(&[1], &[i64::MAX]),
+        ],
+    ));
+    c.push(case(
+        "Slice",
+        vec![
+            int(I64, &[7, 2], -9, 9),
+            i32s(&[1], &[-1]),
+            i32s(&[1], &[i32::MIN as i64]),
+            In::Absent,
+            i32s(&[1], &[-1]),
+        ],
+    ));
+
+    // Gather, GatherElements, GatherND (random, often negative indices).
+    c.push(
+        case("Gather", vec![f(F32, &[5, 4, 3]), int(I64, &[2, 3], -4, 3)])
+            .attr("axis", int_attr(1)),
+    );
+    c.push(case(
+        "Gather",
+        vec![int(I64, &[7], -99, 99), int(I32, &[4], -7, 6)],
+    ));
+    c.push(case("Gather", vec![boolean(&[3, 4]), i64s(&[], &[-2])]).attr("axis", int_attr(-1)));
+    c.push(case(
+        "Gather",
+        vec![f(F16, &[6, 2]), int(I64, &[2, 2, 2], -6, 5)],
+    ));
+    c.push(
+        case(
+            "GatherElements",
+            vec![f(F32, &[3, 4]), int(I64, &[3, 5], -4, 3)],
+        )
+        .attr("axis", int_attr(1)),
+    );
+    c.push(
+        case(
+            "GatherElements",
+            vec![int(I64, &[4, 3, 2], -9, 9), int(I32, &[2, 3, 2], -4, 3)],
+        )
+        .attr("axis", int_attr(-3)),
+    );
+    c.push(case(
+        "GatherElements",
+        vec![boolean(&[5]), int(I64, &[3], -5, 4)],
+    ));
+    c.push(case(
+        "GatherElements",
+        vec![f(F16, &[3, 3]), int(I64, &[3, 3], -3, 2)],
+    ));
+    c.push(case(
+        "GatherND",
+        vec![f(F32, &[3, 4, 5]), int(I64, &[2, 2], -3, 2)],
+    ));
+    c.push(
+        case(
+            "GatherND",
+            vec![f(F32, &[2, 3, 4]), int(I64, &[2, 5, 1], -3, 2)],
+        )
+        .attr("batch_dims", int_attr(1)),
+    );
+    c.push(
+        case(
+            "GatherND",
+            vec![int(I64, &[4, 3], -9, 9), int(I32, &[3, 2], -3, 2)],
+        )
+        .opset(11),
+    );
+    c.push(case(
+        "GatherND",
+        vec![boolean(&[3, 5]), int(I64, &[2, 1], -3, 2)],
+    ));
+
+    // Expand and Tile.
+    c.push(case(
+        "Expand",
+        vec![f(F32, &[3, 1]), i64s(&[3], &[2, 1, 5])],
+    ));
+    c.push(case(
+        "Expand",
+        vec![int(I64, &[4], -9, 9), i64s(&[2], &[3, 1])],
+    ));
+    c.push(case("Expand", vec![boolean(&[1]), i64s(&[1], &[6])]));
+    c.push(case("Expand", vec![f(F16, &[2, 3]), i64s(&[1], &[1])]));
+    c.push(case("Expand", vec![f(F32, &[]), i64s(&[2], &[2, 3])]));
+    c.push(case("Tile", vec![f(F32, &[2, 3]), i64s(&[2], &[3, 2])]));
+    c.push(case(
+        "Tile",
+        vec![int(I64, &[3, 1, 2], -9, 9), i64s(&[3], &[1, 4, 2])],
+    ));
+    c.push(case("Tile", vec![boolean(&[5]), i64s(&[1], &[0])]));
+    c.push(case("Tile", vec![f(F16, &[1, 3]), i64s(&[2], &[2, 1])]));
+
+    // Pad: every mode, negative pads (cropping), the axes input, attribute forms.
+    let mode = |m: &str| Attribute::String(m.into());
+    c.push(case(
+        "Pad",
+        vec![f(F32, &[3, 4]), i64s(&[4], &[1, -1, 2, 3]), f(F32, &[])],
+    ));
+    c.push(
+        case("Pad", vec![f(F32, &[4, 5]), i64s(&[4], &[2, 1, 3, 4])]).attr("mode", mode("reflect")),
+    );
+    c.push(
+        case(
+            "Pad",
+            vec![int(I64, &[3, 4], -9, 9), i64s(&[4], &[0, 2, 4, 1])],
+        )
+        .attr("mode", mode("edge")),
+    );
+    c.push(
+        case("Pad", vec![f(F16, &[3, 5]), i64s(&[4], &[4, -1, 2, 6])]).attr("mode", mode("wrap")),
+    );
+    c.push(case(
+        "Pad",
+        vec![
+            f(F32, &[2, 3, 4]),
+            i64s(&[2], &[1, 2]),
+            In::Absent,
+            i64s(&[1], &[-1]),
+        ],
+    ));
+    c.push(
+        case(
+            "Pad",
+            vec![
+                int(I64, &[2, 3, 4], -9, 9),
+                i64s(&[4], &[1, 2, 0, 1]),
+                i64s(&[], &[-7]),
+                i64s(&[2], &[0, 2]),
+            ],
+        )
+        .opset(18),
+    );
+    c.push(case("Pad", vec![boolean(&[3, 3]), i64s(&[4], &[1, 1, 0, 2])]).opset(11));
+    c.push(
+        case("Pad", vec![f(F32, &[1, 4]), i64s(&[4], &[2, 0, 1, 0])])
+            .opset(13)
+            .attr("mode", mode("reflect")),
+    );
+    c.push(case(
+        "Pad",
+        vec![f(F32, &[0, 3]), i64s(&[4], &[1, 0, 1, 0]), f(F32, &[1])],
+    ));
+    c.push(
+        case("Pad", vec![f(F32, &[3, 4])])
+            .opset(2)
+            .attr("pads", ints(&[1, 0, 0, 2]))
+            .attr("value", Attribute::Float(1.5)),
+    );
+    c.push(
+        case("Pad", vec![int(I64, &[3, 4], -9, 9)])
+            .opset(10)
+            .attr("pads", ints(&[0, 1, 2, 0]))
+            .attr("value", Attribute::Float(-2.7)),
+    );
+    c.push(
+        case("Pad", vec![f(F16, &[3, 4])])
+            .opset(10)
+            .attr("pads", ints(&[2, 3, 1, 3]))
+            .attr("mode", mode("reflect")),
+    );
+
+    // DepthToSpace and SpaceToDepth.
+    let block = |b: i64| Attribute::Int(b);
+    c.push(case("DepthToSpace", vec![f(F32, &[2, 8, 3, 2])]).attr("blocksize", block(2)));
+    c.push(
+        case("DepthToSpace", vec![int(I64, &[1, 18, 2, 3], -9, 9)])
+            .attr("blocksize", block(3))
+            .attr("mode", mode("CRD")),
+    );
+    c.push(
+        case("DepthToSpace", vec![f(F16, &[1, 4, 1, 3])])
+            .opset(1)
+            .attr("blocksize", block(2)),
+    );
+    c.push(
+        case("DepthToSpace", vec![boolean(&[2, 4, 2, 1])])
+            .attr("blocksize", block(2))
+            .attr("mode", mode("CRD")),
+    );
+    c.push(case("SpaceToDepth", vec![f(F32, &[2, 3, 4, 6])]).attr("blocksize", block(2)));
+    c.push(case("SpaceToDepth", vec![int(I64, &[1, 2, 6, 3], -9, 9)]).attr("blocksize", block(3)));
+    c.push(case("SpaceToDepth", vec![boolean(&[1, 1, 2, 2])]).attr("blocksize", block(2)));
+
+    // Trilu.
+    c.push(case("Trilu", vec![f(F32, &[2, 3, 5]), i64s(&[], &[-1])]));
+    c.push(case("Trilu", vec![f(F32, &[4, 3])]).attr("upper", int_attr(0)));
+    c.push(case(
+        "Trilu",
+        vec![int(I64, &[3, 4], -9, 9), i64s(&[], &[2])],
+    ));
+    c.push(case("Trilu", vec![boolean(&[2, 2, 3]), i64s(&[], &[100])]).attr("upper", int_attr(0)));
+    c.push(case("Trilu", vec![f(F16, &[5, 5]), i64s(&[1], &[-100])]));
+    c.push(case("Trilu", vec![f(F32, &[5, 6]), i64s(&[], &[i64::MIN])]));
+
+    // Generators.
+    let dtype = |d: DType| Attribute::Int(i64::from(d.onnx_code()));
+    c.push(case("EyeLike", vec![f(F32, &[3, 5])]).attr("k", int_attr(1)));
+    c.push(case("EyeLike", vec![int(I64, &[4, 4], -9, 9)]).attr("k", int_attr(-2)));
+    c.push(case("EyeLike", vec![f(F32, &[5, 3])]).attr("dtype", dtype(B)));
+    c.push(
+        case("EyeLike", vec![boolean(&[2, 7])])
+            .attr("dtype", dtype(F16))
+            .attr("k", int_attr(10)),
+    );
+    c.push(
+        case(
+            "OneHot",
+            vec![int(I64, &[2, 3], -5, 4), i64s(&[], &[5]), f(F32, &[2])],
+        )
+        .opset(11),
+    );
+    c.push(
+        case(
+            "OneHot",
+            vec![
+                int(I32, &[4], -3, 2),
+                scalar(3.7f32),
+                int(I64, &[2], -99, 99),
+            ],
+        )
+        .attr("axis", int_attr(0)),
+    );
+    c.push(
+        case(
+            "OneHot",
+            vec![int(I64, &[3, 2], -4, 3), i64s(&[1], &[4]), f(F16, &[2])],
+        )
+        .opset(9)
+        .attr("axis", int_attr(1)),
+    );
+    c.push(case(
+        "OneHot",
+        vec![
+            range(F32, &[5], -4.9, 4.9),
+            i64s(&[1], &[5]),
+            int(I64, &[1, 2], -99, 99),
+        ],
+    ));
+    c.push(case(
+        "OneHot",
+        vec![int(I64, &[3], -3, 2), i64s(&[], &[3]), boolean(&[2])],
+    ));
+    c.push(case(
+        "Range",
+        vec![scalar(1.5f32), scalar(-2.0f32), scalar(-0.75f32)],
+    ));
+    c.push(case(
+        "Range",
+        vec![scalar(10i64), scalar(-3i64), scalar(-4i64)],
+    ));
+    c.push(case(
+        "Range",
+        vec![
+            scalar(hidet_graph::half::f16::from_f32(0.5)),
+            scalar(hidet_graph::half::f16::from_f32(3.3)),
+            scalar(hidet_graph::half::f16::from_f32(0.4)),
+        ],
+    ));
+    c.push(case(
+        "Range",
+        vec![scalar(3i32), scalar(17i32), scalar(5i32)],
+    ));
+    c.push(case(
+        "Range",
+        vec![scalar(0.1f64), scalar(1.0f64), scalar(0.3f64)],
+    ));
+    c.push(case(
+        "Range",
+        vec![scalar(3i64), scalar(1i64), scalar(2i64)],
+    ));
+    c.push(case("ConstantOfShape", vec![i64s(&[3], &[2, 3, 4])]));
+    c.push(case("ConstantOfShape", vec![i64s(&[2], &[3, 1])]).attr(
+        "value",
+        Attribute::Tensor(Tensor::new(vec![1], vec![-7i64]).unwrap()),
+    ));
+    c.push(case("ConstantOfShape", vec![i64s(&[1], &[0])]).attr(
+        "value",
+        Attribute::Tensor(
+            Tensor::new(vec![1], vec![hidet_graph::half::f16::from_f32(2.5)]).unwrap(),
+        ),
+    ));
+    c.push(
+        case("ConstantOfShape", vec![i64s(&[0], &[])])
+            .attr("value", Attribute::Tensor(Tensor::scalar(true))),
+    );
+    c.push(case("Size", vec![f(F32, &[3, 4, 5])]));
+    c.push(case("Size", vec![boolean(&[])]));
+
+    // ReverseSequence.
+    c.push(case(
+        "ReverseSequence",
+        vec![f(F32, &[4, 3, 2]), i64s(&[3], &[4, 1, 2])],
+    ));
+    c.push(
+        case(
+            "ReverseSequence",
+            vec![int(I64, &[3, 5], -9, 9), i32s(&[3], &[5, 0, 3])],
+        )
+        .attr("batch_axis", int_attr(0))
+        .attr("time_axis", int_attr(1)),
+    );
+    c.push(
+        case(
+            "ReverseSequence",
+            vec![boolean(&[2, 4, 2, 3]), i64s(&[2], &[2, 3])],
+        )
+        .attr("batch_axis", int_attr(0))
+        .attr("time_axis", int_attr(1)),
+    );
+
+    // Data-dependent shapes and indexed writes: no definition.
+    let shape_why = "the output shape depends on the data";
+    let scatter_why = "indexed writes (last write wins, reductions) are not a grid over the output";
+    c.push(case("NonZero", vec![f(F32, &[3, 4])]).none(shape_why));
+    c.push(
+        case("Compress", vec![f(F32, &[3, 4]), boolean(&[3])])
+            .attr("axis", int_attr(0))
+            .none(shape_why),
+    );
+    c.push(
+        case(
+            "Scatter",
+            vec![f(F32, &[3, 4]), i64s(&[1, 2], &[1, -1]), f(F32, &[1, 2])],
+        )
+        .opset(10)
+        .attr("axis", int_attr(1))
+        .none(scatter_why),
+    );
+    c.push(
+        case(
+            "ScatterElements",
+            vec![f(F32, &[3, 4]), i64s(&[2, 1], &[2, -3]), f(F32, &[2, 1])],
+        )
+        .none(scatter_why),
+    );
+    c.push(
+        case(
+            "ScatterND",
+            vec![f(F32, &[4, 3]), i64s(&[2, 1], &[1, -1]), f(F32, &[2, 3])],
+        )
+        .none(scatter_why),
+    );
+    c
+}
+
+/// Every operator of the shape and data-movement family; each must appear in
+/// [`movement_cases`].
+const MOVEMENT_OPS: &[&str] = &[
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Transpose",
+    "Concat",
+    "Split",
+    "Slice",
+    "Gather",
+    "GatherElements",
+    "GatherND",
+    "Expand",
+    "Tile",
+    "Pad",
+    "DepthToSpace",
+    "SpaceToDepth",
+    "Trilu",
+    "EyeLike",
+    "OneHot",
+    "Range",
+    "ConstantOfShape",
+    "Size",
+    "ReverseSequence",
+    "NonZero",
+    "Compress",
+    "Scatter",
+    "ScatterElements",
+    "ScatterND",
+];
+
 /// Every operator of the families under test; each must appear in [`cases`].
 const OPS: &[&str] = &[
     "Neg",
@@ -686,7 +1243,7 @@ fn build(c: &Case) -> Box<dyn Operator> {
         opset: c.opset,
         attrs: &attrs,
         num_inputs: c.inputs.len(),
-        num_outputs: 1,
+        num_outputs: c.outputs,
     };
     Registry::global()
         .lookup("", c.op, c.opset)
@@ -849,12 +1406,21 @@ fn check(c: &Case, rng: &mut Rng) -> Result<bool, String> {
 
 #[test]
 fn compute_definitions_agree_with_eval() {
-    let mut rng = Rng(0x5eed_2024);
+    run_table(&cases(), 0x5eed_2024);
+}
+
+#[test]
+fn movement_definitions_agree_with_eval() {
+    run_table(&movement_cases(), 0x6d0e_2025);
+}
+
+/// Checks every case of a table; prints the coverage and fails with every failing case.
+fn run_table(cases: &[Case], seed: u64) {
+    let mut rng = Rng(seed);
     let mut failures = Vec::new();
     let mut with_def = std::collections::BTreeSet::new();
     let mut without: Vec<String> = Vec::new();
-    let cases = cases();
-    for c in &cases {
+    for c in cases {
         match check(c, &mut rng) {
             Ok(true) => {
                 with_def.insert(c.op);
@@ -882,8 +1448,13 @@ fn compute_definitions_agree_with_eval() {
 
 #[test]
 fn every_operator_of_the_families_is_covered() {
-    let cases = cases();
-    let missing: Vec<&str> = OPS
+    covered(&cases(), OPS);
+    covered(&movement_cases(), MOVEMENT_OPS);
+}
+
+/// Every operator of `ops` has a case in `cases`, and no case is of another operator.
+fn covered(cases: &[Case], ops: &[&str]) {
+    let missing: Vec<&str> = ops
         .iter()
         .copied()
         .filter(|op| !cases.iter().any(|c| c.op == *op))
@@ -892,7 +1463,7 @@ fn every_operator_of_the_families_is_covered() {
     let unknown: Vec<&str> = cases
         .iter()
         .map(|c| c.op)
-        .filter(|op| !OPS.contains(op))
+        .filter(|op| !ops.contains(op))
         .collect();
     assert!(
         unknown.is_empty(),
@@ -953,5 +1524,167 @@ fn invalid_inputs_are_errors_not_definitions() {
     assert!(
         clip.compute(&[inp(F32, &shape), inp(F32, &[2])]).is_err(),
         "bound of two elements"
+    );
+}
+
+/// A compute input of `dtype` and `shape` whose value is unknown.
+fn unknown<'a>(dtype: DType, shape: &'a [usize]) -> Option<ComputeInput<'a>> {
+    Some(ComputeInput {
+        dtype,
+        shape,
+        value: None,
+    })
+}
+
+/// A compute input whose value is known.
+fn known(t: &Tensor) -> Option<ComputeInput<'_>> {
+    Some(ComputeInput {
+        dtype: t.dtype(),
+        shape: t.shape(),
+        value: Some(t),
+    })
+}
+
+#[test]
+fn movement_ops_need_their_shape_like_inputs_but_not_their_data() {
+    let x = [3usize, 4];
+    let one = [1usize];
+    let two = [2usize];
+    let four = [4usize];
+    let none_of = |c: Case, inputs: &[Option<ComputeInput<'_>>]| {
+        let label = c.label();
+        let def = build(&c)
+            .compute(inputs)
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+        assert!(
+            def.is_none(),
+            "{label}: a definition from unknown parameters"
+        );
+    };
+    let data = unknown(F32, &x);
+    let ints = |shape| unknown(I64, shape);
+    none_of(case("Squeeze", vec![]), &[data, ints(&one)]);
+    none_of(case("Unsqueeze", vec![]), &[data, ints(&one)]);
+    none_of(
+        case("Split", vec![]).opset(13).outputs(2),
+        &[data, ints(&two)],
+    );
+    none_of(
+        case("Slice", vec![]),
+        &[data, ints(&one), ints(&one), None, None],
+    );
+    none_of(case("Expand", vec![]), &[data, ints(&two)]);
+    none_of(case("Tile", vec![]), &[data, ints(&two)]);
+    none_of(case("Pad", vec![]), &[data, ints(&four)]);
+    none_of(case("Trilu", vec![]), &[data, ints(&[])]);
+    let scalar_i64 = unknown(I64, &[]);
+    none_of(case("Range", vec![]), &[scalar_i64, scalar_i64, scalar_i64]);
+    none_of(case("ConstantOfShape", vec![]), &[ints(&two)]);
+    let values = unknown(F32, &two);
+    none_of(case("OneHot", vec![]), &[ints(&x), ints(&[]), values]);
+
+    let pads = Tensor::new(vec![4], vec![1i64, 0, 0, 2]).unwrap();
+    none_of(
+        case("Pad", vec![]).opset(18),
+        &[data, known(&pads), None, ints(&one)],
+    );
+
+    // Indices are data: gathers have definitions without knowing them.
+    let reverse = case("ReverseSequence", vec![])
+        .attr("batch_axis", Attribute::Int(0))
+        .attr("time_axis", Attribute::Int(1));
+    for (c, indices) in [
+        (case("Gather", vec![]), [2usize, 5].as_slice()),
+        (case("GatherElements", vec![]), &[3, 4]),
+        (case("GatherND", vec![]), &[5, 2]),
+        (reverse, &[3]),
+    ] {
+        let op = c.op;
+        let def = build(&c)
+            .compute(&[data, ints(indices)])
+            .unwrap_or_else(|e| panic!("{op}: {e}"));
+        assert!(def.is_some(), "{op}: no definition without index values");
+    }
+}
+
+#[test]
+fn invalid_movement_inputs_are_errors_not_definitions() {
+    let x = [3usize, 4];
+    let err = |c: Case, inputs: &[Option<ComputeInput<'_>>], why: &str| {
+        let label = c.label();
+        assert!(
+            build(&c).compute(inputs).is_err(),
+            "{label}: no error for {why}"
+        );
+    };
+    let data = unknown(F32, &x);
+    err(
+        case("Gather", vec![]),
+        &[data, unknown(F32, &[2])],
+        "float indices",
+    );
+    err(
+        case("Gather", vec![]),
+        &[unknown(F32, &[0, 4]), unknown(I64, &[2])],
+        "indices into an empty axis",
+    );
+    err(
+        case("GatherElements", vec![]),
+        &[data, unknown(I64, &[3, 5])],
+        "indices larger than the data outside the axis",
+    );
+    err(
+        case("GatherND", vec![]).attr("batch_dims", Attribute::Int(1)),
+        &[data, unknown(I64, &[2, 1])],
+        "different batch dimensions",
+    );
+    err(
+        case("Concat", vec![]).attr("axis", Attribute::Int(0)),
+        &[data, unknown(I64, &x)],
+        "mixed dtypes",
+    );
+    err(
+        case("Concat", vec![]).attr("axis", Attribute::Int(0)),
+        &[data, unknown(F32, &[3, 5])],
+        "shapes that differ outside the axis",
+    );
+    err(
+        case("Transpose", vec![]).attr("perm", Attribute::Ints(vec![0, 0])),
+        &[data],
+        "a perm that is not a permutation",
+    );
+    let sizes = Tensor::new(vec![2], vec![1i64, 1]).unwrap();
+    err(
+        case("Split", vec![]).opset(13).outputs(2),
+        &[data, known(&sizes)],
+        "sizes that do not add up",
+    );
+    let pads = Tensor::new(vec![4], vec![1i64, 0, 1, 0]).unwrap();
+    err(
+        case("Pad", vec![]).attr("mode", Attribute::String("edge".into())),
+        &[unknown(F32, &[0, 4]), known(&pads)],
+        "edge padding of an empty axis",
+    );
+    err(
+        case("DepthToSpace", vec![]).attr("blocksize", Attribute::Int(2)),
+        &[unknown(F32, &[1, 6, 2, 2])],
+        "channels not divisible by blocksize²",
+    );
+    err(case("Trilu", vec![]), &[unknown(F32, &[5])], "rank below 2");
+    err(
+        case("EyeLike", vec![]),
+        &[unknown(F32, &[2, 2, 2])],
+        "rank other than 2",
+    );
+    let depth = Tensor::scalar(0i64);
+    err(
+        case("OneHot", vec![]),
+        &[unknown(I64, &[3]), known(&depth), unknown(F32, &[2])],
+        "a depth of 0",
+    );
+    err(
+        case("ReverseSequence", vec![]),
+        &[data, unknown(I64, &[3])],
+        "lengths that do not match the batch",
     );
 }

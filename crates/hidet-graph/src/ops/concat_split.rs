@@ -7,11 +7,11 @@ use crate::operator::{
 };
 use crate::ops::common::{int_list, norm_axis};
 use crate::ops::compute_util::{dims, finish, grid_def, input, opt_input, placeholders};
-use hidet_ir::compute::grid;
-use hidet_ir::expr::Expr;
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
+use hidet_ir::compute::grid;
+use hidet_ir::expr::Expr;
 
 /// Concatenation of every present input along `axis`.
 #[derive(Debug)]

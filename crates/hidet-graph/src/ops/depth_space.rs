@@ -2,10 +2,12 @@
 //! dimension and the spatial dimensions of an NCHW tensor.
 
 use crate::kernels::movement::{offsets, strides, take};
-use crate::operator::{arg, infer_arg, InferInput, OpError, Operator};
+use crate::operator::{arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
+use crate::ops::compute_util::{grid_def, input, placeholders};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
+use hidet_ir::expr::Expr;
 
 /// Channel order of DepthToSpace's input blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,6 +158,40 @@ impl Operator for DepthToSpace {
         })?;
         Ok(vec![take(x, shape, &src)?])
     }
+
+    /// `out[n, c, h, w] = x[n, channel(c, h % b, w % b), h / b, w / b]` with the channel of
+    /// the block order (DCR or CRD).
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        let [n, c, h, w] = nchw(x.shape, "DepthToSpace")?;
+        let b = self.block;
+        let bb = b
+            .checked_mul(b)
+            .ok_or_else(|| OpError::Shape("DepthToSpace: blocksize overflow".into()))?;
+        if c / bb * bb != c {
+            return Err(OpError::Shape(format!(
+                "DepthToSpace: {c} channels are not divisible by {bb}"
+            )));
+        }
+        let oc = c / bb;
+        let grow = |d: usize| {
+            d.checked_mul(b)
+                .ok_or_else(|| OpError::Shape("DepthToSpace: size overflow".into()))
+        };
+        let shape = [n, oc, grow(h)?, grow(w)?];
+        let vars = placeholders(inputs);
+        let order = self.order;
+        let def = grid_def(vars.clone(), x.dtype.to_ir(), &shape, |o| {
+            let k = |v: usize| Expr::int(v as i64);
+            let (i, j) = (&o[2] % k(b), &o[3] % k(b));
+            let ch = match order {
+                Order::Dcr => (i * k(b) + j) * k(oc) + o[1].clone(),
+                Order::Crd => &o[1] * k(bb) + i * k(b) + j,
+            };
+            vars[0].at([o[0].clone(), ch, &o[2] / k(b), &o[3] / k(b)])
+        })?;
+        Ok(Some(def))
+    }
 }
 
 impl Operator for SpaceToDepth {
@@ -197,6 +233,36 @@ impl Operator for SpaceToDepth {
             Ok(o[0] * st[0] + ch * st[1] + (o[2] * b + i) * st[2] + o[3] * b + j)
         })?;
         Ok(vec![take(x, shape, &src)?])
+    }
+
+    /// `out[n, (i * b + j) * C + c, h, w] = x[n, c, h * b + i, w * b + j]`.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        let [n, c, h, w] = nchw(x.shape, "SpaceToDepth")?;
+        let b = self.block;
+        if h / b * b != h || w / b * b != w {
+            return Err(OpError::Shape(format!(
+                "SpaceToDepth: spatial size {h}x{w} is not divisible by {b}"
+            )));
+        }
+        let bb = b
+            .checked_mul(b)
+            .ok_or_else(|| OpError::Shape("SpaceToDepth: blocksize overflow".into()))?;
+        let cc = c
+            .checked_mul(bb)
+            .ok_or_else(|| OpError::Shape("SpaceToDepth: size overflow".into()))?;
+        let shape = [n, cc, h / b, w / b];
+        let vars = placeholders(inputs);
+        let def = grid_def(vars.clone(), x.dtype.to_ir(), &shape, |o| {
+            let k = |v: usize| Expr::int(v as i64);
+            if c == 0 {
+                return Expr::zero(x.dtype.to_ir());
+            }
+            let (blk, ch) = (&o[1] / k(c), &o[1] % k(c));
+            let (i, j) = (&blk / k(b), &blk % k(b));
+            vars[0].at([o[0].clone(), ch, &o[2] * k(b) + i, &o[3] * k(b) + j])
+        })?;
+        Ok(Some(def))
     }
 }
 

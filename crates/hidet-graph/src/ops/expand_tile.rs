@@ -2,11 +2,13 @@
 
 use crate::kernels::broadcast::broadcast_shapes;
 use crate::kernels::movement::{offsets, strides, take};
-use crate::operator::{arg, infer_arg, InferInput, OpError, Operator};
+use crate::operator::{arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
 use crate::ops::common::int_list;
+use crate::ops::compute_util::{broadcast_read, grid_def, input, placeholders};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{broadcast_dims, Dim, TensorType};
 use crate::tensor::Tensor;
+use hidet_ir::expr::Expr;
 
 /// Broadcast of input 0 with the shape given by input 1 (bidirectional, like numpy).
 #[derive(Debug)]
@@ -77,6 +79,21 @@ impl Operator for Expand {
         })?;
         Ok(vec![take(x, shape, &src)?])
     }
+
+    /// `out[i] = x[broadcast_index(i)]`; needs the target shape's value.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let (x, s) = (input(inputs, 0)?, input(inputs, 1)?);
+        let Some(target) = s.value else {
+            return Ok(None);
+        };
+        let target = sizes(target, "Expand shape")?;
+        let shape = broadcast_shapes(&[x.shape, &target])?;
+        let vars = placeholders(inputs);
+        let def = grid_def(vars.clone(), x.dtype.to_ir(), &shape, |i| {
+            broadcast_read(&vars[0], x.shape, i)
+        })?;
+        Ok(Some(def))
+    }
 }
 
 impl Operator for Tile {
@@ -146,6 +163,44 @@ impl Operator for Tile {
                 .sum())
         })?;
         Ok(vec![take(x, shape, &src)?])
+    }
+
+    /// `out[i] = x[i % x.shape]` (axes repeated once or of size 1 skip the `%`); needs the
+    /// repeats' value.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let (x, r) = (input(inputs, 0)?, input(inputs, 1)?);
+        let Some(reps) = r.value else {
+            return Ok(None);
+        };
+        let reps = sizes(reps, "Tile repeats")?;
+        if reps.len() != x.shape.len() {
+            return Err(OpError::Shape(format!(
+                "Tile: {} repeats for rank {}",
+                reps.len(),
+                x.shape.len()
+            )));
+        }
+        let shape = x
+            .shape
+            .iter()
+            .zip(&reps)
+            .map(|(&d, &n)| d.checked_mul(n))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| OpError::Shape("Tile: size overflow".into()))?;
+        let vars = placeholders(inputs);
+        let def = grid_def(vars.clone(), x.dtype.to_ir(), &shape, |i| {
+            let j: Vec<Expr> = i
+                .iter()
+                .zip(x.shape.iter().zip(&reps))
+                .map(|(i, (&d, &n))| match (d, n) {
+                    (1, _) => Expr::int(0),
+                    (_, 1) | (0, _) => i.clone(),
+                    (d, _) => i % Expr::int(d as i64),
+                })
+                .collect();
+            vars[0].at(j)
+        })?;
+        Ok(Some(def))
     }
 }
 

@@ -3,12 +3,15 @@
 
 use crate::dtype::DType;
 use crate::kernels::movement::{alloc, numel, offsets, scalar_i64, take};
-use crate::operator::{arg, infer_arg, InferInput, OpError, Operator};
+use crate::operator::{arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
 use crate::ops::common::int_list;
+use crate::ops::compute_util::{float_to_int, grid_def, input, konst, placeholders, scalar_const};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::{Element, Tensor};
 use crate::{dispatch_float, dispatch_int};
+use hidet_ir::dtype::DataType;
+use hidet_ir::expr::Expr;
 
 /// Number of elements of input 0, as an int64 scalar.
 #[derive(Debug)]
@@ -92,6 +95,17 @@ impl Operator for Size {
         let x = arg(inputs, 0)?;
         Ok(vec![Tensor::scalar(x.numel() as i64)])
     }
+
+    /// The constant element count, as a rank-0 grid.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        let n = numel(x.shape)?;
+        let n = i64::try_from(n).map_err(|_| OpError::Shape("Size: size overflow".into()))?;
+        grid_def(placeholders(inputs), DataType::I64, &[], |_| {
+            Expr::int_of(n, DataType::I64)
+        })
+        .map(Some)
+    }
 }
 
 /// Range's element count and values for floats (computed in f64) and integers (i128).
@@ -169,6 +183,35 @@ impl Operator for Range {
         let t = range_values(arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?)?;
         Ok(vec![t])
     }
+
+    /// `out[i] = start + i * delta`, in f64 for floats and i64 for integers and then
+    /// converted, as `eval` does; needs the values of all three inputs.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let mut vals = Vec::with_capacity(3);
+        for i in 0..3 {
+            match input(inputs, i)?.value {
+                Some(v) => vals.push(v),
+                None => return Ok(None),
+            }
+        }
+        let out = range_values(vals[0], vals[1], vals[2])?;
+        let dtype = out.dtype().to_ir();
+        let vars = placeholders(inputs);
+        let def = if dtype.is_float() {
+            let (s, d) = (vals[0].to_f64_vec()[0], vals[2].to_f64_vec()[0]);
+            grid_def(vars, dtype, out.shape(), |i| {
+                let f = DataType::F64;
+                (Expr::float_of(s, f) + i[0].cast(f) * Expr::float_of(d, f)).cast(dtype)
+            })?
+        } else {
+            let (s, d) = (vals[0].to_i64_vec()[0], vals[2].to_i64_vec()[0]);
+            grid_def(vars, dtype, out.shape(), |i| {
+                let w = DataType::I64;
+                (Expr::int_of(s, w) + i[0].cast(w) * Expr::int_of(d, w)).cast(dtype)
+            })?
+        };
+        Ok(Some(def))
+    }
 }
 
 /// A shape from a 1-D int64 tensor of non-negative sizes.
@@ -210,6 +253,26 @@ impl Operator for ConstantOfShape {
         src.resize(n, 0usize);
         Ok(vec![take(&self.value, shape, &src)?])
     }
+
+    /// The constant `value` over the shape given by input 0's value (`Ok(None)` when that is
+    /// unknown, or for a `u64` value the IR's constants cannot hold).
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let Some(s) = input(inputs, 0)?.value else {
+            return Ok(None);
+        };
+        let shape = shape_of(s, "ConstantOfShape shape")?;
+        numel(&shape)?;
+        let Some(value) = scalar_const(&self.value) else {
+            return Ok(None);
+        };
+        grid_def(
+            placeholders(inputs),
+            self.value.dtype().to_ir(),
+            &shape,
+            |_| value,
+        )
+        .map(Some)
+    }
 }
 
 impl Operator for EyeLike {
@@ -242,6 +305,28 @@ impl Operator for EyeLike {
             Ok((o[1] as i128 - o[0] as i128 == k) as usize)
         })?;
         Ok(vec![take(&zero_one, x.shape().to_vec(), &src)?])
+    }
+
+    /// `out[i, j] = select(j - i == k, 1, 0)`; reads nothing of the input.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        let &[rows, cols] = x.shape else {
+            return Err(OpError::Shape(format!(
+                "EyeLike: input shape {:?} is not 2-D",
+                x.shape
+            )));
+        };
+        let dtype = self.dtype.unwrap_or(x.dtype).to_ir();
+        // `j - i` lies in `[-rows, cols]`; a `k` outside that range never matches.
+        let k = self.k.clamp(-(rows as i64) - 1, cols as i64 + 1);
+        grid_def(placeholders(inputs), dtype, x.shape, |i| {
+            Expr::select(
+                (&i[1] - i[0].clone()).eq(Expr::int(k)),
+                konst(1.0, dtype),
+                konst(0.0, dtype),
+            )
+        })
+        .map(Some)
     }
 }
 
@@ -325,6 +410,75 @@ impl Operator for OneHot {
             Ok((v == o[a] as i128) as usize)
         })?;
         Ok(vec![take(values, shape, &src)?])
+    }
+
+    /// `out[.., c, ..] = select(idx == c, values[1], values[0])` where `idx` is the index
+    /// read as data, converted to i64 (floats truncate, saturating; `eval` wraps values beyond
+    /// the i64 range instead, which no valid class matches anyway) and, from opset 11, wrapped
+    /// by `depth` when negative. Needs the value of `depth`.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let (ind, d, values) = (input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?);
+        if ind.dtype == DType::Bool {
+            return Err(OpError::DType {
+                index: 0,
+                dtype: DType::Bool,
+            });
+        }
+        if values.shape.iter().product::<usize>() != 2 {
+            return Err(OpError::Shape(format!(
+                "OneHot: values must hold [off, on], has shape {:?}",
+                values.shape
+            )));
+        }
+        let Some(d) = d.value else {
+            return Ok(None);
+        };
+        let depth = depth(d)?;
+        let a = self.axis(ind.shape.len())?;
+        let mut shape = ind.shape.to_vec();
+        shape.insert(a, depth);
+        let (from, w) = (ind.dtype.to_ir(), DataType::I64);
+        let element = |k: usize| -> Vec<Expr> {
+            let mut rest = k;
+            let mut index: Vec<Expr> = values
+                .shape
+                .iter()
+                .rev()
+                .map(|&d| {
+                    let i = rest % d.max(1);
+                    rest /= d.max(1);
+                    Expr::int(i as i64)
+                })
+                .collect();
+            index.reverse();
+            index
+        };
+        let (off, on) = (element(0), element(1));
+        let neg = self.negative_indices;
+        let vars = placeholders(inputs);
+        let def = grid_def(vars.clone(), values.dtype.to_ir(), &shape, |o| {
+            let at: Vec<Expr> = [&o[..a], &o[a + 1..]].concat();
+            let raw = vars[0].at(at);
+            let v = if from.is_float() {
+                float_to_int(raw, from, w).expect("float_to_int supports every target but u64")
+            } else if from == w {
+                raw
+            } else {
+                raw.cast(w)
+            };
+            let v = if neg {
+                let depth = Expr::int_of(depth as i64, w);
+                Expr::select(v.lt(Expr::int_of(0, w)), &v + depth, v)
+            } else {
+                v
+            };
+            Expr::select(
+                v.eq(o[a].cast(w)),
+                vars[2].at(on.clone()),
+                vars[2].at(off.clone()),
+            )
+        })?;
+        Ok(Some(def))
     }
 }
 

@@ -4,12 +4,16 @@
 //! value is input #2 from opset 11 and `axes` input #3 from opset 18.
 
 use crate::kernels::movement::{opt_offsets, strides, take_or_fill};
-use crate::operator::{arg, infer_arg, infer_opt, opt_arg, InferInput, OpError, Operator};
+use crate::operator::{
+    arg, infer_arg, infer_opt, opt_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator,
+};
 use crate::ops::common::int_list;
+use crate::ops::compute_util::{clamp, grid_def, input, opt_input, placeholders, scalar_const};
 use crate::ops::squeeze::norm_axes;
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
+use hidet_ir::expr::Expr;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -194,6 +198,101 @@ impl Operator for Pad {
             Ok(Some(off))
         })?;
         Ok(vec![take_or_fill(x, fill.as_ref(), shape, &src)?])
+    }
+
+    /// `out[i] = x[source(i - pad_begin)]` per axis, with the mode's source index
+    /// (`clamp` for edge, `%` for wrap, a fold for reflect); in constant mode a select of the
+    /// fill value (input #2's first element, the `value` attribute before opset 11, else 0)
+    /// where a padded axis is outside `x`. Needs the values of `pads` and `axes`.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        let known = |i: usize| match opt_input(inputs, i) {
+            None => Ok(None),
+            Some(ComputeInput { value: Some(v), .. }) => Ok(Some(v)),
+            Some(_) => Err(()),
+        };
+        let (Ok(pads), Ok(axes)) = (known(1), known(3)) else {
+            return Ok(None);
+        };
+        let pads = self.pads(x.shape.len(), pads, axes)?;
+        let shape: Vec<usize> = x
+            .shape
+            .iter()
+            .zip(&pads)
+            .map(|(&d, &p)| padded(d, p))
+            .collect::<Result<_, _>>()?;
+        if self.mode != Mode::Constant {
+            for (a, (&d, &n)) in x.shape.iter().zip(&shape).enumerate() {
+                if d == 0 && n > 0 {
+                    return Err(OpError::Invalid(format!(
+                        "Pad: cannot pad empty axis {a} in mode {:?}",
+                        self.mode
+                    )));
+                }
+            }
+        }
+        let dtype = x.dtype.to_ir();
+        let vars = placeholders(inputs);
+        let fill = match (&self.attr, opt_input(inputs, 2)) {
+            (Some((_, v)), _) => {
+                scalar_const(&Tensor::scalar(*v).cast(x.dtype)).unwrap_or_else(|| Expr::zero(dtype))
+            }
+            (None, Some(f)) if f.dtype != x.dtype => {
+                return Err(OpError::Invalid(format!(
+                    "fill value has dtype {}, data has {}",
+                    f.dtype, x.dtype
+                )))
+            }
+            (None, Some(f)) if f.shape.iter().product::<usize>() > 0 => {
+                vars[2].at(vec![Expr::int(0); f.shape.len()])
+            }
+            (None, _) => Expr::zero(dtype),
+        };
+        let mode = self.mode;
+        let def = grid_def(vars.clone(), dtype, &shape, |i| {
+            let mut inside: Option<Expr> = None;
+            let mut j = Vec::with_capacity(i.len());
+            for ((i, &(b, e)), &d) in i.iter().zip(&pads).zip(x.shape) {
+                let pos = if b == 0 { i.clone() } else { i - Expr::int(b) };
+                if b <= 0 && e <= 0 {
+                    j.push(pos);
+                    continue;
+                }
+                let k = |v: usize| Expr::int(v as i64);
+                j.push(match mode {
+                    Mode::Constant => {
+                        let mut conds = Vec::new();
+                        if b > 0 {
+                            conds.push(pos.ge(Expr::int(0)));
+                        }
+                        if e > 0 {
+                            conds.push(pos.lt(k(d)));
+                        }
+                        for c in conds {
+                            inside = Some(match inside {
+                                Some(acc) => acc.and(c),
+                                None => c,
+                            });
+                        }
+                        pos
+                    }
+                    Mode::Edge => clamp(pos, Expr::int(0), k(d.saturating_sub(1))),
+                    Mode::Wrap => pos % k(d),
+                    Mode::Reflect if d <= 1 => Expr::int(0),
+                    Mode::Reflect => {
+                        let period = 2 * (d - 1);
+                        let m = pos % k(period);
+                        Expr::select(m.ge(k(d)), k(period) - m.clone(), m)
+                    }
+                });
+            }
+            let read = vars[0].at(j);
+            match inside {
+                Some(c) => Expr::select(c, read, fill.clone()),
+                None => read,
+            }
+        })?;
+        Ok(Some(def))
     }
 }
 

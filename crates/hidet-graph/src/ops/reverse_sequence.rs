@@ -2,10 +2,13 @@
 //! every batch entry `b`.
 
 use crate::kernels::movement::{offsets, strides, take};
-use crate::operator::{arg, infer_arg, InferInput, OpError, Operator};
+use crate::operator::{arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
+use crate::ops::compute_util::{clamp, grid_def, index_dtype, input, placeholders};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
+use hidet_ir::dtype::DataType;
+use hidet_ir::expr::Expr;
 
 /// Batch axis and time axis are 0 and 1 (in either order).
 #[derive(Debug)]
@@ -96,6 +99,50 @@ impl Operator for ReverseSequence {
                 .sum())
         })?;
         Ok(vec![take(x, x.shape().to_vec(), &src)?])
+    }
+
+    /// `out[i] = x[i with i[t] = select(i[t] < n, n - 1 - i[t], i[t])]` where
+    /// `n = sequence_lens[i[b]]` is read as data and clamped into `[0, time]` (lengths that
+    /// `eval` rejects read inside the tensor instead of failing).
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let (x, l) = (input(inputs, 0)?, input(inputs, 1)?);
+        if x.shape.len() < 2 {
+            return Err(OpError::Shape(format!(
+                "ReverseSequence: input shape {:?} has rank < 2",
+                x.shape
+            )));
+        }
+        let (b, t) = (self.batch_axis, self.time_axis);
+        let (batch, time) = (x.shape[b], x.shape[t]);
+        if !l.dtype.is_int() || l.shape != [batch] {
+            return Err(OpError::Invalid(format!(
+                "ReverseSequence: sequence_lens must be {batch} integers, got {}{:?}",
+                l.dtype, l.shape
+            )));
+        }
+        let vars = placeholders(inputs);
+        let def = grid_def(vars.clone(), x.dtype.to_ir(), x.shape, |i| {
+            let len = vars[1].at([i[b].clone()]);
+            let len = if l.dtype.to_ir() == DataType::I64 {
+                len
+            } else {
+                len.cast(DataType::I64)
+            };
+            let n = clamp(
+                len,
+                Expr::int_of(0, DataType::I64),
+                Expr::int_of(time as i64, DataType::I64),
+            )
+            .cast(index_dtype(time));
+            let mut j = i.to_vec();
+            j[t] = Expr::select(
+                i[t].lt(n.clone()),
+                n - Expr::int(1) - i[t].clone(),
+                i[t].clone(),
+            );
+            vars[0].at(j)
+        })?;
+        Ok(Some(def))
     }
 }
 

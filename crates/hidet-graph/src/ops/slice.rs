@@ -7,11 +7,11 @@ use crate::operator::{
 };
 use crate::ops::common::int_list;
 use crate::ops::compute_util::{grid_def, input, opt_input, placeholders};
-use hidet_ir::expr::Expr;
 use crate::ops::squeeze::norm_axes;
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
+use hidet_ir::expr::Expr;
 
 /// The slice parameters of opsets 1–9.
 #[derive(Debug, Clone)]

@@ -2,10 +2,14 @@
 //! the last two dimensions and zeroes the rest.
 
 use crate::kernels::movement::{opt_offsets, scalar_i64, take_or_fill};
-use crate::operator::{arg, infer_arg, opt_arg, InferInput, OpError, Operator};
+use crate::operator::{
+    arg, infer_arg, opt_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator,
+};
+use crate::ops::compute_util::{grid_def, input, opt_input, placeholders};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
+use hidet_ir::expr::Expr;
 
 /// Triangle selection with diagonal offset `k` (input #1, default 0).
 #[derive(Debug)]
@@ -57,6 +61,40 @@ impl Operator for Trilu {
             Ok(keep.then_some(off))
         })?;
         Ok(vec![take_or_fill(x, None, x.shape().to_vec(), &src)?])
+    }
+
+    /// `out[.., i, j] = select(j - i >= k, x[.., i, j], 0)` (`<=` for the lower triangle);
+    /// needs the value of `k`.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        let r = x.shape.len();
+        if r < 2 {
+            return Err(OpError::Shape(format!(
+                "Trilu: input shape {:?} has rank < 2",
+                x.shape
+            )));
+        }
+        let k = match opt_input(inputs, 1) {
+            None => 0,
+            Some(ComputeInput { value: Some(t), .. }) => scalar_i64(t, "Trilu k", false)?,
+            Some(_) => return Ok(None),
+        };
+        let (rows, cols) = (x.shape[r - 2] as i64, x.shape[r - 1] as i64);
+        // `j - i` lies in `[-rows, cols]`, so clamping `k` to that range keeps every comparison.
+        let k = k.clamp(-rows, cols);
+        let upper = self.upper;
+        let dtype = x.dtype.to_ir();
+        let vars = placeholders(inputs);
+        let def = grid_def(vars.clone(), dtype, x.shape, |i| {
+            let d = &i[r - 1] - i[r - 2].clone();
+            let keep = if upper {
+                d.ge(Expr::int(k))
+            } else {
+                d.le(Expr::int(k))
+            };
+            Expr::select(keep, vars[0].at(i.to_vec()), Expr::zero(dtype))
+        })?;
+        Ok(Some(def))
     }
 }
 

@@ -1,9 +1,11 @@
-//! Dead-code elimination: removes nodes whose outputs no graph output depends on.
+//! Dead-code elimination: removes nodes whose outputs no graph output depends on, and the
+//! tensors of initializers nothing reads any more.
 
 use crate::graph::{Graph, GraphError};
 use crate::passes::GraphPass;
 
-/// Removes every node that does not contribute to a graph output.
+/// Removes every node that does not contribute to a graph output, then drops initializers
+/// no remaining node reads ([`Graph::prune_initializers`]).
 pub struct DeadCodeElimination;
 
 impl GraphPass for DeadCodeElimination {
@@ -32,6 +34,8 @@ impl GraphPass for DeadCodeElimination {
             .filter(|(_, l)| **l)
             .map(|(n, _)| n.clone())
             .collect();
-        graph.with_nodes(nodes)
+        let mut graph = graph.with_nodes(nodes)?;
+        graph.prune_initializers();
+        Ok(graph)
     }
 }

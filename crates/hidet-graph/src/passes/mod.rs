@@ -1,12 +1,25 @@
 //! Graph rewriting: the [`GraphPass`] trait and the ordered list of default passes.
 //!
-//! A pass consumes a graph and returns the rewritten graph. Passes rewrite by building a new
-//! node list and calling [`Graph::with_nodes`], which re-checks topological order and
-//! recomputes use lists, so no pass can leave the graph inconsistent.
+//! A pass consumes a graph and returns the rewritten graph. Every pass edits through one
+//! mechanism, a [`Rewriter`] (replace values, add and remove nodes, add constants, applied at
+//! once through [`Graph::with_nodes`], which re-checks topological order and recomputes use
+//! lists), so no pass can leave the graph inconsistent.
 
+mod batchnorm_fold;
+mod constant_fold;
+mod cse;
 mod dce;
+mod resolve_variants;
+pub mod rewrite;
+mod simplify;
 
+pub use batchnorm_fold::BatchNormFolding;
+pub use constant_fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
+pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
+pub use resolve_variants::{FlattenBatchedMatMul, GemmToMatMul};
+pub use rewrite::Rewriter;
+pub use simplify::{exact_cast, SimplifyChains};
 
 use crate::graph::{Graph, GraphError};
 
@@ -20,7 +33,26 @@ pub trait GraphPass {
 
 /// The default pass pipeline, in order. New passes are added here.
 pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
-    vec![Box::new(DeadCodeElimination)]
+    vec![
+        // Input-independent nodes → initializers (shape arithmetic of static exports, masks).
+        Box::new(ConstantFolding),
+        // Identity/Dropout/no-op Cast/Reshape/Transpose removed; Reshape, Transpose and
+        // exact Cast chains merged; static Squeeze/Unsqueeze/Flatten → Reshape.
+        Box::new(SimplifyChains),
+        // Gemm → MatMul (+ Add), constant weights pre-transposed and pre-scaled; before BN
+        // folding so a BN after a Gemm folds into the MatMul weights.
+        Box::new(GemmToMatMul),
+        // Inference BatchNormalization → folded into Conv / MatMul weights, or Mul + Add.
+        Box::new(BatchNormFolding),
+        // Structurally identical nodes (and equal small constants) merged.
+        Box::new(CommonSubexpressionElimination),
+        // MatMul of a batched input by a constant 2-D weight → 2-D MatMul between Reshapes.
+        Box::new(FlattenBatchedMatMul),
+        // The Reshapes added above merged with their neighbours.
+        Box::new(SimplifyChains),
+        // Nodes no output depends on, and initializers nothing reads, removed.
+        Box::new(DeadCodeElimination),
+    ]
 }
 
 /// Runs `passes` in order.

@@ -1,0 +1,93 @@
+//! Common-subexpression elimination.
+
+use std::collections::HashMap;
+
+use crate::graph::{Graph, GraphError, NodeId, ValueId};
+use crate::passes::rewrite::{push_tensor, NodeKey, Rewriter};
+use crate::passes::GraphPass;
+
+/// Initializers up to this many elements are compared by content (larger ones, the model's
+/// weights, are only equal to themselves).
+pub const MAX_DEDUP_ELEMENTS: usize = 1 << 16;
+
+/// Operators whose outputs differ between two evaluations on equal inputs.
+const NONDETERMINISTIC: &[&str] = &[
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+];
+
+/// Merges nodes that compute the same thing: equal domain, op type, opset, attributes
+/// (compared structurally, tensors by content) and inputs (after earlier merges) → the first
+/// one stays and readers of the others read its outputs. Small initializers with equal dtype,
+/// shape and elements are merged first, so nodes reading equal constants merge too.
+///
+/// Not merged: nodes holding subgraphs, random generators, and a node whose removal would
+/// change which value a graph output names (see [`Rewriter::replaceable`]).
+pub struct CommonSubexpressionElimination;
+
+impl GraphPass for CommonSubexpressionElimination {
+    fn name(&self) -> &'static str {
+        "common-subexpression-elimination"
+    }
+
+    fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
+        let mut rw = Rewriter::new(graph);
+        let mut consts: HashMap<Vec<u8>, ValueId> = HashMap::new();
+        let small: Vec<(ValueId, Vec<u8>)> = rw
+            .graph()
+            .initializers()
+            .filter(|(v, t)| t.numel() <= MAX_DEDUP_ELEMENTS && !rw.graph().outputs().contains(v))
+            .map(|(v, t)| {
+                let mut key = Vec::new();
+                push_tensor(&mut key, t);
+                (v, key)
+            })
+            .collect();
+        for (v, key) in small {
+            match consts.get(&key) {
+                Some(&first) => rw.replace(v, first),
+                None => {
+                    consts.insert(key, v);
+                }
+            }
+        }
+        let mut seen: HashMap<NodeKey, NodeId> = HashMap::new();
+        for i in 0..rw.graph().nodes().len() {
+            let node = &rw.graph().nodes()[i];
+            if NONDETERMINISTIC.contains(&node.op_type.as_str()) {
+                continue;
+            }
+            let Some(key) = rw.node_key(NodeId(i)) else {
+                continue;
+            };
+            let Some(&first) = seen.get(&key) else {
+                seen.insert(key, NodeId(i));
+                continue;
+            };
+            let pairs: Vec<(ValueId, Option<ValueId>)> = node
+                .outputs
+                .iter()
+                .zip(&rw.graph().nodes()[first.0].outputs)
+                .filter_map(|(o, f)| o.map(|o| (o, *f)))
+                .collect();
+            // Every output this node defines must exist on the first node too.
+            let ok = pairs
+                .iter()
+                .all(|(o, f)| f.is_some_and(|f| rw.replaceable(*o, f)));
+            if !ok {
+                continue;
+            }
+            for (o, f) in pairs {
+                if let Some(f) = f {
+                    rw.replace(o, f);
+                }
+            }
+            rw.remove_node(NodeId(i));
+        }
+        rw.finish()
+    }
+}

@@ -1,0 +1,855 @@
+//! Each graph pass alone: build a small graph, run the pass, check the structure, and check
+//! that the reference executor gives the same outputs before and after on random non-zero
+//! inputs.
+
+mod passes_util;
+
+use std::sync::Arc;
+
+use hidet_graph::passes::{
+    default_passes, exact_cast, run_passes, BatchNormFolding, CommonSubexpressionElimination,
+    ConstantFolding, DeadCodeElimination, FlattenBatchedMatMul, GemmToMatMul, GraphPass,
+    SimplifyChains,
+};
+use hidet_graph::{Attribute, Attributes, DType, Dim, GraphBuilder, Tensor, TensorType};
+use passes_util::*;
+
+/// Runs `pass` and then DCE (the folding passes leave dead producers for DCE).
+fn run_then_dce(pass: &dyn GraphPass, g: hidet_graph::Graph) -> hidet_graph::Graph {
+    let g = pass.run(g).expect("pass succeeds");
+    DeadCodeElimination.run(g).expect("dce succeeds")
+}
+
+mod constant_folding {
+    use super::*;
+
+    /// The shape arithmetic of a static-shape export: Shape → Gather → Unsqueeze → Concat →
+    /// Reshape becomes a Reshape by a constant shape.
+    #[test]
+    fn static_shape_chain_becomes_constant_reshape() {
+        let mut rng = Rng::new(1);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[3, 5, 7]));
+        b.initializer("zero", Tensor::scalar(0i64));
+        b.initializer("axes0", i64s(&[0]));
+        b.initializer("minus1", i64s(&[-1]));
+        b.node(node("Shape", 17, &["x"], &["shape"], Attributes::new()));
+        b.node(node(
+            "Gather",
+            17,
+            &["shape", "zero"],
+            &["d0"],
+            attrs(vec![("axis", Attribute::Int(0))]),
+        ));
+        b.node(node(
+            "Unsqueeze",
+            17,
+            &["d0", "axes0"],
+            &["d0v"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "Concat",
+            17,
+            &["d0v", "minus1"],
+            &["target"],
+            attrs(vec![("axis", Attribute::Int(0))]),
+        ));
+        b.node(node(
+            "Reshape",
+            17,
+            &["x", "target"],
+            &["y"],
+            Attributes::new(),
+        ));
+        b.node(node("Relu", 17, &["y"], &["out"], Attributes::new()));
+        b.output("out");
+        let before = build(b);
+        let after = run_then_dce(&ConstantFolding, before.clone());
+        assert_eq!(ops(&after), vec!["Reshape", "Relu"]);
+        let reshape = &after.nodes()[0];
+        let target = reshape.inputs[1].expect("Reshape has a shape input");
+        let t = after
+            .value(target)
+            .initializer
+            .as_ref()
+            .expect("the shape is an initializer");
+        assert_eq!(t.to_i64_vec(), vec![3, -1]);
+        let inputs = vec![("x".to_string(), rng.f32s(&[3, 5, 7]))];
+        assert_same_outputs(&before, &after, &inputs, 0.0);
+    }
+
+    /// A mask built from constants only (Cast, Equal, Where, Mul) folds into one constant that
+    /// the runtime Add reads.
+    #[test]
+    fn mask_construction_folds() {
+        let mut rng = Rng::new(2);
+        let (r, c) = (5, 6);
+        let tri: Vec<i64> = (0..r * c).map(|i| i64::from(i % c <= i / c)).collect();
+        let mut b = GraphBuilder::new("g");
+        b.input("scores", f32_input(&[2, r, c]));
+        b.initializer("tri", Tensor::new(vec![r, c], tri).unwrap());
+        b.initializer("one", Tensor::scalar(1i64));
+        b.initializer("neg", Tensor::scalar(-1e4f32));
+        b.initializer("zero", Tensor::scalar(0.0f32));
+        b.initializer("scale", Tensor::scalar(0.5f32));
+        b.node(node(
+            "Equal",
+            17,
+            &["tri", "one"],
+            &["keep"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "Where",
+            17,
+            &["keep", "zero", "neg"],
+            &["bias"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "Mul",
+            17,
+            &["bias", "scale"],
+            &["bias2"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "Add",
+            17,
+            &["scores", "bias2"],
+            &["out"],
+            Attributes::new(),
+        ));
+        b.output("out");
+        let before = build(b);
+        let after = run_then_dce(&ConstantFolding, before.clone());
+        assert_eq!(ops(&after), vec!["Add"]);
+        let inputs = vec![("scores".to_string(), rng.f32s(&[2, r, c]))];
+        assert_same_outputs(&before, &after, &inputs, 0.0);
+    }
+
+    /// `Shape` of a symbolic input stays; the Constant-only side still folds.
+    #[test]
+    fn symbolic_shape_is_not_folded() {
+        let mut rng = Rng::new(3);
+        let mut b = GraphBuilder::new("g");
+        b.input(
+            "x",
+            TensorType {
+                dtype: DType::F32,
+                shape: Some(vec![Dim::Symbol(Arc::from("N")), Dim::Fixed(4)]),
+            },
+        );
+        b.initializer("a", rng.f32s(&[4]));
+        b.initializer("b", rng.f32s(&[4]));
+        b.node(node("Shape", 17, &["x"], &["s"], Attributes::new()));
+        b.node(node("Reshape", 17, &["x", "s"], &["y"], Attributes::new()));
+        b.node(node("Sub", 17, &["a", "b"], &["d"], Attributes::new()));
+        b.node(node("Mul", 17, &["y", "d"], &["out"], Attributes::new()));
+        b.output("out");
+        let before = build(b);
+        let after = run_then_dce(&ConstantFolding, before.clone());
+        assert_eq!(ops(&after), vec!["Shape", "Reshape", "Mul"]);
+        let inputs = vec![("x".to_string(), rng.f32s(&[6, 4]))];
+        assert_same_outputs(&before, &after, &inputs, 0.0);
+    }
+
+    /// An output larger than the bound stays a node; a graph output computed from constants
+    /// keeps its name.
+    #[test]
+    fn size_bound_and_constant_output() {
+        let mut rng = Rng::new(4);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[3]));
+        // [4097, 1] + [1, 4097] would be 16.8 M elements: over the bound.
+        b.initializer(
+            "col",
+            Tensor::new(vec![4097, 1], vec![1.5f32; 4097]).unwrap(),
+        );
+        b.initializer(
+            "row",
+            Tensor::new(vec![1, 4097], vec![-0.5f32; 4097]).unwrap(),
+        );
+        b.initializer("p", rng.f32s(&[3]));
+        b.initializer("q", rng.f32s(&[3]));
+        b.node(node(
+            "Add",
+            17,
+            &["col", "row"],
+            &["big"],
+            Attributes::new(),
+        ));
+        b.node(node("Mul", 17, &["p", "q"], &["pq"], Attributes::new()));
+        b.node(node("Add", 17, &["x", "pq"], &["out"], Attributes::new()));
+        b.output("out");
+        b.output("pq");
+        b.output("big");
+        let before = build(b);
+        let after = run_then_dce(&ConstantFolding, before.clone());
+        // `big` is not materialized; `pq` is a constant copied into the output.
+        assert_eq!(count(&after, "Mul"), 0);
+        assert_eq!(count(&after, "Add"), 2);
+        assert_eq!(count(&after, "Identity"), 1);
+        let names: Vec<&str> = after
+            .outputs()
+            .iter()
+            .map(|o| after.value(*o).name.as_str())
+            .collect();
+        assert_eq!(names, vec!["out", "pq", "big"]);
+        let inputs = vec![("x".to_string(), rng.f32s(&[3]))];
+        assert_same_outputs(&before, &after, &inputs, 0.0);
+    }
+}
+
+mod simplify {
+    use super::*;
+
+    fn cast(to: DType) -> Attributes {
+        attrs(vec![("to", Attribute::Int(i64::from(to.onnx_code())))])
+    }
+
+    #[test]
+    fn identity_dropout_and_same_cast_are_removed() {
+        let mut rng = Rng::new(10);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[4, 3]));
+        b.node(node("Identity", 17, &["x"], &["a"], Attributes::new()));
+        b.node(node("Dropout", 17, &["a"], &["d"], Attributes::new()));
+        b.node(node("Cast", 17, &["d"], &["c"], cast(DType::F32)));
+        b.node(node("Exp", 17, &["c"], &["e"], Attributes::new()));
+        b.node(node("Identity", 17, &["e"], &["out"], Attributes::new()));
+        b.output("out");
+        let before = build(b);
+        let after = run_then_dce(&SimplifyChains, before.clone());
+        assert_eq!(ops(&after), vec!["Exp"]);
+        let inputs = vec![("x".to_string(), rng.f32s(&[4, 3]))];
+        assert_same_outputs(&before, &after, &inputs, 0.0);
+    }
+
+    /// An Identity from a graph input to a graph output is the interface itself: kept.
+    #[test]
+    fn identity_between_input_and_output_is_kept() {
+        let mut rng = Rng::new(11);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[2]));
+        b.node(node("Identity", 17, &["x"], &["out"], Attributes::new()));
+        b.output("out");
+        let before = build(b);
+        let after = run_then_dce(&SimplifyChains, before.clone());
+        assert_eq!(ops(&after), vec!["Identity"]);
+        assert_same_outputs(&before, &after, &[("x".into(), rng.f32s(&[2]))], 0.0);
+    }
+
+    #[test]
+    fn exact_cast_table() {
+        assert!(exact_cast(DType::F16, DType::F32));
+        assert!(exact_cast(DType::I8, DType::I32));
+        assert!(exact_cast(DType::U8, DType::I16));
+        assert!(exact_cast(DType::Bool, DType::F32));
+        assert!(exact_cast(DType::I16, DType::F32));
+        assert!(!exact_cast(DType::I32, DType::F32));
+        assert!(!exact_cast(DType::F32, DType::F16));
+        assert!(!exact_cast(DType::I8, DType::U32));
+        assert!(!exact_cast(DType::U8, DType::I8));
+        assert!(!exact_cast(DType::F16, DType::BF16));
+        assert!(!exact_cast(DType::F32, DType::I64));
+    }
+
+    /// Cast chains: a round trip through a wider type disappears, a widening then narrowing
+    /// becomes one Cast, a lossy first cast keeps both.
+    #[test]
+    fn cast_chains() {
+        let mut rng = Rng::new(12);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[7]));
+        b.input("i", TensorType::fixed(DType::I8, &[7]));
+        // f32 → f64 → f32: removed.
+        b.node(node("Cast", 17, &["x"], &["x64"], cast(DType::F64)));
+        b.node(node("Cast", 17, &["x64"], &["x32"], cast(DType::F32)));
+        b.node(node("Neg", 17, &["x32"], &["o1"], Attributes::new()));
+        // i8 → i32 → f32: one Cast(i8 → f32).
+        b.node(node("Cast", 17, &["i"], &["i32"], cast(DType::I32)));
+        b.node(node("Cast", 17, &["i32"], &["if"], cast(DType::F32)));
+        b.node(node("Neg", 17, &["if"], &["o2"], Attributes::new()));
+        // f32 → i32 → f32 (truncation): kept.
+        b.node(node("Cast", 17, &["x"], &["xi"], cast(DType::I32)));
+        b.node(node("Cast", 17, &["xi"], &["xf"], cast(DType::F32)));
+        b.node(node("Neg", 17, &["xf"], &["o3"], Attributes::new()));
+        b.output("o1");
+        b.output("o2");
+        b.output("o3");
+        let before = build(b);
+        let after = run_then_dce(&SimplifyChains, before.clone());
+        assert_eq!(count(&after, "Cast"), 3, "{:?}", ops(&after));
+        let merged = after
+            .nodes()
+            .iter()
+            .find(|n| n.op_type == "Cast" && after.value(n.inputs[0].unwrap()).name == "i")
+            .expect("one Cast reads i");
+        assert_eq!(after.value(merged.outputs[0].unwrap()).ty.dtype, DType::F32);
+        let i8s: Vec<i8> = (0..7).map(|_| (rng.nonzero() * 60.0) as i8).collect();
+        let inputs = vec![
+            ("x".to_string(), rng.f32s(&[7]).reshape(vec![7]).unwrap()),
+            ("i".to_string(), Tensor::new(vec![7], i8s).unwrap()),
+        ];
+        assert_same_outputs(&before, &after, &inputs, 0.0);
+    }
+
+    /// Reshape chains (with 0 and -1 entries) merge into one, a Reshape to the same shape
+    /// disappears, and static Squeeze/Unsqueeze/Flatten become Reshapes that merge too.
+    #[test]
+    fn reshape_chains() {
+        let mut rng = Rng::new(13);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[3, 5, 7]));
+        b.initializer("s1", i64s(&[0, -1]));
+        b.initializer("s2", i64s(&[7, 15]));
+        b.initializer("s3", i64s(&[105]));
+        b.initializer("same", i64s(&[3, 5, 7]));
+        b.initializer("ax", i64s(&[0, 3]));
+        b.node(node(
+            "Reshape",
+            17,
+            &["x", "same"],
+            &["x0"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "Reshape",
+            17,
+            &["x0", "s1"],
+            &["a"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "Reshape",
+            17,
+            &["a", "s2"],
+            &["b2"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "Reshape",
+            17,
+            &["b2", "s3"],
+            &["c"],
+            Attributes::new(),
+        ));
+        b.node(node("Exp", 17, &["c"], &["o1"], Attributes::new()));
+        b.node(node(
+            "Unsqueeze",
+            17,
+            &["x", "ax"],
+            &["u"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "Flatten",
+            17,
+            &["u"],
+            &["f"],
+            attrs(vec![("axis", Attribute::Int(2))]),
+        ));
+        b.node(node("Exp", 17, &["f"], &["o2"], Attributes::new()));
+        b.output("o1");
+        b.output("o2");
+        let before = build(b);
+        let after = run_then_dce(&SimplifyChains, before.clone());
+        assert_eq!(ops(&after), vec!["Reshape", "Exp", "Reshape", "Exp"]);
+        for n in after.nodes().iter().filter(|n| n.op_type == "Reshape") {
+            assert_eq!(
+                after.value(n.inputs[0].unwrap()).name,
+                "x",
+                "reads x directly"
+            );
+        }
+        let inputs = vec![("x".to_string(), rng.f32s(&[3, 5, 7]))];
+        assert_same_outputs(&before, &after, &inputs, 0.0);
+    }
+
+    /// Transposes compose; an identity composition disappears.
+    #[test]
+    fn transpose_chains() {
+        let mut rng = Rng::new(14);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[2, 3, 5]));
+        let perm = |p: &[i64]| attrs(vec![("perm", ints(p))]);
+        b.node(node("Transpose", 17, &["x"], &["t1"], perm(&[1, 2, 0])));
+        b.node(node("Transpose", 17, &["t1"], &["t2"], perm(&[2, 0, 1])));
+        b.node(node("Exp", 17, &["t2"], &["o1"], Attributes::new()));
+        b.node(node("Transpose", 17, &["x"], &["u1"], perm(&[0, 2, 1])));
+        b.node(node("Transpose", 17, &["u1"], &["u2"], perm(&[1, 0, 2])));
+        b.node(node("Transpose", 17, &["u2"], &["u3"], Attributes::new()));
+        b.output("o1");
+        b.output("u3");
+        let before = build(b);
+        let after = run_then_dce(&SimplifyChains, before.clone());
+        assert_eq!(count(&after, "Transpose"), 1, "{:?}", ops(&after));
+        let t = after
+            .nodes()
+            .iter()
+            .find(|n| n.op_type == "Transpose")
+            .unwrap();
+        assert_eq!(after.value(t.inputs[0].unwrap()).name, "x");
+        let inputs = vec![("x".to_string(), rng.f32s(&[2, 3, 5]))];
+        assert_same_outputs(&before, &after, &inputs, 0.0);
+    }
+}
+
+mod cse {
+    use super::*;
+
+    /// Equal nodes merge (attributes compared structurally); different attributes do not;
+    /// equal small constants merge so the nodes reading them merge too.
+    #[test]
+    fn identical_nodes_merge() {
+        let mut rng = Rng::new(20);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[4, 6]));
+        let w = rng.f32s(&[6]);
+        b.initializer("w1", w.clone());
+        b.initializer("w2", w);
+        let perm = |p: &[i64]| attrs(vec![("perm", ints(p))]);
+        b.node(node("Exp", 17, &["x"], &["e1"], Attributes::new()));
+        b.node(node("Exp", 17, &["x"], &["e2"], Attributes::new()));
+        b.node(node("Transpose", 17, &["e1"], &["t1"], perm(&[1, 0])));
+        b.node(node("Transpose", 17, &["e2"], &["t2"], perm(&[1, 0])));
+        b.node(node("Transpose", 17, &["e2"], &["t3"], perm(&[0, 1])));
+        b.node(node("Mul", 17, &["x", "w1"], &["m1"], Attributes::new()));
+        b.node(node("Mul", 17, &["x", "w2"], &["m2"], Attributes::new()));
+        b.node(node("Mul", 17, &["t1", "t2"], &["d"], Attributes::new()));
+        b.node(node("Add", 17, &["m1", "m2"], &["s"], Attributes::new()));
+        b.node(node("Add", 17, &["s", "t3"], &["o1"], Attributes::new()));
+        b.output("o1");
+        b.output("d");
+        b.output("t2");
+        let before = build(b);
+        let after = run_then_dce(&CommonSubexpressionElimination, before.clone());
+        assert_eq!(count(&after, "Exp"), 1);
+        assert_eq!(
+            count(&after, "Transpose"),
+            2,
+            "perm [1,0] merged, [0,1] kept"
+        );
+        assert_eq!(
+            count(&after, "Mul"),
+            2,
+            "equal constants merged: x·w once, plus t1·t2"
+        );
+        let sq = after
+            .nodes()
+            .iter()
+            .find(|n| n.op_type == "Mul" && n.inputs[0] == n.inputs[1]);
+        assert!(sq.is_some(), "t1·t2 reads one merged Transpose twice");
+        let inputs = vec![("x".to_string(), rng.f32s(&[4, 6]))];
+        assert_same_outputs(&before, &after, &inputs, 0.0);
+    }
+}
+
+mod batchnorm {
+    use super::*;
+
+    fn bn_params(b: &mut GraphBuilder, rng: &mut Rng, c: usize, p: &str) -> Vec<String> {
+        let names: Vec<String> = ["scale", "bias", "mean", "var"]
+            .iter()
+            .map(|n| format!("{p}{n}"))
+            .collect();
+        b.initializer(&names[0], rng.f32s(&[c]));
+        b.initializer(&names[1], rng.f32s(&[c]));
+        b.initializer(&names[2], rng.f32s(&[c]));
+        b.initializer(&names[3], rng.positive(&[c], 0.2, 3.0));
+        names
+    }
+
+    fn bn(x: &str, p: &[String], y: &str) -> hidet_graph::NodeSpec {
+        let ins = [x, &p[0], &p[1], &p[2], &p[3]];
+        node(
+            "BatchNormalization",
+            15,
+            &ins,
+            &[y],
+            attrs(vec![("epsilon", Attribute::Float(1e-3))]),
+        )
+    }
+
+    #[test]
+    fn conv_bn_folds_into_conv() {
+        let mut rng = Rng::new(30);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[2, 3, 7, 9]));
+        b.initializer("w", rng.f32s(&[5, 3, 3, 2]));
+        b.initializer("cb", rng.f32s(&[5]));
+        b.initializer("w2", rng.f32s(&[5, 3, 1, 1]));
+        let p = bn_params(&mut b, &mut rng, 5, "a");
+        let q = bn_params(&mut b, &mut rng, 5, "b");
+        let conv = |ins: &[&str], out: &str| {
+            node(
+                "Conv",
+                15,
+                ins,
+                &[out],
+                attrs(vec![
+                    ("pads", ints(&[1, 0, 1, 1])),
+                    ("strides", ints(&[2, 1])),
+                ]),
+            )
+        };
+        b.node(conv(&["x", "w", "cb"], "c1"));
+        b.node(bn("c1", &p, "y1"));
+        b.node(conv(&["x", "w2"], "c2"));
+        b.node(bn("c2", &q, "y2"));
+        b.node(node("Relu", 15, &["y1"], &["o1"], Attributes::new()));
+        b.output("o1");
+        b.output("y2");
+        let before = build(b);
+        let after = run_then_dce(&BatchNormFolding, before.clone());
+        assert_eq!(count(&after, "BatchNormalization"), 0);
+        assert_eq!(count(&after, "Conv"), 2);
+        assert_eq!(after.nodes().len(), 3, "{:?}", ops(&after));
+        let inputs = vec![("x".to_string(), rng.f32s(&[2, 3, 7, 9]))];
+        assert_same_outputs(&before, &after, &inputs, 1e-5);
+    }
+
+    /// A BN after a node that cannot absorb it (or read twice) becomes Mul + Add.
+    #[test]
+    fn standalone_bn_becomes_mul_add() {
+        let mut rng = Rng::new(31);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[2, 4, 3, 5]));
+        let p = bn_params(&mut b, &mut rng, 4, "a");
+        b.node(node("Exp", 15, &["x"], &["e"], Attributes::new()));
+        b.node(bn("e", &p, "y"));
+        b.output("y");
+        let before = build(b);
+        let after = run_then_dce(&BatchNormFolding, before.clone());
+        assert_eq!(ops(&after), vec!["Exp", "Mul", "Add"]);
+        let inputs = vec![("x".to_string(), rng.f32s(&[2, 4, 3, 5]))];
+        assert_same_outputs(&before, &after, &inputs, 1e-5);
+    }
+
+    /// MatMul (+ constant bias Add) followed by BN on the 2-D output folds into the weight.
+    #[test]
+    fn matmul_bn_folds_into_weight() {
+        let mut rng = Rng::new(32);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[3, 11]));
+        b.initializer("w", rng.f32s(&[11, 6]));
+        b.initializer("bias", rng.f32s(&[6]));
+        b.initializer("w2", rng.f32s(&[11, 6]));
+        let p = bn_params(&mut b, &mut rng, 6, "a");
+        let q = bn_params(&mut b, &mut rng, 6, "b");
+        b.node(node("MatMul", 15, &["x", "w"], &["m"], Attributes::new()));
+        b.node(node("Add", 15, &["m", "bias"], &["mb"], Attributes::new()));
+        b.node(bn("mb", &p, "y1"));
+        b.node(node("MatMul", 15, &["x", "w2"], &["m2"], Attributes::new()));
+        b.node(bn("m2", &q, "y2"));
+        b.node(node("Add", 15, &["y1", "y2"], &["out"], Attributes::new()));
+        b.output("out");
+        let before = build(b);
+        let after = run_then_dce(&BatchNormFolding, before.clone());
+        assert_eq!(count(&after, "BatchNormalization"), 0);
+        assert_eq!(count(&after, "MatMul"), 2);
+        assert_eq!(count(&after, "Add"), 3);
+        assert_eq!(count(&after, "Mul"), 0);
+        let inputs = vec![("x".to_string(), rng.f32s(&[3, 11]))];
+        assert_same_outputs(&before, &after, &inputs, 1e-5);
+    }
+
+    /// Training mode is not touched.
+    #[test]
+    fn training_mode_is_kept() {
+        let mut rng = Rng::new(33);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[2, 3, 4]));
+        let p = bn_params(&mut b, &mut rng, 3, "a");
+        let ins = ["x", &p[0], &p[1], &p[2], &p[3]];
+        b.node(node(
+            "BatchNormalization",
+            15,
+            &ins,
+            &["y", "rm", "rv"],
+            attrs(vec![("training_mode", Attribute::Int(1))]),
+        ));
+        b.output("y");
+        let g = build(b);
+        let after = BatchNormFolding.run(g).unwrap();
+        assert_eq!(ops(&after), vec!["BatchNormalization"]);
+    }
+}
+
+mod resolve {
+    use super::*;
+    use hidet_graph::{InferInput, OpError, Operator, Registry};
+
+    /// A Gemm written for this test (f64 loops), used when the registry has none.
+    #[derive(Debug)]
+    struct RefGemm {
+        alpha: f64,
+        beta: f64,
+        ta: bool,
+        tb: bool,
+    }
+
+    impl Operator for RefGemm {
+        fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
+            let a = inputs[0]
+                .ok_or(OpError::MissingInput(0))?
+                .ty
+                .fixed_shape()
+                .unwrap();
+            let b = inputs[1]
+                .ok_or(OpError::MissingInput(1))?
+                .ty
+                .fixed_shape()
+                .unwrap();
+            let m = if self.ta { a[1] } else { a[0] };
+            let n = if self.tb { b[0] } else { b[1] };
+            Ok(vec![TensorType::fixed(DType::F32, &[m, n])])
+        }
+
+        fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+            let (a, b) = (inputs[0].unwrap(), inputs[1].unwrap());
+            let (av, bv) = (a.to_f64_vec(), b.to_f64_vec());
+            let (ar, ac) = (a.shape()[0], a.shape()[1]);
+            let (br, bc) = (b.shape()[0], b.shape()[1]);
+            let (m, k) = if self.ta { (ac, ar) } else { (ar, ac) };
+            let n = if self.tb { br } else { bc };
+            let at = |i: usize, p: usize| {
+                if self.ta {
+                    av[p * ac + i]
+                } else {
+                    av[i * ac + p]
+                }
+            };
+            let bt = |p: usize, j: usize| {
+                if self.tb {
+                    bv[j * bc + p]
+                } else {
+                    bv[p * bc + j]
+                }
+            };
+            let c = inputs.get(2).copied().flatten();
+            let mut out = vec![0f32; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    let mut s = 0.0;
+                    for p in 0..k {
+                        s += at(i, p) * bt(p, j);
+                    }
+                    let mut v = self.alpha * s;
+                    if let Some(c) = c {
+                        let cv = c.to_f64_vec();
+                        let cs = c.shape();
+                        let ci = match cs.len() {
+                            0 => 0,
+                            1 => {
+                                if cs[0] == 1 {
+                                    0
+                                } else {
+                                    j
+                                }
+                            }
+                            _ => {
+                                (if cs[0] == 1 { 0 } else { i }) * cs[1]
+                                    + if cs[1] == 1 { 0 } else { j }
+                            }
+                        };
+                        v += self.beta * cv[ci];
+                    }
+                    out[i * n + j] = v as f32;
+                }
+            }
+            Ok(vec![Tensor::new(vec![m, n], out)?])
+        }
+    }
+
+    fn registry() -> &'static Registry {
+        if Registry::global().lookup("", "Gemm", 13).is_some() {
+            return Registry::global();
+        }
+        static R: std::sync::OnceLock<Registry> = std::sync::OnceLock::new();
+        R.get_or_init(|| {
+            let mut r = Registry::new();
+            hidet_graph::ops::register_all(&mut r);
+            r.register("", "Gemm", 11..=22, |c| {
+                Ok(Box::new(RefGemm {
+                    alpha: f64::from(c.attrs.float_or("alpha", 1.0)?),
+                    beta: f64::from(c.attrs.float_or("beta", 1.0)?),
+                    ta: c.attrs.int_or("transA", 0)? != 0,
+                    tb: c.attrs.int_or("transB", 0)? != 0,
+                }))
+            });
+            r
+        })
+    }
+
+    /// Gemm variants: constant B (transposed and scaled ahead of time), runtime B and C
+    /// (Transpose / Mul nodes), beta = 0.
+    #[test]
+    fn gemm_becomes_matmul() {
+        let mut rng = Rng::new(40);
+        let (m, k, n) = (5, 7, 3);
+        let mut b = GraphBuilder::new("g");
+        b.input("a", f32_input(&[k, m]));
+        b.input("bt", f32_input(&[n, k]));
+        b.input("c", f32_input(&[m, n]));
+        b.initializer("w", rng.f32s(&[n, k]));
+        b.initializer("bias", rng.f32s(&[n]));
+        let gemm = |ins: &[&str], out: &str, alpha: f32, beta: f32| {
+            node(
+                "Gemm",
+                13,
+                ins,
+                &[out],
+                attrs(vec![
+                    ("alpha", Attribute::Float(alpha)),
+                    ("beta", Attribute::Float(beta)),
+                    ("transA", Attribute::Int(1)),
+                    ("transB", Attribute::Int(1)),
+                ]),
+            )
+        };
+        b.node(gemm(&["a", "w", "bias"], "y1", 0.75, 2.0));
+        b.node(gemm(&["a", "bt", "c"], "y2", 1.5, -0.5));
+        b.node(gemm(&["a", "bt", "c"], "y3", 1.0, 0.0));
+        b.output("y1");
+        b.output("y2");
+        b.output("y3");
+        let before = b.build(registry()).unwrap();
+        let after = run_then_dce(&GemmToMatMul, before.clone());
+        assert_eq!(count(&after, "Gemm"), 0);
+        assert_eq!(count(&after, "MatMul"), 3);
+        // y1: constant weight pre-transposed: one Transpose (of a) + MatMul + Add.
+        // y2: Transpose a, Transpose bt, MatMul, Mul alpha, Mul c·beta, Add.
+        // y3: Transpose a, Transpose bt, MatMul (beta = 0 drops c).
+        assert_eq!(count(&after, "Transpose"), 5, "{:?}", ops(&after));
+        assert_eq!(count(&after, "Mul"), 2);
+        assert_eq!(count(&after, "Add"), 2);
+        let inputs = vec![
+            ("a".to_string(), rng.f32s(&[k, m])),
+            ("bt".to_string(), rng.f32s(&[n, k])),
+            ("c".to_string(), rng.f32s(&[m, n])),
+        ];
+        assert_same_outputs(&before, &after, &inputs, 1e-5);
+    }
+
+    /// A batched input times a constant 2-D weight becomes a 2-D MatMul between Reshapes.
+    #[test]
+    fn batched_matmul_by_weight_is_flattened() {
+        let mut rng = Rng::new(41);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[2, 3, 5, 7]));
+        b.input("y", f32_input(&[2, 3, 7, 4]));
+        b.initializer("w", rng.f32s(&[7, 6]));
+        b.node(node("MatMul", 17, &["x", "w"], &["o1"], Attributes::new()));
+        b.node(node("MatMul", 17, &["x", "y"], &["o2"], Attributes::new()));
+        b.output("o1");
+        b.output("o2");
+        let before = build(b);
+        let after = run_then_dce(&FlattenBatchedMatMul, before.clone());
+        assert_eq!(ops(&after), vec!["Reshape", "MatMul", "Reshape", "MatMul"]);
+        let mm = &after.nodes()[1];
+        assert_eq!(
+            after.value(mm.inputs[0].unwrap()).ty.fixed_shape(),
+            Some(vec![30, 7])
+        );
+        let inputs = vec![
+            ("x".to_string(), rng.f32s(&[2, 3, 5, 7])),
+            ("y".to_string(), rng.f32s(&[2, 3, 7, 4])),
+        ];
+        assert_same_outputs(&before, &after, &inputs, 1e-6);
+    }
+}
+
+/// The default pipeline on a block with all of it: shape arithmetic, Conv + BN + Relu,
+/// a duplicated branch, Identity and Reshape chains.
+#[test]
+fn default_pipeline_on_a_small_model() {
+    let mut rng = Rng::new(50);
+    let mut b = GraphBuilder::new("g");
+    b.input("x", f32_input(&[1, 3, 9, 11]));
+    b.initializer("w", rng.f32s(&[4, 3, 3, 3]));
+    b.initializer("cb", rng.f32s(&[4]));
+    for (n, t) in [
+        ("scale", rng.f32s(&[4])),
+        ("bias", rng.f32s(&[4])),
+        ("mean", rng.f32s(&[4])),
+        ("var", rng.positive(&[4], 0.5, 2.0)),
+    ] {
+        b.initializer(n, t);
+    }
+    b.initializer("zero", Tensor::scalar(0i64));
+    b.initializer("axes0", i64s(&[0]));
+    b.initializer("minus1", i64s(&[-1]));
+    b.initializer("fc", rng.f32s(&[4 * 9 * 11, 5]));
+    b.node(node(
+        "Conv",
+        17,
+        &["x", "w", "cb"],
+        &["c"],
+        attrs(vec![("pads", ints(&[1, 1, 1, 1]))]),
+    ));
+    b.node(node(
+        "BatchNormalization",
+        17,
+        &["c", "scale", "bias", "mean", "var"],
+        &["bn"],
+        Attributes::new(),
+    ));
+    b.node(node("Relu", 17, &["bn"], &["r1"], Attributes::new()));
+    b.node(node("Relu", 17, &["bn"], &["r2"], Attributes::new()));
+    b.node(node("Add", 17, &["r1", "r2"], &["s"], Attributes::new()));
+    b.node(node("Identity", 17, &["s"], &["si"], Attributes::new()));
+    b.node(node("Shape", 17, &["si"], &["shape"], Attributes::new()));
+    b.node(node(
+        "Gather",
+        17,
+        &["shape", "zero"],
+        &["d0"],
+        attrs(vec![("axis", Attribute::Int(0))]),
+    ));
+    b.node(node(
+        "Unsqueeze",
+        17,
+        &["d0", "axes0"],
+        &["d0v"],
+        Attributes::new(),
+    ));
+    b.node(node(
+        "Concat",
+        17,
+        &["d0v", "minus1"],
+        &["target"],
+        attrs(vec![("axis", Attribute::Int(0))]),
+    ));
+    b.node(node(
+        "Reshape",
+        17,
+        &["si", "target"],
+        &["flat"],
+        Attributes::new(),
+    ));
+    b.node(node(
+        "MatMul",
+        17,
+        &["flat", "fc"],
+        &["out"],
+        Attributes::new(),
+    ));
+    b.output("out");
+    let before = build(b);
+    let after = run_passes(before.clone(), &default_passes()).unwrap();
+    assert_eq!(
+        ops(&after),
+        vec!["Conv", "Relu", "Add", "Reshape", "MatMul"]
+    );
+    assert!(
+        after
+            .initializers()
+            .all(|(v, _)| !after.value(v).users.is_empty()),
+        "only read initializers remain"
+    );
+    let inputs = vec![("x".to_string(), rng.f32s(&[1, 3, 9, 11]))];
+    assert_same_outputs(&before, &after, &inputs, 1e-5);
+}
