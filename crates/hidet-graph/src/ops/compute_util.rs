@@ -403,6 +403,73 @@ mod tests {
     }
 
     #[test]
+    fn wrap_index_counts_negatives_from_the_end_and_stays_in_range() {
+        for dtype in [DataType::I32, DataType::I64] {
+            let v = Var::new("v", dtype);
+            let e = wrap_index(v.expr(), 5);
+            for (idx, want) in [(-5, 0), (-1, 4), (0, 0), (3, 3), (4, 4), (-9, 0), (7, 4)] {
+                assert_eq!(eval_int(&e, &[(&v, idx)]), want, "{dtype} index {idx}");
+            }
+            assert_eq!(e.dtype(), Some(DataType::I32));
+        }
+    }
+
+    /// The row-major offset of `index` in `shape`.
+    fn offset(index: &[i64], shape: &[usize]) -> i64 {
+        index
+            .iter()
+            .zip(shape)
+            .fold(0, |acc, (&i, &d)| acc * d as i64 + i)
+    }
+
+    #[test]
+    fn reshape_index_keeps_row_major_order() {
+        for (out_shape, in_shape) in [
+            (vec![3usize, 1, 5], vec![1usize, 3, 5, 1]),
+            (vec![6, 5], vec![2, 3, 5]),
+            (vec![7], vec![7]),
+            (vec![2, 1, 3], vec![3, 2]),
+        ] {
+            let vars: Vec<Var> = (0..out_shape.len())
+                .map(|k| Var::new(format!("i{k}"), DataType::I32))
+                .collect();
+            let index: Vec<Expr> = vars.iter().map(Var::expr).collect();
+            let mapped = reshape_index(&index, &out_shape, &in_shape);
+            assert_eq!(mapped.len(), in_shape.len());
+            let total: usize = out_shape.iter().product();
+            for lin in 0..total as i64 {
+                let mut rest = lin;
+                let mut at = vec![0i64; out_shape.len()];
+                for (k, &d) in out_shape.iter().enumerate().rev() {
+                    at[k] = rest % d as i64;
+                    rest /= d as i64;
+                }
+                let env: Vec<(&Var, i64)> = vars.iter().zip(at.iter().copied()).collect();
+                let got: Vec<i64> = mapped.iter().map(|e| eval_int(e, &env)).collect();
+                assert_eq!(
+                    offset(&got, &in_shape),
+                    lin,
+                    "{out_shape:?} -> {in_shape:?} at {at:?}: {got:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn scalar_const_is_exact_or_absent() {
+        use crate::tensor::Tensor;
+        let c = scalar_const(&Tensor::scalar(-5i8)).expect("i8 fits");
+        assert_eq!((c.as_int(), c.dtype()), (Some(-5), Some(DataType::I8)));
+        let big = scalar_const(&Tensor::scalar(u64::MAX - 3));
+        assert!(big.is_none(), "u64 beyond i64::MAX has no IR constant");
+        let c = scalar_const(&Tensor::scalar(half::f16::from_f32(2.5))).expect("f16");
+        assert_eq!(c.dtype(), Some(DataType::F16));
+        assert!(scalar_const(&Tensor::new(vec![0], Vec::<f32>::new()).unwrap()).is_none());
+        let t = scalar_const(&Tensor::scalar(true)).expect("bool");
+        assert_eq!(t.dtype(), Some(DataType::BOOL));
+    }
+
+    #[test]
     fn trunc_div_and_rem_follow_c() {
         let (a, b) = (Var::new("a", DataType::I32), Var::new("b", DataType::I32));
         for (x, y) in [
