@@ -6,7 +6,8 @@
 //! definition for the inputs' concrete types, runs each node's naive kernel
 //! (`ComputeDef::node_function`) through the IR interpreter, and compares every output with
 //! `eval` on the same inputs (each kernel also passes the IR verifier): same dtype, same shape, values exact for integers and bools
-//! and within a dtype-dependent tolerance for floats (NaN matches NaN). Cases whose operator
+//! and, for floats, within a dtype-dependent tolerance (math) or bit for bit (data movement;
+//! NaN matches NaN). Cases whose operator
 //! has no definition for those inputs are listed with the reason; the test checks that
 //! `compute` really returns `Ok(None)` there, so the coverage printed by
 //! `cargo test -p hidet-graph --test compute_defs -- --nocapture` is the actual one.
@@ -1090,6 +1091,45 @@ fn movement_cases() -> Vec<Case> {
         .attr("time_axis", int_attr(1)),
     );
 
+    // Other element types move the same way.
+    c.push(case("Transpose", vec![f(BF16, &[2, 5, 3])]).attr("perm", ints(&[1, 2, 0])));
+    c.push(case(
+        "Gather",
+        vec![int(U8, &[4, 3], 1, 250), int(I32, &[5], -4, 3)],
+    ));
+    c.push(case(
+        "Pad",
+        vec![f(BF16, &[3, 2]), i64s(&[4], &[0, 2, 1, 1]), f(BF16, &[])],
+    ));
+    c.push(case(
+        "Pad",
+        vec![f(F16, &[2, 3]), i64s(&[4], &[1, 1, 1, 1]), f(F16, &[1])],
+    ));
+    c.push(
+        case(
+            "Concat",
+            vec![int(I8, &[2, 2], -99, 99), int(I8, &[2, 3], -99, 99)],
+        )
+        .attr("axis", int_attr(1)),
+    );
+    c.push(case(
+        "Range",
+        vec![
+            scalar(hidet_graph::half::bf16::from_f32(-1.25)),
+            scalar(hidet_graph::half::bf16::from_f32(2.0)),
+            scalar(hidet_graph::half::bf16::from_f32(0.3)),
+        ],
+    ));
+    c.push(
+        case("ConstantOfShape", vec![i64s(&[1], &[3])])
+            .attr("value", Attribute::Tensor(Tensor::scalar(u64::MAX - 1)))
+            .none("a u64 value beyond i64::MAX has no IR constant"),
+    );
+    c.push(
+        case("ConstantOfShape", vec![i64s(&[2], &[2, 2])])
+            .attr("value", Attribute::Tensor(Tensor::scalar(7u64))),
+    );
+
     // Data-dependent shapes and indexed writes: no definition.
     let shape_why = "the output shape depends on the data";
     let scatter_why = "indexed writes (last write wins, reductions) are not a grid over the output";
@@ -1321,7 +1361,14 @@ fn tolerance(d: DataType) -> (f64, f64) {
     }
 }
 
-fn compare(c: &Case, want: &Tensor, got: &(DataType, Vec<usize>, Buffer)) -> Result<(), String> {
+/// Compares one output with `eval`'s; floats within [`tolerance`], or bit for bit (NaN
+/// matching NaN) where `exact`.
+fn compare(
+    c: &Case,
+    want: &Tensor,
+    got: &(DataType, Vec<usize>, Buffer),
+    exact: bool,
+) -> Result<(), String> {
     let (dtype, shape, buf) = got;
     if *dtype != want.dtype().to_ir() || shape.as_slice() != want.shape() {
         return Err(format!(
@@ -1334,8 +1381,9 @@ fn compare(c: &Case, want: &Tensor, got: &(DataType, Vec<usize>, Buffer)) -> Res
     if dtype.is_float() {
         let (atol, rtol) = tolerance(*dtype);
         for (k, (g, w)) in buf.to_f64().iter().zip(want.to_f64_vec()).enumerate() {
-            let same =
-                (g.is_nan() && w.is_nan()) || g == &w || (g - w).abs() <= atol + rtol * w.abs();
+            let same = (g.is_nan() && w.is_nan())
+                || g.to_bits() == w.to_bits()
+                || (!exact && (g - w).abs() <= atol + rtol * w.abs());
             if !same {
                 return Err(format!(
                     "{}: element {k}: definition {g}, eval {w}",
@@ -1360,7 +1408,7 @@ fn compare(c: &Case, want: &Tensor, got: &(DataType, Vec<usize>, Buffer)) -> Res
     Ok(())
 }
 
-fn check(c: &Case, rng: &mut Rng) -> Result<bool, String> {
+fn check(c: &Case, rng: &mut Rng, exact: bool) -> Result<bool, String> {
     let op = build(c);
     let tensors: Vec<Option<Tensor>> = c.inputs.iter().map(|i| i.make(rng)).collect();
     let refs: Vec<Option<&Tensor>> = tensors.iter().map(Option::as_ref).collect();
@@ -1399,29 +1447,30 @@ fn check(c: &Case, rng: &mut Rng) -> Result<bool, String> {
     }
     let got = run_def(&def, &tensors).map_err(|e| format!("{}: {e}", c.label()))?;
     for (w, g) in want.iter().zip(&got) {
-        compare(c, w, g)?;
+        compare(c, w, g, exact)?;
     }
     Ok(true)
 }
 
 #[test]
 fn compute_definitions_agree_with_eval() {
-    run_table(&cases(), 0x5eed_2024);
+    run_table(&cases(), 0x5eed_2024, false);
 }
 
 #[test]
 fn movement_definitions_agree_with_eval() {
-    run_table(&movement_cases(), 0x6d0e_2025);
+    run_table(&movement_cases(), 0x6d0e_2025, true);
 }
 
-/// Checks every case of a table; prints the coverage and fails with every failing case.
-fn run_table(cases: &[Case], seed: u64) {
+/// Checks every case of a table (floats bit for bit where `exact`); prints the coverage and
+/// fails with every failing case.
+fn run_table(cases: &[Case], seed: u64, exact: bool) {
     let mut rng = Rng(seed);
     let mut failures = Vec::new();
     let mut with_def = std::collections::BTreeSet::new();
     let mut without: Vec<String> = Vec::new();
     for c in cases {
-        match check(c, &mut rng) {
+        match check(c, &mut rng, exact) {
             Ok(true) => {
                 with_def.insert(c.op);
             }
