@@ -363,18 +363,19 @@ impl Plan {
         });
     }
 
-    /// `packed_b[q, kk, j] = B[b, k0 + kk, (qb0 + q)·NR + j]`; in the last,
+    /// `packed_b[q, kk, j] = B[b, k0 + kk, (qb0 + q)·NR + j]`, row by row
+    /// of `B` (so each row of the tile is read contiguously); in the last,
     /// partial panel the columns past `N` up to a whole vector are zero.
     fn pack_b(&self, fb: &mut FunctionBuilder, packed_b: &Var, at: &At) {
         let panels = mapping(repeat([self.ncp]));
-        fb.for_each(panels.on(0), |fb, qv| {
-            let q = &qv[0];
-            fb.if_then(q.lt(&at.nq), |fb| {
-                let gq = &at.qb0 + q;
-                let col0 = &gq * self.nr;
-                let copy = |fb: &mut FunctionBuilder, cols: i64, zeros: i64| {
-                    fb.for_range("kk", &at.kc_len, |fb, kk| {
-                        let krow = &at.k0 + &kk;
+        fb.for_range("kk", &at.kc_len, |fb, kk| {
+            let krow = &at.k0 + &kk;
+            fb.for_each(panels.on(0), |fb, qv| {
+                let q = &qv[0];
+                fb.if_then(q.lt(&at.nq), |fb| {
+                    let gq = &at.qb0 + q;
+                    let col0 = &gq * self.nr;
+                    let copy = |fb: &mut FunctionBuilder, cols: i64, zeros: i64| {
                         let copies = mapping(repeat_unrolled([cols]));
                         fb.for_each(copies.on(0), |fb, jv| {
                             let j = &jv[0];
@@ -388,18 +389,18 @@ impl Plan {
                                 fb.store(packed_b, [q.clone(), kk.clone(), j], Expr::f32(0.0));
                             });
                         }
-                    });
-                };
-                if self.n_edge == 0 {
-                    copy(fb, self.nr, 0);
-                } else {
-                    let padded = ceil_div(self.n_edge, self.w) * self.w;
-                    fb.if_then_else(
-                        gq.lt(self.pn - 1),
-                        |fb| copy(fb, self.nr, 0),
-                        |fb| copy(fb, self.n_edge, padded - self.n_edge),
-                    );
-                }
+                    };
+                    if self.n_edge == 0 {
+                        copy(fb, self.nr, 0);
+                    } else {
+                        let padded = ceil_div(self.n_edge, self.w) * self.w;
+                        fb.if_then_else(
+                            gq.lt(self.pn - 1),
+                            |fb| copy(fb, self.nr, 0),
+                            |fb| copy(fb, self.n_edge, padded - self.n_edge),
+                        );
+                    }
+                });
             });
         });
     }
@@ -562,11 +563,9 @@ impl Plan {
             let dst = tile.at([ij[0].clone(), &ij[1] * self.w]).address();
             fb.call(Intrinsic::VectorStore, vec![dst, acc.at(ij.to_vec())]);
         });
-        let elements = mapping(repeat_with(
-            [shape.rows, shape.cols],
-            vec![0, 1],
-            vec![LoopKind::Serial, LoopKind::Unroll(None)],
-        ));
+        // Fully unrolled, so the compiler sees whole rows of stores with
+        // constant offsets and turns them into vector stores.
+        let elements = mapping(repeat_unrolled([shape.rows, shape.cols]));
         fb.for_each(elements.on(0), |fb, ij| {
             let value = tile.at(ij.to_vec());
             self.store_c(fb, &at.batch, row0 + &ij[0], col0 + &ij[1], value);
