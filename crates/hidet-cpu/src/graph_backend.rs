@@ -15,6 +15,7 @@
 pub mod anchor;
 pub mod arena;
 pub mod naive;
+pub mod tuning;
 
 use std::ffi::c_void;
 use std::time::Instant;
@@ -29,7 +30,6 @@ use hidet_ir::function::{Function, IRModule, Target};
 use crate::module::CompiledModule;
 use crate::options::BuildOptions;
 use crate::signature::ParamKind;
-use crate::templates::matmul::MatmulSchedule;
 use anchor::{matmul_kernel, TemplateOutcome};
 pub use arena::CpuArena;
 
@@ -73,6 +73,8 @@ pub enum KernelOrigin {
 pub struct CpuKernel {
     pub function: Function,
     pub origin: KernelOrigin,
+    /// The matmul task behind a template kernel, when tuning is requested.
+    pub tunable: Option<std::sync::Arc<tuning::MatmulTask>>,
 }
 
 /// The built kernels of a model.
@@ -108,11 +110,21 @@ impl CpuGraphModule {
 #[derive(Debug, Clone, Default)]
 pub struct CpuBackend {
     pub options: CpuBackendOptions,
+    /// How matmul schedules are chosen and tuned ([`tuning`]).
+    pub tuning: tuning::CpuTuning,
 }
 
 impl CpuBackend {
     pub fn new(options: CpuBackendOptions) -> CpuBackend {
-        CpuBackend { options }
+        CpuBackend {
+            options,
+            tuning: tuning::CpuTuning::default(),
+        }
+    }
+
+    /// This backend with `tuning`.
+    pub fn with_tuning(self, tuning: tuning::CpuTuning) -> CpuBackend {
+        CpuBackend { tuning, ..self }
     }
 
     fn threads(&self, opts: &CompileOptions) -> usize {
@@ -135,8 +147,8 @@ impl Backend for CpuBackend {
         let fused = task.nodes.len() > 1;
         if self.options.matmul_template {
             let threads = i64::try_from(self.threads(opts)).unwrap_or(1);
-            let schedule = MatmulSchedule::for_target(self.options.build.target(), threads);
-            match matmul_kernel(task, &schedule) {
+            let choice = tuning::matmul_choice(self, task, threads);
+            match matmul_kernel(task, &choice.schedule) {
                 TemplateOutcome::Kernel(function) => {
                     let origin = if fused {
                         KernelOrigin::FusedTemplate
@@ -146,6 +158,7 @@ impl Backend for CpuBackend {
                     return Ok(CpuKernel {
                         function: *function,
                         origin,
+                        tunable: choice.tunable,
                     });
                 }
                 TemplateOutcome::Refused(reason) if fused => {
@@ -163,6 +176,7 @@ impl Backend for CpuBackend {
             Ok(function) => Ok(CpuKernel {
                 function,
                 origin: KernelOrigin::Scheduler,
+                tunable: None,
             }),
             Err(e) if fused => Err(BackendError::Refused {
                 task: task.name.clone(),
@@ -178,6 +192,7 @@ impl Backend for CpuBackend {
                 Ok(CpuKernel {
                     function,
                     origin: KernelOrigin::Inlined,
+                    tunable: None,
                 })
             }
         }
@@ -189,6 +204,7 @@ impl Backend for CpuBackend {
         opts: &CompileOptions,
     ) -> Result<(CpuGraphModule, ModuleReport), BackendError> {
         let start = Instant::now();
+        let kernels = tuning::tune_kernels(self, kernels)?;
         let jobs = self
             .options
             .compile_jobs

@@ -1,0 +1,316 @@
+//! The matmul template as a [`Tunable`]: a task is a 2-D f32 matmul `M × N × K` on a number
+//! of threads, either alone or with the prologues and epilogue of a fused task inlined into
+//! every candidate (post-scheduling fusion).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use hidet_graph::fusion::FusedTask;
+use hidet_ir::function::Function;
+use hidet_tune::{Tunable, TuneLevel};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::fingerprint::fingerprint;
+use crate::graph_backend::anchor::{matmul_kernel, matmul_shape, TemplateOutcome};
+use crate::target::CpuTarget;
+use crate::templates::matmul::{
+    matmul_candidates, matmul_f32, matmul_space, MatmulSchedule, ThreadSplit,
+};
+
+/// The name of the matmul template's schedule space.
+pub const MATMUL_SPACE: &str = "cpu.matmul_f32";
+
+/// Bumped by hand when the template changes in a way that the generated-IR probe of
+/// [`matmul_template_version`] might not show.
+pub const MATMUL_TEMPLATE_REVISION: u32 = 1;
+
+/// Candidates measured at level 1.
+pub const LEVEL1_CANDIDATES: usize = 32;
+
+/// A matmul schedule as stored in the tuning cache. Deserializing checks
+/// [`MatmulSchedule::validate`], so a tampered record cannot yield an invalid schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "ScheduleJson", into = "ScheduleJson")]
+pub struct MatmulCandidate(pub MatmulSchedule);
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum SplitJson {
+    Auto,
+    Rows,
+    Columns,
+    ParallelK,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+struct ScheduleJson {
+    mr: i64,
+    nr: i64,
+    lanes: u16,
+    mc: i64,
+    nc: i64,
+    kc: i64,
+    threads: i64,
+    split: SplitJson,
+}
+
+impl From<MatmulCandidate> for ScheduleJson {
+    fn from(MatmulCandidate(s): MatmulCandidate) -> ScheduleJson {
+        ScheduleJson {
+            mr: s.mr,
+            nr: s.nr,
+            lanes: s.lanes,
+            mc: s.mc,
+            nc: s.nc,
+            kc: s.kc,
+            threads: s.threads,
+            split: match s.split {
+                ThreadSplit::Auto => SplitJson::Auto,
+                ThreadSplit::Rows => SplitJson::Rows,
+                ThreadSplit::Columns => SplitJson::Columns,
+                ThreadSplit::ParallelK => SplitJson::ParallelK,
+            },
+        }
+    }
+}
+
+impl TryFrom<ScheduleJson> for MatmulCandidate {
+    type Error = String;
+    fn try_from(j: ScheduleJson) -> Result<MatmulCandidate, String> {
+        let s = MatmulSchedule {
+            split: match j.split {
+                SplitJson::Auto => ThreadSplit::Auto,
+                SplitJson::Rows => ThreadSplit::Rows,
+                SplitJson::Columns => ThreadSplit::Columns,
+                SplitJson::ParallelK => ThreadSplit::ParallelK,
+            },
+            ..MatmulSchedule::new(j.mr, j.nr, j.lanes, j.mc, j.nc, j.kc, j.threads)
+        };
+        s.validate().map_err(|e| e.to_string())?;
+        Ok(MatmulCandidate(s))
+    }
+}
+
+/// A readable one-line description of `s`: `6x16 mc192 nc512 kc256 auto`.
+pub fn schedule_label(s: &MatmulSchedule) -> String {
+    let split = match s.split {
+        ThreadSplit::Auto => "auto",
+        ThreadSplit::Rows => "rows",
+        ThreadSplit::Columns => "cols",
+        ThreadSplit::ParallelK => "par-k",
+    };
+    format!("{}x{} mc{} nc{} kc{} {split}", s.mr, s.nr, s.mc, s.nc, s.kc)
+}
+
+/// The version of the matmul template for `target`: [`MATMUL_TEMPLATE_REVISION`] and a
+/// hash of the IR the template generates for two probe problems (with and without
+/// parallel-k), so any change to the generated kernels changes the version. Computed once
+/// per process and target.
+pub fn matmul_template_version(target: &CpuTarget) -> String {
+    static VERSIONS: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
+    let id = format!(
+        "{:?}/{:?}/{}",
+        target.arch,
+        target.features,
+        target.f32_lanes()
+    );
+    let versions = VERSIONS.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(v) = versions.lock().ok().and_then(|m| m.get(&id).cloned()) {
+        return v;
+    }
+    let mut hasher = Sha256::new();
+    for split in [ThreadSplit::Auto, ThreadSplit::ParallelK] {
+        let schedule = MatmulSchedule {
+            split,
+            ..MatmulSchedule::for_target(target, 2)
+        };
+        match matmul_f32("probe", 37, 29, 301, &schedule) {
+            Ok(f) => hasher.update(f.to_string().as_bytes()),
+            Err(e) => hasher.update(e.to_string().as_bytes()),
+        }
+    }
+    let digest: String = hasher
+        .finalize()
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let version = format!("r{MATMUL_TEMPLATE_REVISION}-{digest}");
+    if let Ok(mut m) = versions.lock() {
+        m.insert(id, version.clone());
+    }
+    version
+}
+
+#[derive(Clone, Debug)]
+enum Work {
+    /// A task of a compiled graph: the template with its fusion.
+    Fused(Box<FusedTask>),
+    /// `C = A · B` alone.
+    Plain,
+}
+
+/// A tunable matmul task (see the module docs).
+#[derive(Clone, Debug)]
+pub struct MatmulTask {
+    work: Work,
+    m: i64,
+    n: i64,
+    k: i64,
+    threads: i64,
+    target: CpuTarget,
+    key: String,
+    limit: Option<usize>,
+}
+
+impl MatmulTask {
+    /// The task of `task` when its anchor is a 2-D f32 matmul the template implements;
+    /// `None` otherwise.
+    pub fn from_fused(task: &FusedTask, target: &CpuTarget, threads: i64) -> Option<MatmulTask> {
+        let anchor = task.anchor.as_ref()?;
+        let (m, n, k) = matmul_shape(&anchor.def)?;
+        let fusion = if task.nodes.len() == 1 && task.def.inputs.len() == 2 {
+            "plain".to_string()
+        } else {
+            fingerprint(&task.def)
+        };
+        Some(MatmulTask {
+            work: Work::Fused(Box::new(task.clone())),
+            m,
+            n,
+            k,
+            threads,
+            target: target.clone(),
+            key: task_key(m, n, k, threads, &fusion),
+            limit: None,
+        })
+    }
+
+    /// `C[m, n] = A[m, k] · B[k, n]` alone, with the same key as an unfused matmul task of
+    /// a graph with these sizes.
+    pub fn plain(m: i64, n: i64, k: i64, target: &CpuTarget, threads: i64) -> MatmulTask {
+        MatmulTask {
+            work: Work::Plain,
+            m,
+            n,
+            k,
+            threads,
+            target: target.clone(),
+            key: task_key(m, n, k, threads, "plain"),
+            limit: None,
+        }
+    }
+
+    /// This task trying at most `limit` candidates at any level (the first ones of the
+    /// level's list, heuristic first). The key does not change: a record made with a limit
+    /// answers later requests at its level.
+    pub fn with_limit(self, limit: Option<usize>) -> MatmulTask {
+        MatmulTask { limit, ..self }
+    }
+
+    /// `(m, n, k)`.
+    pub fn shape(&self) -> (i64, i64, i64) {
+        (self.m, self.n, self.k)
+    }
+
+    pub fn threads(&self) -> i64 {
+        self.threads
+    }
+}
+
+fn task_key(m: i64, n: i64, k: i64, threads: i64, fusion: &str) -> String {
+    format!("matmul_f32 m={m} n={n} k={k} threads={threads} fusion={fusion}")
+}
+
+impl Tunable for MatmulTask {
+    type Schedule = MatmulCandidate;
+
+    fn key(&self) -> String {
+        self.key.clone()
+    }
+
+    fn space(&self) -> String {
+        MATMUL_SPACE.into()
+    }
+
+    fn template_version(&self) -> String {
+        matmul_template_version(&self.target)
+    }
+
+    fn heuristic(&self) -> MatmulCandidate {
+        MatmulCandidate(MatmulSchedule::for_target(&self.target, self.threads))
+    }
+
+    fn candidates(&self, level: TuneLevel) -> Vec<MatmulCandidate> {
+        let schedules = match level {
+            TuneLevel::Heuristic => vec![self.heuristic().0],
+            TuneLevel::Subset => matmul_candidates(&self.target, self.threads, LEVEL1_CANDIDATES),
+            TuneLevel::Full => matmul_space(&self.target, self.threads),
+        };
+        schedules
+            .into_iter()
+            .take(self.limit.unwrap_or(usize::MAX).max(1))
+            .map(MatmulCandidate)
+            .collect()
+    }
+
+    fn label(&self, s: &MatmulCandidate) -> String {
+        schedule_label(&s.0)
+    }
+
+    fn function(&self, s: &MatmulCandidate, name: &str) -> Result<Function, String> {
+        match &self.work {
+            Work::Plain => {
+                matmul_f32(name, self.m, self.n, self.k, &s.0).map_err(|e| e.to_string())
+            }
+            Work::Fused(task) => match matmul_kernel(task, &s.0) {
+                TemplateOutcome::Kernel(f) => {
+                    let mut f = *f;
+                    f.name = name.to_string();
+                    Ok(f)
+                }
+                TemplateOutcome::Refused(reason) => Err(reason),
+                TemplateOutcome::NotApplicable => {
+                    Err("the task's anchor is not a 2-D f32 matmul".into())
+                }
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedules_round_trip_through_json_and_invalid_ones_are_rejected() {
+        let target = CpuTarget::host();
+        for s in matmul_space(target, 2) {
+            let json = serde_json::to_string(&MatmulCandidate(s)).expect("serializable");
+            let back: MatmulCandidate = serde_json::from_str(&json).expect("valid schedule");
+            assert_eq!(back.0, s);
+        }
+        let mut bad = serde_json::to_value(MatmulCandidate(MatmulSchedule::for_target(target, 2)))
+            .expect("serializable");
+        bad["mc"] = serde_json::json!(7);
+        assert!(serde_json::from_value::<MatmulCandidate>(bad).is_err());
+    }
+
+    #[test]
+    fn level_candidates_start_with_the_heuristic() {
+        let t = MatmulTask::plain(33, 47, 65, CpuTarget::host(), 2);
+        let h = t.heuristic();
+        assert_eq!(t.candidates(TuneLevel::Heuristic), vec![h]);
+        let one = t.candidates(TuneLevel::Subset);
+        let two = t.candidates(TuneLevel::Full);
+        assert_eq!((one[0], two[0]), (h, h));
+        assert!(one.len() <= LEVEL1_CANDIDATES && two.len() >= one.len());
+        assert!(one.iter().all(|c| two.contains(c)));
+        assert_eq!(t.key(), "matmul_f32 m=33 n=47 k=65 threads=2 fusion=plain");
+        assert_eq!(
+            t.template_version(),
+            matmul_template_version(CpuTarget::host())
+        );
+    }
+}
