@@ -942,6 +942,14 @@ fn movement_cases() -> Vec<Case> {
             .attr("mode", mode("reflect")),
     );
 
+    c.push(
+        case(
+            "Pad",
+            vec![f(F32, &[3, 4]), i64s(&[4], &[i64::MAX, 0, i64::MIN, 0])],
+        )
+        .none("pads beyond the i32 index arithmetic"),
+    );
+
     // DepthToSpace and SpaceToDepth.
     let block = |b: i64| Attribute::Int(b);
     c.push(case("DepthToSpace", vec![f(F32, &[2, 8, 3, 2])]).attr("blocksize", block(2)));

@@ -203,7 +203,8 @@ impl Operator for Pad {
     /// `out[i] = x[source(i - pad_begin)]` per axis, with the mode's source index
     /// (`clamp` for edge, `%` for wrap, a fold for reflect); in constant mode a select of the
     /// fill value (input #2's first element, the `value` attribute before opset 11, else 0)
-    /// where a padded axis is outside `x`. Needs the values of `pads` and `axes`.
+    /// where a padded axis is outside `x`. Needs the values of `pads` and `axes`, and pads
+    /// that fit the `i32` index arithmetic.
     fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
         let x = input(inputs, 0)?;
         let known = |i: usize| match opt_input(inputs, i) {
@@ -215,6 +216,10 @@ impl Operator for Pad {
             return Ok(None);
         };
         let pads = self.pads(x.shape.len(), pads, axes)?;
+        let fits = |v: i64| i32::try_from(v).is_ok();
+        if !pads.iter().all(|&(b, e)| fits(b) && fits(e)) {
+            return Ok(None);
+        }
         let shape: Vec<usize> = x
             .shape
             .iter()
