@@ -200,14 +200,14 @@ fn run_case(case: &Case, seed: u64) {
     for b in 0..bt {
         let ao = if ab == 1 { 0 } else { b * m * k };
         for i in 0..m {
-            for j in 0..n {
+            for (j, &bias_j) in biases.iter().enumerate() {
                 let (mut c, mut magnitude) = (0.0f64, 0.0f64);
                 for r in 0..k {
                     let term = relu(f64::from(xs[ao + i * k + r])) * b_elem(b, r, j);
                     c += term;
                     magnitude += term.abs();
                 }
-                let bias_j = f64::from(biases[j]);
+                let bias_j = f64::from(bias_j);
                 let (want, at) = match case.tail {
                     Tail::BiasReluResidual => {
                         let at = (b * m + i) * n + j;

@@ -1,0 +1,182 @@
+//! The matmul schedule space: every schedule is valid, the level-0 and
+//! level-1 picks come from it, and a random sample of it (host and AVX2
+//! widths, every thread split) is correct on random odd shapes against
+//! float64.
+
+mod common;
+
+use common::{options_in, Rng};
+use hidet_cpu::templates::matmul::{micro_kernels, MatmulShape, ThreadSplit};
+use hidet_cpu::templates::{batch_matmul_f32, matmul_candidates, matmul_space, MatmulSchedule};
+use hidet_cpu::{build, Arch, CpuFeatures, CpuTarget, KernelArg};
+use hidet_ir::function::{IRModule, Target};
+
+fn target_with(arch: Arch, features: CpuFeatures) -> CpuTarget {
+    CpuTarget {
+        arch,
+        model: "test".into(),
+        cores: 2,
+        features,
+    }
+}
+
+fn targets() -> Vec<CpuTarget> {
+    let sse = CpuFeatures {
+        sse2: true,
+        ..CpuFeatures::default()
+    };
+    let avx2 = CpuFeatures {
+        avx: true,
+        avx2: true,
+        fma: true,
+        ..sse
+    };
+    let avx512 = CpuFeatures {
+        avx512f: true,
+        ..avx2
+    };
+    let neon = CpuFeatures {
+        neon: true,
+        ..CpuFeatures::default()
+    };
+    vec![
+        target_with(Arch::X86_64, sse),
+        target_with(Arch::X86_64, avx2),
+        target_with(Arch::X86_64, avx512),
+        target_with(Arch::Aarch64, neon),
+    ]
+}
+
+#[test]
+fn the_space_is_valid_and_holds_the_level_0_and_level_1_picks() {
+    for target in targets() {
+        let lanes = i64::from(target.f32_lanes());
+        for &(mr, nr) in &micro_kernels(&target) {
+            let registers = if lanes == 16 || target.arch == Arch::Aarch64 {
+                32
+            } else {
+                16
+            };
+            assert!(mr * nr / lanes + nr / lanes < registers, "{mr}x{nr} spills");
+        }
+        for threads in [1, 2, 4] {
+            let space = matmul_space(&target, threads);
+            let level0 = MatmulSchedule::for_target(&target, threads);
+            assert_eq!(space.first(), Some(&level0));
+            for s in &space {
+                s.validate().expect("every schedule of the space is valid");
+                assert_eq!(s.threads, threads);
+            }
+            let unique: std::collections::HashSet<_> = space.iter().collect();
+            assert_eq!(unique.len(), space.len(), "no duplicates");
+            let splits: std::collections::HashSet<_> = space.iter().map(|s| s.split).collect();
+            assert_eq!(splits.len(), if threads > 1 { 4 } else { 1 });
+            let level1 = matmul_candidates(&target, threads, 24);
+            assert_eq!(level1.len(), 24.min(space.len()));
+            assert_eq!(level1[0], level0);
+            assert!(level1.iter().all(|s| space.contains(s)));
+            assert!(space.len() > level1.len(), "level 2 is larger than level 1");
+        }
+    }
+}
+
+/// Every element of `c[b]` against `a[b or 0] · b[b or 0]` in float64.
+fn assert_matches(s: &MatmulShape, a: &[f32], b: &[f32], c: &[f32], what: &str) {
+    let (m, n, k) = (s.m as usize, s.n as usize, s.k as usize);
+    for bi in 0..s.batch as usize {
+        let ao = if s.a_batch == 1 { 0 } else { bi * m * k };
+        let bo = if s.b_batch == 1 { 0 } else { bi * k * n };
+        for i in 0..m {
+            for j in 0..n {
+                let (mut exact, mut magnitude) = (0.0f64, 0.0f64);
+                for p in 0..k {
+                    let term = f64::from(a[ao + i * k + p]) * f64::from(b[bo + p * n + j]);
+                    exact += term;
+                    magnitude += term.abs();
+                }
+                let got = f64::from(c[(bi * m + i) * n + j]);
+                assert!(
+                    (got - exact).abs() <= 1e-5 * magnitude + 1e-30,
+                    "{what}: C[{bi}][{i}][{j}] = {got}, float64 reference {exact}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_random_sample_of_the_space_is_correct_on_random_odd_shapes() {
+    let host = CpuTarget::host();
+    let mut rng = Rng::new(0x5ace);
+    let mut spaces = vec![matmul_space(host, 2), matmul_space(host, 3)];
+    if host.f32_lanes() >= 8 {
+        spaces.push(matmul_space(&targets()[1], 2));
+    }
+    let mut cases = Vec::new();
+    for space in &spaces {
+        // Each split at least once, the rest at random.
+        for split in [
+            ThreadSplit::Auto,
+            ThreadSplit::Rows,
+            ThreadSplit::Columns,
+            ThreadSplit::ParallelK,
+        ] {
+            let of_split: Vec<_> = space.iter().filter(|s| s.split == split).collect();
+            let pick = of_split[(rng.next_u64() % of_split.len() as u64) as usize];
+            cases.push(*pick);
+        }
+        for _ in 0..2 {
+            cases.push(space[(rng.next_u64() % space.len() as u64) as usize]);
+        }
+    }
+    let mut module = IRModule::new("space_sample", Target::Cpu);
+    let mut problems = Vec::new();
+    for (i, schedule) in cases.iter().enumerate() {
+        let mut dim = |lo: u64, hi: u64| (lo + rng.next_u64() % (hi - lo)) as i64;
+        let batch = if i % 3 == 0 { dim(2, 5) } else { 1 };
+        let shape = MatmulShape {
+            batch,
+            a_batch: if i % 2 == 0 { batch } else { 1 },
+            b_batch: batch,
+            m: dim(1, 90),
+            n: dim(1, 150),
+            k: dim(1, 700),
+        };
+        let name = format!("mm{i}");
+        let f = batch_matmul_f32(&name, &shape, schedule).expect("valid instantiation");
+        module = module.with(f);
+        problems.push((name, shape, *schedule));
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let compiled = build(module, &options_in(dir.path())).expect("builds");
+    for (name, shape, schedule) in problems {
+        compiled
+            .set_num_threads(schedule.threads as usize)
+            .expect("exported by the C dialect");
+        let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
+        let (bt, ab, bb) = (
+            shape.batch as usize,
+            shape.a_batch as usize,
+            shape.b_batch as usize,
+        );
+        let a = rng.vec_f32(ab * m * k);
+        let b = rng.vec_f32(bb * k * n);
+        let mut c = vec![f32::NAN; bt * m * n];
+        compiled
+            .kernel(&name)
+            .expect("kernel exists")
+            .call(&mut [
+                KernelArg::tensor(&a, &[ab, m, k]),
+                KernelArg::tensor(&b, &[bb, k, n]),
+                KernelArg::tensor_mut(&mut c, &[bt, m, n]),
+            ])
+            .expect("arguments match");
+        assert_matches(
+            &shape,
+            &a,
+            &b,
+            &c,
+            &format!("{name} {shape:?} {schedule:?}"),
+        );
+    }
+}
