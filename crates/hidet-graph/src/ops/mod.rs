@@ -46,4 +46,10 @@ families! {
     trilu,
     select,
     reverse_sequence,
+    softmax,
+    cumsum,
+    topk,
+    dropout,
+    normalization,
+    einsum,
 }
