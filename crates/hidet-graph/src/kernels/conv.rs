@@ -36,9 +36,6 @@ pub fn gemm_rows(a: &[f64], b: &[f64], c: &mut [f64], k: usize, n: usize) {
         for (r, crow) in c_chunk.chunks_mut(n).enumerate() {
             let arow = &a[(row0 + r) * k..(row0 + r + 1) * k];
             for (p, &av) in arow.iter().enumerate() {
-                if av == 0.0 {
-                    continue;
-                }
                 let brow = &b[p * n..(p + 1) * n];
                 for (cv, &bv) in crow.iter_mut().zip(brow) {
                     *cv += av * bv;

@@ -7,3 +7,4 @@ pub mod pool;
 pub mod quant;
 pub mod window;
 pub mod movement;
+pub mod resize;

@@ -1,6 +1,6 @@
 //! N-d pooling (max with argmax, average, Lp) over `[planes, spatial...]` data in f64.
 
-use crate::kernels::window::{Geometry, BEYOND_PADDING, IN_PADDING};
+use crate::kernels::window::{Geometry, BEYOND_PADDING};
 use crate::operator::OpError;
 
 /// The reduction a pooling window applies.
@@ -8,8 +8,9 @@ use crate::operator::OpError;
 pub enum PoolKind {
     /// Maximum over the input positions of the window (padding ignored).
     Max,
-    /// Mean; with `count_include_pad`, explicit/automatic padding counts in the divisor
-    /// (positions added by `ceil_mode` never do).
+    /// Mean; with `count_include_pad`, the divisor is the kernel size: padding, including
+    /// the positions `ceil_mode` adds past the end, counts as zeros (as in the ONNX
+    /// reference and its conformance data).
     Average { count_include_pad: bool },
     /// `(sum |x|^p)^(1/p)` over the input positions (padding contributes 0).
     Lp { p: f64 },
@@ -43,7 +44,7 @@ pub fn pool_nd(kind: PoolKind, g: &Geometry, planes: usize, x: &[f64]) -> Result
     if let PoolKind::Average { count_include_pad } = kind {
         for kk in 0..nk {
             for (c, &off) in count.iter_mut().zip(&offsets[kk * no..(kk + 1) * no]) {
-                if off < BEYOND_PADDING || (count_include_pad && off == IN_PADDING) {
+                if off < BEYOND_PADDING || count_include_pad {
                     *c += 1;
                 }
             }

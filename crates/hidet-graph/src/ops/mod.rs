@@ -52,4 +52,9 @@ families! {
     dropout,
     normalization,
     einsum,
+    conv_transpose,
+    gemm,
+    pool,
+    quantize,
+    resize,
 }
