@@ -21,6 +21,9 @@ use hidet_ir::function::Target;
 use hidet_ir::interp::{run_function, Arg, Buffer};
 use hidet_ir::verify::verify_function;
 
+#[path = "compute_defs/reduction.rs"]
+mod reduction;
+
 /// Deterministic random numbers (SplitMix64).
 struct Rng(u64);
 
@@ -135,6 +138,8 @@ struct Case {
     inputs: Vec<In>,
     /// `None`: a definition is expected; `Some(reason)`: `compute` must return `Ok(None)`.
     no_def: Option<&'static str>,
+    /// `(absolute, relative)` float tolerance replacing [`tolerance`]'s.
+    tol: Option<(f64, f64)>,
 }
 
 fn case(op: &'static str, inputs: Vec<In>) -> Case {
@@ -145,6 +150,7 @@ fn case(op: &'static str, inputs: Vec<In>) -> Case {
         attrs: Vec::new(),
         inputs,
         no_def: None,
+        tol: None,
     }
 }
 
@@ -161,6 +167,11 @@ impl Case {
 
     fn attr(mut self, name: &'static str, a: Attribute) -> Case {
         self.attrs.push((name, a));
+        self
+    }
+
+    fn tol(mut self, atol: f64, rtol: f64) -> Case {
+        self.tol = Some((atol, rtol));
         self
     }
 
@@ -1387,7 +1398,7 @@ fn compare(
         ));
     }
     if dtype.is_float() {
-        let (atol, rtol) = tolerance(*dtype);
+        let (atol, rtol) = c.tol.unwrap_or_else(|| tolerance(*dtype));
         for (k, (g, w)) in buf.to_f64().iter().zip(want.to_f64_vec()).enumerate() {
             let same = (g.is_nan() && w.is_nan())
                 || g.to_bits() == w.to_bits()
@@ -1466,6 +1477,11 @@ fn compute_definitions_agree_with_eval() {
 }
 
 #[test]
+fn reduction_definitions_agree_with_eval() {
+    run_table(&reduction::reduction_cases(), 0x2ed0_2026, false);
+}
+
+#[test]
 fn movement_definitions_agree_with_eval() {
     run_table(&movement_cases(), 0x6d0e_2025, true);
 }
@@ -1507,6 +1523,7 @@ fn run_table(cases: &[Case], seed: u64, exact: bool) {
 fn every_operator_of_the_families_is_covered() {
     covered(&cases(), OPS);
     covered(&movement_cases(), MOVEMENT_OPS);
+    covered(&reduction::reduction_cases(), reduction::REDUCTION_OPS);
 }
 
 /// Every operator of `ops` has a case in `cases`, and no case is of another operator.

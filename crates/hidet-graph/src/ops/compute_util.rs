@@ -3,7 +3,7 @@
 //! and scalar expressions with ONNX semantics that the IR does not have as one operation
 //! (C-style integer division, numpy's saturating float-to-int conversion).
 
-use hidet_ir::compute::{grid, tensor_input, ComputeDef, ComputeNode};
+use hidet_ir::compute::{grid, reduce, tensor_input, ComputeDef, ComputeNode, ReduceKind};
 use hidet_ir::dtype::DataType;
 use hidet_ir::expr::{Expr, Var};
 use hidet_ir::intrinsic::MathFunc;
@@ -339,6 +339,111 @@ pub fn scalar_const(t: &crate::tensor::Tensor) -> Option<Expr> {
         crate::tensor::Element::to_i128(*t.as_slice::<T>().ok()?.first()?)
     }, else return None);
     i64::try_from(v).ok().map(|v| Expr::int_of(v, dtype))
+}
+
+/// A reduction over some axes of a row-major tensor, as definitions lay it out: each output
+/// element (a *row*) folds the input elements that agree with it on the kept axes. The output
+/// keeps the reduced axes as size 1 (`keepdims`) or drops them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AxisReduction {
+    shape: Vec<usize>,
+    mask: Vec<bool>,
+    keepdims: bool,
+}
+
+impl AxisReduction {
+    /// The reduction of a tensor of `shape` over the axes where `mask` is true.
+    ///
+    /// Requires `mask.len() == shape.len()`.
+    pub fn new(shape: &[usize], mask: &[bool], keepdims: bool) -> AxisReduction {
+        AxisReduction {
+            shape: shape.to_vec(),
+            mask: mask.to_vec(),
+            keepdims,
+        }
+    }
+
+    /// The reduction over the trailing axes `start..` of `shape`.
+    pub fn trailing(shape: &[usize], start: usize, keepdims: bool) -> AxisReduction {
+        let mask: Vec<bool> = (0..shape.len()).map(|d| d >= start).collect();
+        AxisReduction::new(shape, &mask, keepdims)
+    }
+
+    /// The output (row) shape.
+    pub fn out_shape(&self) -> Vec<usize> {
+        self.shape
+            .iter()
+            .zip(&self.mask)
+            .filter(|(_, &m)| self.keepdims || !m)
+            .map(|(&d, &m)| if m { 1 } else { d })
+            .collect()
+    }
+
+    /// The extents of the reduced axes, in axis order.
+    pub fn reduce_shape(&self) -> Vec<usize> {
+        self.shape
+            .iter()
+            .zip(&self.mask)
+            .filter(|(_, &m)| m)
+            .map(|(&d, _)| d)
+            .collect()
+    }
+
+    /// How many input elements each row folds.
+    pub fn count(&self) -> usize {
+        self.reduce_shape().iter().product()
+    }
+
+    /// The input index that row `row` reads at reduction index `r`.
+    ///
+    /// Requires `row.len() == self.out_shape().len()` and `r.len() == self.reduce_shape().len()`.
+    pub fn input_index(&self, row: &[Expr], r: &[Expr]) -> Vec<Expr> {
+        let (mut rows, mut rs) = (row.iter(), r.iter());
+        self.mask
+            .iter()
+            .map(|&m| {
+                let next = if m {
+                    if self.keepdims {
+                        rows.next();
+                    }
+                    rs.next()
+                } else {
+                    rows.next()
+                };
+                next.cloned().unwrap_or_else(|| Expr::int(0))
+            })
+            .collect()
+    }
+
+    /// The row that the input element at `index` belongs to.
+    ///
+    /// Requires `index.len()` to be the input's rank.
+    pub fn row_index(&self, index: &[Expr]) -> Vec<Expr> {
+        index
+            .iter()
+            .zip(&self.mask)
+            .filter(|(_, &m)| self.keepdims || !m)
+            .map(|(i, &m)| if m { Expr::int(0) } else { i.clone() })
+            .collect()
+    }
+
+    /// The reduce node `name[row] = ⊕_r f(input_index(row, r))` of `dtype` over the rows.
+    pub fn node(
+        &self,
+        name: &str,
+        dtype: DataType,
+        kind: ReduceKind,
+        f: impl FnOnce(&[Expr]) -> Expr,
+    ) -> (Var, ComputeNode) {
+        reduce(
+            name,
+            dtype,
+            dims(&self.out_shape()),
+            dims(&self.reduce_shape()),
+            kind,
+            |row, r| f(&self.input_index(row, r)),
+        )
+    }
 }
 
 #[cfg(test)]

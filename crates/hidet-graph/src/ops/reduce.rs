@@ -12,13 +12,21 @@
 use crate::dtype::DType;
 use crate::kernels::axis::{axes_mask, Lanes, Reduction};
 use crate::operator::{
-    arg, infer_arg, infer_opt, opt_arg, InferInput, OpContext, OpError, Operator,
+    arg, infer_arg, infer_opt, opt_arg, ComputeInput, InferInput, OpContext, OpError, Operator,
 };
 use crate::ops::common::{check_dtype, int_list, norm_axis};
+use crate::ops::compute_util::{
+    dims, finish, float_to_int, grid_def, input, math1, math_dtype, opt_input, placeholders,
+    AxisReduction,
+};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::{Element, Tensor};
 use crate::{dispatch_float, dispatch_int, dispatch_numeric};
+use hidet_ir::compute::{grid, ComputeDef, ComputeNode, ReduceKind};
+use hidet_ir::dtype::DataType;
+use hidet_ir::expr::{Expr, Var};
+use hidet_ir::intrinsic::MathFunc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -204,6 +212,220 @@ impl Operator for Reduce {
         };
         Ok(vec![out])
     }
+
+    /// The fold as reduce nodes over the output shape and, where the result needs
+    /// post-processing (mean, root, logarithm, a cast), a final grid. Floats accumulate in
+    /// f32 (f64 for f64 inputs); integer sums and products wrap like `eval`'s (see
+    /// [`wrapping_type`]; i64 ones must not overflow); integer means sum in i64, and integer
+    /// L2 / LogSum / LogSumExp go through f64.
+    /// `Ok(None)` when the axes input is not known, and for u64 Min and u64 float-valued
+    /// reductions (the IR's constants cannot hold `u64::MAX`). Float Max/Min follow the
+    /// IR's `max`/`min`, which may drop a NaN that `eval` propagates.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        if !self.accepts(x.dtype) {
+            return Err(OpError::DType {
+                index: 0,
+                dtype: x.dtype,
+            });
+        }
+        let axes = match &self.axes {
+            AxesFrom::Attr(a) => a.clone(),
+            AxesFrom::Input => match opt_input(inputs, 1) {
+                None => None,
+                Some(a) => match a.value {
+                    Some(t) => Some(int_list(t, "axes")?),
+                    None => return Ok(None),
+                },
+            },
+        };
+        let vars = placeholders(inputs);
+        let dt = x.dtype.to_ir();
+        let Some(mask) = self.plan(x.shape.len(), axes.as_deref())? else {
+            return grid_def(vars.clone(), dt, x.shape, |i| vars[0].at(i.to_vec())).map(Some);
+        };
+        let red = AxisReduction::new(x.shape, &mask, self.keepdims);
+        let Some((nodes, out)) = reduce_nodes(self.kind, &vars[0], dt, &red) else {
+            return Ok(None);
+        };
+        finish(vars, nodes, vec![out]).map(Some)
+    }
+}
+
+/// The type integer sums and products of `dtype` accumulate in: the unsigned type of its
+/// width, whose arithmetic wraps like numpy's; 64-bit types stay as they are (the IR's
+/// constants and interpreter hold only values of `i64`, so an i64 sum must not overflow).
+fn wrapping_type(dtype: DataType) -> DataType {
+    match dtype.bytes() {
+        1 => DataType::U8,
+        2 => DataType::U16,
+        4 => DataType::U32,
+        _ => dtype,
+    }
+}
+
+/// The nodes of `kind` over `red` of input `x` (of `dtype`) and the output variable; `None`
+/// where the IR cannot express it (see [`Reduce::compute`]).
+fn reduce_nodes(
+    kind: Kind,
+    x: &Var,
+    dtype: DataType,
+    red: &AxisReduction,
+) -> Option<(Vec<(Var, ComputeNode)>, Var)> {
+    let out_shape = dims(&red.out_shape());
+    let count = red.count() as f64;
+    if dtype.is_bool() {
+        let rk = if kind == Kind::Max {
+            ReduceKind::Max
+        } else {
+            ReduceKind::Min
+        };
+        let (acc, node) = red.node("acc", DataType::I32, rk, |i| {
+            Expr::select(x.at(i.to_vec()), Expr::int(1), Expr::int(0))
+        });
+        let (out, post) = grid("out", dtype, out_shape, |i| {
+            acc.at(i.to_vec()).gt(Expr::int(0))
+        });
+        return Some((vec![(acc, node), (out.clone(), post)], out));
+    }
+    let float_valued = matches!(kind, Kind::L2 | Kind::LogSum | Kind::LogSumExp | Kind::Mean);
+    if !dtype.is_float() && !float_valued {
+        let wrap = if matches!(kind, Kind::Max | Kind::Min) {
+            if kind == Kind::Min && dtype == DataType::U64 {
+                return None;
+            }
+            dtype
+        } else {
+            wrapping_type(dtype)
+        };
+        let rk = match kind {
+            Kind::Prod => ReduceKind::Prod,
+            Kind::Max => ReduceKind::Max,
+            Kind::Min => ReduceKind::Min,
+            _ => ReduceKind::Sum,
+        };
+        let (acc, node) = red.node("acc", wrap, rk, |i| {
+            let v = x.at(i.to_vec());
+            let w = if wrap == dtype {
+                v.clone()
+            } else {
+                v.cast(wrap)
+            };
+            match kind {
+                Kind::L1 if dtype.scalar.is_signed() => Expr::select(
+                    v.lt(Expr::int_of(0, dtype)),
+                    Expr::int_of(0, wrap) - w.clone(),
+                    w,
+                ),
+                Kind::SumSquare => w.clone() * w,
+                _ => w,
+            }
+        });
+        if wrap == dtype {
+            return Some((vec![(acc.clone(), node)], acc));
+        }
+        let (out, post) = grid("out", dtype, out_shape, |i| acc.at(i.to_vec()).cast(dtype));
+        return Some((vec![(acc, node), (out.clone(), post)], out));
+    }
+    // Float-valued: accumulate in the math type (f64 for integer inputs).
+    let t = if dtype.is_float() {
+        math_dtype(dtype)
+    } else if dtype == DataType::U64 {
+        return None;
+    } else {
+        DataType::F64
+    };
+    let exact_int_sum = !dtype.is_float() && kind == Kind::Mean;
+    let read = |i: &[Expr]| {
+        let v = x.at(i.to_vec());
+        if t == dtype {
+            v
+        } else {
+            v.cast(t)
+        }
+    };
+    let mut nodes = Vec::new();
+    // `max` is the LogSumExp shift; `acc` the fold that the final value is computed from.
+    let mut max: Option<Var> = None;
+    let acc = if kind == Kind::LogSumExp {
+        let (m, m_node) = red.node("max", t, ReduceKind::Max, read);
+        let (s, s_node) = red.node("sum", t, ReduceKind::Sum, |i| {
+            (read(i) - m.at(red.row_index(i))).exp()
+        });
+        nodes.push((m.clone(), m_node));
+        max = Some(m);
+        nodes.push((s.clone(), s_node));
+        s
+    } else if exact_int_sum {
+        let (acc, node) = red.node("acc", DataType::I64, ReduceKind::Sum, |i| {
+            x.at(i.to_vec()).cast(DataType::I64)
+        });
+        nodes.push((acc.clone(), node));
+        acc
+    } else {
+        let rk = match kind {
+            Kind::Prod => ReduceKind::Prod,
+            Kind::Max => ReduceKind::Max,
+            Kind::Min => ReduceKind::Min,
+            _ => ReduceKind::Sum,
+        };
+        let (acc, node) = red.node("acc", t, rk, |i| {
+            let v = read(i);
+            match kind {
+                Kind::L1 => math1(MathFunc::Abs, v),
+                Kind::L2 | Kind::SumSquare => v.clone() * v,
+                _ => v,
+            }
+        });
+        nodes.push((acc.clone(), node));
+        acc
+    };
+    let post = |i: &[Expr]| -> Expr {
+        let a = acc.at(i.to_vec());
+        match (kind, &max) {
+            (Kind::LogSumExp, Some(m)) => {
+                let m = m.at(i.to_vec());
+                Expr::select(
+                    math1(MathFunc::IsInf, m.clone()),
+                    m.clone(),
+                    m + math1(MathFunc::Log, a),
+                )
+            }
+            (Kind::Mean, _) if a.dtype() != Some(t) => a.cast(t) / Expr::float_of(count, t),
+            (Kind::Mean, _) => a / Expr::float_of(count, t),
+            (Kind::L2, _) => a.sqrt(),
+            (Kind::LogSum, _) => math1(MathFunc::Log, a),
+            _ => a,
+        }
+    };
+    let plain = matches!(
+        kind,
+        Kind::Sum | Kind::Prod | Kind::Max | Kind::Min | Kind::L1 | Kind::SumSquare
+    );
+    if plain && t == dtype {
+        return Some((nodes, acc));
+    }
+    let mut expressible = true;
+    let (out, node) = grid("out", dtype, out_shape, |i| {
+        let v = post(i);
+        if dtype.is_float() {
+            if t == dtype {
+                v
+            } else {
+                v.cast(dtype)
+            }
+        } else {
+            float_to_int(v, t, dtype).unwrap_or_else(|| {
+                expressible = false;
+                Expr::zero(dtype)
+            })
+        }
+    });
+    if !expressible {
+        return None;
+    }
+    nodes.push((out.clone(), node));
+    Some((nodes, out))
 }
 
 /// Elements per output (0 when the output is empty).
