@@ -427,6 +427,19 @@ impl AxisReduction {
             .collect()
     }
 
+    /// The reduction index (the components on the reduced axes) of the input element at
+    /// `index`: the inverse of [`AxisReduction::input_index`] for a fixed row.
+    ///
+    /// Requires `index.len()` to be the input's rank.
+    pub fn reduced_index(&self, index: &[Expr]) -> Vec<Expr> {
+        index
+            .iter()
+            .zip(&self.mask)
+            .filter(|(_, &m)| m)
+            .map(|(i, _)| i.clone())
+            .collect()
+    }
+
     /// The reduce node `name[row] = ⊕_r f(input_index(row, r))` of `dtype` over the rows.
     pub fn node(
         &self,

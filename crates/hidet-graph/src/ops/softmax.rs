@@ -7,11 +7,19 @@
 
 use crate::dispatch_float;
 use crate::kernels::axis::Lanes;
-use crate::operator::{arg, InferInput, OpError, Operator};
-use crate::ops::common::{float, infer_same, norm_axis};
+use crate::operator::{arg, ComputeInput, InferInput, OpError, Operator};
+use crate::ops::common::{check_dtype, float, infer_same, norm_axis};
+use crate::ops::compute_util::{
+    dims, finish, index_dtype, input, konst, linearize, math1, math_dtype, placeholders,
+    AxisReduction,
+};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::TensorType;
 use crate::tensor::{Element, Tensor};
+use hidet_ir::compute::{grid, ComputeDef, ReduceKind};
+use hidet_ir::dtype::DataType;
+use hidet_ir::expr::Expr;
+use hidet_ir::intrinsic::MathFunc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -77,6 +85,80 @@ impl Operator for Softmax {
             Tensor::new(x.shape().to_vec(), ys.into_iter().map(T::from_f64).collect::<Vec<T>>())?
         }, else return Err(OpError::DType { index: 0, dtype: dt }));
         Ok(vec![out])
+    }
+
+    /// Reductions over the normalized axes (the trailing ones before opset 13) into one value
+    /// per row, then a grid over the input's shape reading its row's values — the
+    /// "reduce, then a grid over [rows, cols]" pattern that the rule-based CPU scheduler
+    /// runs as one kernel, vectorized when the axis is the last. Softmax and LogSoftmax:
+    /// the row maximum, the sum of `exp(x - max)`, then `exp(x - max) / sum` or
+    /// `x - max - log(sum)`. Hardmax: the row maximum, the first position holding it, then
+    /// one-hot (a NaN first element wins, like `eval`). Math in f32 for f16/bf16/f32
+    /// inputs. Where the IR's `max` drops NaN (the interpreter), a row with a NaN after its
+    /// first element is NaN for Softmax/LogSoftmax like `eval`, but Hardmax may differ from
+    /// `eval` there.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        check_dtype(0, x.dtype, float)?;
+        let rank = x.shape.len();
+        let axis = norm_axis(self.axis, rank)?;
+        let red = if self.coerce_2d {
+            AxisReduction::trailing(x.shape, axis, false)
+        } else {
+            let mask: Vec<bool> = (0..rank).map(|d| d == axis).collect();
+            AxisReduction::new(x.shape, &mask, false)
+        };
+        let dt = x.dtype.to_ir();
+        let t = math_dtype(dt);
+        let vars = placeholders(inputs);
+        let xv = vars[0].clone();
+        let read = |i: &[Expr]| {
+            let v = xv.at(i.to_vec());
+            if t == dt {
+                v
+            } else {
+                v.cast(t)
+            }
+        };
+        let (m, m_node) = red.node("max", t, ReduceKind::Max, read);
+        let row_max = |i: &[Expr]| m.at(red.row_index(i));
+        let (stat, stat_node) = if self.kind == Kind::Hardmax {
+            let reduce_shape = red.reduce_shape();
+            let position = |i: &[Expr]| linearize(&red.reduced_index(i), &reduce_shape);
+            let ty = index_dtype(red.count());
+            let past_end = Expr::int_of(red.count() as i64, ty);
+            red.node("first", ty, ReduceKind::Min, |i| {
+                Expr::select(read(i).eq(row_max(i)), position(i), past_end)
+            })
+        } else {
+            red.node("sum", t, ReduceKind::Sum, |i| (read(i) - row_max(i)).exp())
+        };
+        let (y, y_node) = grid("y", dt, dims(x.shape), |i| {
+            let row = red.row_index(i);
+            let value = match self.kind {
+                Kind::Softmax => (read(i) - row_max(i)).exp() / stat.at(row),
+                Kind::LogSoftmax => read(i) - row_max(i) - math1(MathFunc::Log, stat.at(row)),
+                Kind::Hardmax => {
+                    let zeros = vec![Expr::int(0); red.reduce_shape().len()];
+                    let first_is_nan = math1(MathFunc::IsNan, read(&red.input_index(&row, &zeros)));
+                    let position = linearize(&red.reduced_index(i), &red.reduce_shape());
+                    let ty = position.dtype().unwrap_or(DataType::I32);
+                    let first = Expr::select(first_is_nan, Expr::int_of(0, ty), stat.at(row));
+                    Expr::select(position.eq(first), konst(1.0, t), konst(0.0, t))
+                }
+            };
+            if t == dt {
+                value
+            } else {
+                value.cast(dt)
+            }
+        });
+        finish(
+            vars,
+            vec![(m, m_node), (stat, stat_node), (y.clone(), y_node)],
+            vec![y],
+        )
+        .map(Some)
     }
 }
 

@@ -34,6 +34,9 @@ pub(super) const REDUCTION_OPS: &[&str] = &[
     "ReduceLogSum",
     "ReduceLogSumExp",
     "ReduceSumSquare",
+    "Softmax",
+    "LogSoftmax",
+    "Hardmax",
 ];
 
 const FLOAT_REDUCTIONS: &[&str] = &[
@@ -101,7 +104,7 @@ pub(super) fn reduction_cases() -> Vec<Case> {
         c.push(acc(op, vec![f(F32, &[2, 0, 3]), i64s(&[1], &[1])]).attr("keepdims", int_attr(0)));
     }
     // Integers: wrapping sums and products, truncating means, f64 for the others.
-    for op in REDUCTION_OPS {
+    for op in &REDUCTION_OPS[..10] {
         c.push(acc(
             op,
             vec![int(I32, &[3, 5, 4], 1, 9), i64s(&[2], &[0, 2])],
@@ -159,6 +162,42 @@ pub(super) fn reduction_cases() -> Vec<Case> {
                 .attr("keepdims", int_attr(0)),
         );
     }
-    // Axes not known when compiling: no definition.
+    softmax_cases(&mut c);
     c
+}
+
+fn softmax_cases(c: &mut Vec<Case>) {
+    for op in ["Softmax", "LogSoftmax", "Hardmax"] {
+        // Opset 13: one axis, last or not.
+        for axis in [-1, 0, 1, 2] {
+            c.push(acc(op, vec![f(F32, &[3, 5, 7])]).attr("axis", int_attr(axis)));
+        }
+        c.push(acc(op, vec![f(F32, &[11])]));
+        c.push(acc(op, vec![f(F32, &[2, 0, 3])]).attr("axis", int_attr(1)));
+        // Before opset 13: coerced to 2-D at `axis`.
+        for axis in [0, 1, 2, -1] {
+            c.push(
+                acc(op, vec![f(F32, &[3, 4, 5])])
+                    .opset(11)
+                    .attr("axis", int_attr(axis)),
+            );
+        }
+        c.push(acc(op, vec![f(F32, &[2, 9])]).opset(1));
+        c.push(acc(op, vec![f(F16, &[3, 13])]));
+        c.push(acc(op, vec![f(BF16, &[2, 3, 4])]).attr("axis", int_attr(1)));
+        c.push(
+            acc(op, vec![f(F64, &[5, 6])])
+                .opset(11)
+                .attr("axis", int_attr(0)),
+        );
+        // Large values: the maximum is subtracted before exponentiation.
+        c.push(acc(op, vec![range(F32, &[4, 6], 80.0, 120.0)]));
+    }
+    // NaN, infinities and 1e10 in some rows (first element or later).
+    for op in ["Softmax", "LogSoftmax", "Hardmax"] {
+        c.push(case(op, vec![special(F32, &[7, 5])]));
+    }
+    // Ties: Hardmax picks the first maximum of each row.
+    c.push(case("Hardmax", vec![int(F32, &[6, 5], -2, 2)]));
+    c.push(case("Hardmax", vec![int(F32, &[3, 2, 4], -2, 2)]).opset(11));
 }
