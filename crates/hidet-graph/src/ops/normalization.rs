@@ -9,11 +9,19 @@ use crate::dispatch_float;
 use crate::dtype::DType;
 use crate::kernels::axis::{axes_mask, Lanes, Reduction};
 use crate::kernels::broadcast::{broadcast_offsets, broadcast_shapes};
-use crate::operator::{arg, infer_arg, opt_arg, InferInput, OpError, Operator};
+use crate::operator::{arg, infer_arg, opt_arg, ComputeInput, InferInput, OpError, Operator};
 use crate::ops::common::{check_dtype, float, infer_same, norm_axis};
+use crate::ops::compute_util::{
+    broadcast, broadcast_read, clamp, dims, finish, input, linearize, math_dtype, opt_input,
+    placeholders, unravel, AxisReduction,
+};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::{Element, Tensor};
+use hidet_ir::compute::{grid, reduce, ComputeDef, ComputeNode, ReduceKind};
+use hidet_ir::dtype::DataType;
+use hidet_ir::expr::{Expr, Var};
+use hidet_ir::intrinsic::MathFunc;
 
 /// The elements of float input `index` as f64.
 fn floats(t: &Tensor, index: usize) -> Result<Vec<f64>, OpError> {
@@ -131,6 +139,87 @@ struct Lrn {
     alpha: f64,
     beta: f64,
     bias: f64,
+}
+
+/// `e` as `dtype` (a cast only where its type differs).
+fn as_type(e: Expr, dtype: DataType) -> Expr {
+    if e.dtype() == Some(dtype) {
+        e
+    } else {
+        e.cast(dtype)
+    }
+}
+
+/// `f(a, b)` for a two-argument math function.
+fn math2(f: MathFunc, a: Expr, b: Expr) -> Expr {
+    Expr::math(f, vec![a, b])
+}
+
+/// The channel count of an `N x C x ...` input (rank >= 2 required).
+fn channel_count(shape: &[usize], op: &str) -> Result<usize, OpError> {
+    match shape {
+        [_, c, ..] => Ok(*c),
+        _ => Err(OpError::Shape(format!(
+            "{op} input must have rank >= 2, got {shape:?}"
+        ))),
+    }
+}
+
+/// The shape of float parameter input `index`, which must have exactly `n` elements.
+fn channel_param<'a>(
+    inputs: &[Option<ComputeInput<'a>>],
+    index: usize,
+    n: usize,
+    op: &str,
+) -> Result<&'a [usize], OpError> {
+    let p = input(inputs, index)?;
+    check_dtype(index, p.dtype, float)?;
+    if p.shape.iter().product::<usize>() != n {
+        return Err(OpError::Shape(format!(
+            "{op} input #{index} has shape {:?}, expected {n} elements",
+            p.shape
+        )));
+    }
+    Ok(p.shape)
+}
+
+/// Per-row statistics of a definition: the sum, then the sum of squared deviations from the
+/// row mean (two-pass population variance, the second reduction reading the first at its own
+/// row), both in `t`.
+struct Moments {
+    sum: Var,
+    sq: Var,
+    count: Expr,
+}
+
+impl Moments {
+    /// The two reduce nodes over `red`'s rows of `read` (an element of `t` at an input
+    /// index).
+    fn new(
+        red: &AxisReduction,
+        t: DataType,
+        read: impl Fn(&[Expr]) -> Expr,
+    ) -> (Moments, Vec<(Var, ComputeNode)>) {
+        let count = Expr::float_of(red.count() as f64, t);
+        let (sum, sum_node) = red.node("sum", t, ReduceKind::Sum, &read);
+        let mean = |i: &[Expr]| sum.at(red.row_index(i)) / count.clone();
+        let (sq, sq_node) = red.node("sq", t, ReduceKind::Sum, |i| {
+            let d = read(i) - mean(i);
+            d.clone() * d
+        });
+        let nodes = vec![(sum.clone(), sum_node), (sq.clone(), sq_node)];
+        (Moments { sum, sq, count }, nodes)
+    }
+
+    /// The mean of row `row`.
+    fn mean(&self, row: &[Expr]) -> Expr {
+        self.sum.at(row.to_vec()) / self.count.clone()
+    }
+
+    /// The population variance of row `row`.
+    fn var(&self, row: &[Expr]) -> Expr {
+        self.sq.at(row.to_vec()) / self.count.clone()
+    }
 }
 
 /// Registers the normalization family.
@@ -292,6 +381,96 @@ impl Operator for BatchNorm {
         }
         Ok(out)
     }
+
+    /// A grid in inference mode (statistics are inputs); in training modes, the batch mean
+    /// and two-pass variance as reductions over every axis but the channel (or, with
+    /// `spatial = 0`, over the batch axis), then grids for Y and the statistics outputs.
+    /// Math in f32 (f64 for f64 inputs). Parameters are read by their linear position, so
+    /// any shape with the right element count works, like `eval`.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        check_dtype(0, x.dtype, float)?;
+        let shape = x.shape;
+        if shape.len() < 2 {
+            return Err(OpError::Shape(format!(
+                "BatchNormalization input must have rank >= 2, got {shape:?}"
+            )));
+        }
+        // The parameter axes: the channel, or every axis but the batch.
+        let mask: Vec<bool> = (0..shape.len())
+            .map(|d| if self.per_activation { d == 0 } else { d != 1 })
+            .collect();
+        let red = AxisReduction::new(shape, &mask, false);
+        let param_shape = red.out_shape();
+        let n_params: usize = param_shape.iter().product();
+        let mut params = Vec::new();
+        for k in 1..=4 {
+            let p = input(inputs, k)?;
+            check_dtype(k, p.dtype, float)?;
+            if p.shape.iter().product::<usize>() != n_params {
+                return Err(OpError::Shape(format!(
+                    "BatchNormalization input #{k} has shape {:?}, expected {n_params} elements",
+                    p.shape
+                )));
+            }
+            params.push(p);
+        }
+        let dt = x.dtype.to_ir();
+        let t = math_dtype(dt);
+        let vars = placeholders(inputs);
+        let read = |i: &[Expr]| as_type(vars[0].at(i.to_vec()), t);
+        // Parameter `k` at the parameter index `row` (an index into `param_shape`).
+        let param = |k: usize, row: &[Expr]| -> Expr {
+            let at = linearize(row, &param_shape);
+            as_type(vars[k].at(unravel(&at, params[k - 1].shape)), t)
+        };
+        let mut nodes = Vec::new();
+        let stats = (self.mode != BnMode::Inference).then(|| {
+            let (m, m_nodes) = Moments::new(&red, t, read);
+            nodes.extend(m_nodes);
+            m
+        });
+        let eps = Expr::float_of(self.epsilon, t);
+        let (y, y_node) = grid("y", dt, dims(shape), |i| {
+            let row = red.row_index(i);
+            let (mean, var) = match &stats {
+                Some(m) => (m.mean(&row), m.var(&row)),
+                None => (param(3, &row), param(4, &row)),
+            };
+            let v = param(1, &row) * (read(i) - mean) / (var + eps).sqrt() + param(2, &row);
+            as_type(v, dt)
+        });
+        nodes.push((y.clone(), y_node));
+        let mut outputs = vec![y];
+        if let Some(m) = &stats {
+            let stat_dt = params[2].dtype.to_ir();
+            let keep = Expr::float_of(self.momentum, t);
+            let blend = Expr::float_of(1.0 - self.momentum, t);
+            let stat_grid = |name: &str, f: &dyn Fn(&[Expr]) -> Expr| {
+                grid(name, stat_dt, dims(params[2].shape), |i| {
+                    let row = unravel(&linearize(i, params[2].shape), &param_shape);
+                    as_type(f(&row), stat_dt)
+                })
+            };
+            let mut stat_nodes = vec![
+                stat_grid("running_mean", &|r| {
+                    param(3, r) * keep.clone() + m.mean(r) * blend.clone()
+                }),
+                stat_grid("running_var", &|r| {
+                    param(4, r) * keep.clone() + m.var(r) * blend.clone()
+                }),
+            ];
+            if self.mode == BnMode::TrainingLegacy {
+                stat_nodes.push(stat_grid("saved_mean", &|r| m.mean(r)));
+                stat_nodes.push(stat_grid("saved_var", &|r| m.var(r)));
+            }
+            for (v, node) in stat_nodes {
+                outputs.push(v.clone());
+                nodes.push((v, node));
+            }
+        }
+        finish(vars, nodes, outputs).map(Some)
+    }
 }
 
 impl Operator for LayerNorm {
@@ -367,6 +546,66 @@ impl Operator for LayerNorm {
             tensor_of(self.stash, stat_shape, inv_std)?,
         ])
     }
+
+    /// The mean and two-pass variance as reductions over the normalized (trailing) axes into
+    /// the statistics' shape, then grids for Y, Mean and InvStdDev: the rule-based CPU
+    /// scheduler's "reduce over the last axes, then a grid reading the row's values"
+    /// pattern. Statistics in f64 when X or `stash_type` is f64, else f32.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        check_dtype(0, x.dtype, float)?;
+        let shape = x.shape;
+        let axis = norm_axis(self.axis, shape.len())?;
+        for (k, p) in [(1, Some(input(inputs, 1)?)), (2, opt_input(inputs, 2))] {
+            let Some(p) = p else { continue };
+            check_dtype(k, p.dtype, float)?;
+            if broadcast(&[shape, p.shape])? != shape {
+                return Err(OpError::Shape(format!(
+                    "LayerNormalization input #{k} of shape {:?} does not broadcast to {shape:?}",
+                    p.shape
+                )));
+            }
+        }
+        let scale_shape = input(inputs, 1)?.shape;
+        let bias_shape = opt_input(inputs, 2).map(|b| b.shape);
+        let dt = x.dtype.to_ir();
+        let stash = self.stash.to_ir();
+        let t = if dt == DataType::F64 || stash == DataType::F64 {
+            DataType::F64
+        } else {
+            DataType::F32
+        };
+        let vars = placeholders(inputs);
+        let read = |i: &[Expr]| as_type(vars[0].at(i.to_vec()), t);
+        let red = AxisReduction::trailing(shape, axis, true);
+        let (m, mut nodes) = Moments::new(&red, t, read);
+        let inv_std = |row: &[Expr]| {
+            Expr::float_of(1.0, t) / (m.var(row) + Expr::float_of(self.epsilon, t)).sqrt()
+        };
+        let (y, y_node) = grid("y", dt, dims(shape), |i| {
+            let row = red.row_index(i);
+            let scale = as_type(broadcast_read(&vars[1], scale_shape, i), t);
+            let v = (read(i) - m.mean(&row)) * inv_std(&row) * scale;
+            let v = match bias_shape {
+                Some(b) => v + as_type(broadcast_read(&vars[2], b, i), t),
+                None => v,
+            };
+            as_type(v, dt)
+        });
+        let stat_shape = dims(&red.out_shape());
+        let (mean, mean_node) = grid("mean", stash, stat_shape.clone(), |i| {
+            as_type(m.mean(i), stash)
+        });
+        let (inv, inv_node) = grid("inv_std_dev", stash, stat_shape, |i| {
+            as_type(inv_std(i), stash)
+        });
+        nodes.extend([
+            (y.clone(), y_node),
+            (mean.clone(), mean_node),
+            (inv.clone(), inv_node),
+        ]);
+        finish(vars, nodes, vec![y, mean, inv]).map(Some)
+    }
 }
 
 impl Operator for InstanceNorm {
@@ -391,6 +630,33 @@ impl Operator for InstanceNorm {
             })
             .collect();
         Ok(vec![tensor_of(x.dtype(), x.shape().to_vec(), y)?])
+    }
+
+    /// Mean and two-pass variance over the spatial axes per (batch, channel), then a grid.
+    /// Math in f32 (f64 for f64 inputs).
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        check_dtype(0, x.dtype, float)?;
+        let c = channel_count(x.shape, "InstanceNormalization")?;
+        let (scale, bias) = (
+            channel_param(inputs, 1, c, "InstanceNormalization")?,
+            channel_param(inputs, 2, c, "InstanceNormalization")?,
+        );
+        let dt = x.dtype.to_ir();
+        let t = math_dtype(dt);
+        let vars = placeholders(inputs);
+        let read = |i: &[Expr]| as_type(vars[0].at(i.to_vec()), t);
+        let red = AxisReduction::trailing(x.shape, 2, false);
+        let (m, mut nodes) = Moments::new(&red, t, read);
+        let p = |k: usize, shape: &[usize], ch: &Expr| as_type(vars[k].at(unravel(ch, shape)), t);
+        let (y, y_node) = grid("y", dt, dims(x.shape), |i| {
+            let row = red.row_index(i);
+            let norm =
+                (read(i) - m.mean(&row)) / (m.var(&row) + Expr::float_of(self.epsilon, t)).sqrt();
+            as_type(p(1, scale, &i[1]) * norm + p(2, bias, &i[1]), dt)
+        });
+        nodes.push((y.clone(), y_node));
+        finish(vars, nodes, vec![y]).map(Some)
     }
 }
 
@@ -433,6 +699,80 @@ impl Operator for GroupNorm {
             .collect();
         Ok(vec![tensor_of(x.dtype(), x.shape().to_vec(), y)?])
     }
+
+    /// Statistics per (batch, channel) over the channel's whole group (each channel of a
+    /// group folds the same elements: `C / num_groups` times the work of per-group
+    /// statistics, in exchange for the "reduce, then a grid reading its row" form the CPU
+    /// scheduler runs as one kernel), then a grid. Math in f32 (f64 for f64 inputs).
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        check_dtype(0, x.dtype, float)?;
+        let c = channel_count(x.shape, "GroupNormalization")?;
+        let groups = usize::try_from(self.num_groups)
+            .ok()
+            .filter(|&g| g > 0 && c % g == 0)
+            .ok_or_else(|| {
+                OpError::Invalid(format!(
+                    "num_groups {} does not divide {c} channels",
+                    self.num_groups
+                ))
+            })?;
+        let per_group = c / groups;
+        let n_params = if self.per_channel { c } else { groups };
+        let (scale, bias) = (
+            channel_param(inputs, 1, n_params, "GroupNormalization")?,
+            channel_param(inputs, 2, n_params, "GroupNormalization")?,
+        );
+        let dt = x.dtype.to_ir();
+        let t = math_dtype(dt);
+        let vars = placeholders(inputs);
+        let rows = dims(&x.shape[..2]);
+        let mut folded = vec![per_group as i64];
+        folded.extend(dims(&x.shape[2..]));
+        let cpg = Expr::int(per_group.max(1) as i64);
+        // The element at position `r` of the group of channel row[1].
+        let member = |row: &[Expr], r: &[Expr]| -> Expr {
+            let mut index = vec![
+                row[0].clone(),
+                &row[1] / cpg.clone() * cpg.clone() + r[0].clone(),
+            ];
+            index.extend(r[1..].iter().cloned());
+            as_type(vars[0].at(index), t)
+        };
+        let count = Expr::float_of(folded.iter().product::<i64>() as f64, t);
+        let (sum, sum_node) = reduce(
+            "sum",
+            t,
+            rows.clone(),
+            folded.clone(),
+            ReduceKind::Sum,
+            |i, r| member(i, r),
+        );
+        let mean = |row: &[Expr]| sum.at(row.to_vec()) / count.clone();
+        let (sq, sq_node) = reduce("sq", t, rows, folded, ReduceKind::Sum, |i, r| {
+            let d = member(i, r) - mean(i);
+            d.clone() * d
+        });
+        let (y, y_node) = grid("y", dt, dims(x.shape), |i| {
+            let row = &i[..2];
+            let var = sq.at(row.to_vec()) / count.clone();
+            let norm = (as_type(vars[0].at(i.to_vec()), t) - mean(row))
+                / (var + Expr::float_of(self.epsilon, t)).sqrt();
+            let p = if self.per_channel {
+                i[1].clone()
+            } else {
+                &i[1] / cpg.clone()
+            };
+            let param = |k: usize, shape: &[usize]| as_type(vars[k].at(unravel(&p, shape)), t);
+            as_type(param(1, scale) * norm + param(2, bias), dt)
+        });
+        finish(
+            vars,
+            vec![(sum, sum_node), (sq, sq_node), (y.clone(), y_node)],
+            vec![y],
+        )
+        .map(Some)
+    }
 }
 
 impl Operator for MeanVarianceNorm {
@@ -456,6 +796,27 @@ impl Operator for MeanVarianceNorm {
             .map(|(&v, &g)| (v - mean[g]) / (var[g].sqrt() + 1e-9))
             .collect();
         Ok(vec![tensor_of(x.dtype(), x.shape().to_vec(), y)?])
+    }
+
+    /// Mean and two-pass variance over `axes`, then a grid. Math in f32 (f64 for f64
+    /// inputs).
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        check_dtype(0, x.dtype, float)?;
+        let mask = axes_mask(&self.axes, x.shape.len())?;
+        let dt = x.dtype.to_ir();
+        let t = math_dtype(dt);
+        let vars = placeholders(inputs);
+        let read = |i: &[Expr]| as_type(vars[0].at(i.to_vec()), t);
+        let red = AxisReduction::new(x.shape, &mask, false);
+        let (m, mut nodes) = Moments::new(&red, t, read);
+        let (y, y_node) = grid("y", dt, dims(x.shape), |i| {
+            let row = red.row_index(i);
+            let v = (read(i) - m.mean(&row)) / (m.var(&row).sqrt() + Expr::float_of(1e-9, t));
+            as_type(v, dt)
+        });
+        nodes.push((y.clone(), y_node));
+        finish(vars, nodes, vec![y]).map(Some)
     }
 }
 
@@ -481,6 +842,41 @@ impl Operator for Lrn {
             }
         }
         Ok(vec![tensor_of(x.dtype(), x.shape().to_vec(), y)?])
+    }
+
+    /// The windowed sum of squares across channels as a reduction over the window (channels
+    /// outside the tensor contribute 0) per element, then a grid. Math in f32 (f64 for f64
+    /// inputs).
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        check_dtype(0, x.dtype, float)?;
+        let c = channel_count(x.shape, "LRN")?;
+        let dt = x.dtype.to_ir();
+        let t = math_dtype(dt);
+        let vars = placeholders(inputs);
+        let before = ((self.size - 1) / 2) as i64;
+        let (sq, sq_node) = reduce(
+            "sq",
+            t,
+            dims(x.shape),
+            [self.size as i64],
+            ReduceKind::Sum,
+            |i, r| {
+                let ch = &i[1] - Expr::int(before) + r[0].clone();
+                let inside = ch.ge(Expr::int(0)).and(ch.lt(Expr::int(c as i64)));
+                let mut index = i.to_vec();
+                index[1] = clamp(ch, Expr::int(0), Expr::int(c.saturating_sub(1) as i64));
+                let v = as_type(vars[0].at(index), t);
+                Expr::select(inside, v.clone() * v, Expr::float_of(0.0, t))
+            },
+        );
+        let (y, y_node) = grid("y", dt, dims(x.shape), |i| {
+            let base = Expr::float_of(self.bias, t)
+                + Expr::float_of(self.alpha / self.size as f64, t) * sq.at(i.to_vec());
+            let denom = math2(MathFunc::Pow, base, Expr::float_of(self.beta, t));
+            as_type(as_type(vars[0].at(i.to_vec()), t) / denom, dt)
+        });
+        finish(vars, vec![(sq, sq_node), (y.clone(), y_node)], vec![y]).map(Some)
     }
 }
 

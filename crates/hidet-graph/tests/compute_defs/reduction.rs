@@ -37,6 +37,12 @@ pub(super) const REDUCTION_OPS: &[&str] = &[
     "Softmax",
     "LogSoftmax",
     "Hardmax",
+    "BatchNormalization",
+    "LayerNormalization",
+    "InstanceNormalization",
+    "GroupNormalization",
+    "MeanVarianceNormalization",
+    "LRN",
 ];
 
 const FLOAT_REDUCTIONS: &[&str] = &[
@@ -163,7 +169,157 @@ pub(super) fn reduction_cases() -> Vec<Case> {
         );
     }
     softmax_cases(&mut c);
+    normalization_cases(&mut c);
     c
+}
+
+fn positive(dt: DType, shape: &[usize]) -> In {
+    range(dt, shape, 0.2, 2.0)
+}
+
+fn float_attr(v: f32) -> Attribute {
+    Attribute::Float(v)
+}
+
+fn normalization_cases(c: &mut Vec<Case>) {
+    // BatchNormalization: inference (every opset form), training statistics, spatial = 0.
+    let bn = |x: &[usize], ch: &[usize], dt: DType| {
+        vec![f(dt, x), f(dt, ch), f(dt, ch), f(dt, ch), positive(dt, ch)]
+    };
+    c.push(acc("BatchNormalization", bn(&[2, 3, 5, 7], &[3], F32)));
+    c.push(acc("BatchNormalization", bn(&[3, 5], &[5], F32)).attr("epsilon", float_attr(0.3)));
+    c.push(acc("BatchNormalization", bn(&[2, 3, 4], &[3], F32)).opset(9));
+    c.push(acc("BatchNormalization", bn(&[2, 4, 3], &[4], F16)).opset(15));
+    c.push(acc("BatchNormalization", bn(&[1, 3, 2, 2], &[3], F64)));
+    c.push(
+        acc("BatchNormalization", bn(&[4, 3, 5], &[3], F32))
+            .attr("training_mode", int_attr(1))
+            .attr("momentum", float_attr(0.8))
+            .outputs(3),
+    );
+    c.push(
+        acc("BatchNormalization", bn(&[3, 2, 3], &[2], F32))
+            .opset(9)
+            .outputs(5),
+    );
+    c.push(
+        acc("BatchNormalization", bn(&[2, 3, 5], &[3, 5], F32))
+            .opset(7)
+            .attr("spatial", int_attr(0)),
+    );
+    c.push(
+        acc("BatchNormalization", bn(&[3, 2, 4], &[2, 4], F32))
+            .opset(7)
+            .attr("spatial", int_attr(0))
+            .outputs(5),
+    );
+    // LayerNormalization: every axis, broadcast scale/bias, no bias, stash types.
+    for axis in [-1, 1, 0, 2] {
+        c.push(
+            acc(
+                "LayerNormalization",
+                vec![f(F32, &[3, 5, 7]), f(F32, &[5, 7][..]), f(F32, &[7])],
+            )
+            .attr("axis", int_attr(axis))
+            .outputs(3),
+        );
+    }
+    c.push(acc(
+        "LayerNormalization",
+        vec![f(F32, &[4, 9]), f(F32, &[9])],
+    ));
+    c.push(
+        acc(
+            "LayerNormalization",
+            vec![f(F32, &[2, 3, 6]), f(F32, &[1, 6]), f(F32, &[6])],
+        )
+        .attr("epsilon", float_attr(0.1)),
+    );
+    c.push(
+        acc(
+            "LayerNormalization",
+            vec![f(F16, &[3, 11]), f(F16, &[11]), f(F16, &[11])],
+        )
+        .outputs(3),
+    );
+    c.push(
+        acc(
+            "LayerNormalization",
+            vec![f(BF16, &[2, 5]), f(BF16, &[5]), f(BF16, &[5])],
+        )
+        .attr("stash_type", int_attr(16)),
+    );
+    c.push(
+        acc(
+            "LayerNormalization",
+            vec![f(F64, &[3, 4]), f(F64, &[4]), f(F64, &[4])],
+        )
+        .attr("stash_type", int_attr(11))
+        .outputs(3),
+    );
+    // InstanceNormalization, GroupNormalization (per group before 21, per channel after).
+    c.push(acc(
+        "InstanceNormalization",
+        vec![f(F32, &[2, 3, 5, 7]), f(F32, &[3]), f(F32, &[3])],
+    ));
+    c.push(acc(
+        "InstanceNormalization",
+        vec![f(F32, &[3, 4]), f(F32, &[4]), f(F32, &[4])],
+    ));
+    c.push(
+        acc(
+            "InstanceNormalization",
+            vec![f(F16, &[1, 2, 9]), f(F16, &[2]), f(F16, &[2])],
+        )
+        .attr("epsilon", float_attr(0.01)),
+    );
+    c.push(
+        acc(
+            "GroupNormalization",
+            vec![f(F32, &[2, 6, 5]), f(F32, &[6]), f(F32, &[6])],
+        )
+        .attr("num_groups", int_attr(3)),
+    );
+    c.push(
+        acc(
+            "GroupNormalization",
+            vec![f(F32, &[3, 4, 3, 5]), f(F32, &[2]), f(F32, &[2])],
+        )
+        .opset(18)
+        .attr("num_groups", int_attr(2)),
+    );
+    c.push(
+        acc(
+            "GroupNormalization",
+            vec![f(F32, &[2, 5, 7]), f(F32, &[5]), f(F32, &[5])],
+        )
+        .attr("num_groups", int_attr(5))
+        .attr("epsilon", float_attr(0.2)),
+    );
+    c.push(
+        acc(
+            "GroupNormalization",
+            vec![f(F64, &[1, 4, 6]), f(F64, &[4]), f(F64, &[4])],
+        )
+        .attr("num_groups", int_attr(1)),
+    );
+    // MeanVarianceNormalization and LRN.
+    c.push(acc(
+        "MeanVarianceNormalization",
+        vec![f(F32, &[2, 3, 4, 5])],
+    ));
+    c.push(acc("MeanVarianceNormalization", vec![f(F32, &[3, 5, 7])]).attr("axes", ints(&[-1])));
+    c.push(acc("MeanVarianceNormalization", vec![f(F16, &[4, 6])]).attr("axes", ints(&[0, 1])));
+    for size in [1, 2, 3, 5] {
+        c.push(
+            acc("LRN", vec![f(F32, &[2, 7, 3, 2])])
+                .attr("size", int_attr(size))
+                .attr("alpha", float_attr(0.3))
+                .attr("beta", float_attr(0.6))
+                .attr("bias", float_attr(1.5)),
+        );
+    }
+    c.push(acc("LRN", vec![f(F64, &[1, 4, 5])]).attr("size", int_attr(3)));
 }
 
 fn softmax_cases(c: &mut Vec<Case>) {
