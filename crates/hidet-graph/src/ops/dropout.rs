@@ -5,11 +5,13 @@
 //! whose generator ONNX leaves to the implementation; it is reported as unsupported.
 
 use crate::dtype::DType;
-use crate::operator::{arg, infer_arg, opt_arg, InferInput, OpError, Operator};
+use crate::operator::{arg, infer_arg, opt_arg, ComputeInput, InferInput, OpError, Operator};
 use crate::ops::common::{check_dtype, float};
+use crate::ops::compute_util::{dims, finish, input, konst, opt_input, placeholders};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
+use hidet_ir::compute::{grid, ComputeDef};
 
 /// Dropout; `mask_as_input_dtype` for opsets before 10.
 #[derive(Debug)]
@@ -65,6 +67,43 @@ impl Dropout {
             DType::Bool
         }
     }
+
+    /// Checks the `ratio` and `training_mode` inputs (opset >= 12): a ratio in `[0, 1)`, a
+    /// bool mode; training with a non-zero ratio (random masks) is unsupported.
+    fn check_control(
+        &self,
+        ratio: Option<&Tensor>,
+        training: Option<&Tensor>,
+    ) -> Result<(), OpError> {
+        if !self.inputs_control {
+            return Ok(());
+        }
+        let ratio = ratio
+            .map(|t| scalar_value(t, "ratio"))
+            .transpose()?
+            .unwrap_or(0.5);
+        if !(0.0..1.0).contains(&ratio) {
+            return Err(OpError::Invalid(format!(
+                "Dropout ratio must be in [0, 1), got {ratio}"
+            )));
+        }
+        let training = match training {
+            None => false,
+            Some(t) if t.dtype() == DType::Bool => scalar_value(t, "training_mode")? != 0.0,
+            Some(t) => {
+                return Err(OpError::DType {
+                    index: 2,
+                    dtype: t.dtype(),
+                })
+            }
+        };
+        if training && ratio != 0.0 {
+            return Err(OpError::Unsupported(
+                "Dropout in training mode with a non-zero ratio (random masks)".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Operator for Dropout {
@@ -81,32 +120,7 @@ impl Operator for Dropout {
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         let x = arg(inputs, 0)?;
         check_dtype(0, x.dtype(), float)?;
-        if self.inputs_control {
-            let ratio = opt_arg(inputs, 1)
-                .map(|t| scalar_value(t, "ratio"))
-                .transpose()?
-                .unwrap_or(0.5);
-            if !(0.0..1.0).contains(&ratio) {
-                return Err(OpError::Invalid(format!(
-                    "Dropout ratio must be in [0, 1), got {ratio}"
-                )));
-            }
-            let training = match opt_arg(inputs, 2) {
-                None => false,
-                Some(t) if t.dtype() == DType::Bool => scalar_value(t, "training_mode")? != 0.0,
-                Some(t) => {
-                    return Err(OpError::DType {
-                        index: 2,
-                        dtype: t.dtype(),
-                    })
-                }
-            };
-            if training && ratio != 0.0 {
-                return Err(OpError::Unsupported(
-                    "Dropout in training mode with a non-zero ratio (random masks)".into(),
-                ));
-            }
-        }
+        self.check_control(opt_arg(inputs, 1), opt_arg(inputs, 2))?;
         let ones = Tensor::new(x.shape().to_vec(), vec![true; x.numel()])?;
         let mask = if self.mask_as_input_dtype {
             ones.cast(x.dtype())
@@ -114,6 +128,32 @@ impl Operator for Dropout {
             ones
         };
         Ok(vec![x.clone(), mask])
+    }
+
+    /// A copy grid for the output and a constant grid of ones for the mask. `Ok(None)` when
+    /// `ratio` or `training_mode` is given but not known when compiling.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        check_dtype(0, x.dtype, float)?;
+        let (ratio, training) = (opt_input(inputs, 1), opt_input(inputs, 2));
+        if self.inputs_control {
+            let known = |i: Option<ComputeInput<'_>>| i.is_none_or(|i| i.value.is_some());
+            if !known(ratio) || !known(training) {
+                return Ok(None);
+            }
+            self.check_control(ratio.and_then(|r| r.value), training.and_then(|t| t.value))?;
+        }
+        let vars = placeholders(inputs);
+        let dt = x.dtype.to_ir();
+        let (y, y_node) = grid("y", dt, dims(x.shape), |i| vars[0].at(i.to_vec()));
+        let mask_dt = self.mask_dtype(x.dtype).to_ir();
+        let (mask, mask_node) = grid("mask", mask_dt, dims(x.shape), |_| konst(1.0, mask_dt));
+        finish(
+            vars,
+            vec![(y.clone(), y_node), (mask.clone(), mask_node)],
+            vec![y, mask],
+        )
+        .map(Some)
     }
 }
 

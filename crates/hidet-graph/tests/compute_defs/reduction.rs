@@ -43,6 +43,12 @@ pub(super) const REDUCTION_OPS: &[&str] = &[
     "GroupNormalization",
     "MeanVarianceNormalization",
     "LRN",
+    "Dropout",
+    "ArgMax",
+    "ArgMin",
+    "CumSum",
+    "TopK",
+    "Einsum",
 ];
 
 const FLOAT_REDUCTIONS: &[&str] = &[
@@ -170,7 +176,45 @@ pub(super) fn reduction_cases() -> Vec<Case> {
     }
     softmax_cases(&mut c);
     normalization_cases(&mut c);
+    other_cases(&mut c);
     c
+}
+
+/// Dropout (inference), and the operators without a definition.
+fn other_cases(c: &mut Vec<Case>) {
+    c.push(case("Dropout", vec![f(F32, &[3, 5])]).opset(7).outputs(2));
+    c.push(case("Dropout", vec![f(F16, &[2, 3])]).opset(10).outputs(2));
+    c.push(case("Dropout", vec![f(F32, &[4, 7])]).opset(10));
+    c.push(
+        case(
+            "Dropout",
+            vec![f(BF16, &[3, 2]), scalar(0.3f32), scalar(false)],
+        )
+        .outputs(2),
+    );
+    c.push(case("Dropout", vec![f(F64, &[5]), scalar(0.0f32), scalar(true)]).outputs(2));
+    c.push(case("Dropout", vec![f(F32, &[2, 3]), In::Absent, In::Absent]).outputs(2));
+    let none = "no arg-reduce in the IR";
+    c.push(case("ArgMax", vec![f(F32, &[3, 5])]).none(none));
+    c.push(
+        case("ArgMin", vec![f(F32, &[3, 5])])
+            .attr("axis", int_attr(1))
+            .none(none),
+    );
+    c.push(
+        case("CumSum", vec![f(F32, &[4, 5]), i64s(&[], &[1])])
+            .none("a scan; as a reduction it would be quadratic"),
+    );
+    c.push(
+        case("TopK", vec![f(F32, &[3, 6]), i64s(&[1], &[2])])
+            .outputs(2)
+            .none("a selection, not a fold"),
+    );
+    c.push(
+        case("Einsum", vec![f(F32, &[3, 4]), f(F32, &[4, 5])])
+            .attr("equation", Attribute::String("ij,jk->ik".into()))
+            .none("not yet defined"),
+    );
 }
 
 fn positive(dt: DType, shape: &[usize]) -> In {
