@@ -9,12 +9,17 @@ use crate::kernels::conv::{conv_nd, ConvShape};
 use crate::kernels::quant::{per_channel, quantize_to, scalar_f64};
 use crate::kernels::window::WindowSpec;
 use crate::operator::{
-    arg, infer_arg, infer_opt, opt_arg, InferInput, OpContext, OpError, Operator,
+    arg, infer_arg, infer_opt, opt_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError,
+    Operator,
 };
 use crate::ops::common::check_dtype;
+use crate::ops::compute_util::{dims, finish, input, math_dtype, opt_input, placeholders};
+use crate::ops::window_compute::{fits_i32, guarded, window_read};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::{Element, Tensor};
+use hidet_ir::compute::{grid, reduce, ReduceKind};
+use hidet_ir::expr::Expr;
 
 /// Which convolution operator a [`Conv`] node is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +149,15 @@ impl Operator for Conv {
         }])
     }
 
+    /// Float convolutions only (see `Conv::float_compute`); the integer variants have no
+    /// definition.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        match self.kind {
+            Kind::Float => self.float_compute(inputs),
+            Kind::Integer | Kind::QLinear => Ok(None),
+        }
+    }
+
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         let (xs, ws) = self.xw_slots();
         let out_dtype = self.check_dtypes(&|i| opt_arg(inputs, i).map(|t| t.dtype()))?;
@@ -221,6 +235,112 @@ impl Operator for Conv {
                 Ok(vec![quantize_to(&acc, shape, yz, out_dtype)?])
             }
         }
+    }
+}
+
+impl Conv {
+    /// The definition of a float convolution: `acc[n, m, o…] = Σ_{c, k…} x[n, g·C/G + c,
+    /// o·s + k·d - pad] · w[m, c, k…]` over the channels of `m`'s group `g` and the kernel
+    /// window, with reads in the padding replaced by zero (a select on the index bounds);
+    /// accumulated in f32 for 16-bit floats; then `+ bias[m]` and the cast to the output type.
+    fn float_compute(
+        &self,
+        inputs: &[Option<ComputeInput<'_>>],
+    ) -> Result<Option<ComputeDef>, OpError> {
+        let dtype = self.check_dtypes(&|i| opt_input(inputs, i).map(|v| v.dtype))?;
+        let (x, w) = (input(inputs, 0)?, input(inputs, 1)?);
+        let (xsh, wsh) = (x.shape, w.shape);
+        if xsh.len() < 3 || wsh.len() != xsh.len() {
+            return Err(OpError::Shape(format!(
+                "convolution of shapes {xsh:?} and {wsh:?}"
+            )));
+        }
+        let (in_ch, out_ch, cg) = (xsh[1], wsh[0], wsh[1]);
+        if in_ch != cg * self.group || out_ch % self.group != 0 {
+            return Err(OpError::Shape(format!(
+                "X has {in_ch} channels, W {wsh:?} with group {}",
+                self.group
+            )));
+        }
+        let attrs = self.window.attrs(&wsh[2..])?;
+        if attrs.kernel != wsh[2..] {
+            return Err(OpError::Shape(format!(
+                "kernel_shape {:?} differs from W's {:?}",
+                attrs.kernel,
+                &wsh[2..]
+            )));
+        }
+        let geom = attrs.resolve(&xsh[2..])?;
+        let bias = opt_input(inputs, 2);
+        if let Some(b) = bias {
+            if b.shape != [out_ch] {
+                return Err(OpError::Shape(format!(
+                    "bias has shape {:?}, expected [{out_ch}]",
+                    b.shape
+                )));
+            }
+        }
+        let mut shape = vec![xsh[0], out_ch];
+        shape.extend(&geom.output);
+        if !fits_i32(&[xsh, wsh, &shape]) {
+            return Ok(None);
+        }
+        let t = dtype.to_ir();
+        let acc = math_dtype(t);
+        let vars = placeholders(inputs);
+        let (vx, vw) = (vars[0].clone(), vars[1].clone());
+        let per_group = out_ch / self.group;
+        let mut reduce_shape = vec![cg];
+        reduce_shape.extend(&geom.kernel);
+        let group = self.group;
+        let (sum, sum_node) = reduce(
+            "acc",
+            acc,
+            dims(&shape),
+            dims(&reduce_shape),
+            ReduceKind::Sum,
+            |i, r| {
+                let read = window_read(&geom, &i[2..], &r[1..]);
+                let channel = if group == 1 {
+                    r[0].clone()
+                } else {
+                    i[1].clone() / Expr::int(per_group as i64) * Expr::int(cg as i64) + r[0].clone()
+                };
+                let mut xi = vec![i[0].clone(), channel];
+                xi.extend(read.index);
+                let mut wi = vec![i[1].clone()];
+                wi.extend(r.iter().cloned());
+                let (xv, wv) = (vx.at(xi), vw.at(wi));
+                let product = if acc == t {
+                    xv * wv
+                } else {
+                    xv.cast(acc) * wv.cast(acc)
+                };
+                guarded(&read.inside, product, Expr::zero(acc))
+            },
+        );
+        if bias.is_none() && acc == t {
+            return finish(vars, vec![(sum.clone(), sum_node)], vec![sum]).map(Some);
+        }
+        let vb = vars[2].clone();
+        let (out, out_node) = grid("out", t, dims(&shape), |i| {
+            let mut v = sum.at(i.to_vec());
+            if bias.is_some() {
+                let b = vb.at([i[1].clone()]);
+                v = v + if acc == t { b } else { b.cast(acc) };
+            }
+            if acc == t {
+                v
+            } else {
+                v.cast(t)
+            }
+        });
+        finish(
+            vars,
+            vec![(sum, sum_node), (out.clone(), out_node)],
+            vec![out],
+        )
+        .map(Some)
     }
 }
 

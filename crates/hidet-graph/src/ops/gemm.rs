@@ -8,13 +8,18 @@ use crate::dtype::DType;
 use crate::kernels::broadcast::{broadcast_offsets, broadcast_shapes};
 use crate::kernels::conv::gemm_rows;
 use crate::operator::{
-    arg, infer_arg, infer_opt, opt_arg, InferInput, OpContext, OpError, Operator,
+    arg, infer_arg, infer_opt, opt_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError,
+    Operator,
 };
 use crate::ops::common::check_dtype;
+use crate::ops::compute_util::{
+    broadcast_read, dims, finish, input, konst, math_dtype, opt_input, placeholders,
+};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{broadcast_dims, Dim, TensorType};
 use crate::tensor::{Element, Tensor};
 use crate::{dispatch_float, dispatch_int};
+use hidet_ir::compute::{grid, reduce, ReduceKind};
 
 #[derive(Debug)]
 struct Gemm {
@@ -207,6 +212,109 @@ impl Operator for Gemm {
                     else return Err(OpError::DType { index: 0, dtype })))
         };
         Ok(vec![out])
+    }
+    /// Float Gemm: `acc[i, j] = Σ_r A'[i, r] · B'[r, j]` (transposes as index swaps;
+    /// accumulated in f32 for 16-bit floats), then `alpha · acc + beta · C[broadcast]` and the
+    /// cast; `alpha`/`beta` of 1 and `beta = 0` (or no C) add no operation. Integer Gemm has
+    /// no definition (its wrapping i128 accumulation has no IR form).
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let dt = |i| opt_input(inputs, i).map(|v: ComputeInput<'_>| v.dtype);
+        let dtype = self.check([dt(0), dt(1), dt(2)])?;
+        if !dtype.is_float() {
+            return Ok(None);
+        }
+        let (a, b) = (input(inputs, 0)?, input(inputs, 1)?);
+        let (sa, sb) = (a.shape, b.shape);
+        if sa.len() != 2 || sb.len() != 2 {
+            return Err(OpError::Shape(format!(
+                "Gemm needs 2-D A and B, got {sa:?} and {sb:?}"
+            )));
+        }
+        let (m, k) = if self.trans_a {
+            (sa[1], sa[0])
+        } else {
+            (sa[0], sa[1])
+        };
+        let (k2, n) = if self.trans_b {
+            (sb[1], sb[0])
+        } else {
+            (sb[0], sb[1])
+        };
+        if k != k2 {
+            return Err(OpError::Shape(format!(
+                "Gemm inner dimensions {k} and {k2} differ"
+            )));
+        }
+        let c = opt_input(inputs, 2).filter(|_| self.beta != 0.0);
+        if let Some(c) = opt_input(inputs, 2) {
+            if broadcast_shapes(&[c.shape, &[m, n]])? != [m, n] {
+                return Err(OpError::Shape(format!(
+                    "C {:?} does not broadcast to [{m}, {n}]",
+                    c.shape
+                )));
+            }
+        }
+        let t = dtype.to_ir();
+        let acc = math_dtype(t);
+        let vars = placeholders(inputs);
+        let (va, vb) = (vars[0].clone(), vars[1].clone());
+        let (ta, tb) = (self.trans_a, self.trans_b);
+        let (sum, sum_node) = reduce(
+            "acc",
+            acc,
+            dims(&[m, n]),
+            [k as i64],
+            ReduceKind::Sum,
+            |i, r| {
+                let ia = if ta {
+                    [r[0].clone(), i[0].clone()]
+                } else {
+                    [i[0].clone(), r[0].clone()]
+                };
+                let ib = if tb {
+                    [i[1].clone(), r[0].clone()]
+                } else {
+                    [r[0].clone(), i[1].clone()]
+                };
+                let (x, y) = (va.at(ia), vb.at(ib));
+                if acc == t {
+                    x * y
+                } else {
+                    x.cast(acc) * y.cast(acc)
+                }
+            },
+        );
+        if c.is_none() && self.alpha == 1.0 && acc == t {
+            return finish(vars, vec![(sum.clone(), sum_node)], vec![sum]).map(Some);
+        }
+        let (alpha, beta) = (self.alpha, self.beta);
+        let vc = vars[2].clone();
+        let (out, out_node) = grid("out", t, dims(&[m, n]), |i| {
+            let mut v = sum.at(i.to_vec());
+            if alpha != 1.0 {
+                v = konst(alpha, acc) * v;
+            }
+            if let Some(c) = c {
+                let cv = broadcast_read(&vc, c.shape, i);
+                let cv = if acc == t { cv } else { cv.cast(acc) };
+                v = v + if beta == 1.0 {
+                    cv
+                } else {
+                    konst(beta, acc) * cv
+                };
+            }
+            if acc == t {
+                v
+            } else {
+                v.cast(t)
+            }
+        });
+        finish(
+            vars,
+            vec![(sum, sum_node), (out.clone(), out_node)],
+            vec![out],
+        )
+        .map(Some)
     }
 }
 

@@ -9,6 +9,7 @@ use crate::registry::Registry;
 
 pub mod common;
 pub mod compute_util;
+pub mod window_compute;
 
 macro_rules! families {
     ($($family:ident),* $(,)?) => {

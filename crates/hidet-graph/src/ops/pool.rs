@@ -3,12 +3,22 @@
 use crate::dtype::DType;
 use crate::kernels::pool::{pool_nd, PoolKind};
 use crate::kernels::window::{WindowAttrs, WindowSpec};
-use crate::operator::{arg, infer_arg, InferInput, OpContext, OpError, Operator};
+use crate::operator::{
+    arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
+};
 use crate::ops::common::check_dtype;
+use crate::ops::compute_util::{
+    dims, finish, input, konst, math1, math_dtype, placeholders, AxisReduction,
+};
+use crate::ops::window_compute::{fits_i32, guarded, reads_padding, window_read};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::{Element, Tensor};
 use crate::{dispatch_float, dispatch_int};
+use hidet_ir::compute::{grid, reduce, ReduceKind};
+use hidet_ir::dtype::DataType;
+use hidet_ir::expr::{Expr, Var};
+use hidet_ir::intrinsic::MathFunc;
 
 /// Which reduction a pooling node applies (the window's parameters are separate).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -25,6 +35,8 @@ struct Pool {
     window: WindowAttrs,
     /// MaxPool `storage_order`: indices are column-major over spatial dimensions.
     column_major: bool,
+    /// The node declares the MaxPool `Indices` output.
+    indices: bool,
 }
 
 /// A global pooling node (the window is the whole spatial extent).
@@ -61,6 +73,7 @@ fn windowed(c: &OpContext<'_>, reduce: Reduce) -> Result<Box<dyn Operator>, OpEr
         reduce,
         window,
         column_major: bool_attr(c, "storage_order")?,
+        indices: reduce == Reduce::Max && c.num_outputs >= 2,
     }))
 }
 
@@ -185,6 +198,136 @@ impl Operator for Pool {
         }
         Ok(out)
     }
+    /// Max, average and Lp pooling as a reduction over the kernel window, padding excluded
+    /// by a select on the index bounds (see [`pool_def`]); `Ok(None)` when the node declares
+    /// MaxPool's `Indices` output (an argmax has no definition here), and the definition then
+    /// covers only `Y`.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        if self.indices {
+            return Ok(None);
+        }
+        let x = input(inputs, 0)?;
+        check_dtype(0, x.dtype, accepts(self.reduce))?;
+        if x.shape.len() != self.window.rank() + 2 {
+            return Err(OpError::Shape(format!(
+                "input shape {:?} does not match kernel_shape rank {}",
+                x.shape,
+                self.window.rank()
+            )));
+        }
+        let geom = self.window.resolve(&x.shape[2..])?;
+        pool_def(self.reduce, &geom, inputs, x.dtype.to_ir(), x.shape)
+    }
+}
+
+/// The type a pooling of `dtype` folds in: f32 for 16-bit floats, else `dtype`.
+fn fold_dtype(dtype: DataType) -> DataType {
+    if dtype.is_float() {
+        math_dtype(dtype)
+    } else {
+        dtype
+    }
+}
+
+/// `|x|^p` for the Lp reductions.
+fn abs_pow(x: Expr, p: f64, dtype: DataType) -> Expr {
+    let a = math1(MathFunc::Abs, x);
+    match p {
+        1.0 => a,
+        2.0 => a.clone() * a,
+        _ => Expr::math(MathFunc::Pow, vec![a, konst(p, dtype)]),
+    }
+}
+
+/// `s^(1/p)` for the Lp reductions.
+fn root(s: Expr, p: f64, dtype: DataType) -> Expr {
+    match p {
+        1.0 => s,
+        2.0 => math1(MathFunc::Sqrt, s),
+        _ => Expr::math(MathFunc::Pow, vec![s, konst(1.0 / p, dtype)]),
+    }
+}
+
+/// The definition of a windowed pooling of `x` (`inputs[0]`, of `dtype` and shape `xs`) with
+/// geometry `g`: a reduce over the kernel positions of every output element (Max with the
+/// padding read as the identity; Sum for Average and Lp, padding read as 0), then a grid that
+/// divides by the window's element count (all kernel positions with `count_include_pad`, the
+/// positions inside the input otherwise: a second Sum reduce), takes the Lp root and casts.
+fn pool_def(
+    reduce_kind: Reduce,
+    g: &crate::kernels::window::Geometry,
+    inputs: &[Option<ComputeInput<'_>>],
+    dtype: DataType,
+    xs: &[usize],
+) -> Result<Option<ComputeDef>, OpError> {
+    let mut shape = xs[..2].to_vec();
+    shape.extend(&g.output);
+    if !fits_i32(&[xs, &shape]) {
+        return Ok(None);
+    }
+    let acc = fold_dtype(dtype);
+    let vars = placeholders(inputs);
+    let vx = vars[0].clone();
+    let read_x = |i: &[Expr], r: &[Expr]| {
+        let read = window_read(g, &i[2..], r);
+        let mut idx = i[..2].to_vec();
+        idx.extend(read.index);
+        let v = vx.at(idx);
+        let v = if acc == dtype { v } else { v.cast(acc) };
+        (v, read.inside)
+    };
+    let kind = match reduce_kind {
+        Reduce::Max => ReduceKind::Max,
+        _ => ReduceKind::Sum,
+    };
+    let (sum, sum_node) = reduce("acc", acc, dims(&shape), dims(&g.kernel), kind, |i, r| {
+        let (v, inside) = read_x(i, r);
+        match reduce_kind {
+            Reduce::Max => guarded(&inside, v, ReduceKind::Max.identity(acc)),
+            Reduce::Average { .. } => guarded(&inside, v, Expr::zero(acc)),
+            Reduce::Lp { p } => guarded(&inside, abs_pow(v, p, acc), Expr::zero(acc)),
+        }
+    });
+    let mut nodes = vec![(sum.clone(), sum_node)];
+    let count: Option<Var> = match reduce_kind {
+        Reduce::Average {
+            count_include_pad: false,
+        } if reads_padding(g) => {
+            let (count, count_node) = reduce(
+                "count",
+                acc,
+                dims(&shape),
+                dims(&g.kernel),
+                ReduceKind::Sum,
+                |i, r| {
+                    let inside = window_read(g, &i[2..], r).inside;
+                    guarded(&inside, konst(1.0, acc), Expr::zero(acc))
+                },
+            );
+            nodes.push((count.clone(), count_node));
+            Some(count)
+        }
+        _ => None,
+    };
+    let nk = g.kernel_size() as f64;
+    let (out, out_node) = grid("out", dtype, dims(&shape), |i| {
+        let s = sum.at(i.to_vec());
+        let v = match reduce_kind {
+            Reduce::Max => s,
+            Reduce::Average { .. } => match &count {
+                Some(c) => s / c.at(i.to_vec()),
+                None => s / konst(nk, acc),
+            },
+            Reduce::Lp { p } => root(s, p, acc),
+        };
+        if acc == dtype {
+            v
+        } else {
+            v.cast(dtype)
+        }
+    });
+    nodes.push((out.clone(), out_node));
+    finish(vars, nodes, vec![out]).map(Some)
 }
 
 /// Converts a row-major offset within `dims` into the column-major offset of the same element.
@@ -263,6 +406,60 @@ impl Operator for GlobalPool {
             .map(|(i, &d)| if i < 2 { d } else { 1 })
             .collect();
         Ok(vec![to_tensor(x.dtype(), shape, &values)?])
+    }
+    /// A reduce over the spatial axes of each `[n, c]` plane (kept as size 1), then the
+    /// mean's division, the Lp root and the cast (see [`pool_def`]); no definition for empty
+    /// planes (whose result `eval` defines as NaN).
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        check_dtype(0, x.dtype, accepts(self.reduce))?;
+        let xs = x.shape;
+        if xs.len() < 2 {
+            return Err(OpError::Shape(format!(
+                "global pooling needs rank >= 2, got {xs:?}"
+            )));
+        }
+        let plane: usize = xs[2..].iter().product();
+        if plane == 0 || !fits_i32(&[xs]) {
+            return Ok(None);
+        }
+        let dtype = x.dtype.to_ir();
+        let acc = fold_dtype(dtype);
+        let vars = placeholders(inputs);
+        let vx = vars[0].clone();
+        let rows = AxisReduction::trailing(xs, 2, true);
+        let kind = match self.reduce {
+            Reduce::Max => ReduceKind::Max,
+            _ => ReduceKind::Sum,
+        };
+        let reduce_kind = self.reduce;
+        let (sum, sum_node) = rows.node("acc", acc, kind, |idx| {
+            let v = vx.at(idx.to_vec());
+            let v = if acc == dtype { v } else { v.cast(acc) };
+            match reduce_kind {
+                Reduce::Lp { p } => abs_pow(v, p, acc),
+                _ => v,
+            }
+        });
+        let (out, out_node) = grid("out", dtype, dims(&rows.out_shape()), |i| {
+            let s = sum.at(i.to_vec());
+            let v = match reduce_kind {
+                Reduce::Max => s,
+                Reduce::Average { .. } => s / konst(plane as f64, acc),
+                Reduce::Lp { p } => root(s, p, acc),
+            };
+            if acc == dtype {
+                v
+            } else {
+                v.cast(dtype)
+            }
+        });
+        finish(
+            vars,
+            vec![(sum, sum_node), (out.clone(), out_node)],
+            vec![out],
+        )
+        .map(Some)
     }
 }
 
