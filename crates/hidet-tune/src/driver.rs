@@ -171,7 +171,6 @@ impl<'a, B: TuneBackend> Tuner<'a, B> {
             distinct += 1;
             if let Some(r) = self.cached(task, &identity) {
                 cached += 1;
-                self.emit(TuneEvent::TaskFinished(&r.summary));
                 answered.insert(key, r.clone());
                 results[i] = Some(Ok(r));
                 continue;
@@ -237,7 +236,7 @@ impl<'a, B: TuneBackend> Tuner<'a, B> {
                 });
             }
         }
-        Ok(results
+        let results: Vec<Result<TaskResult<T::Schedule>, TuneError>> = results
             .into_iter()
             .enumerate()
             .map(|(i, r)| {
@@ -249,7 +248,11 @@ impl<'a, B: TuneBackend> Tuner<'a, B> {
                     })
                 })
             })
-            .collect())
+            .collect();
+        for r in results.iter().flatten() {
+            self.emit(TuneEvent::TaskFinished(&r.summary));
+        }
+        Ok(results)
     }
 
     fn jobs(&self) -> usize {
@@ -513,7 +516,6 @@ impl<'a, B: TuneBackend> Tuner<'a, B> {
             }
         }
         let summary = summarize(task, &record, ResultSource::Tuned);
-        self.emit(TuneEvent::TaskFinished(&summary));
         Ok(TaskResult {
             winner: record.candidates[winner].schedule.clone(),
             summary,

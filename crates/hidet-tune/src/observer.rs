@@ -76,7 +76,8 @@ pub enum TuneEvent<'a> {
         label: &'a str,
         outcome: &'a CandidateOutcome,
     },
-    /// A task is done.
+    /// A task's result, once per task given to the tuner (repeated tasks repeat it), when the
+    /// session ends.
     TaskFinished(&'a TaskSummary),
     /// Something the user should know that does not stop tuning (e.g. a corrupt record).
     Warning(&'a str),

@@ -1,5 +1,5 @@
 //! The `hidet` command-line tool: `hidet info`, `hidet ops`, `hidet run`, `hidet bench`,
-//! `hidet compile`, `hidet zoo`.
+//! `hidet compile`, `hidet zoo`, `hidet tune`.
 //! Every error is printed to stderr and exits with status 1; nothing panics on bad input.
 
 mod cli;
@@ -88,6 +88,31 @@ enum Command {
     },
     /// List the built-in models (use them as zoo:NAME).
     Zoo,
+    /// Compile a model, tuning every matmul task at --level (0: heuristic, 1: a few dozen
+    /// candidates, 2: the whole space); results go to the tuning cache for later commands.
+    Tune {
+        /// The .onnx file, or zoo:NAME for a built-in model (see `hidet zoo`).
+        model: String,
+        /// Tuning level: 0, 1 or 2.
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        level: u32,
+        /// Threads the kernels are scheduled and measured with (default: all cores).
+        #[arg(long, value_name = "N")]
+        threads: Option<usize>,
+        /// An input as NAME=FILE.npy (repeatable), fixing its shape.
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// At most N candidates per task (the most promising first). A result tuned with a
+        /// limit is cached for its level like a complete one; use --retune to redo it.
+        #[arg(long, value_name = "N")]
+        max_candidates: Option<usize>,
+        /// Measure again even where the tuning cache has a result.
+        #[arg(long)]
+        retune: bool,
+        /// Print one JSON object (per-task summaries) as the last stdout line.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -143,6 +168,23 @@ fn main() -> ExitCode {
             cli::bench::list_zoo();
             Ok(())
         }
+        Command::Tune {
+            model,
+            level,
+            threads,
+            inputs,
+            max_candidates,
+            retune,
+            json,
+        } => cli::tune::run(&cli::tune::TuneArgs {
+            model,
+            inputs,
+            level,
+            threads,
+            max_candidates,
+            retune,
+            json,
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

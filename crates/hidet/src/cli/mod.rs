@@ -8,6 +8,7 @@ pub mod ops;
 pub mod progress;
 pub mod run;
 pub mod source;
+pub mod tune;
 
 use std::path::PathBuf;
 

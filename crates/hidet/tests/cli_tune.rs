@@ -1,0 +1,107 @@
+//! Integration test of `hidet tune`: tuning a small zoo model stores a record per matmul
+//! task, a second session is answered by the cache, a later `hidet compile` builds exactly
+//! the tuned kernels (the kernel cache answers, the compiler does not run), and bad levels
+//! are refused.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn hidet(cache: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hidet"))
+        .args(args)
+        .env("HIDET_CACHE_DIR", cache)
+        .output()
+        .expect("the hidet binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn last_json(o: &Output) -> serde_json::Value {
+    let out = text(&o.stdout);
+    let line = out.lines().last().unwrap_or_default();
+    serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("last line is not JSON ({e}): {line}\nstdout:\n{out}"))
+}
+
+fn records(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let p = e.path();
+            if p.is_dir() {
+                records(&p)
+            } else {
+                usize::from(p.extension().is_some_and(|x| x == "json"))
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn tune_stores_results_that_later_sessions_and_compiles_reuse() {
+    let cache = tempfile::tempdir().expect("temp dir");
+    let args = [
+        "tune",
+        "zoo:tiny_mlp",
+        "--level",
+        "1",
+        "--threads",
+        "2",
+        "--max-candidates",
+        "3",
+    ];
+    let mut with_json = args.to_vec();
+    with_json.push("--json");
+    let first = hidet(cache.path(), &with_json);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let v = last_json(&first);
+    let tasks = v["tasks"].as_array().expect("tasks array");
+    assert!(!tasks.is_empty(), "{v}");
+    for t in tasks {
+        assert_eq!(t["source"], "tuned", "{t}");
+        assert_eq!(t["candidates"], 3, "{t}");
+        assert!(t["best"]["median"].as_f64().is_some_and(|m| m > 0.0), "{t}");
+        assert!(
+            t["task"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("matmul_f32 ")),
+            "{t}"
+        );
+    }
+    let distinct: std::collections::HashSet<&str> =
+        tasks.iter().filter_map(|t| t["task"].as_str()).collect();
+    assert_eq!(records(&cache.path().join("tuning")), distinct.len());
+
+    let second = hidet(cache.path(), &args);
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    let out = text(&second.stdout);
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("matmul_f32"))
+        .collect();
+    assert_eq!(rows.len(), distinct.len(), "{out}");
+    assert!(rows.iter().all(|r| r.contains(" cache ")), "{out}");
+    assert!(out.contains("total "), "{out}");
+
+    let compile = hidet(
+        cache.path(),
+        &["compile", "zoo:tiny_mlp", "--threads", "2", "--json"],
+    );
+    assert!(compile.status.success(), "{}", text(&compile.stderr));
+    let c = last_json(&compile);
+    assert_eq!(c["compiler_invocations"], 0, "{c}");
+}
+
+#[test]
+fn bad_level_is_an_error() {
+    let cache = tempfile::tempdir().expect("temp dir");
+    let o = hidet(cache.path(), &["tune", "zoo:tiny_mlp", "--level", "3"]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("tuning level 3 does not exist"), "{err}");
+}
