@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::graph::Graph;
+use crate::graph::{Graph, GraphBuilder};
 use crate::operator::OpError;
 use crate::tensor::Tensor;
 
@@ -21,6 +21,10 @@ pub enum Attribute {
     Strings(Vec<String>),
     Tensors(Vec<Tensor>),
     Graphs(Vec<Arc<Graph>>),
+    /// A subgraph as declared (ONNX `GRAPH` attributes: If branches, Loop/Scan bodies). It is
+    /// built per node by the owning operator, because its input types and the outer-scope
+    /// values it reads depend on that node (see [`crate::graph::SubgraphContext`]).
+    GraphDef(Arc<GraphBuilder>),
 }
 
 impl Attribute {
@@ -36,6 +40,7 @@ impl Attribute {
             Attribute::Strings(_) => "strings",
             Attribute::Tensors(_) => "tensors",
             Attribute::Graphs(_) => "graphs",
+            Attribute::GraphDef(_) => "graph",
         }
     }
 }
@@ -92,6 +97,13 @@ impl Attributes {
     getter!(ints, Ints, Vec<i64>, "ints");
     getter!(floats, Floats, Vec<f32>, "floats");
     getter!(strings, Strings, Vec<String>, "strings");
+    getter!(graph_def, GraphDef, Arc<GraphBuilder>, "graph");
+
+    /// Required subgraph definition.
+    pub fn req_graph_def(&self, name: &str) -> Result<&Arc<GraphBuilder>, OpError> {
+        self.graph_def(name)?
+            .ok_or_else(|| OpError::attr(name, "required attribute is missing"))
+    }
 
     /// Integer attribute with a default.
     pub fn int_or(&self, name: &str, default: i64) -> Result<i64, OpError> {

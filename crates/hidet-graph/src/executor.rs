@@ -36,6 +36,14 @@ pub enum ExecError {
         op_type: String,
         source: OpError,
     },
+    /// A subgraph was given another number of inputs or captures than it declares.
+    #[error("graph `{graph}` takes {expected} {what}, given {given}")]
+    Arity {
+        graph: String,
+        what: &'static str,
+        expected: usize,
+        given: usize,
+    },
     /// An operator's result contradicts its own shape inference (an operator bug).
     #[error("node `{node}` ({op_type}): output #{slot} is {given} but inference said {expected}")]
     InferenceMismatch {
@@ -99,15 +107,7 @@ pub fn run_reference(
     inputs: &[(String, Tensor)],
 ) -> Result<Vec<(String, Tensor)>, ExecError> {
     check_inputs(graph, inputs)?;
-    let nv = graph.values().len();
-    let mut slots: Vec<Option<Tensor>> = vec![None; nv];
-    let mut remaining: Vec<usize> = graph.values().iter().map(|v| v.users.len()).collect();
-    for &o in graph.outputs() {
-        remaining[o.0] += 1; // graph outputs are never freed
-    }
-    for (id, t) in graph.initializers() {
-        slots[id.0] = Some(t.clone());
-    }
+    let mut slots: Vec<Option<Tensor>> = vec![None; graph.values().len()];
     for (name, t) in inputs {
         if let Some(&id) = graph
             .inputs()
@@ -116,6 +116,81 @@ pub fn run_reference(
         {
             slots[id.0] = Some(t.clone());
         }
+    }
+    let outs = execute(graph, slots)?;
+    Ok(graph
+        .outputs()
+        .iter()
+        .map(|&id| graph.value(id).name.clone())
+        .zip(outs)
+        .collect())
+}
+
+/// Runs a subgraph with positional `inputs` (one per [`Graph::inputs`]) and `captures` (one
+/// per [`Graph::captures`], the owning node's trailing inputs) and returns its outputs in
+/// order. Each input must have the declared dtype and the declared fixed dimensions.
+pub fn run_graph(
+    graph: &Graph,
+    inputs: &[&Tensor],
+    captures: &[&Tensor],
+) -> Result<Vec<Tensor>, ExecError> {
+    let arity = |what, expected: usize, given: usize| -> Result<(), ExecError> {
+        if expected == given {
+            Ok(())
+        } else {
+            Err(ExecError::Arity {
+                graph: graph.name.clone(),
+                what,
+                expected,
+                given,
+            })
+        }
+    };
+    arity("inputs", graph.inputs().len(), inputs.len())?;
+    arity("captures", graph.captures().len(), captures.len())?;
+    let mut slots: Vec<Option<Tensor>> = vec![None; graph.values().len()];
+    for (&id, &t) in graph.inputs().iter().zip(inputs) {
+        let v = graph.value(id);
+        if t.dtype() != v.ty.dtype {
+            return Err(ExecError::WrongDType {
+                name: v.name.clone(),
+                expected: v.ty.dtype,
+                given: t.dtype(),
+            });
+        }
+        if let Some(dims) = &v.ty.shape {
+            let ok = dims.len() == t.rank()
+                && dims
+                    .iter()
+                    .zip(t.shape())
+                    .all(|(d, &n)| !matches!(d, Dim::Fixed(f) if *f != n));
+            if !ok {
+                return Err(ExecError::WrongShape {
+                    name: v.name.clone(),
+                    expected: fmt_dims(dims),
+                    given: t.shape().to_vec(),
+                });
+            }
+        }
+        slots[id.0] = Some(t.clone());
+    }
+    for (id, &t) in graph.captures().iter().zip(captures) {
+        if let Some(id) = id {
+            slots[id.0] = Some(t.clone());
+        }
+    }
+    execute(graph, slots)
+}
+
+/// Runs every node of `graph` with `slots` holding its inputs (and captures) and returns the
+/// graph outputs in order. Intermediate values are dropped after their last use.
+fn execute(graph: &Graph, mut slots: Vec<Option<Tensor>>) -> Result<Vec<Tensor>, ExecError> {
+    let mut remaining: Vec<usize> = graph.values().iter().map(|v| v.users.len()).collect();
+    for &o in graph.outputs() {
+        remaining[o.0] += 1; // graph outputs are never freed
+    }
+    for (id, t) in graph.initializers() {
+        slots[id.0] = Some(t.clone());
     }
     for node in graph.nodes() {
         let node_err = |source: OpError| ExecError::Node {
@@ -161,11 +236,9 @@ pub fn run_reference(
         .outputs()
         .iter()
         .map(|&id: &ValueId| {
-            let v = graph.value(id);
-            let t = slots[id.0]
+            slots[id.0]
                 .clone()
-                .ok_or_else(|| ExecError::MissingInput(v.name.clone()))?;
-            Ok((v.name.clone(), t))
+                .ok_or_else(|| ExecError::MissingInput(graph.value(id).name.clone()))
         })
         .collect()
 }

@@ -1,10 +1,10 @@
 //! The graph IR: values, nodes in topological order, use lists, named inputs and outputs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::attribute::Attributes;
+use crate::attribute::{Attribute, Attributes};
 use crate::operator::{InferInput, OpContext, OpError, Operator};
 use crate::registry::{normalize_domain, Registry};
 use crate::shape::{Dim, TensorType};
@@ -74,6 +74,24 @@ pub enum GraphError {
         op_type: String,
         source: OpError,
     },
+    /// A graph input has no type, and no operator supplied one (only subgraph inputs may be
+    /// untyped; see [`SubgraphContext::build`]).
+    #[error("input `{0}` has no type")]
+    UntypedInput(String),
+    /// A subgraph declares another number of formal inputs than its operator binds.
+    #[error("subgraph `{graph}` declares {declared} inputs, its operator binds {given}")]
+    SubgraphArity {
+        graph: String,
+        declared: usize,
+        given: usize,
+    },
+    /// A subgraph input's declared dtype differs from the one its operator binds.
+    #[error("subgraph input `{name}` is declared {declared}, its operator binds {given}")]
+    SubgraphInputType {
+        name: String,
+        declared: String,
+        given: String,
+    },
 }
 
 /// A value: a graph input, an initializer, or a node output.
@@ -112,7 +130,12 @@ pub struct Node {
 
 /// A computation graph. Invariants (established by [`GraphBuilder::build`] and kept by
 /// [`Graph::with_nodes`]): nodes are in topological order, every node input is a graph input,
-/// an initializer or an output of an earlier node, and `producer`/`users` are exact.
+/// an initializer, a capture or an output of an earlier node, and `producer`/`users` are exact.
+///
+/// A node whose attributes hold subgraph definitions ([`Attribute::GraphDef`]) reads, after
+/// its declared inputs, one extra input per outer-scope value its subgraphs read (its
+/// *captures*, in the order of [`GraphBuilder::free_names`] of the union), so that ordering,
+/// use lists and dead-code elimination see those dependencies.
 #[derive(Debug, Clone)]
 pub struct Graph {
     pub name: String,
@@ -120,6 +143,7 @@ pub struct Graph {
     nodes: Vec<Node>,
     inputs: Vec<ValueId>,
     outputs: Vec<ValueId>,
+    captures: Vec<Option<ValueId>>,
 }
 
 /// A node as described by an importer: values referenced by name, `""` for absent.
@@ -136,11 +160,13 @@ pub struct NodeSpec {
 }
 
 /// Collects a graph by names and builds it (topological sort, operator construction,
-/// shape inference) in [`GraphBuilder::build`].
-#[derive(Debug, Default)]
+/// shape inference) in [`GraphBuilder::build`]. Unbuilt builders are also how subgraph
+/// attributes are stored ([`Attribute::GraphDef`]): their types depend on the owning node.
+#[derive(Debug, Default, Clone)]
 pub struct GraphBuilder {
     pub name: String,
-    inputs: Vec<(String, TensorType)>,
+    /// Formal inputs; `None` for an undeclared type (allowed in subgraphs only).
+    inputs: Vec<(String, Option<TensorType>)>,
     initializers: Vec<(String, Tensor)>,
     nodes: Vec<NodeSpec>,
     outputs: Vec<String>,
@@ -160,8 +186,57 @@ impl GraphBuilder {
 
     /// Declares a runtime input.
     pub fn input(&mut self, name: impl Into<String>, ty: TensorType) -> &mut Self {
-        self.inputs.push((name.into(), ty));
+        self.inputs.push((name.into(), Some(ty)));
         self
+    }
+
+    /// Declares an input without a type. Only a subgraph may have one: the operator that owns
+    /// the subgraph supplies the type ([`SubgraphContext::build`]); [`GraphBuilder::build`]
+    /// rejects it with [`GraphError::UntypedInput`].
+    pub fn input_untyped(&mut self, name: impl Into<String>) -> &mut Self {
+        self.inputs.push((name.into(), None));
+        self
+    }
+
+    /// Number of declared formal inputs.
+    pub fn num_inputs(&self) -> usize {
+        self.inputs.len()
+    }
+
+    /// Names of the declared outputs, in order.
+    pub fn output_names(&self) -> impl Iterator<Item = &str> {
+        self.outputs.iter().map(String::as_str)
+    }
+
+    /// The outer-scope names this graph reads: names used by its nodes (and, recursively, by
+    /// subgraph definitions in their attributes) or listed as outputs, that none of its inputs,
+    /// initializers or node outputs defines. Sorted, without duplicates.
+    pub fn free_names(&self) -> Vec<String> {
+        let mut defined: HashSet<&str> = HashSet::new();
+        defined.extend(self.inputs.iter().map(|(n, _)| n.as_str()));
+        defined.extend(self.initializers.iter().map(|(n, _)| n.as_str()));
+        for n in &self.nodes {
+            defined.extend(n.outputs.iter().map(String::as_str));
+        }
+        let mut free: BTreeSet<String> = BTreeSet::new();
+        for n in &self.nodes {
+            for i in n.inputs.iter().filter(|i| !i.is_empty()) {
+                if !defined.contains(i.as_str()) {
+                    free.insert(i.clone());
+                }
+            }
+            free.extend(
+                node_free_names(&n.attrs)
+                    .into_iter()
+                    .filter(|f| !defined.contains(f.as_str())),
+            );
+        }
+        for o in &self.outputs {
+            if !defined.contains(o.as_str()) {
+                free.insert(o.clone());
+            }
+        }
+        free.into_iter().collect()
     }
 
     /// Adds a weight.
@@ -187,6 +262,29 @@ impl GraphBuilder {
     /// Errors: every unregistered operator at once ([`GraphError::UnsupportedOps`]), then
     /// structural errors, then the first failing operator construction or inference.
     pub fn build(self, registry: &Registry) -> Result<Graph, GraphError> {
+        self.build_scoped(registry, None, &[], 0)
+    }
+
+    /// [`GraphBuilder::build`] for a subgraph: `formal` types the formal inputs (a declared
+    /// type keeps its shape when it has one, and must agree on the dtype), and `captures` are
+    /// the outer-scope values bound by name, in the owning node's capture order. `depth` is
+    /// the number of enclosing graphs.
+    fn build_scoped(
+        self,
+        registry: &Registry,
+        formal: Option<&[TensorType]>,
+        captures: &[(&str, InferInput<'_>)],
+        depth: usize,
+    ) -> Result<Graph, GraphError> {
+        if let Some(f) = formal {
+            if f.len() != self.inputs.len() {
+                return Err(GraphError::SubgraphArity {
+                    graph: self.name.clone(),
+                    declared: self.inputs.len(),
+                    given: f.len(),
+                });
+            }
+        }
         // 1. Every unsupported operator, with counts.
         let mut missing: Vec<UnsupportedOp> = Vec::new();
         for n in &self.nodes {
@@ -230,7 +328,8 @@ impl GraphBuilder {
                 known: Some(t),
             });
         }
-        for (name, ty) in self.inputs {
+        for (i, (name, declared)) in self.inputs.into_iter().enumerate() {
+            let ty = formal_type(&name, declared, formal.and_then(|f| f.get(i)))?;
             if by_name.contains_key(&name) {
                 if values[by_name[&name].0].initializer.is_some() {
                     continue;
@@ -249,9 +348,38 @@ impl GraphBuilder {
             });
             inputs.push(id);
         }
+        // Outer-scope values, unless this graph defines the name itself.
+        let local_outputs: HashSet<&str> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.outputs.iter().map(String::as_str))
+            .collect();
+        let mut capture_ids = Vec::with_capacity(captures.len());
+        for (name, input) in captures {
+            if by_name.contains_key(*name) || local_outputs.contains(name) {
+                capture_ids.push(None);
+                continue;
+            }
+            let id = ValueId(values.len());
+            by_name.insert(name.to_string(), id);
+            values.push(Value {
+                name: name.to_string(),
+                ty: input.ty.clone(),
+                producer: None,
+                users: vec![],
+                initializer: None,
+                known: input.value.cloned(),
+            });
+            capture_ids.push(Some(id));
+        }
 
         // 3. Topological order (stable: keeps the given order where it is valid).
-        let order = topo_order(&self.nodes, &by_name)?;
+        let node_captures: Vec<Vec<String>> = self
+            .nodes
+            .iter()
+            .map(|n| node_free_names(&n.attrs))
+            .collect();
+        let order = topo_order(&self.nodes, &node_captures, &by_name)?;
 
         // 4. Nodes, values, operators and inference.
         let mut nodes: Vec<Node> = Vec::with_capacity(order.len());
@@ -281,6 +409,17 @@ impl GraphBuilder {
                 values[id.0].users.push((nid, slot));
                 ins.push(Some(id));
             }
+            let captured = &node_captures[idx];
+            for name in captured {
+                let id = *by_name
+                    .get(name)
+                    .ok_or_else(|| GraphError::UndefinedValue {
+                        node: spec.name.clone(),
+                        value: name.clone(),
+                    })?;
+                values[id.0].users.push((nid, ins.len()));
+                ins.push(Some(id));
+            }
             let domain = normalize_domain(&spec.domain).to_string();
             let ctx = OpContext {
                 domain: &domain,
@@ -293,7 +432,7 @@ impl GraphBuilder {
             let Some(schema) = registry.lookup(&domain, &spec.op_type, spec.opset) else {
                 unreachable!("step 1 checked every node has a registration")
             };
-            let op: Arc<dyn Operator> = Arc::from(schema.build(&ctx).map_err(node_err)?);
+            let mut op: Box<dyn Operator> = schema.build(&ctx).map_err(node_err)?;
             let in_info: Vec<Option<InferInput<'_>>> = ins
                 .iter()
                 .map(|i| {
@@ -303,8 +442,37 @@ impl GraphBuilder {
                     })
                 })
                 .collect();
+            let has_subgraphs = spec
+                .attrs
+                .iter()
+                .any(|(_, a)| matches!(a, Attribute::GraphDef(_)));
+            if has_subgraphs {
+                let sub = SubgraphContext {
+                    registry,
+                    depth: depth + 1,
+                    captures: captured
+                        .iter()
+                        .map(String::as_str)
+                        .zip(in_info[spec.inputs.len()..].iter().flatten().copied())
+                        .collect(),
+                };
+                match op.instantiate(&in_info, &sub) {
+                    Ok(Some(specialized)) => op = specialized,
+                    Ok(None) => {}
+                    Err(OpError::Subgraph { source, .. }) if source.is_unsupported() => {
+                        return Err(*source)
+                    }
+                    Err(e) => return Err(node_err(e)),
+                }
+            }
+            let op: Arc<dyn Operator> = Arc::from(op);
             let out_types = op.infer(&in_info).map_err(node_err)?;
-            let known = fold_small(op.as_ref(), &ins, &values);
+            // Subgraphs may loop for as long as their inputs say: never run them at import.
+            let known = if has_subgraphs {
+                None
+            } else {
+                fold_small(op.as_ref(), &ins, &values, &out_types)
+            };
             let mut outs = Vec::with_capacity(spec.outputs.len());
             for (slot, name) in spec.outputs.iter().enumerate() {
                 if name.is_empty() {
@@ -359,12 +527,112 @@ impl GraphBuilder {
             nodes,
             inputs,
             outputs,
+            captures: capture_ids,
         })
     }
 }
 
-/// Evaluates a node at import time if all its inputs are known and small (for inference).
-fn fold_small(op: &dyn Operator, ins: &[Option<ValueId>], values: &[Value]) -> Option<Vec<Tensor>> {
+/// The type of formal input `name`: the declared one (shape from `formal` where undeclared),
+/// else `formal`; the dtypes must agree.
+fn formal_type(
+    name: &str,
+    declared: Option<TensorType>,
+    formal: Option<&TensorType>,
+) -> Result<TensorType, GraphError> {
+    match (declared, formal) {
+        (Some(d), Some(f)) if d.dtype != f.dtype => Err(GraphError::SubgraphInputType {
+            name: name.to_string(),
+            declared: d.to_string(),
+            given: f.to_string(),
+        }),
+        (Some(d), Some(f)) if d.shape.is_none() => Ok(TensorType {
+            dtype: d.dtype,
+            shape: f.shape.clone(),
+        }),
+        (Some(d), _) => Ok(d),
+        (None, Some(f)) => Ok(f.clone()),
+        (None, None) => Err(GraphError::UntypedInput(name.to_string())),
+    }
+}
+
+/// The free names of every subgraph definition among `attrs`, sorted, without duplicates.
+fn node_free_names(attrs: &Attributes) -> Vec<String> {
+    let mut free: BTreeSet<String> = BTreeSet::new();
+    for (_, a) in attrs.iter() {
+        if let Attribute::GraphDef(g) = a {
+            free.extend(g.free_names());
+        }
+    }
+    free.into_iter().collect()
+}
+
+impl GraphError {
+    /// True when the error reports something valid that hidet does not support (unregistered
+    /// operators or an operator's [`OpError::Unsupported`]), also inside subgraphs.
+    pub fn is_unsupported(&self) -> bool {
+        match self {
+            GraphError::UnsupportedOps(_) => true,
+            GraphError::Node { source, .. } => match source {
+                OpError::Unsupported(_) => true,
+                OpError::Subgraph { source, .. } => source.is_unsupported(),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+}
+
+/// What an operator with subgraph attributes gets to build them for one node (see
+/// [`Operator::instantiate`]).
+pub struct SubgraphContext<'a> {
+    registry: &'a Registry,
+    /// Nesting depth of the subgraphs built here (1 for subgraphs of a top-level node).
+    depth: usize,
+    /// The node's captures: outer-scope names and their types, in the order of the node's
+    /// trailing inputs.
+    captures: Vec<(&'a str, InferInput<'a>)>,
+}
+
+impl<'a> SubgraphContext<'a> {
+    /// Number of captured outer-scope values (the node's trailing inputs).
+    pub fn num_captures(&self) -> usize {
+        self.captures.len()
+    }
+
+    /// Nesting depth of the subgraphs built here: 1 for a node of the top-level graph. An
+    /// operator that may build a subgraph more than once must not do so at every depth (the
+    /// work would grow exponentially with the nesting).
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    /// Builds the subgraph `def` for this node. `formal` gives one type per formal input of
+    /// `def` (undeclared input types come from it; declared dtypes must equal it). The built
+    /// graph's [`Graph::captures`] align with the node's captures, so running it with
+    /// [`crate::executor::run_graph`] takes the node's trailing inputs as they are.
+    pub fn build(&self, def: &GraphBuilder, formal: &[TensorType]) -> Result<Graph, GraphError> {
+        def.clone()
+            .build_scoped(self.registry, Some(formal), &self.captures, self.depth)
+    }
+}
+
+/// Evaluates a node at import time if all its inputs are known and small and inference fixed
+/// every output's shape within the same limit (for inference). Inputs come from untrusted
+/// files: an output whose size inference cannot bound is never computed here.
+fn fold_small(
+    op: &dyn Operator,
+    ins: &[Option<ValueId>],
+    values: &[Value],
+    out_types: &[TensorType],
+) -> Option<Vec<Tensor>> {
+    let bounded = out_types.iter().all(|t| {
+        t.fixed_shape()
+            .and_then(|s| crate::tensor::checked_numel(&s))
+            .is_some_and(|n| n <= FOLD_LIMIT)
+    });
+    if !bounded {
+        return None;
+    }
     let mut args = Vec::with_capacity(ins.len());
     for i in ins {
         match i {
@@ -382,9 +650,11 @@ fn fold_small(op: &dyn Operator, ins: &[Option<ValueId>], values: &[Value]) -> O
     out.iter().all(|t| t.numel() <= FOLD_LIMIT).then_some(out)
 }
 
-/// Kahn's algorithm over names; prefers the given order.
+/// Kahn's algorithm over names (node inputs and the captures of each node's subgraphs);
+/// prefers the given order.
 fn topo_order(
     nodes: &[NodeSpec],
+    captures: &[Vec<String>],
     defined: &HashMap<String, ValueId>,
 ) -> Result<Vec<usize>, GraphError> {
     let mut producer: HashMap<&str, usize> = HashMap::new();
@@ -398,7 +668,8 @@ fn topo_order(
     let mut pending = vec![0usize; nodes.len()];
     let mut dependents: Vec<Vec<usize>> = vec![vec![]; nodes.len()];
     for (i, n) in nodes.iter().enumerate() {
-        for inp in n.inputs.iter().filter(|s| !s.is_empty()) {
+        let captured = captures.get(i).map(Vec::as_slice).unwrap_or(&[]);
+        for inp in n.inputs.iter().chain(captured).filter(|s| !s.is_empty()) {
             if let Some(&p) = producer.get(inp.as_str()) {
                 pending[i] += 1;
                 dependents[p].push(i);
@@ -458,6 +729,13 @@ impl Graph {
         &self.outputs
     }
 
+    /// For a subgraph: the value bound to each of the owning node's captures (`None` where
+    /// the subgraph defines that name itself and does not read the outer value). Empty for a
+    /// top-level graph.
+    pub fn captures(&self) -> &[Option<ValueId>] {
+        &self.captures
+    }
+
     /// Initializers (weights) as (value, tensor).
     pub fn initializers(&self) -> impl Iterator<Item = (ValueId, &Tensor)> {
         self.values
@@ -507,7 +785,9 @@ impl Graph {
         }
         for o in &self.outputs {
             let v = &self.values[o.0];
-            let is_source = v.initializer.is_some() || self.inputs.contains(o);
+            let is_source = v.initializer.is_some()
+                || self.inputs.contains(o)
+                || self.captures.contains(&Some(*o));
             if v.producer.is_none() && !is_source {
                 return Err(GraphError::UndefinedOutput(v.name.clone()));
             }

@@ -27,9 +27,10 @@ pub use half;
 
 pub use attribute::{Attribute, Attributes};
 pub use dtype::DType;
-pub use executor::{check_inputs, run_reference, ExecError};
+pub use executor::{check_inputs, run_graph, run_reference, ExecError};
 pub use graph::{
-    Graph, GraphBuilder, GraphError, Node, NodeId, NodeSpec, UnsupportedOp, Value, ValueId,
+    Graph, GraphBuilder, GraphError, Node, NodeId, NodeSpec, SubgraphContext, UnsupportedOp,
+    Value, ValueId,
 };
 pub use operator::{ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator};
 pub use registry::{OpSchema, Registry, LATEST_OPSET};

@@ -30,6 +30,18 @@ pub enum OpError {
     Unsupported(String),
     #[error(transparent)]
     Tensor(#[from] TensorError),
+    /// Building a subgraph attribute (If branch, Loop/Scan body) failed.
+    #[error("subgraph `{attr}`: {source}")]
+    Subgraph {
+        attr: String,
+        source: Box<crate::graph::GraphError>,
+    },
+    /// Running a subgraph attribute failed.
+    #[error("subgraph `{attr}`: {source}")]
+    SubgraphExec {
+        attr: String,
+        source: Box<crate::executor::ExecError>,
+    },
 }
 
 impl OpError {
@@ -91,6 +103,20 @@ pub trait Operator: Send + Sync + fmt::Debug {
     /// Reference implementation (the test oracle): computes every output from concrete inputs.
     /// Must never panic on any input; invalid inputs are errors.
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError>;
+
+    /// Operators with subgraph attributes ([`crate::Attribute::GraphDef`]): builds them for
+    /// this node and returns the operator that holds them, before [`Operator::infer`] is
+    /// called. `inputs` are the node's declared inputs followed by its captures (the
+    /// outer-scope values the subgraphs read, see [`crate::Graph`]). The graph builder calls
+    /// this once per node that has subgraph attributes; `Ok(None)` keeps `self`.
+    fn instantiate(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        sub: &crate::graph::SubgraphContext<'_>,
+    ) -> Result<Option<Box<dyn Operator>>, OpError> {
+        let _ = (inputs, sub);
+        Ok(None)
+    }
 
     /// The declarative compute definition (DESIGN §2) for concrete input types, where the
     /// operator is expressible that way; `Ok(None)` where it is not.

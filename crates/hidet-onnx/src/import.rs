@@ -12,8 +12,8 @@ use prost::Message;
 
 use crate::error::OnnxError;
 use crate::proto::{
-    attribute_proto::AttributeType, tensor_shape_proto::dimension, type_proto, ModelProto,
-    NodeProto, ValueInfoProto,
+    attribute_proto::AttributeType, tensor_shape_proto::dimension, type_proto, GraphProto,
+    ModelProto, NodeProto, ValueInfoProto,
 };
 use crate::tensor::tensor_from_proto;
 use crate::Graph;
@@ -66,70 +66,21 @@ pub fn import_model(
     if m.ir_version() < 3 && !opsets.contains_key("") {
         opsets.insert(String::new(), 1);
     }
-    let opset_of = |n: &NodeProto| -> Result<i64, OnnxError> {
-        let d = normalize_domain(n.domain());
-        opsets.get(d).copied().ok_or_else(|| {
-            OnnxError::Invalid(format!(
-                "node `{}` uses domain `{d}` which the model does not import",
-                n.name()
-            ))
-        })
+    let cx = Importer {
+        opsets: &opsets,
+        base_dir,
+        registry,
     };
 
-    // All unsupported operators first, in one error.
+    // All unsupported operators first (subgraphs included), in one error.
     let mut missing: Vec<UnsupportedOp> = Vec::new();
-    for n in &g.node {
-        let opset = opset_of(n)?;
-        let domain = normalize_domain(n.domain());
-        if registry.lookup(domain, n.op_type(), opset).is_none() {
-            match missing
-                .iter_mut()
-                .find(|u| u.domain == domain && u.op_type == n.op_type() && u.opset == opset)
-            {
-                Some(u) => u.count += 1,
-                None => missing.push(UnsupportedOp {
-                    domain: domain.into(),
-                    op_type: n.op_type().into(),
-                    opset,
-                    count: 1,
-                }),
-            }
-        }
-    }
+    cx.collect_missing(g, &mut missing)?;
     if !missing.is_empty() {
         missing.sort_by(|a, b| (&a.domain, &a.op_type).cmp(&(&b.domain, &b.op_type)));
         return Err(OnnxError::UnsupportedOps(missing));
     }
 
-    let mut b = GraphBuilder::new(g.name());
-    for init in &g.initializer {
-        b.initializer(init.name(), tensor_from_proto(init, base_dir)?);
-    }
-    if !g.sparse_initializer.is_empty() {
-        return Err(OnnxError::Unsupported("sparse initializers".into()));
-    }
-    for vi in &g.input {
-        b.input(vi.name(), value_type(vi)?);
-    }
-    for (i, n) in g.node.iter().enumerate() {
-        let name = if n.name().is_empty() {
-            format!("{}_{i}", n.op_type())
-        } else {
-            n.name().to_string()
-        };
-        b.node(NodeSpec {
-            attrs: attributes(n, &name, base_dir)?,
-            name,
-            domain: normalize_domain(n.domain()).to_string(),
-            op_type: n.op_type().to_string(),
-            opset: opset_of(n)?,
-            inputs: n.input.clone(),
-            outputs: n.output.clone(),
-        });
-    }
-    for o in &g.output {
-        b.output(o.name());
-    }
+    let b = cx.graph_builder(g, false)?;
     let graph = b.build(registry)?;
     let mut opsets: Vec<(String, i64)> = opsets.into_iter().collect();
     opsets.sort();
@@ -141,16 +92,113 @@ pub fn import_model(
     })
 }
 
-/// The static type of a graph input.
-fn value_type(vi: &ValueInfoProto) -> Result<TensorType, OnnxError> {
+/// What converting one graph (and its subgraphs) needs.
+struct Importer<'a> {
+    opsets: &'a HashMap<String, i64>,
+    base_dir: Option<&'a Path>,
+    registry: &'a Registry,
+}
+
+impl Importer<'_> {
+    /// The model's opset for the node's domain.
+    fn opset_of(&self, n: &NodeProto) -> Result<i64, OnnxError> {
+        let d = normalize_domain(n.domain());
+        self.opsets.get(d).copied().ok_or_else(|| {
+            OnnxError::Invalid(format!(
+                "node `{}` uses domain `{d}` which the model does not import",
+                n.name()
+            ))
+        })
+    }
+
+    /// Adds every node of `g` and of its subgraphs without a registration to `missing`.
+    fn collect_missing(
+        &self,
+        g: &GraphProto,
+        missing: &mut Vec<UnsupportedOp>,
+    ) -> Result<(), OnnxError> {
+        for n in &g.node {
+            let opset = self.opset_of(n)?;
+            let domain = normalize_domain(n.domain());
+            if self.registry.lookup(domain, n.op_type(), opset).is_none() {
+                match missing
+                    .iter_mut()
+                    .find(|u| u.domain == domain && u.op_type == n.op_type() && u.opset == opset)
+                {
+                    Some(u) => u.count += 1,
+                    None => missing.push(UnsupportedOp {
+                        domain: domain.into(),
+                        op_type: n.op_type().into(),
+                        opset,
+                        count: 1,
+                    }),
+                }
+            }
+            for a in &n.attribute {
+                if let Some(sub) = &a.g {
+                    self.collect_missing(sub, missing)?;
+                }
+                for sub in &a.graphs {
+                    self.collect_missing(sub, missing)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Converts a graph; in a subgraph (`subgraph`), inputs may be untyped (the owning
+    /// operator types them) and names may refer to the enclosing graphs.
+    fn graph_builder(&self, g: &GraphProto, subgraph: bool) -> Result<GraphBuilder, OnnxError> {
+        let mut b = GraphBuilder::new(g.name());
+        for init in &g.initializer {
+            b.initializer(init.name(), tensor_from_proto(init, self.base_dir)?);
+        }
+        if !g.sparse_initializer.is_empty() {
+            return Err(OnnxError::Unsupported("sparse initializers".into()));
+        }
+        for vi in &g.input {
+            match value_type(vi, subgraph)? {
+                Some(ty) => b.input(vi.name(), ty),
+                None => b.input_untyped(vi.name()),
+            };
+        }
+        for (i, n) in g.node.iter().enumerate() {
+            let name = if n.name().is_empty() {
+                format!("{}_{i}", n.op_type())
+            } else {
+                n.name().to_string()
+            };
+            b.node(NodeSpec {
+                attrs: self.attributes(n, &name)?,
+                name,
+                domain: normalize_domain(n.domain()).to_string(),
+                op_type: n.op_type().to_string(),
+                opset: self.opset_of(n)?,
+                inputs: n.input.clone(),
+                outputs: n.output.clone(),
+            });
+        }
+        for o in &g.output {
+            b.output(o.name());
+        }
+        Ok(b)
+    }
+}
+
+/// The static type of a graph input; `None` for a subgraph input without a type.
+fn value_type(vi: &ValueInfoProto, subgraph: bool) -> Result<Option<TensorType>, OnnxError> {
     let name = vi.name();
     let t = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(type_proto::Value::TensorType(t)) if subgraph && t.elem_type() == 0 => {
+            return Ok(None)
+        }
         Some(type_proto::Value::TensorType(t)) => t,
         Some(_) => {
             return Err(OnnxError::Unsupported(format!(
                 "input `{name}`: non-tensor types (sequence, map, optional)"
             )))
         }
+        None if subgraph => return Ok(None),
         None => return Err(OnnxError::Invalid(format!("input `{name}` has no type"))),
     };
     let code = t.elem_type();
@@ -168,63 +216,75 @@ fn value_type(vi: &ValueInfoProto) -> Result<TensorType, OnnxError> {
             })
             .collect()
     });
-    Ok(TensorType { dtype, shape })
+    Ok(Some(TensorType { dtype, shape }))
 }
 
 fn string(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// Converts a node's attributes.
-fn attributes(n: &NodeProto, node: &str, base_dir: Option<&Path>) -> Result<Attributes, OnnxError> {
-    let mut attrs = Attributes::new();
-    for a in &n.attribute {
-        let name = a.name();
-        if !a.ref_attr_name().is_empty() {
-            return Err(OnnxError::Unsupported(format!(
-                "node `{node}`: attribute references (`{name}`)"
-            )));
-        }
-        let value = match a.r#type() {
-            AttributeType::Float => Attribute::Float(a.f()),
-            AttributeType::Int => Attribute::Int(a.i()),
-            AttributeType::String => Attribute::String(string(a.s())),
-            AttributeType::Tensor => match &a.t {
-                Some(t) => Attribute::Tensor(tensor_from_proto(t, base_dir)?),
-                None => {
-                    return Err(OnnxError::Invalid(format!(
-                        "node `{node}`: tensor attribute `{name}` is empty"
+impl Importer<'_> {
+    /// Converts a node's attributes; a `GRAPH` attribute becomes an unbuilt subgraph definition
+    /// ([`Attribute::GraphDef`]), built later by the owning operator for its node.
+    fn attributes(&self, n: &NodeProto, node: &str) -> Result<Attributes, OnnxError> {
+        let base_dir = self.base_dir;
+        let mut attrs = Attributes::new();
+        for a in &n.attribute {
+            let name = a.name();
+            if !a.ref_attr_name().is_empty() {
+                return Err(OnnxError::Unsupported(format!(
+                    "node `{node}`: attribute references (`{name}`)"
+                )));
+            }
+            let value = match a.r#type() {
+                AttributeType::Float => Attribute::Float(a.f()),
+                AttributeType::Int => Attribute::Int(a.i()),
+                AttributeType::String => Attribute::String(string(a.s())),
+                AttributeType::Tensor => match &a.t {
+                    Some(t) => Attribute::Tensor(tensor_from_proto(t, base_dir)?),
+                    None => {
+                        return Err(OnnxError::Invalid(format!(
+                            "node `{node}`: tensor attribute `{name}` is empty"
+                        )))
+                    }
+                },
+                AttributeType::Floats => Attribute::Floats(a.floats.clone()),
+                AttributeType::Ints => Attribute::Ints(a.ints.clone()),
+                AttributeType::Strings => {
+                    Attribute::Strings(a.strings.iter().map(|s| string(s)).collect())
+                }
+                AttributeType::Tensors => Attribute::Tensors(
+                    a.tensors
+                        .iter()
+                        .map(|t| tensor_from_proto(t, base_dir))
+                        .collect::<Result<_, _>>()?,
+                ),
+                AttributeType::Graph => match &a.g {
+                    Some(g) => Attribute::GraphDef(Arc::new(self.graph_builder(g, true)?)),
+                    None => {
+                        return Err(OnnxError::Invalid(format!(
+                            "node `{node}`: graph attribute `{name}` is empty"
+                        )))
+                    }
+                },
+                AttributeType::Graphs => {
+                    return Err(OnnxError::Unsupported(format!(
+                        "node `{node}`: attribute `{name}` with a list of graphs"
                     )))
                 }
-            },
-            AttributeType::Floats => Attribute::Floats(a.floats.clone()),
-            AttributeType::Ints => Attribute::Ints(a.ints.clone()),
-            AttributeType::Strings => {
-                Attribute::Strings(a.strings.iter().map(|s| string(s)).collect())
-            }
-            AttributeType::Tensors => Attribute::Tensors(
-                a.tensors
-                    .iter()
-                    .map(|t| tensor_from_proto(t, base_dir))
-                    .collect::<Result<_, _>>()?,
-            ),
-            AttributeType::Graph | AttributeType::Graphs => {
-                return Err(OnnxError::Unsupported(format!(
-                    "node `{node}`: subgraph attribute `{name}`"
-                )))
-            }
-            AttributeType::Undefined => {
-                return Err(OnnxError::Invalid(format!(
-                    "node `{node}`: attribute `{name}` has no type"
-                )))
-            }
-            other => {
-                return Err(OnnxError::Unsupported(format!(
-                    "node `{node}`: attribute `{name}` of kind {other:?}"
-                )))
-            }
-        };
-        attrs.insert(name, value);
+                AttributeType::Undefined => {
+                    return Err(OnnxError::Invalid(format!(
+                        "node `{node}`: attribute `{name}` has no type"
+                    )))
+                }
+                other => {
+                    return Err(OnnxError::Unsupported(format!(
+                        "node `{node}`: attribute `{name}` of kind {other:?}"
+                    )))
+                }
+            };
+            attrs.insert(name, value);
+        }
+        Ok(attrs)
     }
-    Ok(attrs)
 }

@@ -1,6 +1,7 @@
 //! Reusable reference kernels shared by operator families.
 
 pub mod broadcast;
+pub mod stack;
 pub mod axis;
 pub mod conv;
 pub mod pool;

@@ -32,6 +32,7 @@ families! {
     constant,
     reshape,
     matmul,
+    control_flow,
     reduce,
     conv,
     squeeze,
