@@ -129,6 +129,94 @@ mod constant_folding {
         assert_same_outputs(&before, &after, &inputs, 0.0);
     }
 
+    /// GPT-2's causal-mask construction (ConstantOfShape, Range, Trilu, Equal, Where, Expand,
+    /// Slice-free) has no runtime input: it becomes one constant the runtime Add reads.
+    #[test]
+    fn attention_mask_chain_folds() {
+        let mut rng = Rng::new(5);
+        let (heads, seq) = (3, 7);
+        let mut b = GraphBuilder::new("g");
+        b.input("scores", f32_input(&[2, heads, seq, seq]));
+        b.initializer("sq", i64s(&[seq as i64, seq as i64]));
+        b.initializer("r0", Tensor::scalar(0i64));
+        b.initializer("rn", Tensor::scalar(seq as i64));
+        b.initializer("r1", Tensor::scalar(1i64));
+        b.initializer("zero_i", Tensor::scalar(0i64));
+        b.initializer("zero_f", Tensor::scalar(0.0f32));
+        b.initializer("neg", Tensor::scalar(-3.0e4f32));
+        b.initializer("full", i64s(&[1, 1, seq as i64, seq as i64]));
+        let one = Tensor::new(vec![1], vec![1i64]).unwrap();
+        b.node(node(
+            "ConstantOfShape",
+            17,
+            &["sq"],
+            &["ones"],
+            attrs(vec![("value", Attribute::Tensor(one))]),
+        ));
+        b.node(node(
+            "Trilu",
+            17,
+            &["ones", "r1"],
+            &["upper"],
+            attrs(vec![("upper", Attribute::Int(1))]),
+        ));
+        b.node(node(
+            "Range",
+            17,
+            &["r0", "rn", "r1"],
+            &["pos"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "Mul",
+            17,
+            &["upper", "pos"],
+            &["weighted"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "Equal",
+            17,
+            &["weighted", "zero_i"],
+            &["allowed"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "Where",
+            17,
+            &["allowed", "zero_f", "neg"],
+            &["bias"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "Expand",
+            17,
+            &["bias", "full"],
+            &["bias4"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "Add",
+            17,
+            &["scores", "bias4"],
+            &["out"],
+            Attributes::new(),
+        ));
+        b.output("out");
+        let before = build(b);
+        let after = run_then_dce(&ConstantFolding, before.clone());
+        assert_eq!(ops(&after), vec!["Add"]);
+        let add = &after.nodes()[0];
+        let c = after
+            .value(add.inputs[1].unwrap())
+            .initializer
+            .as_ref()
+            .expect("folded mask");
+        assert_eq!(c.shape(), &[1, 1, seq, seq]);
+        let inputs = vec![("scores".to_string(), rng.f32s(&[2, heads, seq, seq]))];
+        assert_same_outputs(&before, &after, &inputs, 0.0);
+    }
+
     /// `Shape` of a symbolic input stays; the Constant-only side still folds.
     #[test]
     fn symbolic_shape_is_not_folded() {
@@ -162,21 +250,18 @@ mod constant_folding {
         let mut rng = Rng::new(4);
         let mut b = GraphBuilder::new("g");
         b.input("x", f32_input(&[3]));
-        // [4097, 1] + [1, 4097] would be 16.8 M elements: over the bound.
+        // Expanding to [4097, 4097] would be 16.8 M elements: over the bound.
         b.initializer(
             "col",
             Tensor::new(vec![4097, 1], vec![1.5f32; 4097]).unwrap(),
         );
-        b.initializer(
-            "row",
-            Tensor::new(vec![1, 4097], vec![-0.5f32; 4097]).unwrap(),
-        );
+        b.initializer("to", i64s(&[4097, 4097]));
         b.initializer("p", rng.f32s(&[3]));
         b.initializer("q", rng.f32s(&[3]));
         b.node(node(
-            "Add",
+            "Expand",
             17,
-            &["col", "row"],
+            &["col", "to"],
             &["big"],
             Attributes::new(),
         ));
@@ -189,8 +274,9 @@ mod constant_folding {
         let after = run_then_dce(&ConstantFolding, before.clone());
         // `big` is not materialized; `pq` is a constant copied into the output.
         assert_eq!(count(&after, "Mul"), 0);
-        assert_eq!(count(&after, "Add"), 2);
-        assert_eq!(count(&after, "Identity"), 1);
+        assert_eq!(count(&after, "Add"), 1);
+        assert_eq!(count(&after, "Expand"), 1);
+        assert_eq!(count(&after, "Identity"), 1, "{:?}", ops(&after));
         let names: Vec<&str> = after
             .outputs()
             .iter()
@@ -840,9 +926,10 @@ fn default_pipeline_on_a_small_model() {
     b.output("out");
     let before = build(b);
     let after = run_passes(before.clone(), &default_passes()).unwrap();
+    // The convolution (with the BN folded into it) becomes an implicit GEMM.
     assert_eq!(
         ops(&after),
-        vec!["Conv", "Relu", "Add", "Reshape", "MatMul"]
+        vec!["Im2Col", "MatMul", "Add", "Reshape", "Relu", "Add", "Reshape", "MatMul"]
     );
     assert!(
         after
