@@ -1302,16 +1302,18 @@ fn build(c: &Case) -> Box<dyn Operator> {
     for (n, a) in &c.attrs {
         attrs.insert(*n, a.clone());
     }
+    // `domain::Op` names an operator outside the default domain.
+    let (domain, op_type) = c.op.split_once("::").unwrap_or(("", c.op));
     let ctx = OpContext {
-        domain: "",
-        op_type: c.op,
+        domain,
+        op_type,
         opset: c.opset,
         attrs: &attrs,
         num_inputs: c.inputs.len(),
         num_outputs: c.outputs,
     };
     Registry::global()
-        .lookup("", c.op, c.opset)
+        .lookup(domain, op_type, c.opset)
         .unwrap_or_else(|| panic!("{} is registered at opset {}", c.op, c.opset))
         .build(&ctx)
         .unwrap_or_else(|e| panic!("{}: {e}", c.label()))

@@ -59,4 +59,5 @@ families! {
     pool,
     quantize,
     resize,
+    im2col,
 }

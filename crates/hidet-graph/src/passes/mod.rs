@@ -7,6 +7,7 @@
 
 mod batchnorm_fold;
 mod constant_fold;
+mod conv_implicit_gemm;
 mod cse;
 mod dce;
 mod resolve_variants;
@@ -15,6 +16,7 @@ mod simplify;
 
 pub use batchnorm_fold::BatchNormFolding;
 pub use constant_fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
+pub use conv_implicit_gemm::ConvToImplicitGemm;
 pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
 pub use resolve_variants::{FlattenBatchedMatMul, GemmToMatMul};
@@ -44,6 +46,8 @@ pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
         Box::new(GemmToMatMul),
         // Inference BatchNormalization → folded into Conv / MatMul weights, or Mul + Add.
         Box::new(BatchNormFolding),
+        // Single-image f32 Conv with a constant weight → Im2Col + MatMul + bias + Reshape.
+        Box::new(ConvToImplicitGemm),
         // Structurally identical nodes (and equal small constants) merged.
         Box::new(CommonSubexpressionElimination),
         // MatMul of a batched input by a constant 2-D weight → 2-D MatMul between Reshapes.

@@ -106,6 +106,32 @@ impl Rewriter {
         num_outputs: usize,
         after: Option<NodeId>,
     ) -> Result<Vec<ValueId>, GraphError> {
+        self.add_node_in("", op_type, attrs, inputs, num_outputs, after)
+    }
+
+    /// [`Rewriter::add_op`] for an operator of `domain` (opset [`NEW_NODE_OPSET`] of that
+    /// domain), such as hidet's internal operators.
+    pub fn add_domain_op(
+        &mut self,
+        domain: &str,
+        op_type: &str,
+        attrs: Attributes,
+        inputs: &[ValueId],
+    ) -> Result<ValueId, GraphError> {
+        let ins: Vec<Option<ValueId>> = inputs.iter().map(|v| Some(*v)).collect();
+        let out = self.add_node_in(domain, op_type, attrs, &ins, 1, None)?;
+        Ok(out[0])
+    }
+
+    fn add_node_in(
+        &mut self,
+        domain: &str,
+        op_type: &str,
+        attrs: Attributes,
+        inputs: &[Option<ValueId>],
+        num_outputs: usize,
+        after: Option<NodeId>,
+    ) -> Result<Vec<ValueId>, GraphError> {
         let name = self.fresh(op_type);
         let node_err = |source: OpError| GraphError::Node {
             node: name.clone(),
@@ -114,12 +140,12 @@ impl Rewriter {
         };
         let schema = self
             .registry
-            .lookup("", op_type, NEW_NODE_OPSET)
+            .lookup(domain, op_type, NEW_NODE_OPSET)
             .ok_or_else(|| {
                 node_err(OpError::Unsupported(format!("{op_type} is not registered")))
             })?;
         let ctx = OpContext {
-            domain: "",
+            domain,
             op_type,
             opset: NEW_NODE_OPSET,
             attrs: &attrs,
@@ -167,7 +193,7 @@ impl Rewriter {
             anchor,
             Node {
                 name,
-                domain: String::new(),
+                domain: domain.to_string(),
                 op_type: op_type.to_string(),
                 opset: NEW_NODE_OPSET,
                 attrs,

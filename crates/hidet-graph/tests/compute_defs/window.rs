@@ -20,6 +20,7 @@ pub(super) const WINDOW_OPS: &[&str] = &[
     "GlobalAveragePool",
     "GlobalLpPool",
     "Gemm",
+    "hidet::Im2Col",
 ];
 
 /// A case whose f32 outputs are compared within the accumulation tolerance.
@@ -251,8 +252,33 @@ fn gemm_cases(c: &mut Vec<Case>) {
     );
 }
 
+fn im2col_cases(c: &mut Vec<Case>) {
+    let op = "hidet::Im2Col";
+    c.push(
+        case(op, vec![f(F32, &[1, 13, 17, 17])])
+            .opset(1)
+            .attr("kernel_shape", ints(&[3, 3]))
+            .attr("pads", ints(&[1, 1, 1, 1])),
+    );
+    c.push(
+        case(op, vec![f(F32, &[1, 3, 9, 8])])
+            .opset(1)
+            .attr("kernel_shape", ints(&[3, 2]))
+            .attr("strides", ints(&[2, 3]))
+            .attr("dilations", ints(&[1, 2]))
+            .attr("pads", ints(&[1, 0, 2, 1])),
+    );
+    c.push(
+        case(op, vec![f(F16, &[1, 2, 11])])
+            .opset(1)
+            .attr("kernel_shape", ints(&[4]))
+            .attr("strides", ints(&[2])),
+    );
+}
+
 pub(super) fn window_cases() -> Vec<Case> {
     let mut c = Vec::new();
+    im2col_cases(&mut c);
     conv_cases(&mut c);
     pool_cases(&mut c);
     gemm_cases(&mut c);

@@ -1,0 +1,228 @@
+//! Convolution as implicit GEMM, end to end on the CPU: after the default passes, a
+//! conv-bias-relu-add block is ONE kernel — the matmul template with the im2col gather fused
+//! into the packing of its right operand (a prologue) and the bias, reshape, ReLU and residual
+//! add fused into its stores (epilogues) — and it computes what the reference executor and
+//! direct float64 loops compute.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::Rng;
+use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
+use hidet_cpu::{BuildOptions, KernelCache};
+use hidet_graph::compiled::{CompileOptions, CompiledGraph};
+use hidet_graph::passes::{default_passes, run_passes};
+use hidet_graph::{
+    run_reference, Attribute, Attributes, DType, Graph, GraphBuilder, NodeSpec, Registry, Tensor,
+    TensorType,
+};
+
+fn backend(dir: &std::path::Path) -> CpuBackend {
+    CpuBackend::new(CpuBackendOptions {
+        build: BuildOptions {
+            cache: Some(KernelCache::new(dir)),
+            ..BuildOptions::default()
+        },
+        matmul_template: true,
+        compile_jobs: Some(2),
+    })
+}
+
+fn node(op: &str, inputs: &[&str], output: &str, attrs: Attributes) -> NodeSpec {
+    NodeSpec {
+        name: format!("{op}_{output}"),
+        domain: String::new(),
+        op_type: op.into(),
+        opset: 17,
+        attrs,
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: vec![output.to_string()],
+    }
+}
+
+fn random(rng: &mut Rng, shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::new(shape.to_vec(), rng.vec_f32(n)).unwrap()
+}
+
+/// A square 2-D convolution's window.
+#[derive(Clone, Copy)]
+struct Window {
+    kernel: usize,
+    stride: usize,
+    pad: usize,
+}
+
+impl Window {
+    fn out(&self, size: usize) -> usize {
+        (size + 2 * self.pad - self.kernel) / self.stride + 1
+    }
+}
+
+/// `y = relu(conv(x, w) + b) + r` for `x` `[1, c, hw, hw]` and `oc` output channels.
+struct Block {
+    graph: Graph,
+    x: Tensor,
+    r: Tensor,
+    w: Tensor,
+    b: Tensor,
+    win: Window,
+}
+
+fn block(rng: &mut Rng, c: usize, hw: usize, oc: usize, win: Window) -> Block {
+    let o = win.out(hw);
+    let w = random(rng, &[oc, c, win.kernel, win.kernel]);
+    let b = random(rng, &[oc]);
+    let mut g = GraphBuilder::new("conv_block");
+    g.input("x", TensorType::fixed(DType::F32, &[1, c, hw, hw]));
+    g.input("r", TensorType::fixed(DType::F32, &[1, oc, o, o]));
+    g.initializer("w", w.clone());
+    g.initializer("b", b.clone());
+    let s = win.stride as i64;
+    let p = win.pad as i64;
+    let mut attrs = Attributes::new();
+    attrs.insert("strides", Attribute::Ints(vec![s, s]));
+    attrs.insert("pads", Attribute::Ints(vec![p, p, p, p]));
+    g.node(node("Conv", &["x", "w", "b"], "conv", attrs));
+    g.node(node("Relu", &["conv"], "act", Attributes::new()));
+    g.node(node("Add", &["act", "r"], "y", Attributes::new()));
+    g.output("y");
+    Block {
+        graph: g.build(Registry::global()).unwrap(),
+        x: random(rng, &[1, c, hw, hw]),
+        r: random(rng, &[1, oc, o, o]),
+        w,
+        b,
+        win,
+    }
+}
+
+/// Direct float64 loops of the block.
+fn block_f64(bl: &Block) -> Vec<f64> {
+    let (xs, ws) = (bl.x.shape(), bl.w.shape());
+    let (c, hw, oc, k) = (xs[1], xs[2], ws[0], ws[2]);
+    let o = bl.win.out(hw);
+    let (x, w, b, r) = (
+        bl.x.to_f64_vec(),
+        bl.w.to_f64_vec(),
+        bl.b.to_f64_vec(),
+        bl.r.to_f64_vec(),
+    );
+    let mut y = vec![0f64; oc * o * o];
+    for m in 0..oc {
+        for i in 0..o {
+            for j in 0..o {
+                let mut acc = b[m];
+                for ci in 0..c {
+                    for a in 0..k {
+                        for bb in 0..k {
+                            let hi = (i * bl.win.stride + a) as i64 - bl.win.pad as i64;
+                            let wi = (j * bl.win.stride + bb) as i64 - bl.win.pad as i64;
+                            if hi < 0 || wi < 0 || hi >= hw as i64 || wi >= hw as i64 {
+                                continue;
+                            }
+                            acc += x[(ci * hw + hi as usize) * hw + wi as usize]
+                                * w[((m * c + ci) * k + a) * k + bb];
+                        }
+                    }
+                }
+                let at = (m * o + i) * o + j;
+                y[at] = acc.max(0.0) + r[at];
+            }
+        }
+    }
+    y
+}
+
+fn assert_close(got: &Tensor, want: &[f64], what: &str) {
+    let got = got.to_f64_vec();
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    assert!(want.iter().any(|v| *v != 0.0), "{what}: all-zero reference");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-4 + 1e-4 * w.abs(),
+            "{what}[{i}]: {g} vs {w}"
+        );
+    }
+}
+
+/// Compiles the block after the default passes; checks one fused template kernel with Im2Col
+/// as a prologue (or no gather at all for `pointwise`) and the outputs.
+fn check(seed: u64, c: usize, hw: usize, oc: usize, win: Window, pointwise: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(seed);
+    let bl = block(&mut rng, c, hw, oc, win);
+    let want = block_f64(&bl);
+    let inputs = vec![
+        ("x".to_string(), bl.x.clone()),
+        ("r".to_string(), bl.r.clone()),
+    ];
+    let reference = run_reference(&bl.graph, &inputs).unwrap();
+    assert_close(&reference[0].1, &want, "reference");
+
+    let graph = run_passes(bl.graph.clone(), &default_passes()).unwrap();
+    let o = win.out(hw);
+    let compiled = CompiledGraph::compile(
+        &graph,
+        &[vec![1, c, hw, hw], vec![1, oc, o, o]],
+        Arc::new(backend(dir.path())),
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    let report = compiled.report();
+    assert_eq!(report.kernels, 1, "{}", report.partition);
+    assert_eq!(report.host_nodes, 0, "{}", report.partition);
+    assert!(report.refusals.is_empty(), "{:?}", report.refusals);
+    let dump = &report.partition;
+    assert!(dump.contains("[anchored] MatMul"), "{dump}");
+    let prologue_line = dump.lines().find(|l| l.contains("prologues:"));
+    if pointwise {
+        assert!(!dump.contains("Im2Col"), "{dump}");
+    } else {
+        assert!(
+            prologue_line.is_some_and(|l| l.contains("Im2Col")),
+            "{dump}"
+        );
+    }
+    let epilogues = dump
+        .lines()
+        .find(|l| l.contains("epilogues:"))
+        .unwrap_or_default();
+    for op in ["Add", "Reshape", "Relu"] {
+        assert!(epilogues.contains(op), "{op} is not an epilogue:\n{dump}");
+    }
+    let out = compiled.run(&inputs).unwrap();
+    assert_eq!(out[0].0, "y");
+    assert_close(&out[0].1, &want, "compiled");
+}
+
+#[test]
+fn conv_bias_relu_add_stride_1_is_one_fused_matmul_kernel() {
+    let win = Window {
+        kernel: 3,
+        stride: 1,
+        pad: 1,
+    };
+    check(11, 13, 17, 19, win, false);
+}
+
+#[test]
+fn conv_bias_relu_add_stride_2_is_one_fused_matmul_kernel() {
+    let win = Window {
+        kernel: 3,
+        stride: 2,
+        pad: 1,
+    };
+    check(12, 13, 17, 10, win, false);
+}
+
+#[test]
+fn pointwise_conv_block_is_one_fused_matmul_kernel() {
+    let win = Window {
+        kernel: 1,
+        stride: 1,
+        pad: 0,
+    };
+    check(13, 13, 17, 7, win, true);
+}

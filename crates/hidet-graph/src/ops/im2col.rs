@@ -1,0 +1,239 @@
+//! `hidet::Im2Col`: the column matrix of a single-image convolution, the right operand of
+//! convolution as a matrix product (`Y[oc, o] = Σ_r Wmat[oc, r] · Col[r, o]`).
+//!
+//! `Im2Col(X; kernel_shape, strides, dilations, pads)` with `X` of shape `[1, C, d…]` gives
+//! `Col` of shape `[C·∏k, ∏o]`: row `r = (c, k…)` (row-major over the channel and the kernel
+//! position), column `o` (row-major over the output positions), holding the input element
+//! the window at `o` reads at kernel position `k` of channel `c`, or 0 in the padding. The
+//! window geometry is the convolution's ([`crate::kernels::window`]) with explicit pads.
+//!
+//! The operator is internal (domain [`HIDET_DOMAIN`]): the implicit-GEMM pass creates it in
+//! front of a matrix product, whose kernel inlines its compute definition into the loads of
+//! its right operand, so the column matrix is never stored.
+
+use crate::dispatch_float;
+use crate::dtype::DType;
+use crate::kernels::window::{Geometry, WindowAttrs, WindowSpec, BEYOND_PADDING};
+use crate::operator::{
+    arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
+};
+use crate::ops::common::check_dtype;
+use crate::ops::compute_util::{grid_def, input, placeholders, unravel};
+use crate::ops::window_compute::{fits_i32, guarded, window_read};
+use crate::registry::{Registry, LATEST_OPSET};
+use crate::shape::{Dim, TensorType};
+use crate::tensor::{Element, Tensor};
+use hidet_ir::expr::Expr;
+
+/// The domain of hidet's internal operators.
+pub const HIDET_DOMAIN: &str = "hidet";
+
+/// An `Im2Col` node (see the module docs).
+#[derive(Debug)]
+struct Im2Col {
+    window: WindowAttrs,
+}
+
+/// Registers `hidet::Im2Col` (every opset of the domain).
+pub fn register(r: &mut Registry) {
+    r.register(
+        HIDET_DOMAIN,
+        "Im2Col",
+        1..=LATEST_OPSET,
+        |c: &OpContext<'_>| {
+            let spec = WindowSpec::from_attrs(c.attrs)?;
+            let kernel = spec
+                .kernel
+                .clone()
+                .ok_or_else(|| OpError::attr("kernel_shape", "required attribute is missing"))?;
+            if spec.auto_pad != crate::kernels::window::AutoPad::NotSet || spec.ceil_mode {
+                return Err(OpError::attr(
+                    "auto_pad",
+                    "Im2Col takes explicit pads only (no auto_pad, no ceil_mode)",
+                ));
+            }
+            let fallback: Vec<usize> = kernel.iter().map(|&k| k.max(0) as usize).collect();
+            Ok(Box::new(Im2Col {
+                window: spec.attrs(&fallback)?,
+            }))
+        },
+    );
+}
+
+impl Im2Col {
+    /// The geometry for input spatial sizes `spatial`, after checking `X`'s shape.
+    fn geometry(&self, xs: &[usize]) -> Result<Geometry, OpError> {
+        if xs.len() != self.window.rank() + 2 || xs[0] != 1 {
+            return Err(OpError::Shape(format!(
+                "Im2Col needs X of shape [1, C, d…] with {} spatial dimensions, got {xs:?}",
+                self.window.rank()
+            )));
+        }
+        self.window.resolve(&xs[2..])
+    }
+}
+
+impl Operator for Im2Col {
+    fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
+        let x = infer_arg(inputs, 0)?;
+        check_dtype(0, x.ty.dtype, DType::is_float)?;
+        let kernel: usize = self.window.kernel.iter().product();
+        let shape = match x.ty.fixed_shape() {
+            Some(xs) => {
+                let g = self.geometry(&xs)?;
+                vec![Dim::Fixed(xs[1] * kernel), Dim::Fixed(g.output_size())]
+            }
+            None => vec![Dim::Unknown, Dim::Unknown],
+        };
+        Ok(vec![TensorType {
+            dtype: x.ty.dtype,
+            shape: Some(shape),
+        }])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+        let x = arg(inputs, 0)?;
+        check_dtype(0, x.dtype(), DType::is_float)?;
+        let g = self.geometry(x.shape())?;
+        let (ni, no, nk) = (g.input_size(), g.output_size(), g.kernel_size());
+        let channels = x.shape()[1];
+        let offsets = g.offsets()?;
+        let xv = x.to_f64_vec();
+        let mut col = Vec::with_capacity(channels * nk * no);
+        for c in 0..channels {
+            let plane = &xv[c * ni..(c + 1) * ni];
+            col.extend(offsets.iter().map(|&off| {
+                if off < BEYOND_PADDING {
+                    plane[off]
+                } else {
+                    0.0
+                }
+            }));
+        }
+        let shape = vec![channels * nk, no];
+        let dtype = x.dtype();
+        let out = dispatch_float!(dtype,
+            T => Tensor::new(shape, col.iter().map(|&v| T::from_f64(v)).collect::<Vec<T>>())?,
+            else return Err(OpError::DType { index: 0, dtype }));
+        Ok(vec![out])
+    }
+
+    /// `Col[r, o] = x[0, c, o·s + k·d - pad]` (0 in the padding: a select on the index
+    /// bounds), with `(c, k…)` unraveled from `r` and the output position from `o`.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        check_dtype(0, x.dtype, DType::is_float)?;
+        let g = self.geometry(x.shape)?;
+        let channels = x.shape[1];
+        let shape = [channels * g.kernel_size(), g.output_size()];
+        if !fits_i32(&[x.shape, &shape]) {
+            return Ok(None);
+        }
+        let dtype = x.dtype.to_ir();
+        let vars = placeholders(inputs);
+        let vx = vars[0].clone();
+        let mut row_shape = vec![channels];
+        row_shape.extend(&g.kernel);
+        grid_def(vars, dtype, &shape, |i| {
+            let row = unravel(&i[0], &row_shape);
+            let out = unravel(&i[1], &g.output);
+            let read = window_read(&g, &out, &row[1..]);
+            let mut idx = vec![Expr::int(0), row[0].clone()];
+            idx.extend(read.index);
+            guarded(&read.inside, vx.at(idx), Expr::zero(dtype))
+        })
+        .map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribute::{Attribute, Attributes};
+
+    fn build(attrs: &[(&str, Attribute)]) -> Result<Box<dyn Operator>, OpError> {
+        let mut a = Attributes::new();
+        for (k, v) in attrs {
+            a.insert(*k, v.clone());
+        }
+        let mut r = Registry::new();
+        register(&mut r);
+        let ctx = OpContext {
+            domain: HIDET_DOMAIN,
+            op_type: "Im2Col",
+            opset: 1,
+            attrs: &a,
+            num_inputs: 1,
+            num_outputs: 1,
+        };
+        r.lookup(HIDET_DOMAIN, "Im2Col", 1)
+            .expect("registered above")
+            .build(&ctx)
+    }
+
+    #[test]
+    fn columns_hold_the_window_reads_with_zero_padding() {
+        // 2 channels of 4×5, kernel 3×2, stride (2, 1), dilation (1, 2), pads (1, 0, 0, 1).
+        let (c, h, w) = (2usize, 4usize, 5usize);
+        let xv: Vec<f32> = (0..c * h * w).map(|i| 0.25 * i as f32 - 3.1).collect();
+        let x = Tensor::new(vec![1, c, h, w], xv.clone()).unwrap();
+        let op = build(&[
+            ("kernel_shape", Attribute::Ints(vec![3, 2])),
+            ("strides", Attribute::Ints(vec![2, 1])),
+            ("dilations", Attribute::Ints(vec![1, 2])),
+            ("pads", Attribute::Ints(vec![1, 0, 0, 1])),
+        ])
+        .unwrap();
+        let col = op.eval(&[Some(&x)]).unwrap().remove(0);
+        let (oh, ow) = ((h + 1 - 3) / 2 + 1, (w + 1 - 3) + 1);
+        assert_eq!(col.shape(), &[c * 6, oh * ow]);
+        let got = col.as_slice::<f32>().unwrap();
+        for ci in 0..c {
+            for a in 0..3 {
+                for b in 0..2 {
+                    for i in 0..oh {
+                        for j in 0..ow {
+                            let hi = (i * 2 + a) as i64 - 1;
+                            let wi = (j + 2 * b) as i64;
+                            let want = if hi < 0 || hi >= h as i64 || wi >= w as i64 {
+                                0.0
+                            } else {
+                                xv[(ci * h + hi as usize) * w + wi as usize]
+                            };
+                            let r = (ci * 3 + a) * 2 + b;
+                            assert_eq!(got[r * oh * ow + i * ow + j], want, "row {r} ({i}, {j})");
+                        }
+                    }
+                }
+            }
+        }
+        let ty = TensorType::fixed(DType::F32, &[1, c, h, w]);
+        let inferred = op
+            .infer(&[Some(InferInput {
+                ty: &ty,
+                value: None,
+            })])
+            .unwrap();
+        assert_eq!(
+            inferred[0],
+            TensorType::fixed(DType::F32, &[c * 6, oh * ow])
+        );
+    }
+
+    #[test]
+    fn batches_auto_pad_and_missing_kernel_are_errors() {
+        let op = build(&[("kernel_shape", Attribute::Ints(vec![2, 2]))]).unwrap();
+        let x = Tensor::new(vec![2, 1, 3, 3], vec![1.0f32; 18]).unwrap();
+        assert!(matches!(op.eval(&[Some(&x)]), Err(OpError::Shape(_))));
+        assert!(matches!(build(&[]), Err(OpError::Attribute { .. })));
+        assert!(matches!(
+            build(&[
+                ("kernel_shape", Attribute::Ints(vec![2, 2])),
+                ("auto_pad", Attribute::String("SAME_UPPER".into())),
+            ]),
+            Err(OpError::Attribute { .. })
+        ));
+        let xi = Tensor::new(vec![1, 1, 3, 3], vec![1i32; 9]).unwrap();
+        assert!(matches!(op.eval(&[Some(&xi)]), Err(OpError::DType { .. })));
+    }
+}

@@ -1,0 +1,173 @@
+//! Convolution as implicit GEMM (DESIGN §2): a single-image f32 convolution with a constant
+//! weight becomes a matrix product whose right operand is the im2col transform of the input.
+//!
+//! ```text
+//! Conv(X[1, C, d…], W[OC, C, k…], B?)  →  Reshape(Add(MatMul(Wmat, ColT), B[OC, 1]), [1, OC, o…])
+//!     Wmat = W reshaped to [OC, C·∏k] (a new constant)
+//!     ColT = hidet::Im2Col(X) [C·∏k, ∏o]   (Reshape(X, [C, ∏d]) for 1×1 unpadded stride-1 kernels)
+//! ```
+//!
+//! Fusion then makes `Im2Col` a prologue of the matrix product (inlined into the loads of its
+//! right operand: the column matrix is never stored) and the bias, the reshape and whatever
+//! bijective consumers follow (ReLU, a residual add) its epilogues: one kernel.
+
+use crate::attribute::Attributes;
+use crate::dtype::DType;
+use crate::graph::{Graph, GraphError, NodeId, ValueId};
+use crate::kernels::window::{Geometry, WindowSpec};
+use crate::ops::im2col::HIDET_DOMAIN;
+use crate::passes::rewrite::Rewriter;
+use crate::passes::GraphPass;
+use crate::tensor::Tensor;
+use crate::Attribute;
+
+/// Rewrites `Conv` nodes (default domain) with f32 data, a constant weight, `group == 1` and
+/// a static input of batch 1 into an implicit GEMM (see the module docs). Other convolutions
+/// (batched, grouped or depthwise, non-constant weights, other dtypes) are kept.
+pub struct ConvToImplicitGemm;
+
+impl GraphPass for ConvToImplicitGemm {
+    fn name(&self) -> &'static str {
+        "conv-implicit-gemm"
+    }
+
+    fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
+        let mut rw = Rewriter::new(graph);
+        for i in 0..rw.graph().nodes().len() {
+            let Some(plan) = plan(&rw, NodeId(i)) else {
+                continue;
+            };
+            rw.focus(NodeId(i));
+            let out = rewrite(&mut rw, &plan)?;
+            rw.replace(plan.y, out);
+            rw.remove_node(NodeId(i));
+        }
+        rw.finish()
+    }
+}
+
+/// What one applicable convolution node reads and computes.
+struct Plan {
+    node: String,
+    x: ValueId,
+    bias: Option<ValueId>,
+    y: ValueId,
+    weight: Tensor,
+    channels: usize,
+    geometry: Geometry,
+}
+
+/// The plan for node `n`, when the rewrite applies to it.
+fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
+    let g = rw.graph();
+    let node = &g.nodes()[n.0];
+    if node.op_type != "Conv" || !node.domain.is_empty() {
+        return None;
+    }
+    if node.attrs.int_or("group", 1).ok()? != 1 {
+        return None;
+    }
+    let x = node.inputs.first().copied().flatten()?;
+    let w = node.inputs.get(1).copied().flatten()?;
+    let bias = node.inputs.get(2).copied().flatten();
+    let y = match node.outputs.as_slice() {
+        [Some(y)] => *y,
+        _ => return None,
+    };
+    let xs = g.value(x).ty.fixed_shape()?;
+    let weight = rw.constant(w)?.clone();
+    let ws = weight.shape();
+    if g.value(x).ty.dtype != DType::F32 || weight.dtype() != DType::F32 {
+        return None;
+    }
+    if xs.len() < 3 || ws.len() != xs.len() || xs[0] != 1 || ws[1] != xs[1] {
+        return None;
+    }
+    if let Some(b) = bias {
+        let bt = &g.value(b).ty;
+        if bt.dtype != DType::F32 || bt.fixed_shape()? != [ws[0]] {
+            return None;
+        }
+    }
+    let spec = WindowSpec::from_attrs(&node.attrs).ok()?;
+    let attrs = spec.attrs(&ws[2..]).ok()?;
+    if attrs.kernel != ws[2..] {
+        return None;
+    }
+    let geometry = attrs.resolve(&xs[2..]).ok()?;
+    if geometry.output_size() == 0 || weight.numel() == 0 {
+        return None;
+    }
+    Some(Plan {
+        node: node.name.clone(),
+        x,
+        bias,
+        y,
+        weight,
+        channels: xs[1],
+        geometry,
+    })
+}
+
+/// True when the columns are the input itself: a 1×1 window at stride 1 without padding.
+fn is_pointwise(g: &Geometry) -> bool {
+    g.kernel.iter().all(|&k| k == 1)
+        && g.strides.iter().all(|&s| s == 1)
+        && g.pads_begin.iter().chain(&g.pads_end).all(|&p| p == 0)
+}
+
+fn ints(v: &[usize]) -> Attribute {
+    Attribute::Ints(v.iter().map(|&d| d as i64).collect())
+}
+
+/// Adds the implicit-GEMM nodes of `p`; returns the value that replaces the convolution's
+/// output.
+fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
+    let g = &p.geometry;
+    let out_ch = p.weight.shape()[0];
+    let rows = p.channels * g.kernel_size();
+    let cols = g.output_size();
+    let node_error = |e: crate::tensor::TensorError| GraphError::Node {
+        node: p.node.clone(),
+        op_type: "Conv".into(),
+        source: e.into(),
+    };
+    let wmat = p.weight.reshape(vec![out_ch, rows]).map_err(node_error)?;
+    let wmat = rw.add_constant("conv_wmat", wmat);
+    let col = if is_pointwise(g) {
+        let shape = shape_const(rw, &[p.channels, cols]).map_err(node_error)?;
+        rw.add_op("Reshape", Attributes::new(), &[p.x, shape])?
+    } else {
+        let mut attrs = Attributes::new();
+        attrs.insert("kernel_shape", ints(&g.kernel));
+        attrs.insert("strides", ints(&g.strides));
+        attrs.insert("dilations", ints(&g.dilations));
+        let pads: Vec<usize> = g.pads_begin.iter().chain(&g.pads_end).copied().collect();
+        attrs.insert("pads", ints(&pads));
+        rw.add_domain_op(HIDET_DOMAIN, "Im2Col", attrs, &[p.x])?
+    };
+    let mut y = rw.add_op("MatMul", Attributes::new(), &[wmat, col])?;
+    if let Some(b) = p.bias {
+        let column = match rw.constant(b) {
+            Some(t) => {
+                let t = t.reshape(vec![out_ch, 1]).map_err(node_error)?;
+                rw.add_constant("conv_bias", t)
+            }
+            None => {
+                let shape = shape_const(rw, &[out_ch, 1]).map_err(node_error)?;
+                rw.add_op("Reshape", Attributes::new(), &[b, shape])?
+            }
+        };
+        y = rw.add_op("Add", Attributes::new(), &[y, column])?;
+    }
+    let mut out_shape = vec![1, out_ch];
+    out_shape.extend(&g.output);
+    let shape = shape_const(rw, &out_shape).map_err(node_error)?;
+    rw.add_op("Reshape", Attributes::new(), &[y, shape])
+}
+
+fn shape_const(rw: &mut Rewriter, dims: &[usize]) -> Result<ValueId, crate::tensor::TensorError> {
+    let v: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+    let t = Tensor::new(vec![v.len()], v)?;
+    Ok(rw.add_constant("shape", t))
+}

@@ -1,0 +1,258 @@
+//! The convolution → implicit GEMM pass alone: which convolutions it rewrites, into what, and
+//! that the reference executor gives the same outputs before and after (and the same as
+//! direct float64 convolution loops) on random non-zero inputs of odd sizes.
+
+#[path = "passes_util/mod.rs"]
+mod passes_util;
+
+use hidet_graph::passes::{default_passes, run_passes, ConvToImplicitGemm, GraphPass};
+use hidet_graph::{run_reference, Attribute, Attributes, Graph, GraphBuilder, Tensor};
+use passes_util::*;
+
+/// Window attributes of a 2-D convolution.
+struct Conv2d {
+    stride: usize,
+    pad: [usize; 4],
+    dilation: usize,
+}
+
+fn conv_attrs(c: &Conv2d) -> Attributes {
+    let s = c.stride as i64;
+    let d = c.dilation as i64;
+    attrs(vec![
+        ("strides", ints(&[s, s])),
+        ("dilations", ints(&[d, d])),
+        (
+            "pads",
+            Attribute::Ints(c.pad.iter().map(|&p| p as i64).collect()),
+        ),
+    ])
+}
+
+/// `y = relu(conv(x, w) + b) + r`, with `r` an input of the convolution's output shape.
+fn block(xs: [usize; 4], w: &Tensor, b: &Tensor, c: &Conv2d, rs: &[usize]) -> Graph {
+    let mut g = GraphBuilder::new("conv_block");
+    g.input("x", f32_input(&xs));
+    g.input("r", f32_input(rs));
+    g.initializer("w", w.clone());
+    g.initializer("b", b.clone());
+    g.node(node("Conv", 17, &["x", "w", "b"], &["conv"], conv_attrs(c)));
+    g.node(node("Relu", 17, &["conv"], &["act"], Attributes::new()));
+    g.node(node("Add", 17, &["act", "r"], &["y"], Attributes::new()));
+    g.output("y");
+    build(g)
+}
+
+/// Direct float64 loops of `relu(conv(x, w) + b) + r` (batch 1); returns the output shape
+/// and values.
+fn block_f64(x: &Tensor, w: &Tensor, b: &Tensor, r: &Tensor, c: &Conv2d) -> (Vec<usize>, Vec<f64>) {
+    let (xs, ws) = (x.shape(), w.shape());
+    let (ch, h, wd) = (xs[1], xs[2], xs[3]);
+    let (oc, kh, kw) = (ws[0], ws[2], ws[3]);
+    let ext = |k: usize| (k - 1) * c.dilation + 1;
+    let oh = (h + c.pad[0] + c.pad[2] - ext(kh)) / c.stride + 1;
+    let ow = (wd + c.pad[1] + c.pad[3] - ext(kw)) / c.stride + 1;
+    let (xv, wv, bv, rv) = (
+        x.to_f64_vec(),
+        w.to_f64_vec(),
+        b.to_f64_vec(),
+        r.to_f64_vec(),
+    );
+    let mut y = vec![0f64; oc * oh * ow];
+    for m in 0..oc {
+        for i in 0..oh {
+            for j in 0..ow {
+                let mut acc = bv[m];
+                for ci in 0..ch {
+                    for a in 0..kh {
+                        for bb in 0..kw {
+                            let hi = (i * c.stride + a * c.dilation) as i64 - c.pad[0] as i64;
+                            let wi = (j * c.stride + bb * c.dilation) as i64 - c.pad[1] as i64;
+                            if hi < 0 || wi < 0 || hi >= h as i64 || wi >= wd as i64 {
+                                continue;
+                            }
+                            acc += xv[(ci * h + hi as usize) * wd + wi as usize]
+                                * wv[((m * ch + ci) * kh + a) * kw + bb];
+                        }
+                    }
+                }
+                let o = (m * oh + i) * ow + j;
+                y[o] = acc.max(0.0) + rv[o];
+            }
+        }
+    }
+    (vec![1, oc, oh, ow], y)
+}
+
+fn check_block(seed: u64, xs: [usize; 4], ws: [usize; 4], c: Conv2d, expect_im2col: bool) {
+    let mut rng = Rng::new(seed);
+    let (x, w, b) = (rng.f32s(&xs), rng.f32s(&ws), rng.f32s(&[ws[0]]));
+    let ext = |k: usize| (k - 1) * c.dilation + 1;
+    let oh = (xs[2] + c.pad[0] + c.pad[2] - ext(ws[2])) / c.stride + 1;
+    let ow = (xs[3] + c.pad[1] + c.pad[3] - ext(ws[3])) / c.stride + 1;
+    let rs = [1, ws[0], oh, ow];
+    let r = rng.f32s(&rs);
+    let before = block(xs, &w, &b, &c, &rs);
+    let after = ConvToImplicitGemm
+        .run(before.clone())
+        .expect("pass succeeds");
+    assert_eq!(count(&after, "Conv"), 0, "{:?}", ops(&after));
+    assert_eq!(count(&after, "MatMul"), 1, "{:?}", ops(&after));
+    assert_eq!(
+        count(&after, "Im2Col"),
+        usize::from(expect_im2col),
+        "{:?}",
+        ops(&after)
+    );
+    let inputs = vec![("x".to_string(), x.clone()), ("r".to_string(), r.clone())];
+    assert_same_outputs(&before, &after, &inputs, 1e-5);
+    let (shape, want) = block_f64(&x, &w, &b, &r, &c);
+    let got = run_reference(&after, &inputs).expect("rewritten graph runs");
+    assert_eq!(got[0].1.shape(), &shape[..]);
+    for (i, (g, w)) in got[0].1.to_f64_vec().iter().zip(&want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+            "y[{i}]: {g} vs {w}"
+        );
+    }
+}
+
+#[test]
+fn padded_convolutions_become_im2col_matmul_bias_reshape() {
+    let c1 = Conv2d {
+        stride: 1,
+        pad: [1, 1, 1, 1],
+        dilation: 1,
+    };
+    check_block(1, [1, 13, 17, 17], [11, 13, 3, 3], c1, true);
+    let c2 = Conv2d {
+        stride: 2,
+        pad: [1, 1, 1, 1],
+        dilation: 1,
+    };
+    check_block(2, [1, 13, 17, 17], [11, 13, 3, 3], c2, true);
+    let asym = Conv2d {
+        stride: 2,
+        pad: [2, 0, 1, 3],
+        dilation: 2,
+    };
+    check_block(3, [1, 5, 14, 11], [7, 5, 3, 2], asym, true);
+}
+
+#[test]
+fn pointwise_convolutions_read_the_input_through_a_reshape() {
+    let c = Conv2d {
+        stride: 1,
+        pad: [0, 0, 0, 0],
+        dilation: 1,
+    };
+    check_block(4, [1, 13, 9, 7], [6, 13, 1, 1], c, false);
+    // A strided 1×1 convolution still needs the gather.
+    let strided = Conv2d {
+        stride: 2,
+        pad: [0, 0, 0, 0],
+        dilation: 1,
+    };
+    check_block(5, [1, 13, 9, 7], [6, 13, 1, 1], strided, true);
+}
+
+#[test]
+fn auto_pad_and_a_computed_bias_are_rewritten() {
+    let mut rng = Rng::new(6);
+    let (x, w, b) = (
+        rng.f32s(&[1, 3, 10, 9]),
+        rng.f32s(&[4, 3, 4, 3]),
+        rng.f32s(&[4]),
+    );
+    let mut g = GraphBuilder::new("same_upper");
+    g.input("x", f32_input(&[1, 3, 10, 9]));
+    g.input("b", f32_input(&[4]));
+    g.initializer("w", w);
+    g.node(node(
+        "Conv",
+        17,
+        &["x", "w", "b"],
+        &["y"],
+        attrs(vec![
+            ("auto_pad", Attribute::String("SAME_UPPER".into())),
+            ("strides", ints(&[2, 3])),
+        ]),
+    ));
+    g.output("y");
+    let before = build(g);
+    let after = ConvToImplicitGemm.run(before.clone()).unwrap();
+    assert_eq!(count(&after, "Conv"), 0, "{:?}", ops(&after));
+    let inputs = vec![("x".to_string(), x), ("b".to_string(), b)];
+    assert_same_outputs(&before, &after, &inputs, 1e-5);
+}
+
+#[test]
+fn batched_grouped_and_dynamic_weight_convolutions_stay() {
+    let mut rng = Rng::new(7);
+    let cases: Vec<([usize; 4], [usize; 4], i64, bool)> = vec![
+        ([2, 4, 7, 7], [5, 4, 3, 3], 1, true),  // batch 2
+        ([1, 4, 7, 7], [6, 2, 3, 3], 2, true),  // grouped
+        ([1, 4, 7, 7], [4, 1, 3, 3], 4, true),  // depthwise
+        ([1, 4, 7, 7], [5, 4, 3, 3], 1, false), // weight is an input
+    ];
+    for (xs, ws, group, constant) in cases {
+        let w = rng.f32s(&ws);
+        let mut g = GraphBuilder::new("kept");
+        g.input("x", f32_input(&xs));
+        if constant {
+            g.initializer("w", w.clone());
+        } else {
+            g.input("w", f32_input(&ws));
+        }
+        g.node(node(
+            "Conv",
+            17,
+            &["x", "w"],
+            &["y"],
+            attrs(vec![
+                ("group", Attribute::Int(group)),
+                ("pads", ints(&[1, 1, 1, 1])),
+            ]),
+        ));
+        g.output("y");
+        let before = build(g);
+        let after = ConvToImplicitGemm.run(before.clone()).unwrap();
+        assert_eq!(ops(&after), vec!["Conv"], "{xs:?} {ws:?} group {group}");
+    }
+}
+
+#[test]
+fn default_pipeline_rewrites_a_conv_batchnorm_relu_block() {
+    let mut rng = Rng::new(8);
+    let (c, oc) = (6usize, 5usize);
+    let mut g = GraphBuilder::new("conv_bn");
+    g.input("x", f32_input(&[1, c, 11, 13]));
+    g.initializer("w", rng.f32s(&[oc, c, 3, 3]));
+    g.initializer("scale", rng.f32s(&[oc]));
+    g.initializer("bias", rng.f32s(&[oc]));
+    g.initializer("mean", rng.f32s(&[oc]));
+    g.initializer("var", rng.positive(&[oc], 0.5, 2.0));
+    g.node(node(
+        "Conv",
+        17,
+        &["x", "w"],
+        &["conv"],
+        attrs(vec![("pads", ints(&[1, 1, 1, 1]))]),
+    ));
+    g.node(node(
+        "BatchNormalization",
+        15,
+        &["conv", "scale", "bias", "mean", "var"],
+        &["bn"],
+        Attributes::new(),
+    ));
+    g.node(node("Relu", 17, &["bn"], &["y"], Attributes::new()));
+    g.output("y");
+    let before = build(g);
+    let after = run_passes(before.clone(), &default_passes()).unwrap();
+    assert_eq!(count(&after, "Conv"), 0, "{:?}", ops(&after));
+    assert_eq!(count(&after, "BatchNormalization"), 0, "{:?}", ops(&after));
+    assert_eq!(count(&after, "Im2Col"), 1, "{:?}", ops(&after));
+    let inputs = vec![("x".to_string(), rng.f32s(&[1, c, 11, 13]))];
+    assert_same_outputs(&before, &after, &inputs, 1e-4);
+}
