@@ -2,7 +2,7 @@
 //! of threads, either alone or with the prologues and epilogue of a fused task inlined into
 //! every candidate (post-scheduling fusion).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
 
 use hidet_graph::fusion::FusedTask;
@@ -15,7 +15,7 @@ use super::fingerprint::fingerprint;
 use crate::graph_backend::anchor::{matmul_kernel, matmul_shape, TemplateOutcome};
 use crate::target::CpuTarget;
 use crate::templates::matmul::{
-    matmul_candidates, matmul_f32, matmul_space, MatmulSchedule, ThreadSplit,
+    matmul_candidates, matmul_f32, matmul_space, MatmulSchedule, MatmulShape, ThreadSplit,
 };
 
 /// The name of the matmul template's schedule space.
@@ -25,7 +25,8 @@ pub const MATMUL_SPACE: &str = "cpu.matmul_f32";
 /// [`matmul_template_version`] might not show.
 pub const MATMUL_TEMPLATE_REVISION: u32 = 1;
 
-/// Candidates measured at level 1.
+/// Candidates measured at level 1: the best-ranked of the space that build distinct kernels
+/// for the task's shape.
 pub const LEVEL1_CANDIDATES: usize = 32;
 
 /// A matmul schedule as stored in the tuning cache. Deserializing checks
@@ -245,11 +246,25 @@ impl Tunable for MatmulTask {
     fn candidates(&self, level: TuneLevel) -> Vec<MatmulCandidate> {
         let schedules = match level {
             TuneLevel::Heuristic => vec![self.heuristic().0],
-            TuneLevel::Subset => matmul_candidates(&self.target, self.threads, LEVEL1_CANDIDATES),
+            TuneLevel::Subset => matmul_candidates(&self.target, self.threads, usize::MAX),
             TuneLevel::Full => matmul_space(&self.target, self.threads),
         };
+        // Schedules that differ only in a split yielding the same thread grid for this shape
+        // build the same kernel: keep the first of each.
+        let shape = MatmulShape::plain(self.m, self.n, self.k);
+        let mut seen = HashSet::new();
         schedules
             .into_iter()
+            .filter(|s| {
+                seen.insert((
+                    (s.mr, s.nr, s.lanes, s.mc, s.nc, s.kc, s.threads),
+                    s.thread_grid(&shape),
+                ))
+            })
+            .take(match level {
+                TuneLevel::Subset => LEVEL1_CANDIDATES,
+                _ => usize::MAX,
+            })
             .take(self.limit.unwrap_or(usize::MAX).max(1))
             .map(MatmulCandidate)
             .collect()
@@ -307,6 +322,22 @@ mod tests {
         assert_eq!((one[0], two[0]), (h, h));
         assert!(one.len() <= LEVEL1_CANDIDATES && two.len() >= one.len());
         assert!(one.iter().all(|c| two.contains(c)));
+        // No two candidates build the same kernel: equal blocking means different grids.
+        let shape = MatmulShape::plain(33, 47, 65);
+        for (i, a) in two.iter().enumerate() {
+            for b in &two[..i] {
+                let same_blocking = (a.0.mr, a.0.nr, a.0.mc, a.0.nc, a.0.kc)
+                    == (b.0.mr, b.0.nr, b.0.mc, b.0.nc, b.0.kc);
+                assert!(
+                    !same_blocking || a.0.thread_grid(&shape) != b.0.thread_grid(&shape),
+                    "{a:?} duplicates {b:?}"
+                );
+            }
+        }
+        let big = MatmulTask::plain(1024, 1024, 1024, CpuTarget::host(), 2);
+        let full = big.candidates(TuneLevel::Full);
+        assert!(full.len() < matmul_space(CpuTarget::host(), 2).len());
+        assert_eq!(full[0], big.heuristic());
         assert_eq!(t.key(), "matmul_f32 m=33 n=47 k=65 threads=2 fusion=plain");
         assert_eq!(
             t.template_version(),
