@@ -401,3 +401,78 @@ fn softmax_cases(c: &mut Vec<Case>) {
     c.push(case("Hardmax", vec![int(F32, &[6, 5], -2, 2)]));
     c.push(case("Hardmax", vec![int(F32, &[3, 2, 4], -2, 2)]).opset(11));
 }
+
+#[test]
+fn reductions_need_known_axes_and_dropout_known_controls() {
+    let x = [3usize, 4];
+    let sum = build(&case("ReduceSum", vec![]));
+    let def = sum
+        .compute(&[unknown(F32, &x), unknown(I64, &[1])])
+        .expect("valid inputs");
+    assert!(def.is_none(), "axes unknown when compiling");
+    let def = sum.compute(&[unknown(F32, &x)]).expect("valid inputs");
+    assert!(def.is_some(), "no axes input: every axis is reduced");
+    let dropout = build(&case("Dropout", vec![]).outputs(2));
+    let def = dropout
+        .compute(&[unknown(F32, &x), unknown(F32, &[]), unknown(B, &[])])
+        .expect("valid inputs");
+    assert!(def.is_none(), "training mode unknown when compiling");
+}
+
+#[test]
+fn invalid_family_inputs_are_errors_not_definitions() {
+    let axes = Tensor::new(vec![1], vec![2i64]).expect("one axis");
+    let sum = build(&case("ReduceSum", vec![]));
+    assert!(
+        sum.compute(&[unknown(F32, &[3, 4]), known(&axes)]).is_err(),
+        "axis 2 of a rank-2 input"
+    );
+    assert!(sum.compute(&[unknown(B, &[3, 4])]).is_err(), "bool sum");
+    assert!(build(&case("Softmax", vec![]).attr("axis", int_attr(2)))
+        .compute(&[unknown(F32, &[3, 4])])
+        .is_err());
+    assert!(build(&case("Softmax", vec![]))
+        .compute(&[unknown(I32, &[3, 4])])
+        .is_err());
+    let ln = build(&case("LayerNormalization", vec![]));
+    assert!(
+        ln.compute(&[unknown(F32, &[3, 4]), unknown(F32, &[3])])
+            .is_err(),
+        "scale does not broadcast"
+    );
+    assert!(ln.compute(&[unknown(F32, &[3, 4])]).is_err(), "no scale");
+    let bn = build(&case("BatchNormalization", vec![]));
+    let p = [3usize];
+    assert!(
+        bn.compute(&[
+            unknown(F32, &[2, 4, 5]),
+            unknown(F32, &p),
+            unknown(F32, &p),
+            unknown(F32, &p),
+            unknown(F32, &p)
+        ])
+        .is_err(),
+        "3 parameters for 4 channels"
+    );
+    assert!(
+        build(&case("GroupNormalization", vec![]).attr("num_groups", int_attr(4)))
+            .compute(&[
+                unknown(F32, &[2, 6, 5]),
+                unknown(F32, &[6]),
+                unknown(F32, &[6])
+            ])
+            .is_err()
+    );
+    assert!(build(&case("InstanceNormalization", vec![]))
+        .compute(&[unknown(F32, &[6]), unknown(F32, &[6]), unknown(F32, &[6])])
+        .is_err());
+    let dropout = build(&case("Dropout", vec![]).outputs(2));
+    let ratio = Tensor::scalar(0.5f32);
+    let training = Tensor::scalar(true);
+    assert!(
+        dropout
+            .compute(&[unknown(F32, &[3]), known(&ratio), known(&training)])
+            .is_err(),
+        "random training masks are unsupported"
+    );
+}
