@@ -24,6 +24,9 @@ pub enum InputError {
     /// The input's rank is unknown, so no shape can be chosen.
     #[error("input `{0}` has an unknown rank; give it with --input NAME=FILE.npy")]
     UnknownRank(String),
+    /// A given input names no graph input.
+    #[error("`{name}` is not an input of the model (inputs: {inputs})")]
+    Unknown { name: String, inputs: String },
     #[error("input `{name}`: {source}")]
     Tensor { name: String, source: TensorError },
 }
@@ -42,12 +45,24 @@ pub enum InputKind {
 }
 
 /// Every graph input, in input order: the one in `given` if present, else a synthesized one
-/// drawn from `seed` (see the module docs), with what it holds.
+/// drawn from `seed` (see the module docs), with what it holds. A given name that is not a
+/// graph input is an error.
 pub fn complete_inputs(
     graph: &Graph,
     given: &[(String, Tensor)],
     seed: u64,
 ) -> Result<Vec<(String, Tensor, InputKind)>, InputError> {
+    let names: Vec<&str> = graph
+        .inputs()
+        .iter()
+        .map(|&id| graph.value(id).name.as_str())
+        .collect();
+    if let Some((name, _)) = given.iter().find(|(n, _)| !names.contains(&n.as_str())) {
+        return Err(InputError::Unknown {
+            name: name.clone(),
+            inputs: names.join(", "),
+        });
+    }
     let symbols = bind_symbols(graph, given);
     let mut out = Vec::with_capacity(graph.inputs().len());
     for &id in graph.inputs() {
@@ -271,6 +286,16 @@ mod tests {
         assert_eq!(mask.to_i64_vec(), vec![1; 20]);
         assert_eq!(inputs[2].2, InputKind::Given);
         assert_eq!(inputs[2].1.to_f64_vec(), given_x.to_f64_vec());
+    }
+
+    #[test]
+    fn unknown_given_inputs_are_rejected() {
+        let t = Tensor::new(vec![1], vec![1f32]).expect("1 element");
+        let e = complete_inputs(&graph(), &[("idz".into(), t)], 1).expect_err("unknown input");
+        assert!(
+            e.to_string().contains("`idz`") && e.to_string().contains("ids"),
+            "{e}"
+        );
     }
 
     #[test]

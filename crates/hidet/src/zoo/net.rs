@@ -76,6 +76,8 @@ fn ints(v: &[usize]) -> Attribute {
 #[derive(Debug)]
 pub struct Net {
     builder: GraphBuilder,
+    /// Nodes, added to `builder` by [`Net::finish`] (so outputs can still be renamed).
+    nodes: Vec<NodeSpec>,
     seed: u64,
     anonymous: usize,
 }
@@ -85,6 +87,7 @@ impl Net {
     pub fn new(name: &str, seed: u64) -> Net {
         Net {
             builder: GraphBuilder::new(name),
+            nodes: Vec::new(),
             seed,
             anonymous: 0,
         }
@@ -174,7 +177,7 @@ impl Net {
                 }
             })
             .collect();
-        self.builder.node(NodeSpec {
+        self.nodes.push(NodeSpec {
             name: name.to_string(),
             domain: String::new(),
             op_type: op_type.to_string(),
@@ -189,6 +192,19 @@ impl Net {
     /// A single-output node named `name`; returns its output.
     pub fn op(&mut self, name: &str, op_type: &str, inputs: &[&str], a: Attributes) -> String {
         self.node(name, op_type, inputs, a, 1).remove(0)
+    }
+
+    /// Renames the value `from` (which must not be used yet) to `to`, by giving the node
+    /// that outputs it the output name `to`. Returns `to`; a no-op if nothing outputs `from`.
+    pub fn rename_output(&mut self, from: &str, to: &str) -> String {
+        for n in &mut self.nodes {
+            for o in &mut n.outputs {
+                if o == from {
+                    *o = to.to_string();
+                }
+            }
+        }
+        to.to_string()
     }
 
     /// An attribute-less single-output node with a generated name.
@@ -267,7 +283,8 @@ impl Net {
         self.op(name, op_type, &[x], attrs(pairs))
     }
 
-    /// The classifier head of the CNNs: `GlobalAveragePool`, `Flatten`, `Gemm(transB=1)`.
+    /// The classifier head of the CNNs: `GlobalAveragePool`, `Flatten`, `Gemm(transB=1)`
+    /// (node `fc`) whose output is named `output`, as in the exports.
     pub fn classifier(
         &mut self,
         x: &str,
@@ -281,7 +298,8 @@ impl Net {
             &[&pooled],
             attrs(vec![("axis", Attribute::Int(1))]),
         );
-        self.gemm("fc", &flat, channels, classes, true, 1.0)
+        let fc = self.gemm("fc", &flat, channels, classes, true, 1.0)?;
+        Ok(self.rename_output(&fc, "output"))
     }
 
     /// `Gemm(x, W, b)`: with `trans_b` the weight is `[out, in]` (torch `Linear`), else
@@ -381,6 +399,9 @@ impl Net {
     /// Errors: [`ZooError::Build`] naming every operator the registry lacks, or the first
     /// node whose construction or shape inference fails.
     pub fn finish(mut self, model: &str, outputs: &[&str]) -> Result<Graph, ZooError> {
+        for n in std::mem::take(&mut self.nodes) {
+            self.builder.node(n);
+        }
         for o in outputs {
             self.builder.output(*o);
         }
