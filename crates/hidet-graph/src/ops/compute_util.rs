@@ -341,6 +341,18 @@ pub fn scalar_const(t: &crate::tensor::Tensor) -> Option<Expr> {
     i64::try_from(v).ok().map(|v| Expr::int_of(v, dtype))
 }
 
+/// The type integer sums and products of `dtype` accumulate in: the unsigned type of its
+/// width, whose arithmetic wraps like numpy's; 64-bit types stay as they are (the IR's
+/// constants and interpreter hold only values of `i64`, so an i64 sum must not overflow).
+pub fn wrapping_type(dtype: DataType) -> DataType {
+    match dtype.bytes() {
+        1 => DataType::U8,
+        2 => DataType::U16,
+        4 => DataType::U32,
+        _ => dtype,
+    }
+}
+
 /// A reduction over some axes of a row-major tensor, as definitions lay it out: each output
 /// element (a *row*) folds the input elements that agree with it on the kept axes. The output
 /// keeps the reduced axes as size 1 (`keepdims`) or drops them.

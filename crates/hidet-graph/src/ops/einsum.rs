@@ -5,12 +5,17 @@
 //! The reference evaluates the full iteration space: every combination of label values,
 //! multiplying in f64 (floats) or wrapping i128 (integers).
 
-use crate::operator::{arg, InferInput, OpError, Operator};
+use crate::operator::{arg, ComputeInput, InferInput, OpError, Operator};
 use crate::ops::common::{check_dtype, numeric};
+use crate::ops::compute_util::{
+    dims, finish, input, konst, math_dtype, placeholders, wrapping_type,
+};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::TensorType;
 use crate::tensor::{Element, Tensor};
 use crate::{dispatch_float, dispatch_int};
+use hidet_ir::compute::{grid, reduce, ComputeDef, ReduceKind};
+use hidet_ir::expr::Expr;
 
 /// One term of the equation: labels in order, with the position of `...` if present.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -353,6 +358,96 @@ impl Operator for Einsum {
             Tensor::new(shape, v.into_iter().map(T::from_i128).collect::<Vec<T>>())?
         }, else return Err(OpError::DType { index: 0, dtype: dt })));
         Ok(vec![out])
+    }
+
+    /// One reduce node over the summed axes (a grid when every axis is in the output) of the
+    /// product of the operands, each read at its dimensions' iteration indices (0 where it
+    /// broadcasts). Floats multiply and accumulate in f32 (f64 for f64 inputs); integers
+    /// wrap like `eval`'s (see [`wrapping_type`]).
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let xs: Vec<ComputeInput<'_>> = (0..self.inputs.len())
+            .map(|i| input(inputs, i))
+            .collect::<Result<_, _>>()?;
+        let dt = xs[0].dtype;
+        check_dtype(0, dt, numeric)?;
+        if let Some((i, x)) = xs.iter().enumerate().find(|(_, x)| x.dtype != dt) {
+            return Err(OpError::Invalid(format!(
+                "Einsum input #{i} has dtype {}, input #0 has {dt}",
+                x.dtype
+            )));
+        }
+        let shapes: Vec<&[usize]> = xs.iter().map(|x| x.shape).collect();
+        let Binding {
+            sizes,
+            operands,
+            out_axes,
+        } = self.bind(&shapes)?;
+        let summed: Vec<usize> = (0..sizes.len()).filter(|a| !out_axes.contains(a)).collect();
+        let out_shape: Vec<usize> = out_axes.iter().map(|&a| sizes[a]).collect();
+        let reduce_shape: Vec<usize> = summed.iter().map(|&a| sizes[a]).collect();
+        let ir = dt.to_ir();
+        let acc = if ir.is_float() {
+            math_dtype(ir)
+        } else {
+            wrapping_type(ir)
+        };
+        let vars = placeholders(inputs);
+        // The product of the operands at iteration indices `at` (one per axis).
+        let product = |at: &[Expr]| -> Expr {
+            operands
+                .iter()
+                .zip(&vars)
+                .map(|(op, v)| {
+                    let index: Vec<Expr> = op
+                        .dims
+                        .iter()
+                        .map(|&(axis, stride)| {
+                            if stride == 0 {
+                                Expr::int(0)
+                            } else {
+                                at[axis].clone()
+                            }
+                        })
+                        .collect();
+                    let e = v.at(index);
+                    if acc == ir {
+                        e
+                    } else {
+                        e.cast(acc)
+                    }
+                })
+                .reduce(|a, b| a * b)
+                .unwrap_or_else(|| konst(1.0, acc))
+        };
+        let iteration = |i: &[Expr], r: &[Expr]| -> Vec<Expr> {
+            let mut at = vec![Expr::int(0); sizes.len()];
+            for (&a, e) in out_axes.iter().zip(i) {
+                at[a] = e.clone();
+            }
+            for (&a, e) in summed.iter().zip(r) {
+                at[a] = e.clone();
+            }
+            at
+        };
+        let (sum, node) = if summed.is_empty() {
+            grid("sum", acc, dims(&out_shape), |i| {
+                product(&iteration(i, &[]))
+            })
+        } else {
+            reduce(
+                "sum",
+                acc,
+                dims(&out_shape),
+                dims(&reduce_shape),
+                ReduceKind::Sum,
+                |i, r| product(&iteration(i, r)),
+            )
+        };
+        if acc == ir {
+            return finish(vars, vec![(sum.clone(), node)], vec![sum]).map(Some);
+        }
+        let (out, cast) = grid("out", ir, dims(&out_shape), |i| sum.at(i.to_vec()).cast(ir));
+        finish(vars, vec![(sum, node), (out.clone(), cast)], vec![out]).map(Some)
     }
 }
 

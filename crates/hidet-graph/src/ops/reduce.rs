@@ -17,7 +17,7 @@ use crate::operator::{
 use crate::ops::common::{check_dtype, int_list, norm_axis};
 use crate::ops::compute_util::{
     dims, finish, float_to_int, grid_def, input, math1, math_dtype, opt_input, placeholders,
-    AxisReduction,
+    wrapping_type, AxisReduction,
 };
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
@@ -249,18 +249,6 @@ impl Operator for Reduce {
             return Ok(None);
         };
         finish(vars, nodes, vec![out]).map(Some)
-    }
-}
-
-/// The type integer sums and products of `dtype` accumulate in: the unsigned type of its
-/// width, whose arithmetic wraps like numpy's; 64-bit types stay as they are (the IR's
-/// constants and interpreter hold only values of `i64`, so an i64 sum must not overflow).
-fn wrapping_type(dtype: DataType) -> DataType {
-    match dtype.bytes() {
-        1 => DataType::U8,
-        2 => DataType::U16,
-        4 => DataType::U32,
-        _ => dtype,
     }
 }
 

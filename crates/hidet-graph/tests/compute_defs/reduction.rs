@@ -180,7 +180,7 @@ pub(super) fn reduction_cases() -> Vec<Case> {
     c
 }
 
-/// Dropout (inference), and the operators without a definition.
+/// Dropout (inference), Einsum, and the operators without a definition.
 fn other_cases(c: &mut Vec<Case>) {
     c.push(case("Dropout", vec![f(F32, &[3, 5])]).opset(7).outputs(2));
     c.push(case("Dropout", vec![f(F16, &[2, 3])]).opset(10).outputs(2));
@@ -211,9 +211,65 @@ fn other_cases(c: &mut Vec<Case>) {
             .none("a selection, not a fold"),
     );
     c.push(
-        case("Einsum", vec![f(F32, &[3, 4]), f(F32, &[4, 5])])
-            .attr("equation", Attribute::String("ij,jk->ik".into()))
-            .none("not yet defined"),
+        acc("Einsum", vec![f(F32, &[3, 4]), f(F32, &[4, 5])])
+            .attr("equation", Attribute::String("ij,jk->ik".into())),
+    );
+    c.push(
+        acc("Einsum", vec![f(F32, &[3, 7]), f(F32, &[7, 2])])
+            .attr("equation", Attribute::String("ij,jk".into())),
+    );
+    c.push(
+        acc("Einsum", vec![f(F32, &[2, 3, 5]), f(F32, &[2, 5, 4])])
+            .attr("equation", Attribute::String("bij,bjk->bik".into())),
+    );
+    c.push(
+        acc("Einsum", vec![f(F32, &[5, 5])]).attr("equation", Attribute::String("ii->i".into())),
+    );
+    c.push(acc("Einsum", vec![f(F32, &[4, 4])]).attr("equation", Attribute::String("ii".into())));
+    c.push(
+        acc("Einsum", vec![f(F32, &[3, 5])]).attr("equation", Attribute::String("ij->ji".into())),
+    );
+    c.push(
+        acc("Einsum", vec![f(F32, &[2, 1, 3, 4]), f(F32, &[3, 4, 2])])
+            .attr("equation", Attribute::String("...ij,...jk->...ik".into())),
+    );
+    c.push(
+        acc("Einsum", vec![f(F32, &[9]), f(F32, &[9])])
+            .attr("equation", Attribute::String("i,i".into())),
+    );
+    c.push(
+        acc("Einsum", vec![f(F64, &[3]), f(F64, &[5])])
+            .attr("equation", Attribute::String("i,j->ij".into())),
+    );
+    c.push(
+        acc(
+            "Einsum",
+            vec![f(F16, &[3, 5]), f(F16, &[3, 5]), f(F16, &[3, 5])],
+        )
+        .attr("equation", Attribute::String("ij,ij,ij->i".into())),
+    );
+    c.push(
+        acc("Einsum", vec![f(F32, &[1, 2, 3, 5]), f(F32, &[1, 2, 4, 5])])
+            .attr("equation", Attribute::String("bhqd,bhkd->bhqk".into())),
+    );
+    c.push(
+        acc("Einsum", vec![f(BF16, &[2, 3, 7])])
+            .attr("equation", Attribute::String("...i->...".into())),
+    );
+    c.push(
+        acc(
+            "Einsum",
+            vec![int(I32, &[3, 4], -50, 50), int(I32, &[4, 2], -50, 50)],
+        )
+        .attr("equation", Attribute::String("ij,jk->ik".into())),
+    );
+    c.push(
+        acc("Einsum", vec![int(I8, &[3, 9], -100, 100)])
+            .attr("equation", Attribute::String("ij->i".into())),
+    );
+    c.push(
+        acc("Einsum", vec![int(U16, &[5, 7], 1, 60000)])
+            .attr("equation", Attribute::String("ij->".into())),
     );
 }
 
