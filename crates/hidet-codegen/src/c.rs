@@ -30,10 +30,15 @@
 //! Vectors of `bool` and `bf16` are not supported, nor is `Select` on vectors.
 //!
 //! # Math
-//! `f32` uses the `expf` family, `f64` the `exp` family, `f16` computes in
-//! `float`. `Round` rounds half to even (`rintf`), `Min`/`Max` on floats are
+//! `Exp`, `Log`, `Tanh`, `Sigmoid` and `Erf` on `f32` (and on `f16`/`bf16`,
+//! which compute in `float`) call the branch-free inline helpers of
+//! [`crate::c_math`], which vectorize inside `#pragma omp simd` loops; their
+//! error bounds are documented there. Other `f32` math uses the `expf`
+//! family, `f64` the `exp` family (libm accuracy), `f16` computes in `float`.
+//! `Round` rounds half to even (`rintf`), `Min`/`Max` on floats are
 //! `fminf`/`fmaxf`. Vector math other than `Fma` is a per-lane loop in an
-//! inline helper, which the compiler vectorizes where it can.
+//! inline helper, which the compiler vectorizes where it can (always for the
+//! [`crate::c_math`] functions).
 //!
 //! # Assert
 //! A failed `Assert` prints `hidet: assertion failed in kernel `NAME`: MSG`
@@ -43,6 +48,7 @@
 //! CUDA-only constructs (built-ins, barriers, shared memory, warp and tensor
 //! core intrinsics, CUDA kernels, launches) are [`Unsupported`].
 
+use crate::c_math;
 use crate::dialect::{Declaration, Dialect, EmittedFunction, EmittedParam, ParamClass, Uses};
 use crate::error::Unsupported;
 use crate::literal::{c_string, finite_float_literal};
@@ -162,9 +168,14 @@ impl CDialect {
         };
         let a = |i: usize| promoted[i].as_str();
         let call = |name: &str| format!("{name}{suffix}({})", promoted.join(", "));
-        let text = match func {
-            Func::Fmod => call("fmod"),
-            Func::Math(m) => match m {
+        let f32_helper = match func {
+            Func::Math(m) if s != ScalarType::F64 => c_math::require_f32(m, uses),
+            _ => None,
+        };
+        let text = match (func, f32_helper) {
+            (_, Some(helper)) => format!("{helper}({})", a(0)),
+            (Func::Fmod, None) => call("fmod"),
+            (Func::Math(m), None) => match m {
                 MathFunc::Exp => call("exp"),
                 MathFunc::Exp2 => call("exp2"),
                 MathFunc::Log => call("log"),

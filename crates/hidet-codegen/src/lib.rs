@@ -6,6 +6,7 @@
 //! kernels, compiled by GCC or Clang; [`CudaDialect`] is CUDA C++ for NVRTC. See [`c`] for the CPU kernel ABI.
 
 pub mod c;
+pub mod c_math;
 pub mod cuda;
 pub mod dialect;
 pub mod emitter;

@@ -112,7 +112,7 @@ fn bf16_is_stored_as_bits_and_computed_in_float() {
         "{c}"
     );
     assert!(c.contains("_Float16* __restrict__ y"), "{c}");
-    assert!(c.contains("((_Float16)expf((float)y[i]))"), "{c}");
+    assert!(c.contains("((_Float16)hidet_exp_f32((float)y[i]))"), "{c}");
 }
 
 #[test]

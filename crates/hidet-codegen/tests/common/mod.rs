@@ -33,12 +33,18 @@ pub const CFLAGS: &[&str] = &[
 /// Writes `source` to a temp dir, compiles it with `cc` and loads it.
 /// Panics with the compiler's message and the source on failure.
 pub fn compile(source: &str) -> Compiled {
+    compile_with(source, CFLAGS)
+}
+
+/// [`compile`] with `flags` instead of [`CFLAGS`] (they must produce a
+/// shared library: include `-shared -fPIC`).
+pub fn compile_with(source: &str, flags: &[&str]) -> Compiled {
     let dir = tempfile::tempdir().expect("temp dir");
     let c_path: PathBuf = dir.path().join("module.c");
     let so_path: PathBuf = dir.path().join("module.so");
     std::fs::write(&c_path, source).expect("write C source");
     let out = Command::new("cc")
-        .args(CFLAGS)
+        .args(flags)
         .arg(&c_path)
         .arg("-o")
         .arg(&so_path)
