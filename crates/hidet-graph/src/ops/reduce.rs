@@ -575,6 +575,90 @@ impl Operator for ArgReduce {
         }
         Ok(vec![Tensor::new(shape, idx)?])
     }
+
+    /// Three reductions along the axis into the output's shape: the extreme value (NaN
+    /// left out), the first (or, with `select_last_index`, last) position holding it, and
+    /// for floats the first NaN position; the result is the NaN position where a row has a
+    /// NaN (NaN counts as the extreme, like `eval`), else the extreme's. Robust to either
+    /// NaN behaviour of `max`/`min`, since no NaN reaches them. `Ok(None)` for u64 ArgMin
+    /// (the identity `u64::MAX` has no IR constant).
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        check_dtype(0, x.dtype, |d| d != DType::Bool)?;
+        let rank = x.shape.len();
+        let axis = norm_axis(self.axis, rank)?;
+        let len = x.shape[axis];
+        let lanes: usize = (0..rank)
+            .filter(|&d| d != axis)
+            .map(|d| x.shape[d])
+            .product();
+        if len == 0 && lanes > 0 {
+            return Err(OpError::Invalid(format!(
+                "{} of an empty axis {axis}",
+                self.name()
+            )));
+        }
+        let dt = x.dtype.to_ir();
+        if !self.max && dt == DataType::U64 {
+            return Ok(None);
+        }
+        let mask: Vec<bool> = (0..rank).map(|d| d == axis).collect();
+        let red = AxisReduction::new(x.shape, &mask, self.keepdims);
+        let vars = placeholders(inputs);
+        let read = |i: &[Expr]| vars[0].at(i.to_vec());
+        let is_nan = |i: &[Expr]| math1(MathFunc::IsNan, read(i));
+        let float = dt.is_float();
+        let (kind, edge) = if self.max {
+            (ReduceKind::Max, f64::NEG_INFINITY)
+        } else {
+            (ReduceKind::Min, f64::INFINITY)
+        };
+        let (ext, ext_node) = red.node("extreme", dt, kind, |i| {
+            if float {
+                Expr::select(is_nan(i), Expr::float_of(edge, dt), read(i))
+            } else {
+                read(i)
+            }
+        });
+        let position = |i: &[Expr]| -> Expr {
+            let k = red
+                .reduced_index(i)
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| Expr::int(0));
+            k.cast(DataType::I64)
+        };
+        let past_end = Expr::int_of(len as i64, DataType::I64);
+        let (pick, sentinel) = if self.select_last_index {
+            (ReduceKind::Max, Expr::int_of(-1, DataType::I64))
+        } else {
+            (ReduceKind::Min, past_end.clone())
+        };
+        let (at, at_node) = red.node("position", DataType::I64, pick, |i| {
+            Expr::select(read(i).eq(ext.at(red.row_index(i))), position(i), sentinel)
+        });
+        if !float {
+            return finish(vars, vec![(ext, ext_node), (at.clone(), at_node)], vec![at]).map(Some);
+        }
+        let (nan, nan_node) = red.node("first_nan", DataType::I64, ReduceKind::Min, |i| {
+            Expr::select(is_nan(i), position(i), past_end.clone())
+        });
+        let (out, out_node) = grid("out", DataType::I64, dims(&red.out_shape()), |i| {
+            let n = nan.at(i.to_vec());
+            Expr::select(n.lt(past_end.clone()), n, at.at(i.to_vec()))
+        });
+        finish(
+            vars,
+            vec![
+                (ext, ext_node),
+                (at, at_node),
+                (nan, nan_node),
+                (out.clone(), out_node),
+            ],
+            vec![out],
+        )
+        .map(Some)
+    }
 }
 
 impl ArgReduce {

@@ -93,10 +93,10 @@ impl Operator for Softmax {
     /// runs as one kernel, vectorized when the axis is the last. Softmax and LogSoftmax:
     /// the row maximum, the sum of `exp(x - max)`, then `exp(x - max) / sum` or
     /// `x - max - log(sum)`. Hardmax: the row maximum, the first position holding it, then
-    /// one-hot (a NaN first element wins, like `eval`). Math in f32 for f16/bf16/f32
-    /// inputs. Where the IR's `max` drops NaN (the interpreter), a row with a NaN after its
-    /// first element is NaN for Softmax/LogSoftmax like `eval`, but Hardmax may differ from
-    /// `eval` there.
+    /// one-hot (a NaN first element wins and later NaNs are ignored, like `eval`; Hardmax
+    /// keeps NaN out of its `max`, so either NaN behaviour of the IR's `max` gives that).
+    /// Math in f32 for f16/bf16/f32 inputs. A row with a NaN is NaN for Softmax and
+    /// LogSoftmax.
     fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
         let x = input(inputs, 0)?;
         check_dtype(0, x.dtype, float)?;
@@ -120,7 +120,19 @@ impl Operator for Softmax {
                 v.cast(t)
             }
         };
-        let (m, m_node) = red.node("max", t, ReduceKind::Max, read);
+        let hardmax = self.kind == Kind::Hardmax;
+        let (m, m_node) = red.node("max", t, ReduceKind::Max, |i| {
+            if hardmax {
+                let v = read(i);
+                Expr::select(
+                    math1(MathFunc::IsNan, v.clone()),
+                    Expr::float_of(f64::NEG_INFINITY, t),
+                    v,
+                )
+            } else {
+                read(i)
+            }
+        });
         let row_max = |i: &[Expr]| m.at(red.row_index(i));
         let (stat, stat_node) = if self.kind == Kind::Hardmax {
             let reduce_shape = red.reduce_shape();

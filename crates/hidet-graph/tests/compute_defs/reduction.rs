@@ -194,12 +194,32 @@ fn other_cases(c: &mut Vec<Case>) {
     );
     c.push(case("Dropout", vec![f(F64, &[5]), scalar(0.0f32), scalar(true)]).outputs(2));
     c.push(case("Dropout", vec![f(F32, &[2, 3]), In::Absent, In::Absent]).outputs(2));
-    let none = "no arg-reduce in the IR";
-    c.push(case("ArgMax", vec![f(F32, &[3, 5])]).none(none));
+    // ArgMax / ArgMin: ties (integer-valued floats), first or last index, NaN rows.
+    for op in ["ArgMax", "ArgMin"] {
+        for (axis, keep, last) in [(0, 1, 0), (1, 0, 0), (-1, 1, 1), (2, 0, 1)] {
+            c.push(
+                case(op, vec![int(F32, &[3, 4, 5], -2, 2)])
+                    .attr("axis", int_attr(axis))
+                    .attr("keepdims", int_attr(keep))
+                    .attr("select_last_index", int_attr(last)),
+            );
+        }
+        c.push(case(op, vec![f(F16, &[7])]));
+        c.push(case(op, vec![int(I32, &[4, 6], -3, 3)]).attr("axis", int_attr(1)));
+        c.push(case(op, vec![int(U8, &[5, 3], 1, 4)]).attr("select_last_index", int_attr(1)));
+        c.push(case(op, vec![int(I64, &[2, 5], -9, 9)]).opset(11));
+        c.push(case(op, vec![special(F32, &[7, 5])]).attr("axis", int_attr(1)));
+        c.push(
+            case(op, vec![special(F64, &[5, 7])])
+                .attr("axis", int_attr(0))
+                .attr("select_last_index", int_attr(1)),
+        );
+        c.push(case(op, vec![f(F32, &[0, 3])]).attr("axis", int_attr(1)));
+    }
+    c.push(case("ArgMax", vec![int(U64, &[3, 4], 1, 9)]));
     c.push(
-        case("ArgMin", vec![f(F32, &[3, 5])])
-            .attr("axis", int_attr(1))
-            .none(none),
+        case("ArgMin", vec![int(U64, &[3, 4], 1, 9)])
+            .none("u64 Min: the identity u64::MAX has no IR constant"),
     );
     c.push(
         case("CumSum", vec![f(F32, &[4, 5]), i64s(&[], &[1])])
@@ -522,6 +542,12 @@ fn invalid_family_inputs_are_errors_not_definitions() {
     assert!(build(&case("InstanceNormalization", vec![]))
         .compute(&[unknown(F32, &[6]), unknown(F32, &[6]), unknown(F32, &[6])])
         .is_err());
+    assert!(
+        build(&case("ArgMax", vec![]).attr("axis", int_attr(1)))
+            .compute(&[unknown(F32, &[2, 0])])
+            .is_err(),
+        "ArgMax of an empty axis"
+    );
     let dropout = build(&case("Dropout", vec![]).outputs(2));
     let ratio = Tensor::scalar(0.5f32);
     let training = Tensor::scalar(true);
