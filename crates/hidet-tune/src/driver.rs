@@ -62,6 +62,9 @@ pub struct TaskResult<S> {
     pub record: Option<TuningRecord<S>>,
 }
 
+/// One result per task given to [`Tuner::tune`]; a task fails alone.
+pub type TaskResults<S> = Vec<Result<TaskResult<S>, TuneError>>;
+
 /// Tunes tasks on a backend (see the module docs).
 pub struct Tuner<'a, B: TuneBackend> {
     backend: &'a B,
@@ -124,11 +127,7 @@ impl<'a, B: TuneBackend> Tuner<'a, B> {
     /// task; the others are compiled and measured, and their records stored. A task fails
     /// alone when none of its candidates can be built and measured; the whole call fails
     /// only when the backend's environment cannot be determined.
-    #[allow(clippy::type_complexity)]
-    pub fn tune<T: Tunable>(
-        &self,
-        tasks: &[T],
-    ) -> Result<Vec<Result<TaskResult<T::Schedule>, TuneError>>, TuneError> {
+    pub fn tune<T: Tunable>(&self, tasks: &[T]) -> Result<TaskResults<T::Schedule>, TuneError> {
         let level = self.config.level;
         let mut results: Vec<Option<Result<TaskResult<T::Schedule>, TuneError>>> =
             (0..tasks.len()).map(|_| None).collect();
@@ -211,7 +210,7 @@ impl<'a, B: TuneBackend> Tuner<'a, B> {
             }
             self.measure_all(&mut pending, &units, built);
         }
-        let finished: Vec<Result<TaskResult<T::Schedule>, TuneError>> = pending
+        let finished: TaskResults<T::Schedule> = pending
             .into_iter()
             .map(|p| self.finish(&tasks[p.task], p, level))
             .collect();
@@ -236,7 +235,7 @@ impl<'a, B: TuneBackend> Tuner<'a, B> {
                 });
             }
         }
-        let results: Vec<Result<TaskResult<T::Schedule>, TuneError>> = results
+        let results: TaskResults<T::Schedule> = results
             .into_iter()
             .enumerate()
             .map(|(i, r)| {

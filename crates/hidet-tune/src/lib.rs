@@ -28,7 +28,7 @@ pub mod stats;
 pub mod tunable;
 
 pub use cache::{Lookup, TaskIdentity, TuningCache};
-pub use driver::{TaskResult, TuneConfig, Tuner};
+pub use driver::{TaskResult, TaskResults, TuneConfig, Tuner};
 pub use environment::Environment;
 pub use error::TuneError;
 pub use level::TuneLevel;
