@@ -187,3 +187,75 @@ fn io_error(path: &Path, source: std::io::Error) -> TuneError {
         source,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::level::TuneLevel;
+    use crate::record::{CandidateOutcome, CandidateRecord};
+    use crate::stats::Stats;
+
+    fn identity() -> TaskIdentity {
+        TaskIdentity {
+            task: "t m=3".into(),
+            space: "cpu/matmul f32".into(),
+            template_version: "r1-abc".into(),
+            environment: Environment {
+                device: "cpu".into(),
+                features: vec!["avx2".into()],
+                compiler: "cc 1".into(),
+                flags: vec!["-O3".into()],
+            },
+        }
+    }
+
+    #[test]
+    fn records_round_trip_exactly() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cache = TuningCache::in_cache_dir(dir.path());
+        let stats = |m: f64| Stats {
+            median: m,
+            min: m * 0.9,
+            max: m * 1.7,
+            mad: m / 3.0,
+            runs: 7,
+        };
+        let record = TuningRecord {
+            format: RECORD_FORMAT,
+            identity: identity(),
+            level: TuneLevel::Full,
+            winner: 1,
+            heuristic: Some(0),
+            candidates: vec![
+                CandidateRecord {
+                    schedule: vec![1u32, 2],
+                    label: "a".into(),
+                    outcome: CandidateOutcome::Measured(stats(1.0 / 3.0e3)),
+                },
+                CandidateRecord {
+                    schedule: vec![3u32],
+                    label: "b".into(),
+                    outcome: CandidateOutcome::Measured(stats(0.1 / 7.0e3)),
+                },
+                CandidateRecord {
+                    schedule: vec![],
+                    label: "c".into(),
+                    outcome: CandidateOutcome::Failed("no".into()),
+                },
+            ],
+            tuning_seconds: 0.123_456_789,
+            created_unix: 1_700_000_000,
+        };
+        let path = cache.store(&record).expect("stored");
+        assert!(path.starts_with(dir.path().join("tuning").join("cpu_matmul_f32")));
+        match cache.lookup::<Vec<u32>>(&identity()) {
+            Lookup::Hit(back) => assert_eq!(back, record),
+            other => panic!("{other:?}"),
+        }
+        // A schedule of another type does not parse: reported, not a crash.
+        assert!(matches!(
+            cache.lookup::<String>(&identity()),
+            Lookup::Corrupt { .. }
+        ));
+    }
+}
