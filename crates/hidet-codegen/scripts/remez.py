@@ -145,7 +145,7 @@ def main():
     )
 
     # erf(a) = a + a * R(z), z = a^2, a in [0, ERF_SPLIT].
-    erf_split = 0.875
+    erf_split = 1.0
 
     def erf_r(z):
         if z < 1e-12:
@@ -164,10 +164,12 @@ def main():
         rounded(erf_r, erf_w, 0.0, erf_split * erf_split, range(0, 7)),
     )
 
-    # erf(a) = 1 - exp(G(t)), t = a - ERF_CENTER, a in [ERF_SPLIT, ERF_ONE]:
-    # G approximates log(erfc(a)); the weight erfc(a) makes the error absolute in erf.
+    # erf(a) = 1 - exp(G(t)), t = a - ERF_SPLIT, a in [ERF_SPLIT, ERF_ONE]:
+    # G approximates log(erfc(a)); the weight erfc(a) makes the error absolute
+    # in erf. Expanding at the left end keeps the f32 evaluation of G free of
+    # cancellation where erfc, and so the error it carries into erf, is largest.
     erf_one = 3.9375
-    center = (erf_split + erf_one) / 2
+    center = erf_split
     show(
         f"erf G(t), a in [{erf_split}, {erf_one}], t = a - {center}, absolute error of erf",
         rounded(
