@@ -219,8 +219,9 @@ impl Operator for Reduce {
     /// [`wrapping_type`]; i64 ones must not overflow); integer means sum in i64, and integer
     /// L2 / LogSum / LogSumExp go through f64.
     /// `Ok(None)` when the axes input is not known, and for u64 Min and u64 float-valued
-    /// reductions (the IR's constants cannot hold `u64::MAX`). Float Max/Min follow the
-    /// IR's `max`/`min`, which may drop a NaN that `eval` propagates.
+    /// reductions (the IR's constants cannot hold `u64::MAX`). Float Max/Min/LogSumExp count the
+    /// row's NaNs, so that a NaN propagates like in `eval` whether or not the target's
+    /// `max`/`min` drops NaN.
     fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
         let x = input(inputs, 0)?;
         if !self.accepts(x.dtype) {
@@ -368,9 +369,23 @@ fn reduce_nodes(
         nodes.push((acc.clone(), node));
         acc
     };
+    // Float Max/Min/LogSumExp: how many NaNs the row holds, so that a NaN propagates like
+    // in `eval` whichever NaN behaviour the target's `max`/`min` has.
+    let nans =
+        (matches!(kind, Kind::Max | Kind::Min | Kind::LogSumExp) && dtype.is_float()).then(|| {
+            let (n, node) = red.node("nans", t, ReduceKind::Sum, |i| {
+                Expr::select(
+                    math1(MathFunc::IsNan, read(i)),
+                    Expr::float_of(1.0, t),
+                    Expr::float_of(0.0, t),
+                )
+            });
+            nodes.push((n.clone(), node));
+            n
+        });
     let post = |i: &[Expr]| -> Expr {
         let a = acc.at(i.to_vec());
-        match (kind, &max) {
+        let value = match (kind, &max) {
             (Kind::LogSumExp, Some(m)) => {
                 let m = m.at(i.to_vec());
                 Expr::select(
@@ -384,13 +399,21 @@ fn reduce_nodes(
             (Kind::L2, _) => a.sqrt(),
             (Kind::LogSum, _) => math1(MathFunc::Log, a),
             _ => a,
+        };
+        match &nans {
+            Some(n) => Expr::select(
+                n.at(i.to_vec()).gt(Expr::float_of(0.0, t)),
+                Expr::float_of(f64::NAN, t),
+                value,
+            ),
+            None => value,
         }
     };
     let plain = matches!(
         kind,
         Kind::Sum | Kind::Prod | Kind::Max | Kind::Min | Kind::L1 | Kind::SumSquare
     );
-    if plain && t == dtype {
+    if plain && t == dtype && nans.is_none() {
         return Some((nodes, acc));
     }
     let mut expressible = true;

@@ -115,6 +115,11 @@ pub(super) fn reduction_cases() -> Vec<Case> {
         c.push(acc(op, vec![data(op, F64, &[7, 3]), i64s(&[1], &[0])]));
         c.push(acc(op, vec![f(F32, &[2, 0, 3]), i64s(&[1], &[1])]).attr("keepdims", int_attr(0)));
     }
+    // NaN, infinities and 1e10 (NaN propagates through Max and Min).
+    for op in ["ReduceMax", "ReduceMin", "ReduceSum", "ReduceLogSumExp"] {
+        c.push(acc(op, vec![special(F32, &[5, 7]), i64s(&[1], &[0])]));
+        c.push(acc(op, vec![special(F16, &[3, 7]), i64s(&[1], &[1])]));
+    }
     // Integers: wrapping sums and products, truncating means, f64 for the others.
     for op in &REDUCTION_OPS[..10] {
         c.push(acc(
