@@ -10,8 +10,8 @@
 //! - [`passes`]: the rewrite mechanism; [`run_reference`]: op-by-op execution.
 
 pub mod attribute;
-pub mod dtype;
 pub mod compiled;
+pub mod dtype;
 pub mod executor;
 pub mod fusion;
 pub mod graph;
@@ -29,8 +29,8 @@ pub use attribute::{Attribute, Attributes};
 pub use dtype::DType;
 pub use executor::{check_inputs, run_graph, run_reference, ExecError};
 pub use graph::{
-    Graph, GraphBuilder, GraphError, Node, NodeId, NodeSpec, SubgraphContext, UnsupportedOp,
-    Value, ValueId,
+    Graph, GraphBuilder, GraphError, Node, NodeId, NodeSpec, SubgraphContext, UnsupportedOp, Value,
+    ValueId,
 };
 pub use operator::{ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator};
 pub use registry::{OpSchema, Registry, LATEST_OPSET};

@@ -1,11 +1,11 @@
 //! Reusable reference kernels shared by operator families.
 
-pub mod broadcast;
-pub mod stack;
 pub mod axis;
+pub mod broadcast;
 pub mod conv;
+pub mod movement;
 pub mod pool;
 pub mod quant;
-pub mod window;
-pub mod movement;
 pub mod resize;
+pub mod stack;
+pub mod window;
