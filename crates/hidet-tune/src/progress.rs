@@ -91,9 +91,9 @@ impl TuneObserver for ProgressReporter {
                 let n = self.candidates.lock().map(|c| *c).unwrap_or(0);
                 self.start_bar(n, "measuring");
             }
-            TuneEvent::CandidateMeasured { task, label, .. } => self.with_bar(|b| {
+            TuneEvent::CandidateMeasured { label, .. } => self.with_bar(|b| {
                 b.inc(1);
-                b.set_message(format!("{task}: {label}"));
+                b.set_message(label.to_string());
             }),
             TuneEvent::TaskFinished(summary) => {
                 if let Ok(mut s) = self.summaries.lock() {
