@@ -45,7 +45,7 @@ impl TuneConfig {
         TuneConfig {
             level,
             jobs: 0,
-            max_unit_kernels: 24,
+            max_unit_kernels: 8,
             measure: MeasureConfig::default(),
             cache,
             reuse: true,
