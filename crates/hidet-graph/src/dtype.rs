@@ -4,8 +4,10 @@ use std::fmt;
 
 /// The element type of a [`crate::Tensor`].
 ///
-/// This is the set of ONNX tensor element types hidet can hold in memory. String, complex and
-/// 8-/4-bit float types are not supported; importing a tensor of such a type is an error.
+/// This is the set of ONNX tensor element types hidet can hold in memory. String and complex
+/// types are not supported; importing a tensor of such a type is an error. The 8-bit floats
+/// and 4-bit integers are storage-only types (see [`crate::narrow`]): one byte per element,
+/// no arithmetic, no kernel IR type ([`DType::is_storage_only`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     F32,
@@ -21,11 +23,17 @@ pub enum DType {
     U32,
     U64,
     Bool,
+    F8E4M3FN,
+    F8E4M3FNUZ,
+    F8E5M2,
+    F8E5M2FNUZ,
+    I4,
+    U4,
 }
 
 impl DType {
     /// Every supported dtype, in declaration order.
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 19] = [
         DType::F32,
         DType::F64,
         DType::F16,
@@ -39,9 +47,18 @@ impl DType {
         DType::U32,
         DType::U64,
         DType::Bool,
+        DType::F8E4M3FN,
+        DType::F8E4M3FNUZ,
+        DType::F8E5M2,
+        DType::F8E5M2FNUZ,
+        DType::I4,
+        DType::U4,
     ];
 
-    /// The kernel IR's data type for this dtype.
+    /// The kernel IR's data type for this dtype. A storage-only dtype has none: it maps to the
+    /// integer type of its bytes (u8 for the float8 types and u4, i8 for i4), which is only
+    /// right for moving the bytes; the compiled path runs every node that reads or writes a
+    /// storage-only value on the host ([`DType::is_storage_only`]).
     pub fn to_ir(self) -> hidet_ir::dtype::DataType {
         use hidet_ir::dtype::DataType as D;
         match self {
@@ -58,6 +75,10 @@ impl DType {
             DType::U32 => D::U32,
             DType::U64 => D::U64,
             DType::Bool => D::BOOL,
+            DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ | DType::U4 => {
+                D::U8
+            }
+            DType::I4 => D::I8,
         }
     }
 
@@ -68,15 +89,40 @@ impl DType {
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::F8E4M3FN
+            | DType::F8E4M3FNUZ
+            | DType::F8E5M2
+            | DType::F8E5M2FNUZ
+            | DType::I4
+            | DType::U4 => 1,
         }
     }
 
-    /// True for the floating-point types (f16, bf16, f32, f64).
+    /// True for the 8-bit float types.
+    pub fn is_float8(self) -> bool {
+        matches!(
+            self,
+            DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ
+        )
+    }
+
+    /// True for the 4-bit integer types.
+    pub fn is_int4(self) -> bool {
+        matches!(self, DType::I4 | DType::U4)
+    }
+
+    /// True for the storage-only types (float8 and 4-bit integers): they have no kernel IR
+    /// type and no arithmetic; only conversions and data movement accept them.
+    pub fn is_storage_only(self) -> bool {
+        self.is_float8() || self.is_int4()
+    }
+
+    /// True for the arithmetic floating-point types (f16, bf16, f32, f64; not float8).
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
     }
 
-    /// True for signed and unsigned integer types (not bool).
+    /// True for the arithmetic signed and unsigned integer types (not bool, not 4-bit).
     pub fn is_int(self) -> bool {
         self.is_signed_int() || self.is_unsigned_int()
     }
@@ -107,6 +153,12 @@ impl DType {
             DType::U32 => "u32",
             DType::U64 => "u64",
             DType::Bool => "bool",
+            DType::F8E4M3FN => "f8e4m3fn",
+            DType::F8E4M3FNUZ => "f8e4m3fnuz",
+            DType::F8E5M2 => "f8e5m2",
+            DType::F8E5M2FNUZ => "f8e5m2fnuz",
+            DType::I4 => "i4",
+            DType::U4 => "u4",
         }
     }
 
@@ -126,6 +178,12 @@ impl DType {
             DType::U32 => 12,
             DType::U64 => 13,
             DType::BF16 => 16,
+            DType::F8E4M3FN => 17,
+            DType::F8E4M3FNUZ => 18,
+            DType::F8E5M2 => 19,
+            DType::F8E5M2FNUZ => 20,
+            DType::U4 => 21,
+            DType::I4 => 22,
         }
     }
 

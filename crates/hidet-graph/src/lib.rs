@@ -16,6 +16,7 @@ pub mod executor;
 pub mod fusion;
 pub mod graph;
 pub mod kernels;
+pub mod narrow;
 pub mod operator;
 pub mod ops;
 pub mod passes;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use half::{bf16, f16};
 
 use crate::dtype::DType;
+use crate::narrow::{F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, I4, U4};
 
 /// Errors from constructing or accessing a [`Tensor`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -44,12 +45,20 @@ pub enum TensorData {
     U32(Arc<Vec<u32>>),
     U64(Arc<Vec<u64>>),
     Bool(Arc<Vec<bool>>),
+    F8E4M3FN(Arc<Vec<F8E4M3FN>>),
+    F8E4M3FNUZ(Arc<Vec<F8E4M3FNUZ>>),
+    F8E5M2(Arc<Vec<F8E5M2>>),
+    F8E5M2FNUZ(Arc<Vec<F8E5M2FNUZ>>),
+    I4(Arc<Vec<I4>>),
+    U4(Arc<Vec<U4>>),
 }
 
 /// A Rust element type that a tensor can hold.
 ///
 /// Conversions follow numpy `astype` semantics: `from_f64` truncates toward zero and saturates
-/// for integers (NaN gives 0), `from_i128` wraps for integers, and `bool` is `x != 0`.
+/// for integers (NaN gives 0), `from_i128` wraps for integers, and `bool` is `x != 0`. The
+/// storage-only types follow the ONNX Cast rules instead (see [`crate::narrow`]): float8
+/// rounds to nearest even and saturates, 4-bit integers round to nearest even and clamp.
 pub trait Element:
     Copy + Send + Sync + PartialEq + PartialOrd + fmt::Debug + Default + 'static
 {
@@ -183,6 +192,82 @@ impl Element for bool {
     }
 }
 
+macro_rules! impl_narrow_element {
+    ($t:ident, $to:expr, $from:expr, $from_int:expr, $from_byte:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$t;
+            fn wrap(v: Arc<Vec<Self>>) -> TensorData {
+                TensorData::$t(v)
+            }
+            fn unwrap(d: &TensorData) -> Option<&Arc<Vec<Self>>> {
+                match d {
+                    TensorData::$t(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn to_f64(self) -> f64 {
+                $to(self)
+            }
+            fn from_f64(v: f64) -> Self {
+                $from(v as f32)
+            }
+            fn to_i128(self) -> i128 {
+                $to(self) as i128
+            }
+            fn from_i128(v: i128) -> Self {
+                $from_int(v)
+            }
+            fn from_le_slice(b: &[u8]) -> Self {
+                $from_byte(b[0])
+            }
+        }
+    };
+}
+// Float8: saturating round-to-nearest-even (the ONNX Cast default), via f32 like the ONNX
+// reference; 4-bit integers: round to nearest even and clamp, from floats and integers alike.
+impl_narrow_element!(
+    F8E4M3FN,
+    |x: F8E4M3FN| x.to_f32() as f64,
+    |v| F8E4M3FN::from_f32(v, true),
+    |v: i128| F8E4M3FN::from_f32(v as f32, true),
+    F8E4M3FN
+);
+impl_narrow_element!(
+    F8E4M3FNUZ,
+    |x: F8E4M3FNUZ| x.to_f32() as f64,
+    |v| F8E4M3FNUZ::from_f32(v, true),
+    |v: i128| F8E4M3FNUZ::from_f32(v as f32, true),
+    F8E4M3FNUZ
+);
+impl_narrow_element!(
+    F8E5M2,
+    |x: F8E5M2| x.to_f32() as f64,
+    |v| F8E5M2::from_f32(v, true),
+    |v: i128| F8E5M2::from_f32(v as f32, true),
+    F8E5M2
+);
+impl_narrow_element!(
+    F8E5M2FNUZ,
+    |x: F8E5M2FNUZ| x.to_f32() as f64,
+    |v| F8E5M2FNUZ::from_f32(v, true),
+    |v: i128| F8E5M2FNUZ::from_f32(v as f32, true),
+    F8E5M2FNUZ
+);
+impl_narrow_element!(
+    I4,
+    |x: I4| x.0 as f64,
+    I4::from_f32,
+    |v: i128| I4(v.clamp(I4::MIN as i128, I4::MAX as i128) as i8),
+    I4::from_nibble
+);
+impl_narrow_element!(
+    U4,
+    |x: U4| x.0 as f64,
+    U4::from_f32,
+    |v: i128| U4(v.clamp(U4::MIN as i128, U4::MAX as i128) as u8),
+    U4::from_nibble
+);
+
 /// Runs `$body` with `$T` bound to the Rust element type of `$dtype`, for the dtypes listed
 /// after `;` (as `Variant: type`); any other dtype evaluates `$fallback`.
 ///
@@ -202,13 +287,17 @@ macro_rules! dispatch_dtypes {
     };
 }
 
-/// [`dispatch_dtypes!`] over every dtype (no fallback needed).
+/// [`dispatch_dtypes!`] over every dtype, the storage-only ones included (no fallback
+/// needed). Bodies must not assume arithmetic element types.
 #[macro_export]
 macro_rules! dispatch_all {
     ($dtype:expr, $T:ident => $body:expr) => {
         $crate::dispatch_dtypes!($dtype, $T => $body, else unreachable!("all dtypes are listed");
             F32: f32, F64: f64, F16: $crate::half::f16, BF16: $crate::half::bf16,
-            I8: i8, I16: i16, I32: i32, I64: i64, U8: u8, U16: u16, U32: u32, U64: u64, Bool: bool)
+            I8: i8, I16: i16, I32: i32, I64: i64, U8: u8, U16: u16, U32: u32, U64: u64, Bool: bool,
+            F8E4M3FN: $crate::narrow::F8E4M3FN, F8E4M3FNUZ: $crate::narrow::F8E4M3FNUZ,
+            F8E5M2: $crate::narrow::F8E5M2, F8E5M2FNUZ: $crate::narrow::F8E5M2FNUZ,
+            I4: $crate::narrow::I4, U4: $crate::narrow::U4)
     };
 }
 
@@ -378,8 +467,8 @@ impl Tensor {
         if dtype == self.dtype() {
             return self.clone();
         }
-        let src_float = self.dtype().is_float();
-        let dst_float = dtype.is_float();
+        let src_float = self.dtype().is_float() || self.dtype().is_float8();
+        let dst_float = dtype.is_float() || dtype.is_float8();
         crate::dispatch_all!(self.dtype(), S => {
             let src: &[S] = match S::unwrap(&self.data) {
                 Some(v) => v,
@@ -412,6 +501,12 @@ fn data_len(d: &TensorData) -> usize {
         TensorData::U32(v) => v.len(),
         TensorData::U64(v) => v.len(),
         TensorData::Bool(v) => v.len(),
+        TensorData::F8E4M3FN(v) => v.len(),
+        TensorData::F8E4M3FNUZ(v) => v.len(),
+        TensorData::F8E5M2(v) => v.len(),
+        TensorData::F8E5M2FNUZ(v) => v.len(),
+        TensorData::I4(v) => v.len(),
+        TensorData::U4(v) => v.len(),
     }
 }
 
@@ -430,6 +525,12 @@ fn data_dtype(d: &TensorData) -> DType {
         TensorData::U32(_) => DType::U32,
         TensorData::U64(_) => DType::U64,
         TensorData::Bool(_) => DType::Bool,
+        TensorData::F8E4M3FN(_) => DType::F8E4M3FN,
+        TensorData::F8E4M3FNUZ(_) => DType::F8E4M3FNUZ,
+        TensorData::F8E5M2(_) => DType::F8E5M2,
+        TensorData::F8E5M2FNUZ(_) => DType::F8E5M2FNUZ,
+        TensorData::I4(_) => DType::I4,
+        TensorData::U4(_) => DType::U4,
     }
 }
 

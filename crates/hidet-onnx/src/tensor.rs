@@ -19,6 +19,11 @@ fn invalid(name: &str, msg: impl std::fmt::Display) -> OnnxError {
 /// Data comes from `raw_data` (little-endian), the typed repeated fields, or external data
 /// (resolved in `base_dir`; external data without a `base_dir` is an error). Every declared
 /// size is checked against the data actually present before any buffer is allocated.
+///
+/// Float8 data is one byte per element (in `raw_data`, or one pattern per `int32_data`
+/// value); 4-bit integers are packed two per byte, the first element in the low nibble (in
+/// `raw_data`, or one packed byte per `int32_data` value), and unpacked to one element per
+/// byte in the tensor.
 pub fn tensor_from_proto(p: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, OnnxError> {
     let name = p.name();
     let code = p.data_type();
@@ -36,9 +41,31 @@ pub fn tensor_from_proto(p: &TensorProto, base_dir: Option<&Path>) -> Result<Ten
         .collect::<Result<_, _>>()?;
     let numel = hidet_graph::tensor::checked_numel(&shape)
         .ok_or_else(|| invalid(name, "too many elements"))?;
-    let nbytes = numel
-        .checked_mul(dtype.size_in_bytes())
-        .ok_or_else(|| invalid(name, "too many bytes"))?;
+    let nbytes = if dtype.is_int4() {
+        numel.div_ceil(2)
+    } else {
+        numel
+            .checked_mul(dtype.size_in_bytes())
+            .ok_or_else(|| invalid(name, "too many bytes"))?
+    };
+    // Raw little-endian bytes of exactly `nbytes` → tensor (4-bit integers unpacked).
+    let from_bytes = |b: &[u8]| -> Result<Tensor, OnnxError> {
+        if dtype.is_int4() {
+            if b.len() != nbytes {
+                return Err(invalid(
+                    name,
+                    format!("{} bytes for {numel} packed 4-bit elements", b.len()),
+                ));
+            }
+            Tensor::from_le_bytes(dtype, shape.clone(), &unpack_nibbles(b, numel))
+        } else {
+            Tensor::from_le_bytes(dtype, shape.clone(), b)
+        }
+        .map_err(|source| OnnxError::Tensor {
+            name: name.to_string(),
+            source,
+        })
+    };
     let tensor_err = |source| OnnxError::Tensor {
         name: name.to_string(),
         source,
@@ -76,13 +103,25 @@ pub fn tensor_from_proto(p: &TensorProto, base_dir: Option<&Path>) -> Result<Ten
                 ));
             }
         }
-        return with_external_bytes(base, &location, offset, Some(nbytes as u64), |b| {
-            Tensor::from_le_bytes(dtype, shape.clone(), b).map_err(tensor_err)
-        });
+        return with_external_bytes(base, &location, offset, Some(nbytes as u64), from_bytes);
     }
 
     if let Some(raw) = &p.raw_data {
-        return Tensor::from_le_bytes(dtype, shape, raw).map_err(tensor_err);
+        return from_bytes(raw);
+    }
+    if dtype.is_storage_only() {
+        // One byte (float8 pattern, or two packed 4-bit values) per int32_data value.
+        if p.int32_data.len() != nbytes {
+            return Err(invalid(
+                name,
+                format!(
+                    "{} int32_data values for shape {shape:?} ({nbytes} bytes of {dtype})",
+                    p.int32_data.len()
+                ),
+            ));
+        }
+        let bytes: Vec<u8> = p.int32_data.iter().map(|&x| x as u8).collect();
+        return from_bytes(&bytes);
     }
 
     let check = |len: usize| -> Result<(), OnnxError> {
@@ -145,6 +184,21 @@ pub fn tensor_from_proto(p: &TensorProto, base_dir: Option<&Path>) -> Result<Ten
     t.map_err(tensor_err)
 }
 
+/// The `n` 4-bit values packed in `b` (low nibble first), one per byte, each in its byte's low
+/// nibble. `b` holds at least `ceil(n / 2)` bytes.
+fn unpack_nibbles(b: &[u8], n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| {
+            let byte = b[i / 2];
+            if i % 2 == 0 {
+                byte & 0x0f
+            } else {
+                byte >> 4
+            }
+        })
+        .collect()
+}
+
 /// Reads a file holding one serialized `TensorProto` (as in the ONNX node tests) and returns
 /// its name and value. External data is resolved in the file's folder.
 pub fn load_tensor_file(path: &Path) -> Result<(String, Tensor), OnnxError> {
@@ -204,6 +258,54 @@ mod tests {
             ..Default::default()
         };
         assert!(tensor_from_proto(&p, None).is_err());
+    }
+
+    #[test]
+    fn narrow_types_unpack() {
+        use hidet_graph::narrow::{F8E5M2, I4, U4};
+        // Five int4 values packed low nibble first: -8, 7 | -1, 0 | 3 (high nibble unused).
+        let packed = vec![0x78u8, 0x0f, 0x03];
+        for raw in [true, false] {
+            let mut p = TensorProto {
+                dims: vec![5],
+                data_type: Some(22),
+                ..Default::default()
+            };
+            if raw {
+                p.raw_data = Some(packed.clone());
+            } else {
+                p.int32_data = packed.iter().map(|&b| b as i32).collect();
+            }
+            let t = tensor_from_proto(&p, None).unwrap();
+            assert_eq!(
+                t.as_slice::<I4>().unwrap(),
+                &[I4(-8), I4(7), I4(-1), I4(0), I4(3)]
+            );
+            p.data_type = Some(21);
+            let t = tensor_from_proto(&p, None).unwrap();
+            assert_eq!(
+                t.as_slice::<U4>().unwrap(),
+                &[U4(8), U4(7), U4(15), U4(0), U4(3)]
+            );
+        }
+        let p = TensorProto {
+            dims: vec![4],
+            data_type: Some(22),
+            raw_data: Some(vec![0x12]),
+            ..Default::default()
+        };
+        assert!(tensor_from_proto(&p, None).is_err(), "4 int4 need 2 bytes");
+        // Float8 E5M2 patterns in int32_data: 1.0, -2.0, +inf.
+        let p = TensorProto {
+            dims: vec![3],
+            data_type: Some(19),
+            int32_data: vec![0x3c, 0xc0, 0x7c],
+            ..Default::default()
+        };
+        let t = tensor_from_proto(&p, None).unwrap();
+        assert_eq!(t.dtype(), DType::F8E5M2);
+        assert_eq!(t.as_slice::<F8E5M2>().unwrap()[1], F8E5M2(0xc0));
+        assert_eq!(t.to_f64_vec(), vec![1.0, -2.0, f64::INFINITY]);
     }
 
     #[test]

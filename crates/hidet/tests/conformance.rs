@@ -187,13 +187,15 @@ fn run_case(case: &Path, path: Path_) -> Outcome {
             Ok(v) => v,
             Err(e) => return Outcome::Unsupported(e),
         };
-        // Node-test tensors carry the graph's names; fall back to position if unnamed.
+        // Node-test tensors usually carry the graph's input names; the ONNX runner feeds them
+        // by position, so an unnamed tensor or one whose name is not a graph input (some
+        // cases name their data `x` for an input called `input`) goes to its position.
         let inputs: Vec<(String, Tensor)> = inputs
             .into_iter()
             .enumerate()
             .map(|(i, (n, t))| {
-                let name = if n.is_empty() {
-                    input_names.get(i).cloned().unwrap_or_default()
+                let name = if n.is_empty() || !input_names.contains(&n) {
+                    input_names.get(i).cloned().unwrap_or(n)
                 } else {
                     n
                 };

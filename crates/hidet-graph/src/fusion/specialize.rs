@@ -229,6 +229,21 @@ fn specialize_node(
             graph.value(*o).name
         )));
     }
+    // Storage-only dtypes (float8, 4-bit integers) have no kernel IR type: such nodes run
+    // their reference `eval` on the host.
+    if let Some(v) = node
+        .inputs
+        .iter()
+        .chain(&node.outputs)
+        .flatten()
+        .find(|v| values[v.0].dtype.is_storage_only())
+    {
+        return Ok(NodeMode::Host(format!(
+            "`{}` has the storage-only dtype {}",
+            graph.value(*v).name,
+            values[v.0].dtype
+        )));
+    }
     let compute_inputs: Vec<Option<ComputeInput<'_>>> = shapes
         .iter()
         .map(|s| {

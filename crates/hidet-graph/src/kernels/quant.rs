@@ -1,10 +1,10 @@
 //! Linear quantization helpers: saturating round-half-to-even conversion to integer types
 //! and the layout of quantization parameters (per tensor, per axis, per block).
 
-use crate::dispatch_int;
 use crate::dtype::DType;
 use crate::operator::OpError;
 use crate::tensor::{Element, Tensor};
+use crate::{dispatch_dtypes, dispatch_int};
 
 /// The representable range of an integer quantization type.
 pub fn int_range(dtype: DType) -> Option<(f64, f64)> {
@@ -15,6 +15,8 @@ pub fn int_range(dtype: DType) -> Option<(f64, f64)> {
         DType::U16 => (0.0, u16::MAX as f64),
         DType::I32 => (i32::MIN as f64, i32::MAX as f64),
         DType::U32 => (0.0, u32::MAX as f64),
+        DType::I4 => (crate::narrow::I4::MIN as f64, crate::narrow::I4::MAX as f64),
+        DType::U4 => (crate::narrow::U4::MIN as f64, crate::narrow::U4::MAX as f64),
         _ => return None,
     })
 }
@@ -35,8 +37,10 @@ pub fn quantize_to(
     dtype: DType,
 ) -> Result<Tensor, OpError> {
     let (lo, hi) = int_range(dtype).ok_or(OpError::DType { index: 0, dtype })?;
-    dispatch_int!(dtype, T => Ok(Tensor::new(shape, v.iter().map(|&x| T::from_f64(saturate_round(x, zero_point, lo, hi))).collect::<Vec<T>>())?),
-        else Err(OpError::DType { index: 0, dtype }))
+    dispatch_dtypes!(dtype, T => Ok(Tensor::new(shape, v.iter().map(|&x| T::from_f64(saturate_round(x, zero_point, lo, hi))).collect::<Vec<T>>())?),
+        else Err(OpError::DType { index: 0, dtype });
+        I8: i8, I16: i16, I32: i32, I64: i64, U8: u8, U16: u16, U32: u32, U64: u64,
+        I4: crate::narrow::I4, U4: crate::narrow::U4)
 }
 
 /// The single value of a scalar or one-element tensor.

@@ -1,5 +1,7 @@
 //! Cast and CastLike (numpy `astype` semantics, see [`crate::Tensor::cast`]), except that a
-//! cast to bfloat16 truncates like the ONNX reference (see [`to_bf16_truncating`]).
+//! cast to bfloat16 truncates like the ONNX reference (see [`to_bf16_truncating`]), and casts
+//! to the storage-only types follow the ONNX rules of [`crate::narrow`] (float8 with the
+//! `saturate` attribute of opset 19+, default 1).
 
 use crate::dtype::DType;
 use crate::operator::{arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
@@ -12,6 +14,16 @@ use crate::tensor::Tensor;
 #[derive(Debug)]
 struct Cast {
     to: Option<DType>,
+    /// Out-of-range values saturate when the target is a float8 type (else NaN / inf).
+    saturate: bool,
+}
+
+fn saturate_attr(c: &crate::operator::OpContext<'_>) -> Result<bool, OpError> {
+    match c.attrs.int_or("saturate", 1)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(OpError::attr("saturate", format!("must be 0 or 1, got {v}"))),
+    }
 }
 
 /// Registers Cast and CastLike.
@@ -22,10 +34,16 @@ pub fn register(r: &mut Registry) {
             .ok()
             .and_then(DType::from_onnx_code)
             .ok_or_else(|| OpError::Unsupported(format!("Cast to ONNX data type {code}")))?;
-        Ok(Box::new(Cast { to: Some(to) }))
+        Ok(Box::new(Cast {
+            to: Some(to),
+            saturate: saturate_attr(c)?,
+        }))
     });
-    r.register("", "CastLike", 15..=LATEST_OPSET, |_| {
-        Ok(Box::new(Cast { to: None }))
+    r.register("", "CastLike", 15..=LATEST_OPSET, |c| {
+        Ok(Box::new(Cast {
+            to: None,
+            saturate: saturate_attr(c)?,
+        }))
     });
 }
 
@@ -51,6 +69,9 @@ impl Operator for Cast {
         if to == DType::BF16 && x.dtype() != DType::BF16 {
             return Ok(vec![to_bf16_truncating(x)?]);
         }
+        if to.is_float8() && x.dtype() != to && !self.saturate {
+            return Ok(vec![to_float8_unsaturated(x, to)?]);
+        }
         Ok(vec![x.cast(to)])
     }
 
@@ -62,6 +83,10 @@ impl Operator for Cast {
         };
         if to == DType::BF16 && x.dtype != DType::BF16 {
             // Truncation (see `to_bf16_truncating`) has no IR form yet: the host runs it.
+            return Ok(None);
+        }
+        if to.is_storage_only() || x.dtype.is_storage_only() {
+            // No kernel IR type: the host runs it.
             return Ok(None);
         }
         let (from, to) = (x.dtype.to_ir(), to.to_ir());
@@ -97,6 +122,22 @@ fn to_bf16_truncating(x: &Tensor) -> Result<Tensor, OpError> {
     Ok(Tensor::new(x.shape().to_vec(), v)?)
 }
 
+/// Cast to a float8 type without saturation: via f32 (like the ONNX reference), out-of-range
+/// values become NaN (or inf for E5M2), see [`crate::narrow`].
+fn to_float8_unsaturated(x: &Tensor, to: DType) -> Result<Tensor, OpError> {
+    use crate::narrow::{F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ};
+    let f = x.cast(DType::F32);
+    let v = f.as_slice::<f32>()?;
+    let shape = x.shape().to_vec();
+    Ok(match to {
+        DType::F8E4M3FN => Tensor::new(shape, v.iter().map(|&a| F8E4M3FN::from_f32(a, false)).collect())?,
+        DType::F8E4M3FNUZ => Tensor::new(shape, v.iter().map(|&a| F8E4M3FNUZ::from_f32(a, false)).collect())?,
+        DType::F8E5M2 => Tensor::new(shape, v.iter().map(|&a| F8E5M2::from_f32(a, false)).collect())?,
+        DType::F8E5M2FNUZ => Tensor::new(shape, v.iter().map(|&a| F8E5M2FNUZ::from_f32(a, false)).collect())?,
+        other => return Err(OpError::Invalid(format!("{other} is not a float8 type"))),
+    })
+}
+
 #[cfg(test)]
 mod bf16_tests {
     use super::*;
@@ -126,8 +167,12 @@ mod bf16_tests {
         for op in [
             Cast {
                 to: Some(DType::BF16),
+                saturate: true,
             },
-            Cast { to: None },
+            Cast {
+                to: None,
+                saturate: true,
+            },
         ] {
             let like = Tensor::new(vec![1], vec![half::bf16::from_f32(2.5)]).unwrap();
             let y = op.eval(&[Some(&x), Some(&like)]).unwrap().remove(0);
@@ -145,6 +190,7 @@ mod bf16_tests {
         let d = Tensor::new(vec![1], vec![1.0f64 + 2f64.powi(-7) + 2f64.powi(-30)]).unwrap();
         let y = Cast {
             to: Some(DType::BF16),
+            saturate: true,
         }
         .eval(&[Some(&d)])
         .unwrap()
@@ -154,6 +200,7 @@ mod bf16_tests {
         let b = Tensor::new(vec![1], vec![half::bf16::from_bits(0x3ef6)]).unwrap();
         let y = Cast {
             to: Some(DType::BF16),
+            saturate: true,
         }
         .eval(&[Some(&b)])
         .unwrap()

@@ -58,9 +58,9 @@ pub fn any(_: DType) -> bool {
     true
 }
 
-/// Numeric dtypes (not bool).
+/// Arithmetic dtypes: floats and integers (not bool, not the storage-only types).
 pub fn numeric(d: DType) -> bool {
-    d != DType::Bool
+    d.is_float() || d.is_int()
 }
 
 /// Floating-point dtypes.

@@ -60,4 +60,5 @@ families! {
     quantize,
     resize,
     im2col,
+    loss,
 }

@@ -24,6 +24,8 @@ struct Quantize {
     axis: i64,
     block_size: i64,
     output_dtype: Option<DType>,
+    /// Float8 outputs: out-of-range values saturate (opset 19+ `saturate`, default 1).
+    saturate: bool,
     /// Opset 10–12: scale and zero point must be scalars.
     per_tensor_only: bool,
 }
@@ -55,6 +57,14 @@ fn block_size(c: &OpContext<'_>) -> Result<i64, OpError> {
     Ok(b)
 }
 
+fn saturate(c: &OpContext<'_>) -> Result<bool, OpError> {
+    match c.attrs.int_or("saturate", 1)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(OpError::attr("saturate", format!("must be 0 or 1, got {v}"))),
+    }
+}
+
 /// Registers the quantization family.
 pub fn register(r: &mut Registry) {
     r.register("", "QuantizeLinear", 10..=12, |_| {
@@ -62,6 +72,7 @@ pub fn register(r: &mut Registry) {
             axis: 1,
             block_size: 0,
             output_dtype: None,
+            saturate: true,
             per_tensor_only: true,
         }))
     });
@@ -70,6 +81,7 @@ pub fn register(r: &mut Registry) {
             axis: c.attrs.int_or("axis", 1)?,
             block_size: 0,
             output_dtype: None,
+            saturate: saturate(c)?,
             per_tensor_only: false,
         }))
     });
@@ -93,6 +105,7 @@ pub fn register(r: &mut Registry) {
                 axis: c.attrs.int_or("axis", 1)?,
                 block_size: block_size(c)?,
                 output_dtype,
+                saturate: saturate(c)?,
                 per_tensor_only: false,
             }))
         },
@@ -134,8 +147,9 @@ pub fn register(r: &mut Registry) {
     });
 }
 
+/// The quantized types: 8- and 16-bit integers, 4-bit integers, float8.
 fn quant_type(d: DType) -> bool {
-    int_range(d).is_some() && d != DType::U32
+    (int_range(d).is_some() && d != DType::U32) || d.is_float8()
 }
 
 /// Rounds `v` to the precision of float dtype `d` (identity for f64 and non-floats).
@@ -201,7 +215,6 @@ impl Operator for Quantize {
         check_dtype(1, scale.dtype(), DType::is_float)?;
         let zp = opt_arg(inputs, 2);
         let dtype = self.out_dtype(zp.map(Tensor::dtype))?;
-        let (lo, hi) = int_range(dtype).ok_or(OpError::DType { index: 2, dtype })?;
         let s = expand(
             scale,
             x.shape(),
@@ -226,15 +239,35 @@ impl Operator for Quantize {
         } else {
             scale.dtype()
         };
-        let v: Vec<f64> = x
+        let scaled = x
             .to_f64_vec()
-            .iter()
+            .into_iter()
             .zip(&s)
+            .map(|(xv, &sv)| round_to(prec, xv / sv));
+        if dtype.is_float8() {
+            // The zero point of a float8 type is 0 by the spec; it is added all the same.
+            let v: Vec<f32> = scaled.zip(&z).map(|(q, &zv)| (q + zv) as f32).collect();
+            return Ok(vec![to_float8(&v, x.shape().to_vec(), dtype, self.saturate)?]);
+        }
+        let (lo, hi) = int_range(dtype).ok_or(OpError::DType { index: 2, dtype })?;
+        let v: Vec<f64> = scaled
             .zip(&z)
-            .map(|((&xv, &sv), &zv)| saturate_round(round_to(prec, xv / sv), zv, lo, hi))
+            .map(|(q, &zv)| saturate_round(q, zv, lo, hi))
             .collect();
         Ok(vec![quantize_to(&v, x.shape().to_vec(), 0.0, dtype)?])
     }
+}
+
+/// Float8 tensor of `dtype` from f32 values (see [`crate::narrow`] for the rounding).
+fn to_float8(v: &[f32], shape: Vec<usize>, dtype: DType, saturate: bool) -> Result<Tensor, OpError> {
+    use crate::narrow::{F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ};
+    Ok(match dtype {
+        DType::F8E4M3FN => Tensor::new(shape, v.iter().map(|&a| F8E4M3FN::from_f32(a, saturate)).collect())?,
+        DType::F8E4M3FNUZ => Tensor::new(shape, v.iter().map(|&a| F8E4M3FNUZ::from_f32(a, saturate)).collect())?,
+        DType::F8E5M2 => Tensor::new(shape, v.iter().map(|&a| F8E5M2::from_f32(a, saturate)).collect())?,
+        DType::F8E5M2FNUZ => Tensor::new(shape, v.iter().map(|&a| F8E5M2FNUZ::from_f32(a, saturate)).collect())?,
+        other => return Err(OpError::DType { index: 2, dtype: other }),
+    })
 }
 
 impl Operator for Dequantize {
@@ -279,7 +312,11 @@ impl Operator for Dequantize {
             }
             None => vec![0.0; x.numel()],
         };
-        let xv = int_values(x, 0)?;
+        let xv = if x.dtype().is_storage_only() {
+            x.to_f64_vec()
+        } else {
+            int_values(x, 0)?
+        };
         let v = xv
             .iter()
             .zip(&s)

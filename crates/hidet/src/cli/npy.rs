@@ -67,7 +67,13 @@ pub fn read(path: &Path) -> Result<Tensor, CliError> {
         DType::U32 => Tensor::new(shape, npy.into_vec::<u32>().map_err(e)?),
         DType::U64 => Tensor::new(shape, npy.into_vec::<u64>().map_err(e)?),
         DType::Bool => Tensor::new(shape, npy.into_vec::<bool>().map_err(e)?),
-        DType::BF16 => return Err(npy_err(path, "bf16 has no .npy dtype")),
+        DType::BF16
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::I4
+        | DType::U4 => return Err(npy_err(path, format!("{dtype} has no .npy dtype"))),
     };
     t.map_err(|err| npy_err(path, err.to_string()))
 }
@@ -92,7 +98,8 @@ fn write_typed<T: Element + npyz::AutoSerialize>(
     w.finish().map_err(io)
 }
 
-/// Writes `t` as a C-order `.npy` file. bf16 (no numpy dtype) is written as f32, exactly.
+/// Writes `t` as a C-order `.npy` file. bf16 and the float8 types (no numpy dtype) are written
+/// as f32, 4-bit integers as i8 / u8, exactly.
 pub fn write(path: &Path, t: &Tensor) -> Result<(), CliError> {
     let shape: Vec<u64> = t.shape().iter().map(|&d| d as u64).collect();
     let e = |err: hidet::graph::TensorError| CliError::Other(err.to_string());
@@ -118,5 +125,17 @@ pub fn write(path: &Path, t: &Tensor) -> Result<(), CliError> {
         DType::U32 => write_typed(path, &shape, t.as_slice::<u32>().map_err(e)?),
         DType::U64 => write_typed(path, &shape, t.as_slice::<u64>().map_err(e)?),
         DType::Bool => write_typed(path, &shape, t.as_slice::<bool>().map_err(e)?),
+        DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => {
+            let v: Vec<f32> = t.to_f64_vec().into_iter().map(|x| x as f32).collect();
+            write_typed(path, &shape, &v)
+        }
+        DType::I4 => {
+            let v: Vec<i8> = t.to_i64_vec().into_iter().map(|x| x as i8).collect();
+            write_typed(path, &shape, &v)
+        }
+        DType::U4 => {
+            let v: Vec<u8> = t.to_i64_vec().into_iter().map(|x| x as u8).collect();
+            write_typed(path, &shape, &v)
+        }
     }
 }
