@@ -8,4 +8,5 @@ pub mod pool;
 pub mod quant;
 pub mod resize;
 pub mod stack;
+pub mod values;
 pub mod window;

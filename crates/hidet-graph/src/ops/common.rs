@@ -106,3 +106,32 @@ pub fn norm_axis(axis: i64, rank: usize) -> Result<usize, OpError> {
     }
     Ok(a as usize)
 }
+
+/// Test helper: builds the registered operator `domain::op` for model opset `opset` with
+/// `attrs`, as the graph builder would for a node with that many inputs and outputs.
+#[cfg(test)]
+pub(crate) fn build_op(
+    domain: &str,
+    op: &str,
+    opset: i64,
+    attrs: &[(&str, crate::attribute::Attribute)],
+    num_inputs: usize,
+    num_outputs: usize,
+) -> Result<Box<dyn crate::operator::Operator>, OpError> {
+    let mut a = crate::attribute::Attributes::new();
+    for (k, v) in attrs {
+        a.insert(*k, v.clone());
+    }
+    let ctx = crate::operator::OpContext {
+        domain,
+        op_type: op,
+        opset,
+        attrs: &a,
+        num_inputs,
+        num_outputs,
+    };
+    crate::registry::Registry::global()
+        .lookup(domain, op, opset)
+        .ok_or_else(|| OpError::Unsupported(format!("{domain}::{op} opset {opset}")))?
+        .build(&ctx)
+}

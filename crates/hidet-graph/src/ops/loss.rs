@@ -10,13 +10,13 @@
 //! elements). SCE's optional second output is `logp`. Values are computed in f64 and rounded
 //! to `x`'s float type.
 
-use crate::dispatch_float;
 use crate::dtype::DType;
+use crate::kernels::values::float_tensor;
 use crate::operator::{arg, infer_arg, infer_opt, opt_arg, InferInput, OpError, Operator};
 use crate::ops::common::{check_dtype, float};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
-use crate::tensor::{Element, Tensor};
+use crate::tensor::Tensor;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reduction {
@@ -179,15 +179,15 @@ impl Operator for Loss {
         }
         let dtype = x.dtype();
         let loss = match self.reduction {
-            Reduction::None => float_tensor(dtype, target.shape().to_vec(), &losses)?,
-            Reduction::Sum => float_tensor(dtype, vec![], &[losses.iter().sum()])?,
+            Reduction::None => float_tensor(dtype, target.shape().to_vec(), &losses, 0)?,
+            Reduction::Sum => float_tensor(dtype, vec![], &[losses.iter().sum()], 0)?,
             Reduction::Mean => {
-                float_tensor(dtype, vec![], &[losses.iter().sum::<f64>() / weight_sum])?
+                float_tensor(dtype, vec![], &[losses.iter().sum::<f64>() / weight_sum], 0)?
             }
         };
         let mut out = vec![loss];
         if self.log_prob {
-            out.push(float_tensor(dtype, shape.to_vec(), &logp)?);
+            out.push(float_tensor(dtype, shape.to_vec(), &logp, 0)?);
         }
         Ok(out)
     }
@@ -206,13 +206,6 @@ fn log_softmax_axis1(v: &mut [f64], n: usize, c: usize, d: usize) {
             }
         }
     }
-}
-
-fn float_tensor(dtype: DType, shape: Vec<usize>, v: &[f64]) -> Result<Tensor, OpError> {
-    Ok(dispatch_float!(dtype, T => Tensor::new(
-        shape,
-        v.iter().map(|&x| T::from_f64(x)).collect::<Vec<T>>(),
-    )?, else return Err(OpError::DType { index: 0, dtype })))
 }
 
 #[cfg(test)]
