@@ -71,4 +71,6 @@ families! {
     col2im,
     unique,
     ml,
+    grid_sample,
+    rnn,
 }
