@@ -73,4 +73,10 @@ families! {
     ml,
     grid_sample,
     rnn,
+    spectral,
+    nms,
+    roi_align,
+    deform_conv,
+    tfidf,
+    tree_ensemble,
 }

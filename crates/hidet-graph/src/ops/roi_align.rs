@@ -1,0 +1,267 @@
+//! RoiAlign (opset 10; 16+ with `coordinate_transformation_mode`): pools each region of
+//! interest of `X [N, C, H, W]` into `[output_height, output_width]` bins.
+//!
+//! `rois [R, 4]` are `(x1, y1, x2, y2)` scaled by `spatial_scale` and shifted by -0.5 in
+//! `half_pixel` mode (the default from opset 16; `output_half_pixel`, the only mode of opset
+//! 10, does not shift and stretches regions smaller than one pixel to one pixel);
+//! `batch_indices [R]` pick the image. Each bin averages (`mode = avg`) or takes the maximum
+//! (`max`) of `g_h × g_w` bilinear samples at the centers of a regular sub-grid, with
+//! `g = sampling_ratio` or, when it is 0, `ceil(bin size)`. A sample farther than one pixel
+//! outside the image contributes 0; others are clamped into it. In `max` mode the maximum is
+//! taken over the four weighted corner terms of every sample (as ONNX Runtime and the ONNX
+//! reference define it). Output `[R, C, output_height, output_width]`, computed in f64.
+
+use crate::kernels::values::float_tensor;
+use crate::operator::{arg, infer_arg, InferInput, OpContext, OpError, Operator};
+use crate::ops::common::{check_dtype, float};
+use crate::registry::{Registry, LATEST_OPSET};
+use crate::shape::{Dim, TensorType};
+use crate::tensor::Tensor;
+
+#[derive(Debug)]
+struct RoiAlign {
+    half_pixel: bool,
+    max: bool,
+    out_h: usize,
+    out_w: usize,
+    sampling_ratio: usize,
+    spatial_scale: f64,
+}
+
+fn build(c: &OpContext<'_>, modern: bool) -> Result<Box<dyn Operator>, OpError> {
+    let half_pixel = if modern {
+        match c
+            .attrs
+            .string_or("coordinate_transformation_mode", "half_pixel")?
+            .as_str()
+        {
+            "half_pixel" => true,
+            "output_half_pixel" => false,
+            other => {
+                return Err(OpError::attr(
+                    "coordinate_transformation_mode",
+                    format!("must be half_pixel or output_half_pixel, got `{other}`"),
+                ))
+            }
+        }
+    } else {
+        false
+    };
+    let max = match c.attrs.string_or("mode", "avg")?.as_str() {
+        "avg" => false,
+        "max" => true,
+        other => return Err(OpError::attr("mode", format!("must be avg or max, got `{other}`"))),
+    };
+    let size = |name: &str, default: i64, min: i64| -> Result<usize, OpError> {
+        let v = c.attrs.int_or(name, default)?;
+        if v < min {
+            return Err(OpError::attr(name, format!("must be >= {min}, got {v}")));
+        }
+        Ok(v as usize)
+    };
+    Ok(Box::new(RoiAlign {
+        half_pixel,
+        max,
+        out_h: size("output_height", 1, 1)?,
+        out_w: size("output_width", 1, 1)?,
+        sampling_ratio: size("sampling_ratio", 0, 0)?,
+        spatial_scale: c.attrs.float_or("spatial_scale", 1.0)? as f64,
+    }))
+}
+
+/// Registers RoiAlign.
+pub fn register(r: &mut Registry) {
+    r.register("", "RoiAlign", 10..=15, |c| build(c, false));
+    r.register("", "RoiAlign", 16..=LATEST_OPSET, |c| build(c, true));
+}
+
+/// The (flat offset, weight) corner terms of one bilinear sample.
+type Terms = [(usize, f64); 4];
+
+/// The four (flat offset, weight) corner terms of a bilinear sample at `(y, x)` in an
+/// `h × w` plane, or `None` if the sample lies more than a pixel outside.
+fn corner_terms(y: f64, x: f64, h: usize, w: usize) -> Option<Terms> {
+    if y < -1.0 || y > h as f64 || x < -1.0 || x > w as f64 {
+        return None;
+    }
+    let (mut y, mut x) = (y.max(0.0), x.max(0.0));
+    let (mut yl, mut xl) = (y as usize, x as usize);
+    let yh = if yl >= h - 1 {
+        yl = h - 1;
+        y = yl as f64;
+        yl
+    } else {
+        yl + 1
+    };
+    let xh = if xl >= w - 1 {
+        xl = w - 1;
+        x = xl as f64;
+        xl
+    } else {
+        xl + 1
+    };
+    let (ly, lx) = (y - yl as f64, x - xl as f64);
+    let (hy, hx) = (1.0 - ly, 1.0 - lx);
+    Some([
+        (yl * w + xl, hy * hx),
+        (yl * w + xh, hy * lx),
+        (yh * w + xl, ly * hx),
+        (yh * w + xh, ly * lx),
+    ])
+}
+
+impl Operator for RoiAlign {
+    fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
+        let x = infer_arg(inputs, 0)?;
+        let rois = infer_arg(inputs, 1)?;
+        let idx = infer_arg(inputs, 2)?;
+        check_dtype(0, x.ty.dtype, float)?;
+        check_dtype(2, idx.ty.dtype, |d| d.is_int())?;
+        if rois.ty.dtype != x.ty.dtype {
+            return Err(OpError::DType {
+                index: 1,
+                dtype: rois.ty.dtype,
+            });
+        }
+        let r = match rois.ty.shape.as_deref() {
+            Some([r, _]) => r.clone(),
+            _ => Dim::Unknown,
+        };
+        let c = match x.ty.shape.as_deref() {
+            Some([_, c, _, _]) => c.clone(),
+            _ => Dim::Unknown,
+        };
+        Ok(vec![TensorType {
+            dtype: x.ty.dtype,
+            shape: Some(vec![r, c, Dim::Fixed(self.out_h), Dim::Fixed(self.out_w)]),
+        }])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+        let x = arg(inputs, 0)?;
+        let rois = arg(inputs, 1)?;
+        let idx = arg(inputs, 2)?;
+        check_dtype(0, x.dtype(), float)?;
+        let &[n, c, h, w] = x.shape() else {
+            return Err(OpError::Shape(format!("X must be [N, C, H, W], got {:?}", x.shape())));
+        };
+        let &[r, 4] = rois.shape() else {
+            return Err(OpError::Shape(format!("rois must be [R, 4], got {:?}", rois.shape())));
+        };
+        if idx.shape() != [r] || h == 0 || w == 0 {
+            return Err(OpError::Shape(format!(
+                "batch_indices must be [{r}] and the image non-empty, got {:?} and X {:?}",
+                idx.shape(),
+                x.shape()
+            )));
+        }
+        let xv = x.to_f64_vec();
+        let rv = rois.to_f64_vec();
+        let (oh, ow) = (self.out_h, self.out_w);
+        let mut out = Vec::with_capacity(r * c * oh * ow);
+        for (k, b) in idx.to_i64_vec().into_iter().enumerate() {
+            let b = usize::try_from(b).ok().filter(|&b| b < n).ok_or_else(|| {
+                OpError::Invalid(format!("batch index {b} is out of range for {n} images"))
+            })?;
+            let off = if self.half_pixel { 0.5 } else { 0.0 };
+            let roi = &rv[k * 4..k * 4 + 4];
+            let (x0, y0) = (roi[0] * self.spatial_scale - off, roi[1] * self.spatial_scale - off);
+            let (x1, y1) = (roi[2] * self.spatial_scale - off, roi[3] * self.spatial_scale - off);
+            let (mut rw, mut rh) = (x1 - x0, y1 - y0);
+            if !self.half_pixel {
+                rw = rw.max(1.0);
+                rh = rh.max(1.0);
+            }
+            let (bh, bw) = (rh / oh as f64, rw / ow as f64);
+            let grid = |bin: f64| {
+                if self.sampling_ratio > 0 {
+                    self.sampling_ratio
+                } else {
+                    bin.ceil().max(0.0) as usize
+                }
+            };
+            let (gh, gw) = (grid(bh), grid(bw));
+            let count = (gh * gw).max(1) as f64;
+            // Sample terms per output bin, shared by every channel.
+            let bins: Vec<Vec<Option<Terms>>> = (0..oh * ow)
+                .map(|p| {
+                    let (ph, pw) = (p / ow, p % ow);
+                    (0..gh * gw)
+                        .map(|s| {
+                            let (iy, ix) = (s / gw, s % gw);
+                            let y = y0 + ph as f64 * bh + (iy as f64 + 0.5) * bh / gh as f64;
+                            let xx = x0 + pw as f64 * bw + (ix as f64 + 0.5) * bw / gw as f64;
+                            corner_terms(y, xx, h, w)
+                        })
+                        .collect()
+                })
+                .collect();
+            for ch in 0..c {
+                let plane = &xv[(b * c + ch) * h * w..(b * c + ch + 1) * h * w];
+                for samples in &bins {
+                    let values = samples.iter().map(|t| match t {
+                        None => 0.0,
+                        Some(t) if self.max => t
+                            .iter()
+                            .map(|&(o, wt)| wt * plane[o])
+                            .fold(f64::NEG_INFINITY, f64::max),
+                        Some(t) => t.iter().map(|&(o, wt)| wt * plane[o]).sum(),
+                    });
+                    out.push(if self.max {
+                        values.fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+                            .unwrap_or(0.0)
+                    } else {
+                        values.sum::<f64>() / count
+                    });
+                }
+            }
+        }
+        Ok(vec![float_tensor(x.dtype(), vec![r, c, oh, ow], &out, 0)?])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::attribute::Attribute;
+    use crate::ops::common::build_op;
+    use crate::tensor::Tensor;
+
+    /// On a linear ramp, bilinear sampling is exact, so an average over a bin is the ramp's
+    /// value at the bin center.
+    #[test]
+    fn average_of_a_linear_ramp() {
+        let (h, w) = (6usize, 8usize);
+        let v: Vec<f32> = (0..h * w).map(|i| (2 * (i / w) + 3 * (i % w)) as f32).collect();
+        let x = Tensor::new(vec![1, 1, h, w], v).unwrap();
+        let op = build_op(
+            "",
+            "RoiAlign",
+            16,
+            &[
+                ("output_height", Attribute::Int(2)),
+                ("output_width", Attribute::Int(2)),
+                ("sampling_ratio", Attribute::Int(2)),
+            ],
+            3,
+            1,
+        )
+        .unwrap();
+        // Region x in [1.5, 5.5], y in [1.5, 3.5] after the half-pixel shift.
+        let rois = Tensor::new(vec![1, 4], vec![2.0f32, 2.0, 6.0, 4.0]).unwrap();
+        let idx = Tensor::new(vec![1], vec![0i64]).unwrap();
+        let y = op
+            .eval(&[Some(&x), Some(&rois), Some(&idx)])
+            .unwrap()
+            .remove(0);
+        assert_eq!(y.shape(), &[1, 1, 2, 2]);
+        let got = y.to_f64_vec();
+        for (p, g) in got.iter().enumerate() {
+            let (ph, pw) = (p / 2, p % 2);
+            let (cy, cx) = (1.5 + 0.5 + ph as f64, 1.5 + 1.0 + 2.0 * pw as f64);
+            let want = 2.0 * cy + 3.0 * cx;
+            assert!((g - want).abs() < 1e-9, "{got:?}");
+        }
+        let bad = Tensor::new(vec![1], vec![1i64]).unwrap();
+        assert!(op.eval(&[Some(&x), Some(&rois), Some(&bad)]).is_err());
+    }
+}
