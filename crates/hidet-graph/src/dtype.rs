@@ -4,10 +4,11 @@ use std::fmt;
 
 /// The element type of a [`crate::Tensor`].
 ///
-/// This is the set of ONNX tensor element types hidet can hold in memory. String and complex
-/// types are not supported; importing a tensor of such a type is an error. The 8-bit floats
-/// and 4-bit integers are storage-only types (see [`crate::narrow`]): one byte per element,
-/// no arithmetic, no kernel IR type ([`DType::is_storage_only`]).
+/// This is the set of ONNX tensor element types hidet can hold in memory. Complex types are
+/// not supported; importing a tensor of such a type is an error. The 8-bit floats and 4-bit
+/// integers are storage-only types (see [`crate::narrow`]): one byte per element, no
+/// arithmetic, no kernel IR type ([`DType::is_storage_only`]). Strings ([`crate::string`])
+/// are handles to interned text: no byte encoding, no kernel IR type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     F32,
@@ -29,11 +30,12 @@ pub enum DType {
     F8E5M2FNUZ,
     I4,
     U4,
+    String,
 }
 
 impl DType {
     /// Every supported dtype, in declaration order.
-    pub const ALL: [DType; 19] = [
+    pub const ALL: [DType; 20] = [
         DType::F32,
         DType::F64,
         DType::F16,
@@ -53,6 +55,7 @@ impl DType {
         DType::F8E5M2FNUZ,
         DType::I4,
         DType::U4,
+        DType::String,
     ];
 
     /// The kernel IR's data type for this dtype. A storage-only dtype has none: it maps to the
@@ -79,6 +82,8 @@ impl DType {
                 D::U8
             }
             DType::I4 => D::I8,
+            // A string element is a pointer-sized handle pair; strings never reach kernels.
+            DType::String => D::U64,
         }
     }
 
@@ -95,7 +100,19 @@ impl DType {
             | DType::F8E5M2FNUZ
             | DType::I4
             | DType::U4 => 1,
+            DType::String => std::mem::size_of::<crate::string::Str>(),
         }
+    }
+
+    /// True for strings.
+    pub fn is_string(self) -> bool {
+        self == DType::String
+    }
+
+    /// True for the dtypes kernels compute on: everything but the storage-only types and
+    /// strings, whose nodes run their reference `eval` on the host.
+    pub fn has_kernel_type(self) -> bool {
+        !self.is_storage_only() && !self.is_string()
     }
 
     /// True for the 8-bit float types.
@@ -159,6 +176,7 @@ impl DType {
             DType::F8E5M2FNUZ => "f8e5m2fnuz",
             DType::I4 => "i4",
             DType::U4 => "u4",
+            DType::String => "string",
         }
     }
 
@@ -184,6 +202,7 @@ impl DType {
             DType::F8E5M2FNUZ => 20,
             DType::U4 => 21,
             DType::I4 => 22,
+            DType::String => 8,
         }
     }
 

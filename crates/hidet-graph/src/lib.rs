@@ -22,6 +22,7 @@ pub mod ops;
 pub mod passes;
 pub mod registry;
 pub mod shape;
+pub mod string;
 pub mod tensor;
 
 pub use half;

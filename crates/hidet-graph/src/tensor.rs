@@ -7,6 +7,7 @@ use half::{bf16, f16};
 
 use crate::dtype::DType;
 use crate::narrow::{F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, I4, U4};
+use crate::string::Str;
 
 /// Errors from constructing or accessing a [`Tensor`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -27,6 +28,9 @@ pub enum TensorError {
     /// Byte buffer of the wrong length for the dtype and shape.
     #[error("expected {expected} bytes, got {given}")]
     ByteLength { expected: usize, given: usize },
+    /// The dtype (string) has no byte encoding.
+    #[error("{0} tensors have no byte encoding")]
+    NoBytes(DType),
 }
 
 /// Typed element storage of a tensor. Cloning is cheap (the buffer is shared).
@@ -51,6 +55,7 @@ pub enum TensorData {
     F8E5M2FNUZ(Arc<Vec<F8E5M2FNUZ>>),
     I4(Arc<Vec<I4>>),
     U4(Arc<Vec<U4>>),
+    String(Arc<Vec<Str>>),
 }
 
 /// A Rust element type that a tensor can hold.
@@ -268,6 +273,38 @@ impl_narrow_element!(
     U4::from_nibble
 );
 
+impl Element for Str {
+    const DTYPE: DType = DType::String;
+    fn wrap(v: Arc<Vec<Self>>) -> TensorData {
+        TensorData::String(v)
+    }
+    fn unwrap(d: &TensorData) -> Option<&Arc<Vec<Self>>> {
+        match d {
+            TensorData::String(v) => Some(v),
+            _ => None,
+        }
+    }
+    /// The number the text spells (NaN if none), as ONNX Cast parses strings.
+    fn to_f64(self) -> f64 {
+        self.parse_f64()
+    }
+    /// numpy's `str` of the value as f64 (see [`crate::string`]).
+    fn from_f64(v: f64) -> Self {
+        Str::new(&crate::string::format_f64(v))
+    }
+    fn to_i128(self) -> i128 {
+        self.parse_i128()
+    }
+    fn from_i128(v: i128) -> Self {
+        Str::new(&v.to_string())
+    }
+    /// Strings have no byte encoding; [`Tensor::from_le_bytes`] refuses them before any
+    /// element is decoded, so this returns the empty string.
+    fn from_le_slice(_: &[u8]) -> Self {
+        Str::default()
+    }
+}
+
 /// Runs `$body` with `$T` bound to the Rust element type of `$dtype`, for the dtypes listed
 /// after `;` (as `Variant: type`); any other dtype evaluates `$fallback`.
 ///
@@ -287,8 +324,8 @@ macro_rules! dispatch_dtypes {
     };
 }
 
-/// [`dispatch_dtypes!`] over every dtype, the storage-only ones included (no fallback
-/// needed). Bodies must not assume arithmetic element types.
+/// [`dispatch_dtypes!`] over every dtype, the storage-only ones and strings included (no
+/// fallback needed). Bodies must not assume arithmetic element types.
 #[macro_export]
 macro_rules! dispatch_all {
     ($dtype:expr, $T:ident => $body:expr) => {
@@ -297,7 +334,7 @@ macro_rules! dispatch_all {
             I8: i8, I16: i16, I32: i32, I64: i64, U8: u8, U16: u16, U32: u32, U64: u64, Bool: bool,
             F8E4M3FN: $crate::narrow::F8E4M3FN, F8E4M3FNUZ: $crate::narrow::F8E4M3FNUZ,
             F8E5M2: $crate::narrow::F8E5M2, F8E5M2FNUZ: $crate::narrow::F8E5M2FNUZ,
-            I4: $crate::narrow::I4, U4: $crate::narrow::U4)
+            I4: $crate::narrow::I4, U4: $crate::narrow::U4, String: $crate::string::Str)
     };
 }
 
@@ -389,6 +426,9 @@ impl Tensor {
         let expected = n
             .checked_mul(size)
             .ok_or_else(|| TensorError::TooLarge(shape.clone()))?;
+        if dtype == DType::String {
+            return Err(TensorError::NoBytes(dtype));
+        }
         if bytes.len() != expected {
             return Err(TensorError::ByteLength {
                 expected,
@@ -463,9 +503,51 @@ impl Tensor {
     }
 
     /// Converts every element to `dtype` (numpy `astype` semantics, see [`Element`]).
+    ///
+    /// Strings parse and format as ONNX Cast specifies (see [`crate::string`]): floats print
+    /// numpy's shortest round-trip text for their own precision, booleans `True`/`False`.
     pub fn cast(&self, dtype: DType) -> Tensor {
         if dtype == self.dtype() {
             return self.clone();
+        }
+        if dtype == DType::String {
+            let text: Vec<Str> = match &self.data {
+                TensorData::Bool(v) => v
+                    .iter()
+                    .map(|&b| Str::new(if b { "True" } else { "False" }))
+                    .collect(),
+                TensorData::F32(v) => v
+                    .iter()
+                    .map(|&x| Str::new(&crate::string::format_f32(x)))
+                    .collect(),
+                TensorData::F16(v) => v
+                    .iter()
+                    .map(|&x| {
+                        Str::new(&crate::string::format_shortest(x.to_f64(), |d| {
+                            f16::from_f64(d) == x
+                        }))
+                    })
+                    .collect(),
+                TensorData::BF16(v) => v
+                    .iter()
+                    .map(|&x| {
+                        Str::new(&crate::string::format_shortest(x.to_f64(), |d| {
+                            bf16::from_f64(d) == x
+                        }))
+                    })
+                    .collect(),
+                _ => crate::dispatch_all!(self.dtype(), S => match S::unwrap(&self.data) {
+                    Some(v) if self.dtype().is_int() || self.dtype().is_int4() => {
+                        v.iter().map(|x| Str::from_i128(x.to_i128())).collect()
+                    }
+                    Some(v) => v.iter().map(|x| Str::from_f64(x.to_f64())).collect(),
+                    None => unreachable!("dtype() reports the stored variant"),
+                }),
+            };
+            return Tensor {
+                shape: self.shape.clone(),
+                data: TensorData::String(Arc::new(text)),
+            };
         }
         let src_float = self.dtype().is_float() || self.dtype().is_float8();
         let dst_float = dtype.is_float() || dtype.is_float8();
@@ -507,6 +589,7 @@ fn data_len(d: &TensorData) -> usize {
         TensorData::F8E5M2FNUZ(v) => v.len(),
         TensorData::I4(v) => v.len(),
         TensorData::U4(v) => v.len(),
+        TensorData::String(v) => v.len(),
     }
 }
 
@@ -531,6 +614,7 @@ fn data_dtype(d: &TensorData) -> DType {
         TensorData::F8E5M2FNUZ(_) => DType::F8E5M2FNUZ,
         TensorData::I4(_) => DType::I4,
         TensorData::U4(_) => DType::U4,
+        TensorData::String(_) => DType::String,
     }
 }
 

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use hidet_graph::half::{bf16, f16};
+use hidet_graph::string::Str;
 use hidet_graph::{DType, Tensor};
 use prost::Message;
 
@@ -20,6 +21,7 @@ fn invalid(name: &str, msg: impl std::fmt::Display) -> OnnxError {
 /// (resolved in `base_dir`; external data without a `base_dir` is an error). Every declared
 /// size is checked against the data actually present before any buffer is allocated.
 ///
+/// Strings come from `string_data` (UTF-8; other encodings are unsupported).
 /// Float8 data is one byte per element (in `raw_data`, or one pattern per `int32_data`
 /// value); 4-bit integers are packed two per byte, the first element in the low nibble (in
 /// `raw_data`, or one packed byte per `int32_data` value), and unpacked to one element per
@@ -70,6 +72,32 @@ pub fn tensor_from_proto(p: &TensorProto, base_dir: Option<&Path>) -> Result<Ten
         name: name.to_string(),
         source,
     };
+
+    if dtype == DType::String {
+        // Strings live in string_data only (one UTF-8 byte string per element).
+        if p.data_location() == DataLocation::External || p.raw_data.is_some() {
+            return Err(invalid(name, "string tensors must use string_data"));
+        }
+        if p.string_data.len() != numel {
+            return Err(invalid(
+                name,
+                format!(
+                    "{} strings for shape {shape:?} ({numel} elements)",
+                    p.string_data.len()
+                ),
+            ));
+        }
+        let v = p
+            .string_data
+            .iter()
+            .map(|b| {
+                std::str::from_utf8(b).map(Str::new).map_err(|e| {
+                    OnnxError::Unsupported(format!("tensor `{name}`: non-UTF-8 string: {e}"))
+                })
+            })
+            .collect::<Result<Vec<Str>, _>>()?;
+        return Tensor::new(shape, v).map_err(tensor_err);
+    }
 
     if p.data_location() == DataLocation::External {
         let base =
@@ -306,6 +334,32 @@ mod tests {
         assert_eq!(t.dtype(), DType::F8E5M2);
         assert_eq!(t.as_slice::<F8E5M2>().unwrap()[1], F8E5M2(0xc0));
         assert_eq!(t.to_f64_vec(), vec![1.0, -2.0, f64::INFINITY]);
+    }
+
+    #[test]
+    fn strings_from_string_data() {
+        let mut p = TensorProto {
+            dims: vec![2],
+            data_type: Some(8),
+            string_data: vec![b"abc".to_vec(), "\u{7684}".as_bytes().to_vec()],
+            ..Default::default()
+        };
+        let t = tensor_from_proto(&p, None).unwrap();
+        let got: Vec<&str> = t
+            .as_slice::<Str>()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        assert_eq!(got, ["abc", "\u{7684}"]);
+        p.string_data.push(vec![0xff]);
+        p.dims = vec![3];
+        assert!(tensor_from_proto(&p, None).is_err(), "invalid UTF-8");
+        p.string_data.pop();
+        assert!(
+            tensor_from_proto(&p, None).is_err(),
+            "2 strings for 3 elements"
+        );
     }
 
     #[test]

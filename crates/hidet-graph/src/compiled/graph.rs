@@ -340,7 +340,11 @@ impl<B: Backend> CompiledGraph<B> {
         let mut root_loc: HashMap<usize, Loc> = HashMap::new();
         for r in roots {
             let info = &spec.values[r];
-            let loc = if let Some(t) = &info.constant {
+            let loc = if let Some(t) = info.constant.as_ref().filter(|t| t.dtype().is_string()) {
+                // Strings have no byte encoding: host steps read them from `const_tensors`.
+                const_tensors.insert(ValueId(r), t.clone());
+                Loc::Const(0)
+            } else if let Some(t) = &info.constant {
                 let offset = const_bytes;
                 const_bytes += t.size_in_bytes().div_ceil(ALIGN).max(1) * ALIGN;
                 const_tensors.insert(ValueId(r), t.clone());

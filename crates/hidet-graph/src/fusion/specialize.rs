@@ -42,8 +42,12 @@ pub struct ValueInfo {
 }
 
 impl ValueInfo {
-    /// Bytes of the value when its shape is static.
+    /// Bytes of the value when its shape is static and its elements have a byte encoding
+    /// (strings have none: they live in host slots of a compiled graph).
     pub fn size_in_bytes(&self) -> Option<usize> {
+        if self.dtype.is_string() {
+            return None;
+        }
         let n = crate::tensor::checked_numel(self.shape.as_ref()?)?;
         n.checked_mul(self.dtype.size_in_bytes())
     }
@@ -229,17 +233,17 @@ fn specialize_node(
             graph.value(*o).name
         )));
     }
-    // Storage-only dtypes (float8, 4-bit integers) have no kernel IR type: such nodes run
-    // their reference `eval` on the host.
+    // Storage-only dtypes (float8, 4-bit integers) and strings have no kernel IR type: such
+    // nodes run their reference `eval` on the host.
     if let Some(v) = node
         .inputs
         .iter()
         .chain(&node.outputs)
         .flatten()
-        .find(|v| values[v.0].dtype.is_storage_only())
+        .find(|v| !values[v.0].dtype.has_kernel_type())
     {
         return Ok(NodeMode::Host(format!(
-            "`{}` has the storage-only dtype {}",
+            "`{}` has the dtype {}, which kernels do not compute on",
             graph.value(*v).name,
             values[v.0].dtype
         )));

@@ -19,6 +19,7 @@ use crate::ops::compute_util::{
 };
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::TensorType;
+use crate::string::Str;
 use crate::tensor::{Element, Tensor};
 use crate::{dispatch_all, dispatch_float, dispatch_int};
 
@@ -111,7 +112,8 @@ impl Binary {
             Kind::Less | Kind::LessOrEqual | Kind::Greater | Kind::GreaterOrEqual => {
                 common::numeric(d)
             }
-            Kind::Equal => true,
+            // Equal also compares booleans and strings (not the storage-only types).
+            Kind::Equal => !d.is_storage_only(),
             Kind::And | Kind::Or | Kind::Xor => common::boolean(d),
             Kind::BitShift { .. } => d.is_unsigned_int(),
             Kind::BitwiseAnd | Kind::BitwiseOr | Kind::BitwiseXor => common::int(d),
@@ -350,7 +352,9 @@ fn compare(kind: Kind, a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
         }
     }
     let dt = a.dtype();
-    if dt.is_float() {
+    if dt.is_string() {
+        map2::<Str, Str, bool>(a, b, |x, y| cmp(kind, x, y))
+    } else if dt.is_float() {
         dispatch_float!(dt, T => map2::<T, T, bool>(a, b, |x, y| cmp(kind, x.to_f64(), y.to_f64())),
             else Err(OpError::DType { index: 0, dtype: dt }))
     } else {

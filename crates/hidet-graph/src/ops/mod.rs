@@ -79,4 +79,6 @@ families! {
     deform_conv,
     tfidf,
     tree_ensemble,
+    strings,
+    label_encoder,
 }

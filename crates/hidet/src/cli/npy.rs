@@ -73,7 +73,8 @@ pub fn read(path: &Path) -> Result<Tensor, CliError> {
         | DType::F8E5M2
         | DType::F8E5M2FNUZ
         | DType::I4
-        | DType::U4 => return Err(npy_err(path, format!("{dtype} has no .npy dtype"))),
+        | DType::U4
+        | DType::String => return Err(npy_err(path, format!("{dtype} has no .npy dtype"))),
     };
     t.map_err(|err| npy_err(path, err.to_string()))
 }
@@ -99,7 +100,7 @@ fn write_typed<T: Element + npyz::AutoSerialize>(
 }
 
 /// Writes `t` as a C-order `.npy` file. bf16 and the float8 types (no numpy dtype) are written
-/// as f32, 4-bit integers as i8 / u8, exactly.
+/// as f32, 4-bit integers as i8 / u8, exactly; strings are refused.
 pub fn write(path: &Path, t: &Tensor) -> Result<(), CliError> {
     let shape: Vec<u64> = t.shape().iter().map(|&d| d as u64).collect();
     let e = |err: hidet::graph::TensorError| CliError::Other(err.to_string());
@@ -137,5 +138,8 @@ pub fn write(path: &Path, t: &Tensor) -> Result<(), CliError> {
             let v: Vec<u8> = t.to_i64_vec().into_iter().map(|x| x as u8).collect();
             write_typed(path, &shape, &v)
         }
+        DType::String => Err(CliError::Other(
+            "string tensors cannot be written as .npy".into(),
+        )),
     }
 }
