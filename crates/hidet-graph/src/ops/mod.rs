@@ -81,4 +81,5 @@ families! {
     tree_ensemble,
     strings,
     label_encoder,
+    regex_full_match,
 }
