@@ -82,4 +82,5 @@ families! {
     strings,
     label_encoder,
     regex_full_match,
+    optional,
 }
