@@ -7,6 +7,7 @@ use crate::graph::{Graph, ValueId};
 use crate::operator::OpError;
 use crate::shape::{fmt_dims, Dim};
 use crate::tensor::Tensor;
+use crate::value::{Datum, ValueKind};
 
 /// Errors of a graph execution. Input errors name the input and what was expected.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -44,6 +45,14 @@ pub enum ExecError {
         expected: usize,
         given: usize,
     },
+    /// An input or output is of another kind (tensor, sequence, optional) than the graph
+    /// declares, or a tensor was asked of a value that is not one.
+    #[error("`{name}`: expected a {expected}, given {given}")]
+    WrongKind {
+        name: String,
+        expected: ValueKind,
+        given: String,
+    },
     /// An operator's result contradicts its own shape inference (an operator bug).
     #[error("node `{node}` ({op_type}): output #{slot} is {given} but inference said {expected}")]
     InferenceMismatch {
@@ -58,7 +67,17 @@ pub enum ExecError {
 /// Checks `inputs` against the graph's declared inputs: every input present, no unknown
 /// names, dtypes equal, ranks and fixed dimensions equal, symbolic dimensions consistent.
 pub fn check_inputs(graph: &Graph, inputs: &[(String, Tensor)]) -> Result<(), ExecError> {
-    let by_name: HashMap<&str, &Tensor> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let data: Vec<(String, Datum)> = inputs
+        .iter()
+        .map(|(n, t)| (n.clone(), Datum::Tensor(t.clone())))
+        .collect();
+    check_input_data(graph, &data)
+}
+
+/// [`check_inputs`] for inputs of any kind: each must be of its input's kind, and every tensor
+/// inside a sequence or optional must have the declared dtype.
+pub fn check_input_data(graph: &Graph, inputs: &[(String, Datum)]) -> Result<(), ExecError> {
+    let by_name: HashMap<&str, &Datum> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
     for (n, _) in inputs {
         if !graph.inputs().iter().any(|id| graph.value(*id).name == *n) {
             return Err(ExecError::UnknownInput(n.clone()));
@@ -67,9 +86,26 @@ pub fn check_inputs(graph: &Graph, inputs: &[(String, Tensor)]) -> Result<(), Ex
     let mut given = Vec::new();
     for &id in graph.inputs() {
         let v = graph.value(id);
-        let t = by_name
+        let d = by_name
             .get(v.name.as_str())
             .ok_or_else(|| ExecError::MissingInput(v.name.clone()))?;
+        if !d.is_kind(v.kind) {
+            return Err(ExecError::WrongKind {
+                name: v.name.clone(),
+                expected: v.kind,
+                given: d.describe(),
+            });
+        }
+        let Datum::Tensor(t) = d else {
+            if let Some(t) = d.tensors().into_iter().find(|t| t.dtype() != v.ty.dtype) {
+                return Err(ExecError::WrongDType {
+                    name: v.name.clone(),
+                    expected: v.ty.dtype,
+                    given: t.dtype(),
+                });
+            }
+            continue;
+        };
         if t.dtype() != v.ty.dtype {
             return Err(ExecError::WrongDType {
                 name: v.name.clone(),
@@ -106,8 +142,30 @@ pub fn run_reference(
     graph: &Graph,
     inputs: &[(String, Tensor)],
 ) -> Result<Vec<(String, Tensor)>, ExecError> {
-    check_inputs(graph, inputs)?;
-    let mut slots: Vec<Option<Tensor>> = vec![None; graph.values().len()];
+    let data: Vec<(String, Datum)> = inputs
+        .iter()
+        .map(|(n, t)| (n.clone(), Datum::Tensor(t.clone())))
+        .collect();
+    run_reference_data(graph, &data)?
+        .into_iter()
+        .map(|(name, d)| match d {
+            Datum::Tensor(t) => Ok((name, t)),
+            other => Err(ExecError::WrongKind {
+                name,
+                expected: ValueKind::Tensor,
+                given: other.describe(),
+            }),
+        })
+        .collect()
+}
+
+/// [`run_reference`] for inputs and outputs of any kind (tensors, sequences, optionals).
+pub fn run_reference_data(
+    graph: &Graph,
+    inputs: &[(String, Datum)],
+) -> Result<Vec<(String, Datum)>, ExecError> {
+    check_input_data(graph, inputs)?;
+    let mut slots: Vec<Option<Datum>> = vec![None; graph.values().len()];
     for (name, t) in inputs {
         if let Some(&id) = graph
             .inputs()
@@ -134,6 +192,34 @@ pub fn run_graph(
     inputs: &[&Tensor],
     captures: &[&Tensor],
 ) -> Result<Vec<Tensor>, ExecError> {
+    let ins: Vec<Datum> = inputs.iter().map(|&t| Datum::Tensor(t.clone())).collect();
+    let caps: Vec<Datum> = captures.iter().map(|&t| Datum::Tensor(t.clone())).collect();
+    let ins: Vec<&Datum> = ins.iter().collect();
+    let caps: Vec<&Datum> = caps.iter().collect();
+    run_graph_data(graph, &ins, &caps)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| match d {
+            Datum::Tensor(t) => Ok(t),
+            other => Err(ExecError::WrongKind {
+                name: graph
+                    .outputs()
+                    .get(i)
+                    .map(|&o| graph.value(o).name.clone())
+                    .unwrap_or_default(),
+                expected: ValueKind::Tensor,
+                given: other.describe(),
+            }),
+        })
+        .collect()
+}
+
+/// [`run_graph`] for inputs, captures and outputs of any kind.
+pub fn run_graph_data(
+    graph: &Graph,
+    inputs: &[&Datum],
+    captures: &[&Datum],
+) -> Result<Vec<Datum>, ExecError> {
     let arity = |what, expected: usize, given: usize| -> Result<(), ExecError> {
         if expected == given {
             Ok(())
@@ -148,9 +234,27 @@ pub fn run_graph(
     };
     arity("inputs", graph.inputs().len(), inputs.len())?;
     arity("captures", graph.captures().len(), captures.len())?;
-    let mut slots: Vec<Option<Tensor>> = vec![None; graph.values().len()];
-    for (&id, &t) in graph.inputs().iter().zip(inputs) {
+    let mut slots: Vec<Option<Datum>> = vec![None; graph.values().len()];
+    for (&id, &d) in graph.inputs().iter().zip(inputs) {
         let v = graph.value(id);
+        if !d.is_kind(v.kind) {
+            return Err(ExecError::WrongKind {
+                name: v.name.clone(),
+                expected: v.kind,
+                given: d.describe(),
+            });
+        }
+        let Datum::Tensor(t) = d else {
+            if let Some(t) = d.tensors().into_iter().find(|t| t.dtype() != v.ty.dtype) {
+                return Err(ExecError::WrongDType {
+                    name: v.name.clone(),
+                    expected: v.ty.dtype,
+                    given: t.dtype(),
+                });
+            }
+            slots[id.0] = Some(d.clone());
+            continue;
+        };
         if t.dtype() != v.ty.dtype {
             return Err(ExecError::WrongDType {
                 name: v.name.clone(),
@@ -172,7 +276,7 @@ pub fn run_graph(
                 });
             }
         }
-        slots[id.0] = Some(t.clone());
+        slots[id.0] = Some(d.clone());
     }
     for (id, &t) in graph.captures().iter().zip(captures) {
         if let Some(id) = id {
@@ -184,13 +288,13 @@ pub fn run_graph(
 
 /// Runs every node of `graph` with `slots` holding its inputs (and captures) and returns the
 /// graph outputs in order. Intermediate values are dropped after their last use.
-fn execute(graph: &Graph, mut slots: Vec<Option<Tensor>>) -> Result<Vec<Tensor>, ExecError> {
+fn execute(graph: &Graph, mut slots: Vec<Option<Datum>>) -> Result<Vec<Datum>, ExecError> {
     let mut remaining: Vec<usize> = graph.values().iter().map(|v| v.users.len()).collect();
     for &o in graph.outputs() {
         remaining[o.0] += 1; // graph outputs are never freed
     }
     for (id, t) in graph.initializers() {
-        slots[id.0] = Some(t.clone());
+        slots[id.0] = Some(Datum::Tensor(t.clone()));
     }
     for node in graph.nodes() {
         let node_err = |source: OpError| ExecError::Node {
@@ -199,7 +303,7 @@ fn execute(graph: &Graph, mut slots: Vec<Option<Tensor>>) -> Result<Vec<Tensor>,
             source,
         };
         let outs = {
-            let args: Vec<Option<&Tensor>> = node
+            let args: Vec<Option<&Datum>> = node
                 .inputs
                 .iter()
                 .map(|i| i.and_then(|id| slots[id.0].as_ref()))
@@ -212,7 +316,7 @@ fn execute(graph: &Graph, mut slots: Vec<Option<Tensor>>) -> Result<Vec<Tensor>,
             {
                 return Err(node_err(OpError::MissingInput(slot)));
             }
-            node.op.eval(&args).map_err(node_err)?
+            node.op.eval_data(&args).map_err(node_err)?
         };
         for (slot, id) in node.outputs.iter().enumerate() {
             let Some(id) = id else { continue };
@@ -243,14 +347,33 @@ fn execute(graph: &Graph, mut slots: Vec<Option<Tensor>>) -> Result<Vec<Tensor>,
         .collect()
 }
 
+/// Checks an operator's output against the value's inferred kind and type (for a sequence
+/// or optional: every tensor inside has the element dtype; shapes inside are not checked).
 fn check_inferred(
     graph: &Graph,
     node: &crate::graph::Node,
     slot: usize,
     id: ValueId,
-    t: &Tensor,
+    d: &Datum,
 ) -> Result<(), ExecError> {
-    let ty = &graph.value(id).ty;
+    let v = graph.value(id);
+    let mismatch = |given: String| ExecError::InferenceMismatch {
+        node: node.name.clone(),
+        op_type: node.op_type.clone(),
+        slot,
+        expected: format!("{} of {}", v.kind, v.ty),
+        given,
+    };
+    if !d.is_kind(v.kind) {
+        return Err(mismatch(d.describe()));
+    }
+    let Datum::Tensor(t) = d else {
+        return match d.tensors().into_iter().find(|t| t.dtype() != v.ty.dtype) {
+            Some(t) => Err(mismatch(format!("{} holding {}", d.describe(), t.dtype()))),
+            None => Ok(()),
+        };
+    };
+    let ty = &v.ty;
     let shape_ok = match &ty.shape {
         None => true,
         Some(d) => {

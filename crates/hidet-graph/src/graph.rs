@@ -9,6 +9,7 @@ use crate::operator::{InferInput, OpContext, OpError, Operator};
 use crate::registry::{normalize_domain, Registry};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
+use crate::value::ValueKind;
 
 /// Index of a value in [`Graph::values`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -98,8 +99,11 @@ pub enum GraphError {
 #[derive(Debug, Clone)]
 pub struct Value {
     pub name: String,
-    /// Static type from inference (or the declaration, for graph inputs).
+    /// Static type from inference (or the declaration, for graph inputs); for a sequence or
+    /// optional, the type of the tensors inside.
     pub ty: TensorType,
+    /// Tensor, sequence or optional.
+    pub kind: ValueKind,
     /// The node output defining this value; `None` for inputs and initializers.
     pub producer: Option<(NodeId, usize)>,
     /// Every (node, input slot) reading this value, in node order.
@@ -166,7 +170,7 @@ pub struct NodeSpec {
 pub struct GraphBuilder {
     pub name: String,
     /// Formal inputs; `None` for an undeclared type (allowed in subgraphs only).
-    inputs: Vec<(String, Option<TensorType>)>,
+    inputs: Vec<(String, Option<(TensorType, ValueKind)>)>,
     initializers: Vec<(String, Tensor)>,
     nodes: Vec<NodeSpec>,
     outputs: Vec<String>,
@@ -184,9 +188,22 @@ impl GraphBuilder {
         }
     }
 
-    /// Declares a runtime input.
+    /// Declares a runtime tensor input.
     pub fn input(&mut self, name: impl Into<String>, ty: TensorType) -> &mut Self {
-        self.inputs.push((name.into(), Some(ty)));
+        self.inputs
+            .push((name.into(), Some((ty, ValueKind::Tensor))));
+        self
+    }
+
+    /// Declares a runtime input of any kind; for a sequence or optional, `ty` is the type of
+    /// the tensors inside.
+    pub fn input_of_kind(
+        &mut self,
+        name: impl Into<String>,
+        ty: TensorType,
+        kind: ValueKind,
+    ) -> &mut Self {
+        self.inputs.push((name.into(), Some((ty, kind))));
         self
     }
 
@@ -272,8 +289,8 @@ impl GraphBuilder {
     fn build_scoped(
         self,
         registry: &Registry,
-        formal: Option<&[TensorType]>,
-        captures: &[(&str, InferInput<'_>)],
+        formal: Option<&[(TensorType, ValueKind)]>,
+        captures: &[(&str, InferInput<'_>, ValueKind)],
         depth: usize,
     ) -> Result<Graph, GraphError> {
         if let Some(f) = formal {
@@ -322,6 +339,7 @@ impl GraphBuilder {
             values.push(Value {
                 name,
                 ty: TensorType::fixed(t.dtype(), t.shape()),
+                kind: ValueKind::Tensor,
                 producer: None,
                 users: vec![],
                 initializer: Some(t.clone()),
@@ -329,7 +347,7 @@ impl GraphBuilder {
             });
         }
         for (i, (name, declared)) in self.inputs.into_iter().enumerate() {
-            let ty = formal_type(&name, declared, formal.and_then(|f| f.get(i)))?;
+            let (ty, kind) = formal_type(&name, declared, formal.and_then(|f| f.get(i)))?;
             if by_name.contains_key(&name) {
                 if values[by_name[&name].0].initializer.is_some() {
                     continue;
@@ -341,6 +359,7 @@ impl GraphBuilder {
             values.push(Value {
                 name,
                 ty,
+                kind,
                 producer: None,
                 users: vec![],
                 initializer: None,
@@ -355,7 +374,7 @@ impl GraphBuilder {
             .flat_map(|n| n.outputs.iter().map(String::as_str))
             .collect();
         let mut capture_ids = Vec::with_capacity(captures.len());
-        for (name, input) in captures {
+        for (name, input, kind) in captures {
             if by_name.contains_key(*name) || local_outputs.contains(name) {
                 capture_ids.push(None);
                 continue;
@@ -365,6 +384,7 @@ impl GraphBuilder {
             values.push(Value {
                 name: name.to_string(),
                 ty: input.ty.clone(),
+                kind: *kind,
                 producer: None,
                 users: vec![],
                 initializer: None,
@@ -442,6 +462,10 @@ impl GraphBuilder {
                     })
                 })
                 .collect();
+            let in_kinds: Vec<Option<ValueKind>> = ins
+                .iter()
+                .map(|i| i.map(|id: ValueId| values[id.0].kind))
+                .collect();
             let has_subgraphs = spec
                 .attrs
                 .iter()
@@ -454,7 +478,10 @@ impl GraphBuilder {
                         .iter()
                         .map(String::as_str)
                         .zip(in_info[spec.inputs.len()..].iter().flatten().copied())
+                        .zip(in_kinds[spec.inputs.len()..].iter().flatten().copied())
+                        .map(|((n, i), k)| (n, i, k))
                         .collect(),
+                    input_kinds: in_kinds.clone(),
                 };
                 match op.instantiate(&in_info, &sub) {
                     Ok(Some(specialized)) => op = specialized,
@@ -466,9 +493,17 @@ impl GraphBuilder {
                 }
             }
             let op: Arc<dyn Operator> = Arc::from(op);
+            let out_kinds = op
+                .infer_kinds(&in_kinds, spec.outputs.len())
+                .map_err(node_err)?;
             let out_types = op.infer(&in_info).map_err(node_err)?;
             // Subgraphs may loop for as long as their inputs say: never run them at import.
-            let known = if has_subgraphs {
+            let all_tensors = in_kinds
+                .iter()
+                .flatten()
+                .chain(&out_kinds)
+                .all(|k| *k == ValueKind::Tensor);
+            let known = if has_subgraphs || !all_tensors {
                 None
             } else {
                 fold_small(op.as_ref(), &ins, &values, &out_types)
@@ -488,11 +523,18 @@ impl GraphBuilder {
                         out_types.len()
                     )))
                 })?;
+                let kind = out_kinds.get(slot).copied().ok_or_else(|| {
+                    node_err(OpError::Invalid(format!(
+                        "node declares output #{slot} but the operator gives {} kinds",
+                        out_kinds.len()
+                    )))
+                })?;
                 let id = ValueId(values.len());
                 by_name.insert(name.clone(), id);
                 values.push(Value {
                     name: name.clone(),
                     ty,
+                    kind,
                     producer: Some((nid, slot)),
                     users: vec![],
                     initializer: None,
@@ -532,23 +574,28 @@ impl GraphBuilder {
     }
 }
 
-/// The type of formal input `name`: the declared one (shape from `formal` where undeclared),
-/// else `formal`; the dtypes must agree.
+/// The type and kind of formal input `name`: the declared ones (shape from `formal` where
+/// undeclared), else `formal`'s; the dtypes and kinds must agree.
 fn formal_type(
     name: &str,
-    declared: Option<TensorType>,
-    formal: Option<&TensorType>,
-) -> Result<TensorType, GraphError> {
+    declared: Option<(TensorType, ValueKind)>,
+    formal: Option<&(TensorType, ValueKind)>,
+) -> Result<(TensorType, ValueKind), GraphError> {
     match (declared, formal) {
-        (Some(d), Some(f)) if d.dtype != f.dtype => Err(GraphError::SubgraphInputType {
-            name: name.to_string(),
-            declared: d.to_string(),
-            given: f.to_string(),
-        }),
-        (Some(d), Some(f)) if d.shape.is_none() => Ok(TensorType {
-            dtype: d.dtype,
-            shape: f.shape.clone(),
-        }),
+        (Some((d, dk)), Some((f, fk))) if d.dtype != f.dtype || dk != *fk => {
+            Err(GraphError::SubgraphInputType {
+                name: name.to_string(),
+                declared: format!("{dk} of {d}"),
+                given: format!("{fk} of {f}"),
+            })
+        }
+        (Some((d, dk)), Some((f, _))) if d.shape.is_none() => Ok((
+            TensorType {
+                dtype: d.dtype,
+                shape: f.shape.clone(),
+            },
+            dk,
+        )),
         (Some(d), _) => Ok(d),
         (None, Some(f)) => Ok(f.clone()),
         (None, None) => Err(GraphError::UntypedInput(name.to_string())),
@@ -588,9 +635,11 @@ pub struct SubgraphContext<'a> {
     registry: &'a Registry,
     /// Nesting depth of the subgraphs built here (1 for subgraphs of a top-level node).
     depth: usize,
-    /// The node's captures: outer-scope names and their types, in the order of the node's
-    /// trailing inputs.
-    captures: Vec<(&'a str, InferInput<'a>)>,
+    /// The node's captures: outer-scope names, their types and kinds, in the order of the
+    /// node's trailing inputs.
+    captures: Vec<(&'a str, InferInput<'a>, ValueKind)>,
+    /// The kind of each of the node's inputs (declared inputs, then captures).
+    input_kinds: Vec<Option<ValueKind>>,
 }
 
 impl<'a> SubgraphContext<'a> {
@@ -611,8 +660,26 @@ impl<'a> SubgraphContext<'a> {
     /// graph's [`Graph::captures`] align with the node's captures, so running it with
     /// [`crate::executor::run_graph`] takes the node's trailing inputs as they are.
     pub fn build(&self, def: &GraphBuilder, formal: &[TensorType]) -> Result<Graph, GraphError> {
+        let formal: Vec<(TensorType, ValueKind)> = formal
+            .iter()
+            .map(|t| (t.clone(), ValueKind::Tensor))
+            .collect();
+        self.build_kinds(def, &formal)
+    }
+
+    /// [`SubgraphContext::build`] with a kind per formal input (sequences, optionals).
+    pub fn build_kinds(
+        &self,
+        def: &GraphBuilder,
+        formal: &[(TensorType, ValueKind)],
+    ) -> Result<Graph, GraphError> {
         def.clone()
             .build_scoped(self.registry, Some(formal), &self.captures, self.depth)
+    }
+
+    /// The kind of the node's input `i` (`None` if absent or out of range).
+    pub fn input_kind(&self, i: usize) -> Option<ValueKind> {
+        self.input_kinds.get(i).copied().flatten()
     }
 }
 
@@ -836,6 +903,7 @@ impl Graph {
         self.values.push(Value {
             name: name.into(),
             ty,
+            kind: ValueKind::Tensor,
             producer: None,
             users: vec![],
             initializer: None,
@@ -850,6 +918,7 @@ impl Graph {
         self.values.push(Value {
             name: name.into(),
             ty: TensorType::fixed(tensor.dtype(), tensor.shape()),
+            kind: ValueKind::Tensor,
             producer: None,
             users: vec![],
             initializer: Some(tensor.clone()),

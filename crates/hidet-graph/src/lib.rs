@@ -24,12 +24,16 @@ pub mod registry;
 pub mod shape;
 pub mod string;
 pub mod tensor;
+pub mod value;
 
 pub use half;
 
 pub use attribute::{Attribute, Attributes};
 pub use dtype::DType;
-pub use executor::{check_inputs, run_graph, run_reference, ExecError};
+pub use executor::{
+    check_input_data, check_inputs, run_graph, run_graph_data, run_reference, run_reference_data,
+    ExecError,
+};
 pub use graph::{
     Graph, GraphBuilder, GraphError, Node, NodeId, NodeSpec, SubgraphContext, UnsupportedOp, Value,
     ValueId,
@@ -38,3 +42,4 @@ pub use operator::{ComputeDef, ComputeInput, InferInput, OpContext, OpError, Ope
 pub use registry::{OpSchema, Registry, LATEST_OPSET};
 pub use shape::{Dim, TensorType};
 pub use tensor::{Element, Tensor, TensorData, TensorError};
+pub use value::{Datum, ValueKind};

@@ -6,6 +6,7 @@ use crate::attribute::Attributes;
 use crate::dtype::DType;
 use crate::shape::TensorType;
 use crate::tensor::{Tensor, TensorError};
+use crate::value::{Datum, ValueKind};
 
 /// Errors raised by operators (construction, inference or evaluation).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -116,6 +117,46 @@ pub trait Operator: Send + Sync + fmt::Debug {
     ) -> Result<Option<Box<dyn Operator>>, OpError> {
         let _ = (inputs, sub);
         Ok(None)
+    }
+
+    /// The kinds (tensor, sequence, optional) of the node's `num_outputs` outputs from the
+    /// kinds of its inputs. [`Operator::infer`] then sees, for a sequence or optional input,
+    /// the type of the tensors inside and returns, for a sequence or optional output, the type
+    /// of the tensors inside. The default takes tensors only: any other input kind is
+    /// [`OpError::Unsupported`].
+    fn infer_kinds(
+        &self,
+        inputs: &[Option<ValueKind>],
+        num_outputs: usize,
+    ) -> Result<Vec<ValueKind>, OpError> {
+        if let Some(k) = inputs.iter().flatten().find(|k| **k != ValueKind::Tensor) {
+            return Err(OpError::Unsupported(format!("{k} inputs")));
+        }
+        Ok(vec![ValueKind::Tensor; num_outputs])
+    }
+
+    /// Evaluation on run-time values; what the executors call. The default runs
+    /// [`Operator::eval`] on tensor inputs; operators with sequence or optional inputs or
+    /// outputs override it (and [`Operator::infer_kinds`]).
+    fn eval_data(&self, inputs: &[Option<&Datum>]) -> Result<Vec<Datum>, OpError> {
+        let mut tensors = Vec::with_capacity(inputs.len());
+        for (i, d) in inputs.iter().enumerate() {
+            tensors.push(match d {
+                None => None,
+                Some(Datum::Tensor(t)) => Some(t),
+                Some(other) => {
+                    return Err(OpError::Invalid(format!(
+                        "input #{i} is a {}, expected a tensor",
+                        other.describe()
+                    )))
+                }
+            });
+        }
+        Ok(self
+            .eval(&tensors)?
+            .into_iter()
+            .map(Datum::Tensor)
+            .collect())
     }
 
     /// The declarative compute definition (DESIGN §2) for concrete input types, where the

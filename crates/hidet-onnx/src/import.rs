@@ -7,6 +7,7 @@ use std::sync::Arc;
 use hidet_graph::registry::normalize_domain;
 use hidet_graph::{
     Attribute, Attributes, DType, Dim, GraphBuilder, NodeSpec, Registry, TensorType, UnsupportedOp,
+    ValueKind,
 };
 use prost::Message;
 
@@ -158,7 +159,7 @@ impl Importer<'_> {
         }
         for vi in &g.input {
             match value_type(vi, subgraph)? {
-                Some(ty) => b.input(vi.name(), ty),
+                Some((ty, kind)) => b.input_of_kind(vi.name(), ty, kind),
                 None => b.input_untyped(vi.name()),
             };
         }
@@ -185,22 +186,37 @@ impl Importer<'_> {
     }
 }
 
-/// The static type of a graph input; `None` for a subgraph input without a type.
-fn value_type(vi: &ValueInfoProto, subgraph: bool) -> Result<Option<TensorType>, OnnxError> {
+/// The static type and kind of a graph input (for a sequence or optional, the type of the
+/// tensors inside); `None` for a subgraph input without a type.
+fn value_type(
+    vi: &ValueInfoProto,
+    subgraph: bool,
+) -> Result<Option<(TensorType, ValueKind)>, OnnxError> {
     let name = vi.name();
-    let t = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
-        Some(type_proto::Value::TensorType(t)) if subgraph && t.elem_type() == 0 => {
-            return Ok(None)
+    let unsupported = |what: &str| OnnxError::Unsupported(format!("input `{name}`: {what} types"));
+    let (t, kind) = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(type_proto::Value::TensorType(t)) => (t, ValueKind::Tensor),
+        Some(type_proto::Value::SequenceType(s)) => match sequence_elem(s) {
+            Some(t) => (t, ValueKind::Sequence),
+            None => return Err(unsupported("sequences of non-tensor")),
+        },
+        Some(type_proto::Value::OptionalType(o)) => {
+            match o.elem_type.as_ref().and_then(|e| e.value.as_ref()) {
+                Some(type_proto::Value::TensorType(t)) => (t, ValueKind::OptionalTensor),
+                Some(type_proto::Value::SequenceType(s)) => match sequence_elem(s) {
+                    Some(t) => (t, ValueKind::OptionalSequence),
+                    None => return Err(unsupported("optional sequences of non-tensor")),
+                },
+                _ => return Err(unsupported("optional non-tensor")),
+            }
         }
-        Some(type_proto::Value::TensorType(t)) => t,
-        Some(_) => {
-            return Err(OnnxError::Unsupported(format!(
-                "input `{name}`: non-tensor types (sequence, map, optional)"
-            )))
-        }
+        Some(_) => return Err(unsupported("map and sparse tensor")),
         None if subgraph => return Ok(None),
         None => return Err(OnnxError::Invalid(format!("input `{name}` has no type"))),
     };
+    if subgraph && t.elem_type() == 0 {
+        return Ok(None);
+    }
     let code = t.elem_type();
     let dtype = DType::from_onnx_code(code)
         .ok_or_else(|| OnnxError::Unsupported(format!("input `{name}`: ONNX data type {code}")))?;
@@ -216,7 +232,21 @@ fn value_type(vi: &ValueInfoProto, subgraph: bool) -> Result<Option<TensorType>,
             })
             .collect()
     });
-    Ok(Some(TensorType { dtype, shape }))
+    // The shape of a sequence's elements may differ from one element to the next.
+    let shape = if kind == ValueKind::Tensor || kind == ValueKind::OptionalTensor {
+        shape
+    } else {
+        None
+    };
+    Ok(Some((TensorType { dtype, shape }, kind)))
+}
+
+/// The tensor type of a sequence's elements (`None` unless they are tensors).
+fn sequence_elem(s: &type_proto::Sequence) -> Option<&type_proto::Tensor> {
+    match s.elem_type.as_ref()?.value.as_ref()? {
+        type_proto::Value::TensorType(t) => Some(t),
+        _ => None,
+    }
 }
 
 fn string(b: &[u8]) -> String {

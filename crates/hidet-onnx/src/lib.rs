@@ -5,6 +5,8 @@
 //! - [`load_model`] / [`decode_model`]: file or bytes → [`OnnxModel`] (a hidet [`Graph`]).
 //! - [`tensor_from_proto`] / [`load_tensor_file`]: `TensorProto` → [`hidet_graph::Tensor`],
 //!   including `raw_data`, typed fields and external data confined to the model's folder.
+//! - [`load_value_file`]: `SequenceProto` / `OptionalProto` (the node tests' sequence and
+//!   optional data) → [`hidet_graph::Datum`].
 //!
 //! Every malformed input is an [`OnnxError`], never a panic.
 
@@ -12,6 +14,7 @@ pub mod error;
 pub mod external;
 pub mod import;
 pub mod tensor;
+pub mod value;
 
 /// ONNX protobuf messages (prost, generated; do not edit by hand).
 #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all)]
@@ -22,5 +25,6 @@ pub mod proto {
 pub use error::OnnxError;
 pub use import::{decode_model, import_model, load_model, OnnxModel};
 pub use tensor::{load_tensor_file, tensor_from_proto};
+pub use value::load_value_file;
 
 use hidet_graph::Graph;

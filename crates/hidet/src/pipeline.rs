@@ -8,7 +8,10 @@ use std::path::Path;
 use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
 use hidet_graph::compiled::{CompileOptions, CompiledError, CompiledModel};
 use hidet_graph::passes::{default_passes, run_passes};
-use hidet_graph::{run_reference as reference_executor, ExecError, GraphError, Tensor};
+use hidet_graph::{
+    run_reference as reference_executor, run_reference_data as reference_executor_data, Datum,
+    ExecError, GraphError, Tensor,
+};
 use hidet_onnx::{OnnxError, OnnxModel};
 
 /// A model compiled for the CPU (lazily, once per distinct set of input shapes).
@@ -60,4 +63,20 @@ pub fn run_reference(
     inputs: &[(String, Tensor)],
 ) -> Result<Vec<(String, Tensor)>, PipelineError> {
     Ok(reference_executor(&model.graph, inputs)?)
+}
+
+/// [`run`] for inputs and outputs of any kind (tensors, sequences, optionals).
+pub fn run_data(
+    model: &CpuModel,
+    inputs: &[(String, Datum)],
+) -> Result<Vec<(String, Datum)>, PipelineError> {
+    Ok(model.run_data(inputs)?)
+}
+
+/// [`run_reference`] for inputs and outputs of any kind (tensors, sequences, optionals).
+pub fn run_reference_data(
+    model: &OnnxModel,
+    inputs: &[(String, Datum)],
+) -> Result<Vec<(String, Datum)>, PipelineError> {
+    Ok(reference_executor_data(&model.graph, inputs)?)
 }

@@ -19,8 +19,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use hidet::graph::{DType, GraphError, OpError, Tensor};
-use hidet::onnx::{load_tensor_file, OnnxError};
+use hidet::graph::{DType, Datum, GraphError, OpError, Tensor, ValueKind};
+use hidet::onnx::{load_value_file, OnnxError};
 use hidet::pipeline::{self, PipelineError};
 
 const RTOL: f64 = 1e-3;
@@ -129,6 +129,26 @@ fn close(a: &Tensor, b: &Tensor) -> Result<(), String> {
     Ok(())
 }
 
+/// [`close`] for values of any kind: the same kind, sequence lengths and optional presence,
+/// and close tensors.
+fn close_data(a: &Datum, b: &Datum) -> Result<(), String> {
+    match (a, b) {
+        (Datum::Tensor(x), Datum::Tensor(y)) => close(x, y),
+        (Datum::Sequence(x), Datum::Sequence(y)) => {
+            if x.len() != y.len() {
+                return Err(format!("sequence of {} != expected {}", x.len(), y.len()));
+            }
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                close(p, q).map_err(|e| format!("sequence element {i}: {e}"))?;
+            }
+            Ok(())
+        }
+        (Datum::Optional(None), Datum::Optional(None)) => Ok(()),
+        (Datum::Optional(Some(x)), Datum::Optional(Some(y))) => close_data(x, y),
+        _ => Err(format!("{} != expected {}", a.describe(), b.describe())),
+    }
+}
+
 /// Which executor a case runs with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Path_ {
@@ -167,30 +187,43 @@ fn run_case(case: &Path, path: Path_) -> Outcome {
         .iter()
         .map(|&id| graph.value(id).name.clone())
         .collect();
+    // The kind of the i-th input / output file: that of the i-th graph input / output (the
+    // ONNX runner feeds and checks them by position).
+    let input_kinds: Vec<ValueKind> = graph
+        .inputs()
+        .iter()
+        .map(|&id| graph.value(id).kind)
+        .collect();
+    let output_kinds: Vec<ValueKind> = graph
+        .outputs()
+        .iter()
+        .map(|&id| graph.value(id).kind)
+        .collect();
     for set in sets {
-        let read = |prefix: &str| -> Result<Vec<(String, Tensor)>, String> {
+        let read = |prefix: &str, kinds: &[ValueKind]| -> Result<Vec<(String, Datum)>, String> {
             let mut v = Vec::new();
             for i in 0.. {
                 let p = set.join(format!("{prefix}_{i}.pb"));
                 if !p.exists() {
                     break;
                 }
-                v.push(load_tensor_file(&p).map_err(|e| format!("{}: {e}", p.display()))?);
+                let kind = kinds.get(i).copied().unwrap_or(ValueKind::Tensor);
+                v.push(load_value_file(&p, kind).map_err(|e| format!("{}: {e}", p.display()))?);
             }
             Ok(v)
         };
-        let inputs = match read("input") {
+        let inputs = match read("input", &input_kinds) {
             Ok(v) => v,
             Err(e) => return Outcome::Unsupported(e),
         };
-        let expected = match read("output") {
+        let expected = match read("output", &output_kinds) {
             Ok(v) => v,
             Err(e) => return Outcome::Unsupported(e),
         };
         // Node-test tensors usually carry the graph's input names; the ONNX runner feeds them
         // by position, so an unnamed tensor or one whose name is not a graph input (some
         // cases name their data `x` for an input called `input`) goes to its position.
-        let inputs: Vec<(String, Tensor)> = inputs
+        let inputs: Vec<(String, Datum)> = inputs
             .into_iter()
             .enumerate()
             .map(|(i, (n, t))| {
@@ -205,18 +238,20 @@ fn run_case(case: &Path, path: Path_) -> Outcome {
                     .iter()
                     .map(|&id| graph.value(id))
                     .find(|v| v.name == name);
-                let t = match declared {
-                    Some(v) if v.ty.dtype == DType::BF16 && t.dtype() == DType::U16 => {
-                        u16_bits_to_bf16(&t)
+                let t = match (declared, t) {
+                    (Some(v), Datum::Tensor(t))
+                        if v.ty.dtype == DType::BF16 && t.dtype() == DType::U16 =>
+                    {
+                        Datum::Tensor(u16_bits_to_bf16(&t))
                     }
-                    _ => t,
+                    (_, t) => t,
                 };
                 (name, t)
             })
             .collect();
         let result = match &compiled {
-            Some(c) => pipeline::run(c, &inputs),
-            None => pipeline::run_reference(&model, &inputs),
+            Some(c) => pipeline::run_data(c, &inputs),
+            None => pipeline::run_reference_data(&model, &inputs),
         };
         let outputs = match result {
             Ok(o) => o,
@@ -230,7 +265,7 @@ fn run_case(case: &Path, path: Path_) -> Outcome {
             ));
         }
         for (i, ((name, got), (_, want))) in outputs.iter().zip(&expected).enumerate() {
-            if let Err(e) = close(got, want) {
+            if let Err(e) = close_data(got, want) {
                 return Outcome::Fail(format!("output #{i} `{name}`: {e}"));
             }
         }

@@ -28,6 +28,7 @@ use crate::fusion::{
 use crate::graph::{Graph, ValueId};
 use crate::operator::{OpError, Operator};
 use crate::tensor::Tensor;
+use crate::value::{Datum, ValueKind};
 
 /// Errors of compiling or running a compiled graph.
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +61,7 @@ enum Loc {
 struct ValueSlot {
     name: String,
     dtype: DType,
+    kind: ValueKind,
     shape: Option<Vec<usize>>,
     loc: Loc,
 }
@@ -133,7 +135,7 @@ struct RunState<B: Backend> {
     arena: B::Arena,
     /// Argument addresses of each step (empty for host steps).
     addresses: Vec<Vec<u64>>,
-    host: Vec<Option<Tensor>>,
+    host: Vec<Option<Datum>>,
 }
 
 /// A graph compiled for one set of input shapes (see the module docs).
@@ -259,6 +261,7 @@ impl<B: Backend> CompiledGraph<B> {
             .map(|(v, info)| ValueSlot {
                 name: v.name.clone(),
                 dtype: info.dtype,
+                kind: v.kind,
                 shape: info.shape.clone(),
                 loc: Loc::Unused,
             })
@@ -465,7 +468,31 @@ impl<B: Backend> CompiledGraph<B> {
     /// Runs on named inputs, which must have exactly the dtypes and shapes this graph was
     /// compiled for; returns every graph output as (name, tensor), in output order.
     pub fn run(&self, inputs: &[(String, Tensor)]) -> Result<Vec<(String, Tensor)>, CompiledError> {
-        let by_name: HashMap<&str, &Tensor> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let data: Vec<(String, Datum)> = inputs
+            .iter()
+            .map(|(n, t)| (n.clone(), Datum::Tensor(t.clone())))
+            .collect();
+        self.run_data(&data)?
+            .into_iter()
+            .map(|(name, d)| match d {
+                Datum::Tensor(t) => Ok((name, t)),
+                other => Err(ExecError::WrongKind {
+                    name,
+                    expected: ValueKind::Tensor,
+                    given: other.describe(),
+                }
+                .into()),
+            })
+            .collect()
+    }
+
+    /// [`CompiledGraph::run`] for inputs and outputs of any kind: sequences and optionals
+    /// live in host slots (the nodes that read or write them run on the host).
+    pub fn run_data(
+        &self,
+        inputs: &[(String, Datum)],
+    ) -> Result<Vec<(String, Datum)>, CompiledError> {
+        let by_name: HashMap<&str, &Datum> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
         for (n, _) in inputs {
             if !self.inputs.iter().any(|v| self.values[v.0].name == *n) {
                 return Err(ExecError::UnknownInput(n.clone()).into());
@@ -473,9 +500,18 @@ impl<B: Backend> CompiledGraph<B> {
         }
         for v in &self.inputs {
             let slot = &self.values[v.0];
-            let t = by_name
+            let d = by_name
                 .get(slot.name.as_str())
                 .ok_or_else(|| ExecError::MissingInput(slot.name.clone()))?;
+            if !d.is_kind(slot.kind) {
+                return Err(ExecError::WrongKind {
+                    name: slot.name.clone(),
+                    expected: slot.kind,
+                    given: d.describe(),
+                }
+                .into());
+            }
+            let Datum::Tensor(t) = d else { continue };
             if t.dtype() != slot.dtype {
                 return Err(ExecError::WrongDType {
                     name: slot.name.clone(),
@@ -513,11 +549,13 @@ impl<B: Backend> CompiledGraph<B> {
     fn run_with(
         &self,
         state: &mut RunState<B>,
-        inputs: &HashMap<&str, &Tensor>,
-    ) -> Result<Vec<(String, Tensor)>, CompiledError> {
+        inputs: &HashMap<&str, &Datum>,
+    ) -> Result<Vec<(String, Datum)>, CompiledError> {
         for v in &self.inputs {
             let slot = &self.values[v.0];
-            if let (Loc::Run(offset), Some(t)) = (slot.loc, inputs.get(slot.name.as_str())) {
+            if let (Loc::Run(offset), Some(Datum::Tensor(t))) =
+                (slot.loc, inputs.get(slot.name.as_str()))
+            {
                 self.backend.upload(&mut state.arena, offset, t)?;
             }
         }
@@ -551,9 +589,9 @@ impl<B: Backend> CompiledGraph<B> {
     fn read(
         &self,
         state: &RunState<B>,
-        inputs: &HashMap<&str, &Tensor>,
+        inputs: &HashMap<&str, &Datum>,
         v: ValueId,
-    ) -> Result<Tensor, CompiledError> {
+    ) -> Result<Datum, CompiledError> {
         let slot = &self.values[v.0];
         if self.inputs.contains(&v) {
             if let Some(t) = inputs.get(slot.name.as_str()) {
@@ -561,15 +599,20 @@ impl<B: Backend> CompiledGraph<B> {
             }
         }
         match slot.loc {
-            Loc::Const(_) => self.const_tensors.get(&v).cloned().ok_or_else(|| {
-                BackendError::Memory(format!("constant `{}` is missing", slot.name)).into()
-            }),
-            Loc::Run(offset) => Ok(self.backend.download(
+            Loc::Const(_) => self
+                .const_tensors
+                .get(&v)
+                .cloned()
+                .map(Datum::Tensor)
+                .ok_or_else(|| {
+                    BackendError::Memory(format!("constant `{}` is missing", slot.name)).into()
+                }),
+            Loc::Run(offset) => Ok(Datum::Tensor(self.backend.download(
                 &state.arena,
                 offset,
                 slot.dtype,
                 slot.shape.as_deref().unwrap_or(&[]),
-            )?),
+            )?)),
             Loc::Host(h) => state.host[h]
                 .clone()
                 .ok_or_else(|| ExecError::MissingInput(slot.name.clone()).into()),
@@ -581,7 +624,7 @@ impl<B: Backend> CompiledGraph<B> {
     fn run_host(
         &self,
         state: &mut RunState<B>,
-        inputs: &HashMap<&str, &Tensor>,
+        inputs: &HashMap<&str, &Datum>,
         node: &str,
         op_type: &str,
         op: &dyn Operator,
@@ -593,12 +636,12 @@ impl<B: Backend> CompiledGraph<B> {
             op_type: op_type.to_string(),
             source,
         };
-        let args: Vec<Option<Tensor>> = ins
+        let args: Vec<Option<Datum>> = ins
             .iter()
             .map(|i| i.map(|v| self.read(state, inputs, v)).transpose())
             .collect::<Result<_, _>>()?;
-        let refs: Vec<Option<&Tensor>> = args.iter().map(Option::as_ref).collect();
-        let results = op.eval(&refs).map_err(node_err)?;
+        let refs: Vec<Option<&Datum>> = args.iter().map(Option::as_ref).collect();
+        let results = op.eval_data(&refs).map_err(node_err)?;
         for (slot_index, o) in outs.iter().enumerate() {
             let Some(o) = o else { continue };
             let t = results.get(slot_index).ok_or_else(|| {
@@ -608,8 +651,18 @@ impl<B: Backend> CompiledGraph<B> {
                 )))
             })?;
             let slot = &self.values[o.0];
-            match slot.loc {
-                Loc::Run(offset) => {
+            if !t.is_kind(slot.kind) {
+                return Err(ExecError::InferenceMismatch {
+                    node: node.to_string(),
+                    op_type: op_type.to_string(),
+                    slot: slot_index,
+                    expected: slot.kind.to_string(),
+                    given: t.describe(),
+                }
+                .into());
+            }
+            match (slot.loc, t) {
+                (Loc::Run(offset), Datum::Tensor(t)) => {
                     if t.dtype() != slot.dtype || Some(t.shape()) != slot.shape.as_deref() {
                         return Err(ExecError::InferenceMismatch {
                             node: node.to_string(),
@@ -626,8 +679,16 @@ impl<B: Backend> CompiledGraph<B> {
                     }
                     self.backend.upload(&mut state.arena, offset, t)?;
                 }
-                Loc::Host(h) => state.host[h] = Some(t.clone()),
-                Loc::Const(_) | Loc::Unused => {}
+                (Loc::Run(_), other) => {
+                    return Err(ExecError::WrongKind {
+                        name: slot.name.clone(),
+                        expected: ValueKind::Tensor,
+                        given: other.describe(),
+                    }
+                    .into())
+                }
+                (Loc::Host(h), _) => state.host[h] = Some(t.clone()),
+                (Loc::Const(_) | Loc::Unused, _) => {}
             }
         }
         Ok(())

@@ -6,9 +6,10 @@ use std::sync::{Arc, Mutex};
 
 use super::backend::{Backend, BackendError, CompileOptions};
 use super::graph::{CompiledError, CompiledGraph};
-use crate::executor::check_inputs;
+use crate::executor::check_input_data;
 use crate::graph::Graph;
 use crate::tensor::Tensor;
+use crate::value::Datum;
 
 /// Compiled graphs by input shapes.
 type ShapeCache<B> = HashMap<Vec<Vec<usize>>, Arc<CompiledGraph<B>>>;
@@ -69,7 +70,31 @@ impl<B: Backend> CompiledModel<B> {
     /// Checks `inputs` against the graph's declared inputs (as the reference executor does),
     /// then runs the compiled graph for their shapes.
     pub fn run(&self, inputs: &[(String, Tensor)]) -> Result<Vec<(String, Tensor)>, CompiledError> {
-        check_inputs(&self.graph, inputs)?;
+        let data: Vec<(String, Datum)> = inputs
+            .iter()
+            .map(|(n, t)| (n.clone(), Datum::Tensor(t.clone())))
+            .collect();
+        self.run_data(&data)?
+            .into_iter()
+            .map(|(name, d)| match d {
+                Datum::Tensor(t) => Ok((name, t)),
+                other => Err(crate::executor::ExecError::WrongKind {
+                    name,
+                    expected: crate::value::ValueKind::Tensor,
+                    given: other.describe(),
+                }
+                .into()),
+            })
+            .collect()
+    }
+
+    /// [`CompiledModel::run`] for inputs and outputs of any kind. Sequence and optional
+    /// inputs do not take part in the choice of compiled graph (they run on the host).
+    pub fn run_data(
+        &self,
+        inputs: &[(String, Datum)],
+    ) -> Result<Vec<(String, Datum)>, CompiledError> {
+        check_input_data(&self.graph, inputs)?;
         let shapes: Vec<Vec<usize>> = self
             .graph
             .inputs()
@@ -79,10 +104,11 @@ impl<B: Backend> CompiledModel<B> {
                 inputs
                     .iter()
                     .find(|(n, _)| n == name)
-                    .map(|(_, t)| t.shape().to_vec())
+                    .and_then(|(_, d)| d.as_tensor())
+                    .map(|t| t.shape().to_vec())
                     .unwrap_or_default()
             })
             .collect();
-        self.compiled(&shapes)?.run(inputs)
+        self.compiled(&shapes)?.run_data(inputs)
     }
 }

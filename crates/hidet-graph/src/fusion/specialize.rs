@@ -7,6 +7,7 @@ use crate::graph::{Graph, NodeId, ValueId};
 use crate::operator::{ComputeDef, ComputeInput, InferInput};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
+use crate::value::ValueKind;
 
 /// Nodes whose inputs are all known are evaluated at compile time when every output has at
 /// most this many elements.
@@ -98,7 +99,10 @@ impl Specialization {
             values[id.0].shape = Some(shape.clone());
         }
         for id in graph.inputs() {
-            if values[id.0].shape.is_none() {
+            // Sequences and optionals have no static shape: they live in host slots.
+            if graph.value(*id).kind != ValueKind::Tensor {
+                values[id.0].shape = None;
+            } else if values[id.0].shape.is_none() {
                 return Err(SpecializeError::MissingInput(graph.value(*id).name.clone()));
             }
         }
@@ -166,7 +170,12 @@ fn specialize_node(
         let Some(out) = out else { continue };
         if let Some(ty) = out_types.get(slot) {
             values[out.0].dtype = ty.dtype;
-            values[out.0].shape = ty.fixed_shape();
+            // A sequence or optional has no static shape (its type is its elements').
+            values[out.0].shape = if graph.value(*out).kind == ValueKind::Tensor {
+                ty.fixed_shape()
+            } else {
+                None
+            };
         }
     }
 
