@@ -21,6 +21,9 @@ pub enum Attribute {
     Strings(Vec<String>),
     Tensors(Vec<Tensor>),
     Graphs(Vec<Arc<Graph>>),
+    /// A value type (ONNX `TYPE_PROTO` attributes, e.g. Optional's `type`): the tensor type
+    /// and, for sequences and optionals, the kind around it.
+    Type(crate::shape::TensorType, crate::value::ValueKind),
     /// A subgraph as declared (ONNX `GRAPH` attributes: If branches, Loop/Scan bodies). It is
     /// built per node by the owning operator, because its input types and the outer-scope
     /// values it reads depend on that node (see [`crate::graph::SubgraphContext`]).
@@ -38,6 +41,7 @@ impl Attribute {
             Attribute::Floats(_) => "floats",
             Attribute::Ints(_) => "ints",
             Attribute::Strings(_) => "strings",
+            Attribute::Type(..) => "type",
             Attribute::Tensors(_) => "tensors",
             Attribute::Graphs(_) => "graphs",
             Attribute::GraphDef(_) => "graph",
@@ -98,6 +102,21 @@ impl Attributes {
     getter!(floats, Floats, Vec<f32>, "floats");
     getter!(strings, Strings, Vec<String>, "strings");
     getter!(graph_def, GraphDef, Arc<GraphBuilder>, "graph");
+
+    /// The value type attribute `name`, `None` if absent, an error if of another kind.
+    pub fn value_type(
+        &self,
+        name: &str,
+    ) -> Result<Option<(&crate::shape::TensorType, crate::value::ValueKind)>, OpError> {
+        match self.map.get(name) {
+            None => Ok(None),
+            Some(Attribute::Type(t, k)) => Ok(Some((t, *k))),
+            Some(other) => Err(OpError::attr(
+                name,
+                format!("expected type, found {}", other.kind()),
+            )),
+        }
+    }
 
     /// Required subgraph definition.
     pub fn req_graph_def(&self, name: &str) -> Result<&Arc<GraphBuilder>, OpError> {

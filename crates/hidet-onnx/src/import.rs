@@ -14,7 +14,7 @@ use prost::Message;
 use crate::error::OnnxError;
 use crate::proto::{
     attribute_proto::AttributeType, tensor_shape_proto::dimension, type_proto, GraphProto,
-    ModelProto, NodeProto, ValueInfoProto,
+    ModelProto, NodeProto, TypeProto, ValueInfoProto,
 };
 use crate::tensor::tensor_from_proto;
 use crate::Graph;
@@ -192,9 +192,23 @@ fn value_type(
     vi: &ValueInfoProto,
     subgraph: bool,
 ) -> Result<Option<(TensorType, ValueKind)>, OnnxError> {
-    let name = vi.name();
-    let unsupported = |what: &str| OnnxError::Unsupported(format!("input `{name}`: {what} types"));
-    let (t, kind) = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+    type_of(
+        vi.r#type.as_ref(),
+        &format!("input `{}`", vi.name()),
+        subgraph,
+    )
+}
+
+/// The tensor type and kind a `TypeProto` describes (`what` names it in errors); `None` when
+/// it is absent or its dtype undefined and `untyped_ok`.
+fn type_of(
+    tp: Option<&TypeProto>,
+    what: &str,
+    untyped_ok: bool,
+) -> Result<Option<(TensorType, ValueKind)>, OnnxError> {
+    let unsupported = |kind: &str| OnnxError::Unsupported(format!("{what}: {kind} types"));
+    let subgraph = untyped_ok;
+    let (t, kind) = match tp.and_then(|t| t.value.as_ref()) {
         Some(type_proto::Value::TensorType(t)) => (t, ValueKind::Tensor),
         Some(type_proto::Value::SequenceType(s)) => match sequence_elem(s) {
             Some(t) => (t, ValueKind::Sequence),
@@ -212,14 +226,14 @@ fn value_type(
         }
         Some(_) => return Err(unsupported("map and sparse tensor")),
         None if subgraph => return Ok(None),
-        None => return Err(OnnxError::Invalid(format!("input `{name}` has no type"))),
+        None => return Err(OnnxError::Invalid(format!("{what} has no type"))),
     };
     if subgraph && t.elem_type() == 0 {
         return Ok(None);
     }
     let code = t.elem_type();
     let dtype = DType::from_onnx_code(code)
-        .ok_or_else(|| OnnxError::Unsupported(format!("input `{name}`: ONNX data type {code}")))?;
+        .ok_or_else(|| OnnxError::Unsupported(format!("{what}: ONNX data type {code}")))?;
     let shape = t.shape.as_ref().map(|s| {
         s.dim
             .iter()
@@ -297,6 +311,20 @@ impl Importer<'_> {
                         )))
                     }
                 },
+                AttributeType::TypeProto => {
+                    match type_of(
+                        a.tp.as_ref(),
+                        &format!("node `{node}`: attribute `{name}`"),
+                        false,
+                    )? {
+                        Some((t, k)) => Attribute::Type(t, k),
+                        None => {
+                            return Err(OnnxError::Invalid(format!(
+                                "node `{node}`: type attribute `{name}` is empty"
+                            )))
+                        }
+                    }
+                }
                 AttributeType::Graphs => {
                     return Err(OnnxError::Unsupported(format!(
                         "node `{node}`: attribute `{name}` with a list of graphs"

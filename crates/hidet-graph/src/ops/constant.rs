@@ -8,6 +8,7 @@ use crate::ops::compute_util::{grid_def, input, placeholders};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
+use crate::value::{Datum, ValueKind};
 
 /// Produces a fixed tensor.
 #[derive(Debug)]
@@ -76,6 +77,24 @@ impl Operator for Identity {
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+        Ok(vec![arg(inputs, 0)?.clone()])
+    }
+
+    /// Identity passes sequences and optionals through (opset 14+ types; earlier models
+    /// cannot declare such values).
+    fn infer_kinds(
+        &self,
+        inputs: &[Option<ValueKind>],
+        _num_outputs: usize,
+    ) -> Result<Vec<ValueKind>, OpError> {
+        Ok(vec![inputs
+            .first()
+            .copied()
+            .flatten()
+            .ok_or(OpError::MissingInput(0))?])
+    }
+
+    fn eval_data(&self, inputs: &[Option<&Datum>]) -> Result<Vec<Datum>, OpError> {
         Ok(vec![arg(inputs, 0)?.clone()])
     }
 

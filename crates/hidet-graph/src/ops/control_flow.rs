@@ -9,13 +9,14 @@
 use std::sync::Arc;
 
 use crate::dtype::DType;
-use crate::executor::{run_graph, ExecError};
+use crate::executor::{run_graph, run_graph_data, ExecError};
 use crate::graph::{Graph, GraphBuilder, GraphError, SubgraphContext};
 use crate::kernels::stack::{empty, select, stack};
 use crate::operator::{arg, infer_arg, infer_opt, opt_arg, InferInput, OpError, Operator};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
+use crate::value::{Datum, ValueKind};
 
 /// Registers If (7+), Loop (7+), Scan-8 (batched) and Scan (9+).
 pub fn register(r: &mut Registry) {
@@ -141,11 +142,12 @@ impl Operator for Unbuilt {
                     OpError::Invalid("Loop needs inputs M and cond (possibly empty)".into())
                 })?;
                 let mut formal = vec![
-                    TensorType::fixed(DType::I64, &[]),
-                    TensorType::fixed(DType::Bool, &[]),
+                    (TensorType::fixed(DType::I64, &[]), ValueKind::Tensor),
+                    (TensorType::fixed(DType::Bool, &[]), ValueKind::Tensor),
                 ];
                 for i in 2..*num_inputs {
-                    formal.push(infer_arg(inputs, i)?.ty.clone());
+                    let kind = sub.input_kind(i).unwrap_or(ValueKind::Tensor);
+                    formal.push((infer_arg(inputs, i)?.ty.clone(), kind));
                 }
                 let g = build_invariant(sub, body, formal, 2, 1)?;
                 let outs = g.outputs().len();
@@ -189,6 +191,7 @@ impl Operator for Unbuilt {
                         shape,
                     });
                 }
+                let formal = formal.into_iter().map(|t| (t, ValueKind::Tensor)).collect();
                 let g = build_invariant(sub, body, formal, 0, 0)?;
                 let outs = g.outputs().len();
                 if outs != spec.states + spec.scan_outputs {
@@ -220,18 +223,18 @@ const RETRY_DEPTH: usize = 4;
 fn build_invariant(
     sub: &SubgraphContext<'_>,
     body: &GraphBuilder,
-    mut formal: Vec<TensorType>,
+    mut formal: Vec<(TensorType, ValueKind)>,
     first: usize,
     out_first: usize,
 ) -> Result<Graph, OpError> {
     let n = body.num_inputs().min(formal.len()).saturating_sub(first);
     if sub.depth() > RETRY_DEPTH {
-        for t in formal.iter_mut().skip(first) {
+        for (t, _) in formal.iter_mut().skip(first) {
             t.shape = None;
         }
-        return sub.build(body, &formal).map_err(build_err("body"));
+        return sub.build_kinds(body, &formal).map_err(build_err("body"));
     }
-    let g = sub.build(body, &formal).map_err(build_err("body"))?;
+    let g = sub.build_kinds(body, &formal).map_err(build_err("body"))?;
     let outs = output_types(&g);
     let invariant = (0..n).all(|j| {
         let input = g.value(g.inputs()[first + j]);
@@ -240,10 +243,80 @@ fn build_invariant(
     if invariant {
         return Ok(g);
     }
-    for t in formal.iter_mut().skip(first) {
+    for (t, _) in formal.iter_mut().skip(first) {
         t.shape = None;
     }
-    sub.build(body, &formal).map_err(build_err("body"))
+    sub.build_kinds(body, &formal).map_err(build_err("body"))
+}
+
+/// The output kinds of a subgraph.
+fn output_kinds(g: &Graph) -> Vec<ValueKind> {
+    g.outputs().iter().map(|&o| g.value(o).kind).collect()
+}
+
+/// The kind a loop-carried value has after the loop: the body's output kind, which may be
+/// the initial value's kind or the element kind of an optional initial value.
+fn merge_kinds(init: ValueKind, body: ValueKind) -> Result<ValueKind, OpError> {
+    if init == body || init.element() == Some(body) || body.element() == Some(init) {
+        Ok(body)
+    } else {
+        Err(OpError::Invalid(format!(
+            "a loop-carried value starts as a {init} and the body returns a {body}"
+        )))
+    }
+}
+
+/// `d` as a value of `kind`: an optional wraps a plain value, a plain value unwraps a
+/// non-empty optional (optional and element kinds meet across Loop iterations).
+fn coerce(d: Datum, kind: ValueKind, what: &str) -> Result<Datum, OpError> {
+    if d.is_kind(kind) {
+        return Ok(d);
+    }
+    match d {
+        Datum::Optional(Some(inner)) if inner.is_kind(kind) => Ok(*inner),
+        plain if kind.element().is_some_and(|e| plain.is_kind(e)) => {
+            Ok(Datum::Optional(Some(Box::new(plain))))
+        }
+        other => Err(OpError::Invalid(format!(
+            "{what} is a {}, expected a {kind}",
+            other.describe()
+        ))),
+    }
+}
+
+/// Runs `op`'s [`Operator::eval_data`] on tensors (the tensor API of If and Loop).
+fn eval_tensors(op: &dyn Operator, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let data: Vec<Option<Datum>> = inputs.iter().map(|t| t.map(|t| Datum::Tensor(t.clone()))).collect();
+    let refs: Vec<Option<&Datum>> = data.iter().map(Option::as_ref).collect();
+    op.eval_data(&refs)?
+        .into_iter()
+        .map(|d| match d {
+            Datum::Tensor(t) => Ok(t),
+            other => Err(OpError::Invalid(format!(
+                "an output is a {}, not a tensor",
+                other.describe()
+            ))),
+        })
+        .collect()
+}
+
+/// The tensor input `i` of a datum slice.
+fn tensor_in<'a>(inputs: &[Option<&'a Datum>], i: usize) -> Result<&'a Tensor, OpError> {
+    match arg(inputs, i)? {
+        Datum::Tensor(t) => Ok(t),
+        other => Err(OpError::Invalid(format!(
+            "input #{i} is a {}, expected a tensor",
+            other.describe()
+        ))),
+    }
+}
+
+/// The optional tensor input `i` of a datum slice.
+fn opt_tensor_in<'a>(inputs: &[Option<&'a Datum>], i: usize) -> Result<Option<&'a Tensor>, OpError> {
+    match opt_arg(inputs, i) {
+        None => Ok(None),
+        Some(_) => tensor_in(inputs, i).map(Some),
+    }
 }
 
 /// The output types of a subgraph (from its own inference).
@@ -328,15 +401,39 @@ impl Operator for If {
         t.iter().zip(&e).map(|(a, b)| merge(a, b)).collect()
     }
 
+    /// The branches' output kinds, which must agree.
+    fn infer_kinds(
+        &self,
+        inputs: &[Option<ValueKind>],
+        num_outputs: usize,
+    ) -> Result<Vec<ValueKind>, OpError> {
+        if inputs.first().copied().flatten() != Some(ValueKind::Tensor) {
+            return Err(OpError::Invalid("If's condition must be a tensor".into()));
+        }
+        let (t, e) = (output_kinds(&self.then_branch), output_kinds(&self.else_branch));
+        if let Some((a, b)) = t.iter().zip(&e).find(|(a, b)| a != b) {
+            return Err(OpError::Invalid(format!(
+                "then_branch returns a {a} where else_branch returns a {b}"
+            )));
+        }
+        Ok(t.into_iter().take(num_outputs).collect())
+    }
+
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
-        let cond = scalar(arg(inputs, 0)?, DType::Bool, "cond")? != 0;
-        let caps = captures(inputs, self.declared)?;
+        eval_tensors(self, inputs)
+    }
+
+    fn eval_data(&self, inputs: &[Option<&Datum>]) -> Result<Vec<Datum>, OpError> {
+        let cond = scalar(tensor_in(inputs, 0)?, DType::Bool, "cond")? != 0;
+        let caps: Vec<&Datum> = (self.declared..inputs.len().max(self.declared))
+            .map(|i| arg(inputs, i))
+            .collect::<Result<_, _>>()?;
         let (g, attr) = if cond {
             (&self.then_branch, "then_branch")
         } else {
             (&self.else_branch, "else_branch")
         };
-        run_graph(g, &[], &caps).map_err(exec_err(attr))
+        run_graph_data(g, &[], &caps).map_err(exec_err(attr))
     }
 }
 
@@ -391,54 +488,120 @@ impl Operator for Loop {
         Ok(out)
     }
 
+    /// Carried values keep the body's kinds (sequences, optionals); scan outputs are tensors.
+    fn infer_kinds(
+        &self,
+        inputs: &[Option<ValueKind>],
+        num_outputs: usize,
+    ) -> Result<Vec<ValueKind>, OpError> {
+        for i in 0..2 {
+            if inputs.get(i).copied().flatten().is_some_and(|k| k != ValueKind::Tensor) {
+                return Err(OpError::Invalid(format!("Loop input #{i} must be a tensor")));
+            }
+        }
+        let body = output_kinds(&self.body);
+        let mut out = Vec::with_capacity(num_outputs);
+        for j in 0..self.carried {
+            let init = inputs
+                .get(2 + j)
+                .copied()
+                .flatten()
+                .ok_or(OpError::MissingInput(2 + j))?;
+            out.push(merge_kinds(init, body[1 + j])?);
+        }
+        for k in &body[1 + self.carried..] {
+            if *k != ValueKind::Tensor {
+                return Err(OpError::Unsupported(format!("Loop scan outputs of {k}s")));
+            }
+            out.push(ValueKind::Tensor);
+        }
+        out.truncate(num_outputs);
+        Ok(out)
+    }
+
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
-        let max_trip = opt_arg(inputs, 0)
+        eval_tensors(self, inputs)
+    }
+
+    fn eval_data(&self, inputs: &[Option<&Datum>]) -> Result<Vec<Datum>, OpError> {
+        let max_trip = opt_tensor_in(inputs, 0)?
             .map(|m| scalar(m, DType::I64, "M"))
             .transpose()?;
-        let mut cond = opt_arg(inputs, 1)
+        let mut cond = opt_tensor_in(inputs, 1)?
             .map(|c| scalar(c, DType::Bool, "cond").map(|v| v != 0))
             .transpose()?;
         let use_cond = cond.is_some();
-        let mut carried: Vec<Tensor> = (0..self.carried)
+        let mut carried: Vec<Datum> = (0..self.carried)
             .map(|j| arg(inputs, 2 + j).cloned())
             .collect::<Result<_, _>>()?;
-        let caps = captures(inputs, self.declared)?;
+        let caps: Vec<&Datum> = (self.declared..inputs.len().max(self.declared))
+            .map(|i| arg(inputs, i))
+            .collect::<Result<_, _>>()?;
+        let formal_kinds: Vec<ValueKind> = self
+            .body
+            .inputs()
+            .iter()
+            .map(|&v| self.body.value(v).kind)
+            .collect();
+        let out_kinds = output_kinds(&self.body);
         let num_scans = self.body.outputs().len() - 1 - self.carried;
         let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); num_scans];
         let mut i: i64 = 0;
         while max_trip.is_none_or(|m| i < m) && cond.unwrap_or(true) {
-            let iter = Tensor::scalar(i);
-            let cond_in = Tensor::scalar(cond.unwrap_or(true));
-            let mut args: Vec<&Tensor> = vec![&iter, &cond_in];
-            args.extend(carried.iter());
-            let mut outs = run_graph(&self.body, &args, &caps)
+            let iter = Datum::Tensor(Tensor::scalar(i));
+            let cond_in = Datum::Tensor(Tensor::scalar(cond.unwrap_or(true)));
+            let mut ins: Vec<Datum> = Vec::with_capacity(2 + self.carried);
+            ins.push(iter);
+            ins.push(cond_in);
+            for (j, d) in carried.iter().enumerate() {
+                let kind = formal_kinds.get(2 + j).copied().unwrap_or(ValueKind::Tensor);
+                ins.push(coerce(d.clone(), kind, "a loop-carried value")?);
+            }
+            let args: Vec<&Datum> = ins.iter().collect();
+            let mut outs = run_graph_data(&self.body, &args, &caps)
                 .map_err(exec_err("body"))?
                 .into_iter();
             let c = outs
                 .next()
                 .ok_or_else(|| OpError::Invalid("Loop body returned no cond".into()))?;
             if use_cond {
-                cond = Some(scalar(&c, DType::Bool, "body cond")? != 0);
+                let c = c.as_tensor().ok_or_else(|| {
+                    OpError::Invalid("the Loop body's cond output is not a tensor".into())
+                })?;
+                cond = Some(scalar(c, DType::Bool, "body cond")? != 0);
             }
-            for (slot, t) in carried.iter_mut().zip(outs.by_ref()) {
-                *slot = t;
+            for (slot, d) in carried.iter_mut().zip(outs.by_ref()) {
+                *slot = d;
             }
-            for (acc, t) in scans.iter_mut().zip(outs) {
-                acc.push(t);
+            for (acc, d) in scans.iter_mut().zip(outs) {
+                match d {
+                    Datum::Tensor(t) => acc.push(t),
+                    other => {
+                        return Err(OpError::Invalid(format!(
+                            "a Loop scan output is a {}",
+                            other.describe()
+                        )))
+                    }
+                }
             }
             i = i
                 .checked_add(1)
                 .ok_or_else(|| OpError::Invalid("Loop iteration count overflows".into()))?;
         }
+        let mut result: Vec<Datum> = carried
+            .into_iter()
+            .enumerate()
+            .map(|(j, d)| coerce(d, out_kinds[1 + j], "a Loop result"))
+            .collect::<Result<_, _>>()?;
         let body_types = output_types(&self.body);
         for (k, acc) in scans.into_iter().enumerate() {
-            carried.push(if acc.is_empty() {
+            result.push(Datum::Tensor(if acc.is_empty() {
                 empty_scan(&body_types[1 + self.carried + k], 0)?
             } else {
                 stack(&acc, 0)?
-            });
+            }));
         }
-        Ok(carried)
+        Ok(result)
     }
 }
 

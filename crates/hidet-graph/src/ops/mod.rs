@@ -83,4 +83,6 @@ families! {
     label_encoder,
     regex_full_match,
     optional,
+    sequence,
+    sequence_map,
 }
