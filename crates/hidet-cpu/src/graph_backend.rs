@@ -1,6 +1,7 @@
 //! The CPU implementation of the graph layer's [`Backend`]: every fused task becomes one C
-//! kernel, and all kernels of a model go into one IR module, compiled as a few translation
-//! units in parallel through the content-addressed cache.
+//! kernel, and every distinct kernel its own translation unit, compiled in parallel (one
+//! compiler per core) through the content-addressed cache. Kernels are named by content, so
+//! identical kernels are compiled once and reused across models.
 //!
 //! How a task becomes a kernel:
 //! - an anchored task whose anchor is a 2-D f32 matmul uses the matmul template, with its
@@ -33,6 +34,149 @@ use crate::signature::ParamKind;
 use anchor::{matmul_kernel, TemplateOutcome};
 pub use arena::CpuArena;
 
+/// One translation unit: a kernel function under its content name, its C source, and the
+/// kernels of the model (by index) that are this same source.
+struct Unit {
+    module: IRModule,
+    source: String,
+    kernels: Vec<usize>,
+}
+
+/// The translation units of `kernels`, one per distinct C source and parameter types,
+/// lowered on `jobs` threads.
+/// A function is named by its task name without the model-specific `k<N>_` position, so that
+/// identical kernels (the repeated blocks of a network) emit identical C, share one unit
+/// here and one entry of the content-addressed cache across models. The module of a unit
+/// has the function's name.
+fn distinct_units(
+    kernels: Vec<CpuKernel>,
+    jobs: usize,
+    build_opts: &BuildOptions,
+) -> Result<Vec<Unit>, crate::error::CpuError> {
+    let modules: Vec<IRModule> = kernels
+        .into_iter()
+        .map(|kernel| {
+            let mut function = kernel.function;
+            function.name = content_name(&function.name);
+            let mut module = IRModule::new(function.name.clone(), Target::Cpu);
+            module.functions.push(function);
+            module
+        })
+        .collect();
+    let sources = parallel_map(&modules, jobs, |m| crate::emit_source(m, build_opts));
+    let mut units: Vec<Unit> = Vec::new();
+    let mut by_source: std::collections::HashMap<String, usize> = Default::default();
+    for (k, (module, source)) in modules.into_iter().zip(sources).enumerate() {
+        let source = source?;
+        // Equal C may still differ in the parameters' shapes, which the loaded kernel checks.
+        let params: Vec<String> = module.functions[0]
+            .params
+            .iter()
+            .map(|p| format!("{:?}", p.ty()))
+            .collect();
+        let key = format!("{}\u{1f}{source}", params.join("\u{1f}"));
+        match by_source.get(&key) {
+            Some(&u) => units[u].kernels.push(k),
+            None => {
+                by_source.insert(key, units.len());
+                units.push(Unit {
+                    module,
+                    source,
+                    kernels: vec![k],
+                });
+            }
+        }
+    }
+    Ok(units)
+}
+
+/// `name` with a leading `k<digits>_` (the position of a task in its model) shortened to
+/// `k_`, which keeps it a C identifier that no library function or keyword can take.
+fn content_name(name: &str) -> String {
+    let tail = name.strip_prefix('k').and_then(|rest| {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        rest[digits..]
+            .strip_prefix('_')
+            .filter(|t| digits > 0 && !t.is_empty())
+    });
+    match tail {
+        Some(tail) => format!("k_{tail}"),
+        None => name.to_string(),
+    }
+}
+
+/// `f` applied to every item on at most `jobs` threads, taking items in `order` (indices of
+/// `items`; all of them when `None`). Results are in item order; an item whose call panicked
+/// gets `CpuError::Unsupported`.
+fn parallel_map<T: Sync, R: Send>(
+    items: &[T],
+    jobs: usize,
+    f: impl Fn(&T) -> Result<R, crate::error::CpuError> + Sync,
+) -> Vec<Result<R, crate::error::CpuError>> {
+    parallel_map_ordered(items, jobs, None, f)
+}
+
+fn parallel_map_ordered<T: Sync, R: Send>(
+    items: &[T],
+    jobs: usize,
+    order: Option<&[usize]>,
+    f: impl Fn(&T) -> Result<R, crate::error::CpuError> + Sync,
+) -> Vec<Result<R, crate::error::CpuError>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<Result<R, crate::error::CpuError>>>> =
+        items.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, items.len().max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let item = match order {
+                    Some(order) => order.get(i).copied(),
+                    None => (i < items.len()).then_some(i),
+                };
+                let Some(item) = item else { break };
+                let result = f(&items[item]);
+                *slots[item].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .map(|slot| {
+            slot.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(|| {
+                    Err(crate::error::CpuError::Unsupported(
+                        "a compile job panicked".into(),
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// Compiles every unit with at most `jobs` compiler invocations at a time, longest source
+/// first, and reports each finished unit's kernels to the progress sink. Results are in unit
+/// order.
+fn build_in_parallel(
+    units: &[Unit],
+    jobs: usize,
+    build_opts: &BuildOptions,
+    opts: &CompileOptions,
+) -> Vec<Result<CompiledModule, crate::error::CpuError>> {
+    let mut order: Vec<usize> = (0..units.len()).collect();
+    order.sort_by_key(|&u| std::cmp::Reverse(units[u].source.len()));
+    parallel_map_ordered(units, jobs, Some(&order), |unit| {
+        let built = crate::build_from_source(&unit.module, &unit.source, build_opts);
+        if let (Ok(_), Some(p)) = (&built, opts.progress.as_ref()) {
+            p.report(CompileProgress::Built {
+                kernels: unit.kernels.len(),
+            });
+        }
+        built
+    })
+}
+
 /// Options of the CPU graph backend.
 #[derive(Debug, Clone)]
 pub struct CpuBackendOptions {
@@ -40,7 +184,7 @@ pub struct CpuBackendOptions {
     pub build: BuildOptions,
     /// Use the matmul template for 2-D f32 matmul anchors (else the scheduler).
     pub matmul_template: bool,
-    /// Translation units compiled concurrently; `None` = one per core.
+    /// Compiler invocations run concurrently; `None` = one per core.
     pub compile_jobs: Option<usize>,
 }
 
@@ -205,89 +349,49 @@ impl Backend for CpuBackend {
     ) -> Result<(CpuGraphModule, ModuleReport), BackendError> {
         let start = Instant::now();
         let kernels = tuning::tune_kernels(self, kernels)?;
+        let origins: Vec<KernelOrigin> = kernels.iter().map(|k| k.origin).collect();
+        let names: Vec<String> = kernels.iter().map(|k| k.function.name.clone()).collect();
         let jobs = self
             .options
             .compile_jobs
             .unwrap_or_else(|| self.options.build.target().cores)
-            .clamp(1, kernels.len().max(1));
-        let origins: Vec<KernelOrigin> = kernels.iter().map(|k| k.origin).collect();
-        let names: Vec<String> = kernels.iter().map(|k| k.function.name.clone()).collect();
-        let chunk = kernels.len().div_ceil(jobs).max(1);
-        let mut modules: Vec<IRModule> = Vec::new();
-        let mut functions = kernels.into_iter().map(|k| k.function).peekable();
-        while functions.peek().is_some() {
-            let mut m = IRModule::new(format!("graph_unit{}", modules.len()), Target::Cpu);
-            m.functions.extend(functions.by_ref().take(chunk));
-            modules.push(m);
-        }
+            .max(1);
         let mut build_opts = self.options.build.clone();
         if let Some(dir) = &opts.emit_source_dir {
             build_opts.keep_source_dir = Some(dir.clone());
         }
-        let results: Vec<Result<CompiledModule, crate::error::CpuError>> =
-            std::thread::scope(|s| {
-                let handles: Vec<_> = modules
-                    .into_iter()
-                    .map(|m| {
-                        let o = &build_opts;
-                        let progress = opts.progress.as_ref();
-                        s.spawn(move || {
-                            let count = m.functions.len();
-                            let built = crate::build(m, o);
-                            if let (Ok(_), Some(p)) = (&built, progress) {
-                                p.report(CompileProgress::Built { kernels: count });
-                            }
-                            built
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            Err(crate::error::CpuError::Unsupported(
-                                "a compile job panicked".into(),
-                            ))
-                        })
-                    })
-                    .collect()
-            });
-        let units: Vec<CompiledModule> = results
+        let units = distinct_units(kernels, jobs, &build_opts)
+            .map_err(|e| BackendError::Build(e.to_string()))?;
+        let built = build_in_parallel(&units, jobs, &build_opts, opts);
+        let built: Vec<CompiledModule> = built
             .into_iter()
             .collect::<Result<_, _>>()
             .map_err(|e| BackendError::Build(e.to_string()))?;
-        let mut index = Vec::with_capacity(names.len());
-        for name in &names {
-            let found = units.iter().enumerate().find_map(|(u, m)| {
-                m.kernels()
-                    .iter()
-                    .position(|k| k.name() == name)
-                    .map(|h| (u, h))
-            });
-            index.push(
-                found.ok_or_else(|| BackendError::Build(format!("kernel `{name}` is missing")))?,
-            );
+        let mut index = vec![(0, 0); names.len()];
+        for (u, unit) in units.iter().enumerate() {
+            for &k in &unit.kernels {
+                index[k] = (u, 0);
+            }
         }
         let mut report = ModuleReport {
             kernels: names.len(),
             build_time: start.elapsed(),
             ..Default::default()
         };
-        for u in &units {
-            match u.cache_outcome() {
+        for (unit, module) in units.iter().zip(&built) {
+            match module.cache_outcome() {
                 Some(crate::cache::CacheOutcome::Hit) => report.cached += 1,
                 _ => report.compiled += 1,
             }
-            if let Some(text) = u
-                .source_path()
-                .and_then(|p| std::fs::read_to_string(p).ok())
-            {
-                report.sources.push((u.name().to_string(), text));
+            if module.source_path().is_some() {
+                for &k in &unit.kernels {
+                    report.sources.push((names[k].clone(), unit.source.clone()));
+                }
             }
         }
         Ok((
             CpuGraphModule {
-                units,
+                units: built,
                 index,
                 origins,
                 threads: opts.threads,

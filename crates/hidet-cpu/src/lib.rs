@@ -25,6 +25,6 @@ pub use compile::{compiler_invocations, Compiler};
 pub use error::{ArgError, CpuError, TemplateError};
 pub use module::{CompiledModule, KernelHandle};
 pub use options::BuildOptions;
-pub use pipeline::{build, build_from_source};
+pub use pipeline::{build, build_from_source, emit_source};
 pub use signature::{KernelSignature, ParamKind, ParamSpec};
 pub use target::{Arch, CpuFeatures, CpuTarget};

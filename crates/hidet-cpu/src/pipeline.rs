@@ -16,14 +16,21 @@ use hidet_ir::verify::verify_module;
 /// simplification), emits C, compiles it through the kernel cache and
 /// loads it. Kernel signatures are those of `module`.
 pub fn build(module: IRModule, opts: &BuildOptions) -> Result<CompiledModule, CpuError> {
-    check_target(&module)?;
+    let source = emit_source(&module, opts)?;
+    build_from_source(&module, &source, opts)
+}
+
+/// The C translation unit of `module`: the first half of [`build`] (verification, lowering,
+/// C emission), without compiling anything.
+pub fn emit_source(module: &IRModule, opts: &BuildOptions) -> Result<String, CpuError> {
+    check_target(module)?;
     if opts.dump_ir {
         eprintln!(
             "// IR of module `{}` before lowering\n{module}",
             module.name
         );
     }
-    verify_module(&module).map_err(|e| CpuError::Pipeline {
+    verify_module(module).map_err(|e| CpuError::Pipeline {
         stage: "IR verification",
         message: e.to_string(),
     })?;
@@ -37,11 +44,10 @@ pub fn build(module: IRModule, opts: &BuildOptions) -> Result<CompiledModule, Cp
             lowered.name
         );
     }
-    let source = emit_module(&lowered, &CDialect).map_err(|e| CpuError::Pipeline {
+    emit_module(&lowered, &CDialect).map_err(|e| CpuError::Pipeline {
         stage: "C code generation",
         message: e.to_string(),
-    })?;
-    build_from_source(&module, &source, opts)
+    })
 }
 
 fn check_target(module: &IRModule) -> Result<(), CpuError> {

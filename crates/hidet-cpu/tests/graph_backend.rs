@@ -273,3 +273,42 @@ fn operators_without_compute_definitions_run_on_the_host() {
         r.partition
     );
 }
+
+/// Two blocks with the same shapes (different weights) give two kernels but one compiled
+/// library, and a second compilation of the model compiles nothing.
+#[test]
+fn identical_kernels_share_one_translation_unit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(11);
+    let mut g = GraphBuilder::new("two_blocks");
+    g.input("x", TensorType::fixed(DType::F32, &[M, K]));
+    for (i, input) in ["x", "y0"].into_iter().enumerate() {
+        let (w, b) = (format!("w{i}"), format!("b{i}"));
+        g.initializer(&w, random(&mut rng, &[K, K]));
+        g.initializer(&b, random(&mut rng, &[K]));
+        let (xw, biased, y) = (format!("xw{i}"), format!("biased{i}"), format!("y{i}"));
+        g.node(node("MatMul", &[input, &w], &xw, Attributes::new()));
+        g.node(node("Add", &[&xw, &b], &biased, Attributes::new()));
+        g.node(node("Relu", &[&biased], &y, Attributes::new()));
+    }
+    g.output("y1");
+    let graph = g.build(Registry::global()).unwrap();
+    let inputs = vec![("x".to_string(), random(&mut rng, &[M, K]))];
+    let reference = run_reference(&graph, &inputs).unwrap();
+    let want: Vec<f64> = f32s(&reference[0].1).iter().map(|&v| v as f64).collect();
+    for round in 0..2 {
+        let compiled = CompiledGraph::compile(
+            &graph,
+            &[vec![M, K]],
+            Arc::new(backend(dir.path(), true)),
+            &CompileOptions::default(),
+        )
+        .unwrap();
+        let report = compiled.report();
+        assert_eq!(report.kernels, 2, "{}", report.partition);
+        assert_eq!(report.module.compiled + report.module.cached, 1);
+        assert_eq!(report.module.compiled, usize::from(round == 0));
+        let out = compiled.run(&inputs).unwrap();
+        assert_close(&f32s(&out[0].1), &want, "compiled");
+    }
+}

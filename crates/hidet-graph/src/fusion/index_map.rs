@@ -3,9 +3,13 @@
 //! `out[g(j)]` directly (DESIGN §2, post-scheduling fusion).
 //!
 //! Two kinds of bijection are recognized: an axis permutation (identity, transpose), proven
-//! structurally, and a row-major reshape `f(i) = unravel(src_shape, ravel(out_shape, i))`,
-//! proven by evaluating `f` at every output index (up to [`RESHAPE_CHECK_LIMIT`] elements;
-//! larger reshapes are not treated as bijective). Anything else is refused.
+//! structurally, and a row-major reshape, proven structurally when the read is
+//! [`reshape_index`]'s expression and otherwise by evaluating it at every output index (up
+//! to [`RESHAPE_CHECK_LIMIT`] elements; larger reshapes are not treated as bijective).
+//! Anything else is refused. A reshape is inverted by the reshape back, which works group by
+//! group ([`crate::ops::compute_util::reshape_groups`]): merging `[C, HW]` into
+//! `[1, C, H, W]` costs one division and one remainder on the spatial axis and nothing on
+//! the channels.
 
 use std::collections::HashMap;
 
@@ -13,6 +17,9 @@ use hidet_ir::compute::reads;
 use hidet_ir::dtype::DataType;
 use hidet_ir::expr::{floor_div, floor_mod, BinaryOp, Expr, ExprKind, UnaryOp, Var};
 use hidet_ir::intrinsic::MathFunc;
+use hidet_ir::passes::{simplify_expr, Interval, VarRanges};
+
+use crate::ops::compute_util::reshape_index;
 
 /// Reshape maps over more elements than this are not checked (and so not inverted).
 pub const RESHAPE_CHECK_LIMIT: usize = 1 << 20;
@@ -54,8 +61,10 @@ pub fn invert_read(
         .collect();
     if let Some(perm) = permutation(axes, out_shape, first, src_shape) {
         let mut out_index = vec![Expr::int(0); axes.len()];
-        for (k, &p) in perm.iter().enumerate() {
-            out_index[p] = src_axes[k].expr();
+        for (k, p) in perm.iter().enumerate() {
+            if let Some(p) = *p {
+                out_index[p] = src_axes[k].expr();
+            }
         }
         return Some(InverseMap {
             src_axes,
@@ -63,8 +72,8 @@ pub fn invert_read(
         });
     }
     if is_reshape(axes, out_shape, first, src_shape) {
-        let linear = ravel_expr(&src_axes, src_shape);
-        let out_index = unravel_expr(&linear, out_shape);
+        let j: Vec<Expr> = src_axes.iter().map(Var::expr).collect();
+        let out_index = reshape_index(&j, src_shape, out_shape);
         return Some(InverseMap {
             src_axes,
             out_index,
@@ -78,31 +87,52 @@ fn numel(shape: &[usize]) -> Option<usize> {
 }
 
 /// `Some(p)` when `index[k]` is `axes[p[k]]` for a permutation `p` with matching extents.
-/// Unit dimensions may be read at constant 0 on either side.
+/// Unit dimensions may be read at constant 0 (`p[k] == None`) when every output axis left
+/// unread has extent 1.
 fn permutation(
     axes: &[Var],
     out_shape: &[usize],
     index: &[Expr],
     src_shape: &[usize],
-) -> Option<Vec<usize>> {
-    if axes.len() != index.len() {
-        return None;
-    }
+) -> Option<Vec<Option<usize>>> {
     let mut used = vec![false; axes.len()];
     let mut perm = Vec::with_capacity(index.len());
     for (k, e) in index.iter().enumerate() {
+        if src_shape[k] == 1 && e.as_int() == Some(0) {
+            perm.push(None);
+            continue;
+        }
         let v = e.as_var()?;
         let p = axes.iter().position(|a| a == v)?;
         if used[p] || out_shape[p] != src_shape[k] {
             return None;
         }
         used[p] = true;
-        perm.push(p);
+        perm.push(Some(p));
     }
-    Some(perm)
+    let unread_are_units = used.iter().zip(out_shape).all(|(&u, &e)| u || e == 1);
+    unread_are_units.then_some(perm)
 }
 
+/// Whether `index` reads `src` in row-major order from a grid over `out_shape`: structurally
+/// when it is [`reshape_index`]'s own expression (what the reshape operators build), also
+/// after both are simplified under the axes' ranges (which undoes a reshape and its
+/// inverse), else by evaluating it at every output index.
 fn is_reshape(axes: &[Var], out_shape: &[usize], index: &[Expr], src_shape: &[usize]) -> bool {
+    let axis_exprs: Vec<Expr> = axes.iter().map(Var::expr).collect();
+    let expected = reshape_index(&axis_exprs, out_shape, src_shape);
+    if index == expected.as_slice() {
+        return true;
+    }
+    let mut ranges = VarRanges::new();
+    for (a, &extent) in axes.iter().zip(out_shape) {
+        ranges.set(a, Interval::below(extent as i64));
+    }
+    let simplified =
+        |e: &[Expr]| -> Vec<Expr> { e.iter().map(|x| simplify_expr(x, &ranges)).collect() };
+    if simplified(index) == simplified(&expected) {
+        return true;
+    }
     let Some(n) = numel(out_shape) else {
         return false;
     };
@@ -143,46 +173,6 @@ fn strides(shape: &[usize]) -> Vec<usize> {
         s[d] = s[d + 1] * shape[d + 1];
     }
     s
-}
-
-/// `Σ axes[d] · stride[d]` over a row-major `shape`.
-pub fn ravel_expr(axes: &[Var], shape: &[usize]) -> Expr {
-    let st = strides(shape);
-    let mut acc: Option<Expr> = None;
-    for (a, s) in axes.iter().zip(st) {
-        let term = if s == 1 {
-            a.expr()
-        } else {
-            a.expr() * Expr::int(s as i64)
-        };
-        acc = Some(match acc {
-            None => term,
-            Some(x) => x + term,
-        });
-    }
-    acc.unwrap_or_else(|| Expr::int(0))
-}
-
-/// The row-major multi-index of `linear` in `shape`.
-pub fn unravel_expr(linear: &Expr, shape: &[usize]) -> Vec<Expr> {
-    let st = strides(shape);
-    shape
-        .iter()
-        .zip(st)
-        .enumerate()
-        .map(|(d, (&extent, s))| {
-            let q = if s == 1 {
-                linear.clone()
-            } else {
-                linear / Expr::int(s as i64)
-            };
-            if d == 0 {
-                q
-            } else {
-                q % Expr::int(extent as i64)
-            }
-        })
-        .collect()
 }
 
 /// Evaluates an integer index expression; `None` for anything but integer arithmetic on
@@ -291,14 +281,45 @@ mod tests {
     }
 
     #[test]
+    fn unit_axes_read_at_zero_are_a_permutation() {
+        let src = tensor_input("s", DataType::F32, [1i64, 3, 5]);
+        let ax = axes(3);
+        // out[i0, i1, i2] = s[0, i2, i1] with out shape [1, 5, 3].
+        let index = vec![Expr::int(0), ax[2].expr(), ax[1].expr()];
+        let value = src.at(index.clone()) * Expr::f32(3.0);
+        let inv = invert_read(&ax, &[1, 5, 3], &value, &src, &[1, 3, 5]).unwrap();
+        check_inverse(&inv, &ax, &[1, 5, 3], &index, &[1, 3, 5]);
+        assert_eq!(inv.out_index[0], Expr::int(0));
+        // A non-unit output axis that is never read is not a bijection.
+        let index = vec![Expr::int(0), ax[2].expr(), ax[1].expr()];
+        let value = src.at(index);
+        assert!(invert_read(&ax, &[2, 5, 3], &value, &src, &[1, 3, 5]).is_none());
+    }
+
+    #[test]
     fn reshape_is_inverted_by_checking_every_index() {
         let src = tensor_input("s", DataType::F32, [6i64, 7]);
         let ax = axes(3);
-        let lin = ravel_expr(&ax, &[3, 7, 2]);
-        let index = unravel_expr(&lin, &[6, 7]);
+        // Row-major, but not in the form `reshape_index` builds.
+        let lin = ax[2].expr() + ax[1].expr() * Expr::int(2) + ax[0].expr() * Expr::int(14);
+        let index = vec![lin.clone() / Expr::int(7), lin % Expr::int(7)];
         let value = src.at(index.clone()) + Expr::f32(1.0);
         let inv = invert_read(&ax, &[3, 7, 2], &value, &src, &[6, 7]).unwrap();
         check_inverse(&inv, &ax, &[3, 7, 2], &index, &[6, 7]);
+    }
+
+    #[test]
+    fn grouped_reshape_inverse_keeps_axes_local() {
+        let src = tensor_input("s", DataType::F32, [12i64, 35]);
+        let ax = axes(4);
+        let ax_exprs: Vec<Expr> = ax.iter().map(Var::expr).collect();
+        let index = reshape_index(&ax_exprs, &[1, 12, 5, 7], &[12, 35]);
+        let value = src.at(index.clone()) - Expr::f32(0.5);
+        let inv = invert_read(&ax, &[1, 12, 5, 7], &value, &src, &[12, 35]).unwrap();
+        check_inverse(&inv, &ax, &[1, 12, 5, 7], &index, &[12, 35]);
+        // The channel axis maps straight through; only the spatial axis is split.
+        assert_eq!(inv.out_index[0], Expr::int(0));
+        assert_eq!(inv.out_index[1], inv.src_axes[0].expr());
     }
 
     #[test]

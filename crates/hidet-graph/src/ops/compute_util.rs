@@ -4,6 +4,8 @@
 //! (C-style integer division, numpy's saturating float-to-int conversion).
 
 use hidet_ir::compute::{grid, reduce, tensor_input, ComputeDef, ComputeNode, ReduceKind};
+use std::ops::Range;
+
 use hidet_ir::dtype::DataType;
 use hidet_ir::expr::{Expr, Var};
 use hidet_ir::intrinsic::MathFunc;
@@ -293,34 +295,63 @@ pub fn wrap_index(idx: Expr, dim: usize) -> Expr {
 }
 
 /// The index into a tensor of `in_shape` of the element that a reshape to `out_shape` puts
-/// at `out_index` (row-major order is kept). When the two shapes differ only by size-1
-/// dimensions (Squeeze, Unsqueeze, most Flattens) the axes map one to one; otherwise the
-/// index goes through the linear offset ([`linearize`], then [`unravel`]).
+/// at `out_index` (row-major order is kept). The shapes are split into [`reshape_groups`]
+/// and each group goes through its own linear offset ([`linearize`], then [`unravel`]), so
+/// axes that a reshape does not merge or split map one to one, and a merge or split costs
+/// index arithmetic on its own axes only. The inverse of a reshape is the reshape back:
+/// `reshape_index(j, in_shape, out_shape)`.
 ///
 /// Requires `out_index.len() == out_shape.len()` and equal element counts.
 pub fn reshape_index(out_index: &[Expr], out_shape: &[usize], in_shape: &[usize]) -> Vec<Expr> {
     if out_shape == in_shape {
         return out_index.to_vec();
     }
-    let non_unit = |s: &[usize]| -> Vec<usize> { s.iter().copied().filter(|&d| d != 1).collect() };
-    if non_unit(out_shape) == non_unit(in_shape) {
-        let mut from = out_index
-            .iter()
-            .zip(out_shape)
-            .filter(|(_, &d)| d != 1)
-            .map(|(i, _)| i.clone());
-        return in_shape
-            .iter()
-            .map(|&d| {
-                if d == 1 {
-                    Expr::int(0)
-                } else {
-                    from.next().unwrap_or_else(|| Expr::int(0))
-                }
-            })
-            .collect();
+    let mut index = Vec::with_capacity(in_shape.len());
+    for (in_dims, out_dims) in reshape_groups(in_shape, out_shape) {
+        let linear = linearize(&out_index[out_dims.clone()], &out_shape[out_dims]);
+        index.extend(unravel(&linear, &in_shape[in_dims]));
     }
-    unravel(&linearize(out_index, out_shape), in_shape)
+    index
+}
+
+/// The finest split of a row-major reshape between shapes `a` and `b` (equal element counts)
+/// into groups `(a_dims, b_dims)` of consecutive dimensions with equal products: the
+/// elements of a group's `a` dimensions are exactly those of its `b` dimensions, so each
+/// group can be reshaped on its own. The groups cover both shapes in order; size-1
+/// dimensions may form groups of their own. A shape with a zero extent (or mismatched
+/// counts) gives one group over everything.
+pub fn reshape_groups(a: &[usize], b: &[usize]) -> Vec<(Range<usize>, Range<usize>)> {
+    let whole = vec![(0..a.len(), 0..b.len())];
+    if a.contains(&0) || b.contains(&0) {
+        return whole;
+    }
+    let (mut i, mut j) = (0, 0);
+    let mut groups = Vec::new();
+    while i < a.len() || j < b.len() {
+        let (gi, gj) = (i, j);
+        let (mut pa, mut pb) = (1usize, 1usize);
+        if i < a.len() {
+            pa = a[i];
+            i += 1;
+        }
+        if j < b.len() {
+            pb = b[j];
+            j += 1;
+        }
+        while pa != pb {
+            if pa < pb && i < a.len() {
+                pa = pa.saturating_mul(a[i]);
+                i += 1;
+            } else if pb < pa && j < b.len() {
+                pb = pb.saturating_mul(b[j]);
+                j += 1;
+            } else {
+                return whole;
+            }
+        }
+        groups.push((gi..i, gj..j));
+    }
+    groups
 }
 
 /// The first element of `t` as an IR constant of `t`'s dtype (floats exact, since every
@@ -553,12 +584,44 @@ mod tests {
     }
 
     #[test]
+    fn reshape_groups_pair_merges_and_splits() {
+        assert_eq!(
+            reshape_groups(&[512, 784], &[1, 512, 28, 28]),
+            vec![(0..1, 0..2), (1..2, 2..4)]
+        );
+        assert_eq!(
+            reshape_groups(&[6, 4, 5], &[3, 8, 5]),
+            vec![(0..2, 0..2), (2..3, 2..3)]
+        );
+        assert_eq!(
+            reshape_groups(&[6], &[6, 1]),
+            vec![(0..1, 0..1), (1..1, 1..2)]
+        );
+        assert_eq!(reshape_groups(&[0, 3], &[3, 0]), vec![(0..2, 0..2)]);
+    }
+
+    #[test]
+    fn reshape_index_keeps_untouched_axes_local() {
+        let ax: Vec<Var> = (0..4)
+            .map(|d| Var::new(format!("i{d}"), DataType::I32))
+            .collect();
+        let index: Vec<Expr> = ax.iter().map(|a| a.expr()).collect();
+        let got = reshape_index(&index, &[1, 12, 5, 7], &[12, 35]);
+        assert_eq!(got[0], ax[1].expr());
+        assert!(!format!("{}", got[1]).contains("i1"));
+    }
+
+    #[test]
     fn reshape_index_keeps_row_major_order() {
         for (out_shape, in_shape) in [
             (vec![3usize, 1, 5], vec![1usize, 3, 5, 1]),
             (vec![6, 5], vec![2, 3, 5]),
             (vec![7], vec![7]),
             (vec![2, 1, 3], vec![3, 2]),
+            (vec![1, 4, 3, 5], vec![4, 15]),
+            (vec![3, 8, 5], vec![6, 4, 5]),
+            (vec![4, 6, 1], vec![2, 12]),
+            (vec![2, 3, 4], vec![4, 3, 2]),
         ] {
             let vars: Vec<Var> = (0..out_shape.len())
                 .map(|k| Var::new(format!("i{k}"), DataType::I32))

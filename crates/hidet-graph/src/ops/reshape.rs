@@ -3,7 +3,7 @@
 use crate::dtype::DType;
 use crate::operator::{arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
 use crate::ops::common::int_list;
-use crate::ops::compute_util::{grid_def, input, linearize, placeholders, unravel};
+use crate::ops::compute_util::{grid_def, input, placeholders, reshape_index};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::{checked_numel, Tensor};
@@ -170,11 +170,7 @@ impl Operator for Reshape {
             .ok_or_else(|| OpError::Shape("unresolved Reshape target".into()))?;
         let vars = placeholders(inputs);
         let def = grid_def(vars.clone(), x.dtype.to_ir(), &shape, |i| {
-            if shape.as_slice() == x.shape {
-                vars[0].at(i.to_vec())
-            } else {
-                vars[0].at(unravel(&linearize(i, &shape), x.shape))
-            }
+            vars[0].at(reshape_index(i, &shape, x.shape))
         })?;
         Ok(Some(def))
     }

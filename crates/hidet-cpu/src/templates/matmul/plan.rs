@@ -563,9 +563,14 @@ impl Plan {
             let dst = tile.at([ij[0].clone(), &ij[1] * self.w]).address();
             fb.call(Intrinsic::VectorStore, vec![dst, acc.at(ij.to_vec())]);
         });
-        // Fully unrolled, so the compiler sees whole rows of stores with
-        // constant offsets and turns them into vector stores.
-        let elements = mapping(repeat_unrolled([shape.rows, shape.cols]));
+        // Each row unrolled, so the compiler sees a whole row of stores with
+        // constant offsets and turns it into vector stores; the rows stay a
+        // loop, which keeps the fused epilogue's code (and compile time) small.
+        let elements = mapping(repeat_with(
+            [shape.rows, shape.cols],
+            vec![0, 1],
+            vec![LoopKind::Serial, LoopKind::Unroll(None)],
+        ));
         fb.for_each(elements.on(0), |fb, ij| {
             let value = tile.at(ij.to_vec());
             self.store_c(fb, &at.batch, row0 + &ij[0], col0 + &ij[1], value);
