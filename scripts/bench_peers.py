@@ -110,7 +110,10 @@ def model_cases() -> list[Case]:
         manifest = json.loads((folder / "manifest.json").read_text()) if (folder / "manifest.json").exists() else {}
         inputs = {}
         for entry in manifest.get("inputs", []):
-            inputs[entry["name"]] = np.load(folder / entry["file"])
+            path = folder / entry["file"]
+            if not path.exists():
+                path = folder / "inputs" / entry["file"]
+            inputs[entry["name"]] = np.load(path)
         if not inputs:
             for npy in sorted((folder / "inputs").glob("*.npy")):
                 inputs[npy.stem] = np.load(npy)
@@ -204,6 +207,7 @@ def main(argv: list[str]) -> int:
 
     rng = np.random.default_rng(0)
     work = ROOT / "target" / "bench-cases"
+    work.mkdir(parents=True, exist_ok=True)
     cases = ([] if args.no_models else model_cases()) + ([] if args.no_ops else op_cases(work, rng))
     if args.only:
         cases = [c for c in cases if any(s in c.name for s in args.only)]
