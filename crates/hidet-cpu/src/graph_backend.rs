@@ -63,7 +63,7 @@ fn distinct_units(
             module
         })
         .collect();
-    let sources = parallel_map(&modules, jobs, |m| crate::emit_source(m, build_opts));
+    let sources = parallel_map(&modules, jobs, None, |m| crate::emit_source(m, build_opts));
     let mut units: Vec<Unit> = Vec::new();
     let mut by_source: std::collections::HashMap<String, usize> = Default::default();
     for (k, (module, source)) in modules.into_iter().zip(sources).enumerate() {
@@ -106,17 +106,9 @@ fn content_name(name: &str) -> String {
 }
 
 /// `f` applied to every item on at most `jobs` threads, taking items in `order` (indices of
-/// `items`; all of them when `None`). Results are in item order; an item whose call panicked
-/// gets `CpuError::Unsupported`.
+/// `items`; all of them in turn when `None`). Results are in item order; an item whose call
+/// panicked gets `CpuError::Unsupported`.
 fn parallel_map<T: Sync, R: Send>(
-    items: &[T],
-    jobs: usize,
-    f: impl Fn(&T) -> Result<R, crate::error::CpuError> + Sync,
-) -> Vec<Result<R, crate::error::CpuError>> {
-    parallel_map_ordered(items, jobs, None, f)
-}
-
-fn parallel_map_ordered<T: Sync, R: Send>(
     items: &[T],
     jobs: usize,
     order: Option<&[usize]>,
@@ -166,7 +158,7 @@ fn build_in_parallel(
 ) -> Vec<Result<CompiledModule, crate::error::CpuError>> {
     let mut order: Vec<usize> = (0..units.len()).collect();
     order.sort_by_key(|&u| std::cmp::Reverse(units[u].source.len()));
-    parallel_map_ordered(units, jobs, Some(&order), |unit| {
+    parallel_map(units, jobs, Some(&order), |unit| {
         let built = crate::build_from_source(&unit.module, &unit.source, build_opts);
         if let (Ok(_), Some(p)) = (&built, opts.progress.as_ref()) {
             p.report(CompileProgress::Built {
