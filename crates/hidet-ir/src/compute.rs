@@ -246,6 +246,25 @@ impl ComputeDef {
         Ok(def)
     }
 
+    /// Floating-point operations of the reductions, counting a multiply-add as two: the sum
+    /// over every reduce node of (output elements × reduced elements × 2). `None` when there
+    /// is no reduction or an extent is not a constant. Element-wise work is not counted.
+    pub fn reduction_flops(&self) -> Option<f64> {
+        let mut total = None;
+        for (out, node) in &self.nodes {
+            let ComputeNode::Reduce { reduce_shape, .. } = node else {
+                continue;
+            };
+            let out_elems: i64 = out.ty().as_tensor()?.layout.const_shape()?.iter().product();
+            let reduced = reduce_shape
+                .iter()
+                .map(Expr::as_int)
+                .try_fold(1i64, |acc, e| e.map(|e| acc * e))?;
+            *total.get_or_insert(0.0) += 2.0 * out_elems as f64 * reduced as f64;
+        }
+        total
+    }
+
     /// Checks that every read names an input or an earlier node with the
     /// right number of indices, that axes match ranks, and that every output
     /// is defined.

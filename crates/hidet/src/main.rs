@@ -68,6 +68,10 @@ enum Command {
         /// Also run the reference executor once and report the largest output difference.
         #[arg(long)]
         check: bool,
+        /// Time every kernel of the launch list over the timed runs and print the slowest,
+        /// with GFLOP/s where the kernel reduces (matmul, convolution).
+        #[arg(long, conflicts_with = "reference")]
+        profile: bool,
         /// List the built-in models instead.
         #[arg(long)]
         list: bool,
@@ -136,6 +140,7 @@ fn main() -> ExitCode {
             json,
             reference,
             check,
+            profile,
             list,
         } => match model {
             Some(model) if !list => cli::bench::run(&cli::bench::BenchArgs {
@@ -147,6 +152,7 @@ fn main() -> ExitCode {
                 json,
                 reference,
                 check,
+                profile,
             }),
             _ => {
                 cli::bench::list_zoo();

@@ -78,6 +78,53 @@ fn bench_json_has_the_fields_and_matches_the_reference() {
 }
 
 #[test]
+fn bench_profile_times_every_kernel() {
+    let cache = tempfile::tempdir().unwrap();
+    let args = [
+        "bench",
+        "zoo:tiny_cnn",
+        "--runs",
+        "3",
+        "--warmup",
+        "1",
+        "--threads",
+        "2",
+    ];
+    let mut with_json = args.to_vec();
+    with_json.extend(["--profile", "--json"]);
+    let o = hidet(cache.path(), &with_json);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v = last_json(&o);
+    let rows = v["profile"].as_array().expect("a profile array");
+    assert_eq!(
+        rows.len() as f64,
+        num(&v, "kernels"),
+        "one row per kernel step: {v}"
+    );
+    let medians: Vec<f64> = rows.iter().map(|r| num(r, "median_ms")).collect();
+    assert!(
+        medians.windows(2).all(|w| w[0] >= w[1]),
+        "slowest first: {medians:?}"
+    );
+    assert!(medians.iter().all(|&m| m >= 0.0));
+    assert!(
+        rows.iter()
+            .any(|r| r["label"].as_str().is_some_and(|l| l.contains("conv"))
+                && num(r, "gflops") > 0.0),
+        "the convolution kernel reports GFLOP/s: {v}"
+    );
+    let report = text(&o.stdout);
+    assert!(
+        report.contains("profile:") && report.contains("GFLOP/s"),
+        "{report}"
+    );
+    let mut reference = args.to_vec();
+    reference.extend(["--profile", "--reference"]);
+    let o = hidet(cache.path(), &reference);
+    assert!(!o.status.success(), "--profile times compiled kernels only");
+}
+
+#[test]
 fn bench_fills_token_ids_and_masks_for_a_transformer() {
     let cache = tempfile::tempdir().unwrap();
     let o = hidet(

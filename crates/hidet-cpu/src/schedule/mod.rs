@@ -35,6 +35,7 @@
 //! definition (one reduction per definition always schedules).
 
 mod error;
+mod guards;
 mod injective;
 mod params;
 mod plan;

@@ -7,11 +7,13 @@
 //! axes with a vectorized innermost loop.
 
 use super::error::ScheduleError;
+use super::guards;
 use super::params::Kernel;
 use super::plan::{RowOutput, RowPlan};
 use super::select::{select_min_max, selects_for_min_max};
 use super::threads::{bind_all, parallel_items, product, unravel};
 use super::vectorize::vectorize;
+use crate::signature::eval_index;
 use hidet_ir::builder::FunctionBuilder;
 use hidet_ir::compute::{tensor_dtype, tensor_shape, ComputeDef, ComputeNode, ReduceKind};
 use hidet_ir::dtype::DataType;
@@ -36,6 +38,9 @@ pub(crate) fn emit_rows(
     threads: i64,
 ) -> Result<(), ScheduleError> {
     let domain: Vec<Expr> = plan.domain.iter().map(|d| kernel.extent(d)).collect();
+    if lane_blocked(kernel, def, plan, &domain, lanes) {
+        return emit_lane_rows(fb, kernel, def, plan, &domain, lanes, threads);
+    }
     let rows = product(&domain);
     let mut failure = None;
     parallel_items(fb, &rows, threads, |fb, item| {
@@ -56,6 +61,335 @@ pub(crate) fn emit_rows(
         });
     })?;
     failure.map_or(Ok(()), Err)
+}
+
+/// Whether `plan` takes the lane-blocked form (see [`emit_lane_rows`]): the rows' innermost
+/// dimension is a constant of at least `lanes / 2`, every reduction is over a constant
+/// shape that the contiguous vector fold cannot take (its innermost extent is shorter than
+/// `lanes`, or the value is not contiguous along it), and every grid output is computed at
+/// its row alone (no axes of its own).
+fn lane_blocked(
+    kernel: &Kernel,
+    def: &ComputeDef,
+    plan: &RowPlan,
+    domain: &[Expr],
+    lanes: u16,
+) -> bool {
+    let wide = domain
+        .last()
+        .and_then(Expr::as_int)
+        .is_some_and(|w| 2 * w >= i64::from(lanes));
+    let reductions_fit = plan.reduces.iter().all(|&k| {
+        let (var, node) = &def.nodes[k];
+        let ComputeNode::Reduce {
+            axes,
+            reduce_axes,
+            reduce_shape,
+            value,
+            ..
+        } = node
+        else {
+            return false;
+        };
+        let rshape: Vec<Expr> = reduce_shape.iter().map(|d| kernel.extent(d)).collect();
+        if rshape.iter().any(|d| d.as_int().is_none()) {
+            return false;
+        }
+        let acc_t = accumulator_dtype(tensor_dtype(var).unwrap_or(DataType::F32));
+        let identity: HashMap<Var, Expr> = axes.iter().map(|a| (a.clone(), a.expr())).collect();
+        contiguous_fold(
+            kernel,
+            value,
+            reduce_axes,
+            &rshape,
+            &identity,
+            &HashMap::new(),
+            acc_t,
+            lanes,
+        )
+        .is_none()
+    });
+    let outputs_at_row = plan.outputs.iter().all(|out| match &def.nodes[out.node].1 {
+        ComputeNode::Reduce { .. } => true,
+        ComputeNode::Grid { axes, .. } => {
+            let shape = tensor_shape(&def.nodes[out.node].0);
+            (0..axes.len()).all(|a| {
+                out.binding.contains(&Some(a)) || kernel.extent(&shape[a]).as_int() == Some(1)
+            })
+        }
+    });
+    wide && reductions_fit && outputs_at_row
+}
+
+/// The lane-blocked row loop, for many short reductions (pooling windows, depthwise
+/// convolutions): one parallel loop over the rows' outer dimensions; the innermost dimension
+/// is cut into blocks of `lanes` rows, and each block keeps one accumulator per row in a
+/// register array, folds every reduction point into all of them in a `LoopKind::Vectorize`
+/// loop across the block, then writes the block's outputs in another.
+fn emit_lane_rows(
+    fb: &mut FunctionBuilder,
+    kernel: &Kernel,
+    def: &ComputeDef,
+    plan: &RowPlan,
+    domain: &[Expr],
+    lanes: u16,
+    threads: i64,
+) -> Result<(), ScheduleError> {
+    let (inner, outer) = domain
+        .split_last()
+        .expect("lane_blocked checked a last dimension");
+    let width = inner
+        .as_int()
+        .expect("lane_blocked checked a constant width");
+    let block = i64::from(lanes);
+    let (a, b) = interior_columns(kernel, def, plan, width);
+    let mut failure = None;
+    parallel_items(fb, &product(outer), threads, |fb, item| {
+        bind_all(fb, "i", &unravel(&item, outer), |fb, outer_index| {
+            for (start, end) in [(0, a), (a, b), (b, width)] {
+                let (full, tail) = ((end - start) / block, (end - start) % block);
+                if full > 0 {
+                    fb.for_range("jb", full, |fb, jb| {
+                        let first = jb * block + start;
+                        if let Err(e) =
+                            lane_block(fb, kernel, def, plan, &outer_index, &first, block)
+                        {
+                            failure = Some(e);
+                        }
+                    });
+                }
+                if tail > 0 {
+                    let first = Expr::int(start + full * block);
+                    if let Err(e) = lane_block(fb, kernel, def, plan, &outer_index, &first, tail) {
+                        failure = Some(e);
+                    }
+                }
+            }
+        });
+    })?;
+    failure.map_or(Ok(()), Err)
+}
+
+/// Window points evaluated at compile time to find the interior columns, at most.
+const INTERIOR_SEARCH: i64 = 1 << 20;
+
+/// The columns `a..b` of the rows' innermost dimension (of extent `width`) at which every
+/// bounds guard that depends on that column alone (and on the window) holds for the whole
+/// window: there, blocks of rows can drop those guards. The guards are monotone, so these
+/// columns are one interval; `(0, width)` when no guard depends on the column or the search
+/// would be too long, `(0, 0)` when no column is interior.
+fn interior_columns(kernel: &Kernel, def: &ComputeDef, plan: &RowPlan, width: i64) -> (i64, i64) {
+    let mut inside = vec![true; usize::try_from(width).unwrap_or(0)];
+    for &k in &plan.reduces {
+        let ComputeNode::Reduce {
+            axes,
+            reduce_axes,
+            reduce_shape,
+            value,
+            ..
+        } = &def.nodes[k].1
+        else {
+            continue;
+        };
+        let Some(column) = axes.last() else {
+            continue;
+        };
+        let rshape: Vec<i64> = reduce_shape
+            .iter()
+            .filter_map(|d| kernel.extent(d).as_int())
+            .collect();
+        let points: i64 = rshape.iter().product();
+        if rshape.len() != reduce_shape.len() || points.saturating_mul(width) > INTERIOR_SEARCH {
+            return (0, width);
+        }
+        let own: Vec<Expr> = guards::index_guards(value)
+            .into_iter()
+            .filter(|g| {
+                guards::variables(g)
+                    .iter()
+                    .all(|v| v == column || reduce_axes.contains(v))
+            })
+            .collect();
+        for (w, ok) in inside.iter_mut().enumerate() {
+            for p in 0..points {
+                let mut env: HashMap<u64, i64> = HashMap::from([(column.id(), w as i64)]);
+                let mut rest = p;
+                for (r, n) in reduce_axes.iter().zip(&rshape).rev() {
+                    env.insert(r.id(), rest % n);
+                    rest /= n;
+                }
+                *ok &= own
+                    .iter()
+                    .all(|g| eval_index(g, &env).is_ok_and(|holds| holds != 0));
+            }
+        }
+    }
+    let first = inside.iter().position(|&ok| ok);
+    let last = inside.iter().rposition(|&ok| ok);
+    match (first, last) {
+        (Some(a), Some(b)) => (a as i64, b as i64 + 1),
+        _ => (0, 0),
+    }
+}
+
+/// Reduction windows of at most this many points are unrolled in the lane-blocked form, so
+/// that the C compiler vectorizes the lane loop around them.
+const UNROLLED_WINDOW: i64 = 64;
+
+/// One block of `count` consecutive rows starting at `first` in the innermost dimension.
+/// When the reductions read through bounds guards (padded windows), the block is emitted
+/// twice: a guard-free copy taken when every guard holds on the whole block and window
+/// (checked at the corners, see [`guards`](super::guards)), and the guarded copy otherwise.
+fn lane_block(
+    fb: &mut FunctionBuilder,
+    kernel: &Kernel,
+    def: &ComputeDef,
+    plan: &RowPlan,
+    outer: &[Expr],
+    first: &Expr,
+    count: i64,
+) -> Result<(), ScheduleError> {
+    let mut inside: Option<Expr> = None;
+    for &k in &plan.reduces {
+        let ComputeNode::Reduce {
+            axes,
+            reduce_axes,
+            reduce_shape,
+            value,
+            ..
+        } = &def.nodes[k].1
+        else {
+            continue;
+        };
+        let found = guards::index_guards(value);
+        let Some(last) = axes.last().filter(|_| !found.is_empty()) else {
+            continue;
+        };
+        let mut ranges = vec![(last.clone(), first.clone(), first + (count - 1))];
+        for (r, n) in reduce_axes.iter().zip(reduce_shape) {
+            ranges.push((r.clone(), Expr::int(0), kernel.extent(n) - 1));
+        }
+        let env: HashMap<Var, Expr> = axes.iter().cloned().zip(outer.iter().cloned()).collect();
+        let check = kernel.rename(&guards::hold_on_box(&found, &ranges), &env, &HashMap::new());
+        inside = Some(match inside {
+            None => check,
+            Some(c) => c.and(check),
+        });
+    }
+    match inside {
+        None => lane_loop(fb, kernel, def, plan, outer, first, count, false),
+        Some(check) => {
+            let (mut fast, mut guarded) = (Ok(()), Ok(()));
+            fb.if_then_else(
+                check,
+                |fb| fast = lane_loop(fb, kernel, def, plan, outer, first, count, true),
+                |fb| guarded = lane_loop(fb, kernel, def, plan, outer, first, count, false),
+            );
+            fast.and(guarded)
+        }
+    }
+}
+
+/// The `LoopKind::Vectorize` loop over a block's rows, each folding every reduction into a
+/// register (windows unrolled up to [`UNROLLED_WINDOW`] points) and writing its outputs;
+/// with `assume_inside`, every bounds guard of the reductions is taken as true.
+#[allow(clippy::too_many_arguments)]
+fn lane_loop(
+    fb: &mut FunctionBuilder,
+    kernel: &Kernel,
+    def: &ComputeDef,
+    plan: &RowPlan,
+    outer: &[Expr],
+    first: &Expr,
+    count: i64,
+    assume_inside: bool,
+) -> Result<(), ScheduleError> {
+    let mut failure = None;
+    fb.for_range_with("l", count, LoopKind::Vectorize, |fb, l| {
+        let mut row = outer.to_vec();
+        row.push(first + l);
+        let mut accs: HashMap<Var, Expr> = HashMap::new();
+        for &k in &plan.reduces {
+            let (var, node) = &def.nodes[k];
+            let ComputeNode::Reduce {
+                axes,
+                reduce_axes,
+                reduce_shape,
+                kind,
+                value,
+            } = node
+            else {
+                continue;
+            };
+            let dtype = tensor_dtype(var).unwrap_or(DataType::F32);
+            let acc_t = accumulator_dtype(dtype);
+            let kind = *kind;
+            let value = if assume_inside {
+                guards::assume(value, &guards::index_guards(value))
+            } else {
+                value.clone()
+            };
+            let acc = fb.var("acc", kind.identity(acc_t));
+            let env: HashMap<Var, Expr> = axes.iter().cloned().zip(row.iter().cloned()).collect();
+            let mut fold = |fb: &mut FunctionBuilder, r: &[Expr]| {
+                let mut env = env.clone();
+                env.extend(reduce_axes.iter().cloned().zip(r.iter().cloned()));
+                let v = cast_to(kernel.rename(&value, &env, &accs), acc_t);
+                fb.assign(
+                    &acc,
+                    combine_scalar(kind, acc.expr(), selects_for_min_max(&v)),
+                );
+            };
+            let rshape: Vec<i64> = reduce_shape
+                .iter()
+                .filter_map(|d| kernel.extent(d).as_int())
+                .collect();
+            if rshape.len() == reduce_shape.len()
+                && rshape.iter().product::<i64>() <= UNROLLED_WINDOW
+            {
+                match repeat_unrolled(rshape) {
+                    Ok(window) => fb.for_each(window.on(0), |fb, r| fold(fb, r)),
+                    Err(e) => failure = Some(e.into()),
+                }
+            } else {
+                let rshape: Vec<Expr> = reduce_shape.iter().map(|d| kernel.extent(d)).collect();
+                nest(fb, &rshape, &mut fold);
+            }
+            accs.insert(var.clone(), cast_to(acc.expr(), dtype));
+        }
+        for out in &plan.outputs {
+            write_output(fb, kernel, def, out, &row, &accs);
+        }
+    });
+    failure.map_or(Ok(()), Err)
+}
+
+/// The value of a reduction along its innermost axis as a function of a lane variable,
+/// when `lanes`-wide contiguous vector loads can fold it: `f32` accumulation, an innermost
+/// extent of at least `lanes` (or unknown), and a value [`vectorize`] accepts.
+#[allow(clippy::too_many_arguments)]
+fn contiguous_fold(
+    kernel: &Kernel,
+    value: &Expr,
+    reduce_axes: &[Var],
+    rshape: &[Expr],
+    env: &HashMap<Var, Expr>,
+    accs: &HashMap<Var, Expr>,
+    acc_t: DataType,
+    lanes: u16,
+) -> Option<(Var, Expr)> {
+    let (r_last, n_last) = (reduce_axes.last()?, rshape.last()?);
+    if acc_t != DataType::F32 || lanes <= 1 {
+        return None;
+    }
+    let lane = Var::new("lane", DataType::I32);
+    let mut lane_env = env.clone();
+    lane_env.insert(r_last.clone(), lane.expr());
+    let scalar = cast_to(kernel.rename(value, &lane_env, accs), acc_t);
+    let long_enough = n_last.as_int().is_none_or(|n| n >= i64::from(lanes));
+    vectorize(&scalar, &lane, &lane.expr(), lanes)
+        .filter(|_| long_enough)
+        .map(|_| (lane, scalar))
 }
 
 /// The accumulator type of a reduction producing `dtype`: `f32` for
@@ -118,20 +452,16 @@ fn reduce_row(
     let acc = fb.var("acc", kind.identity(acc_t));
     let body_value = |env: &HashMap<Var, Expr>| cast_to(kernel.rename(value, env, accs), acc_t);
     let per_lane = matches!(kind, ReduceKind::Max | ReduceKind::Min);
-
-    let vector_body = match (reduce_axes.last(), rshape.last()) {
-        (Some(r_last), Some(n_last)) if acc_t == DataType::F32 && lanes > 1 => {
-            let lane = Var::new("lane", DataType::I32);
-            let mut lane_env = env.clone();
-            lane_env.insert(r_last.clone(), lane.expr());
-            let scalar = body_value(&lane_env);
-            let long_enough = n_last.as_int().is_none_or(|n| n >= i64::from(lanes));
-            vectorize(&scalar, &lane, &lane.expr(), lanes)
-                .filter(|_| long_enough)
-                .map(|_| (lane, scalar))
-        }
-        _ => None,
-    };
+    let vector_body = contiguous_fold(
+        kernel,
+        value,
+        reduce_axes,
+        &rshape,
+        &env,
+        accs,
+        acc_t,
+        lanes,
+    );
     match vector_body {
         Some((lane, scalar)) if per_lane => {
             let w = i64::from(lanes);
@@ -254,7 +584,8 @@ fn nest(
 }
 
 /// Writes output `out` for `row`: a reduction at the row's index, or a grid
-/// over its axes not bound to the row (innermost loop vectorized).
+/// over its axes not bound to the row (innermost loop vectorized; axes of
+/// extent 1 are not looped).
 fn write_output(
     fb: &mut FunctionBuilder,
     kernel: &Kernel,
@@ -273,7 +604,9 @@ fn write_output(
         }
         ComputeNode::Grid { axes, value } => {
             let shape = tensor_shape(var);
-            let mut index: Vec<Option<Expr>> = vec![None; axes.len()];
+            let mut index: Vec<Option<Expr>> = (0..axes.len())
+                .map(|a| (kernel.extent(&shape[a]).as_int() == Some(1)).then(|| Expr::int(0)))
+                .collect();
             for (d, b) in out.binding.iter().enumerate() {
                 if let Some(axis) = b {
                     index[*axis] = Some(row[d].clone());

@@ -72,6 +72,7 @@ enum Step {
         kernel: usize,
         /// `(value, written)` per kernel argument.
         args: Vec<(ValueId, bool)>,
+        info: StepInfo,
     },
     Host {
         node: String,
@@ -80,6 +81,20 @@ enum Step {
         inputs: Vec<Option<ValueId>>,
         outputs: Vec<Option<ValueId>>,
     },
+}
+
+/// What [`CompiledGraph::run_profiled`] returns: the named outputs and each step's time.
+pub type ProfiledRun = (Vec<(String, Tensor)>, Vec<Duration>);
+
+/// One entry of the launch list, as a profile names it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepInfo {
+    /// The kernel's task name and the graph node it is anchored at (or its first node); for
+    /// a host step, `host` with the operator type and node name.
+    pub label: String,
+    /// Floating-point operations of the step's reductions (see
+    /// [`ComputeDef::reduction_flops`](hidet_ir::compute::ComputeDef::reduction_flops)).
+    pub flops: Option<f64>,
 }
 
 /// What a compilation produced.
@@ -278,7 +293,21 @@ impl<B: Backend> CompiledGraph<B> {
                         .map(|v| (*v, false))
                         .chain(task.outputs.iter().map(|v| (*v, true)))
                         .collect();
-                    steps.push(Step::Kernel { kernel: *t, args });
+                    let at = task
+                        .anchor
+                        .as_ref()
+                        .map(|a| a.node)
+                        .or(task.nodes.first().copied());
+                    let node_name = at.map(|n| graph.nodes()[n.0].name.as_str()).unwrap_or("");
+                    let info = StepInfo {
+                        label: format!("{} {node_name}", task.name),
+                        flops: task.def.reduction_flops(),
+                    };
+                    steps.push(Step::Kernel {
+                        kernel: *t,
+                        args,
+                        info,
+                    });
                     report.kernels += 1;
                 }
                 (GroupKind::Alias, _) => {
@@ -425,7 +454,7 @@ impl<B: Backend> CompiledGraph<B> {
         let (cbase, rbase) = (self.backend.base(&self.consts), self.backend.base(&arena));
         let mut addresses = Vec::with_capacity(self.steps.len());
         for step in &self.steps {
-            let Step::Kernel { kernel, args } = step else {
+            let Step::Kernel { kernel, args, .. } = step else {
                 addresses.push(Vec::new());
                 continue;
             };
@@ -468,11 +497,42 @@ impl<B: Backend> CompiledGraph<B> {
     /// Runs on named inputs, which must have exactly the dtypes and shapes this graph was
     /// compiled for; returns every graph output as (name, tensor), in output order.
     pub fn run(&self, inputs: &[(String, Tensor)]) -> Result<Vec<(String, Tensor)>, CompiledError> {
+        self.run_tensors(inputs, None)
+    }
+
+    /// [`CompiledGraph::run`] that also times every step of the launch list: the returned
+    /// durations are in [`CompiledGraph::steps`] order. Kernels run exactly as in `run`; the
+    /// only cost added is one clock read per step.
+    pub fn run_profiled(&self, inputs: &[(String, Tensor)]) -> Result<ProfiledRun, CompiledError> {
+        let mut times = Vec::with_capacity(self.steps.len());
+        let outputs = self.run_tensors(inputs, Some(&mut times))?;
+        Ok((outputs, times))
+    }
+
+    /// The launch list, in run order.
+    pub fn steps(&self) -> Vec<StepInfo> {
+        self.steps
+            .iter()
+            .map(|step| match step {
+                Step::Kernel { info, .. } => info.clone(),
+                Step::Host { node, op_type, .. } => StepInfo {
+                    label: format!("host {op_type} {node}"),
+                    flops: None,
+                },
+            })
+            .collect()
+    }
+
+    fn run_tensors(
+        &self,
+        inputs: &[(String, Tensor)],
+        times: Option<&mut Vec<Duration>>,
+    ) -> Result<Vec<(String, Tensor)>, CompiledError> {
         let data: Vec<(String, Datum)> = inputs
             .iter()
             .map(|(n, t)| (n.clone(), Datum::Tensor(t.clone())))
             .collect();
-        self.run_data(&data)?
+        self.run_data_with(&data, times)?
             .into_iter()
             .map(|(name, d)| match d {
                 Datum::Tensor(t) => Ok((name, t)),
@@ -491,6 +551,14 @@ impl<B: Backend> CompiledGraph<B> {
     pub fn run_data(
         &self,
         inputs: &[(String, Datum)],
+    ) -> Result<Vec<(String, Datum)>, CompiledError> {
+        self.run_data_with(inputs, None)
+    }
+
+    fn run_data_with(
+        &self,
+        inputs: &[(String, Datum)],
+        times: Option<&mut Vec<Duration>>,
     ) -> Result<Vec<(String, Datum)>, CompiledError> {
         let by_name: HashMap<&str, &Datum> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
         for (n, _) in inputs {
@@ -538,7 +606,7 @@ impl<B: Backend> CompiledGraph<B> {
             Some(s) => s,
             None => self.new_state()?,
         };
-        let result = self.run_with(&mut state, &by_name);
+        let result = self.run_with(&mut state, &by_name, times);
         state.host.iter_mut().for_each(|h| *h = None);
         if let Ok(mut pool) = self.pool.lock() {
             pool.push(state);
@@ -550,6 +618,7 @@ impl<B: Backend> CompiledGraph<B> {
         &self,
         state: &mut RunState<B>,
         inputs: &HashMap<&str, &Datum>,
+        mut times: Option<&mut Vec<Duration>>,
     ) -> Result<Vec<(String, Datum)>, CompiledError> {
         for v in &self.inputs {
             let slot = &self.values[v.0];
@@ -560,6 +629,7 @@ impl<B: Backend> CompiledGraph<B> {
             }
         }
         for (i, step) in self.steps.iter().enumerate() {
+            let started = times.is_some().then(Instant::now);
             match step {
                 Step::Kernel { kernel, .. } => {
                     // SAFETY: the addresses were computed for this state's arena and the
@@ -578,6 +648,9 @@ impl<B: Backend> CompiledGraph<B> {
                     inputs: ins,
                     outputs: outs,
                 } => self.run_host(state, inputs, node, op_type, op.as_ref(), ins, outs)?,
+            }
+            if let (Some(times), Some(t)) = (times.as_deref_mut(), started) {
+                times.push(t.elapsed());
             }
         }
         self.outputs

@@ -15,6 +15,6 @@ pub mod plan;
 pub use backend::{
     ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport, ProgressSink,
 };
-pub use graph::{CompileReport, CompiledError, CompiledGraph};
+pub use graph::{CompileReport, CompiledError, CompiledGraph, StepInfo};
 pub use model::CompiledModel;
 pub use plan::{plan_memory, BufferRequest, MemoryPlan};

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use hidet::graph::compiled::CompileOptions;
+use hidet::graph::compiled::{CompileOptions, StepInfo};
 use hidet::graph::Tensor;
 use hidet::pipeline::{self, PipelineError};
 use hidet::zoo::inputs::{complete_inputs, InputKind};
@@ -29,6 +29,8 @@ pub struct BenchArgs {
     pub reference: bool,
     /// Also run the reference executor once and report the largest difference.
     pub check: bool,
+    /// Time every step of the launch list during the timed runs.
+    pub profile: bool,
 }
 
 /// Latency statistics of `times` (non-empty), in milliseconds: (min, median, max, mean).
@@ -149,6 +151,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     let mut times = Vec::with_capacity(args.runs);
     let outputs;
     let mut check = None;
+    let mut profile: Option<Vec<ProfileRow>> = None;
     if args.reference {
         for _ in 0..args.warmup {
             pipeline::run_reference(&loaded.model, &inputs)?;
@@ -189,12 +192,27 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             compiled.run(&inputs).map_err(PipelineError::from)?;
         }
         let mut last = Vec::new();
+        let mut step_times: Vec<Vec<Duration>> = vec![Vec::new(); compiled.steps().len()];
         for _ in 0..args.runs {
             let t = Instant::now();
-            last = compiled.run(&inputs).map_err(PipelineError::from)?;
-            times.push(t.elapsed());
+            if args.profile {
+                let (out, per_step) = compiled
+                    .run_profiled(&inputs)
+                    .map_err(PipelineError::from)?;
+                times.push(t.elapsed());
+                last = out;
+                for (all, d) in step_times.iter_mut().zip(per_step) {
+                    all.push(d);
+                }
+            } else {
+                last = compiled.run(&inputs).map_err(PipelineError::from)?;
+                times.push(t.elapsed());
+            }
         }
         outputs = last;
+        if args.profile {
+            profile = Some(profile_rows(&compiled.steps(), &step_times));
+        }
         if args.check {
             let want = pipeline::run_reference(&loaded.model, &inputs)?;
             check = Some(compare(&outputs, &want)?);
@@ -224,6 +242,9 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     if let Some((abs, rel)) = check {
         println!("  vs reference: max abs diff {abs:.3e}, relative to max |ref| {rel:.3e}");
     }
+    if let Some(rows) = &profile {
+        print_profile(rows);
+    }
     println!(
         "latency over {} runs ({} warmup): min {min_ms:.3} ms, median {median_ms:.3} ms, max {max_ms:.3} ms, mean {mean_ms:.3} ms",
         args.runs, args.warmup
@@ -249,9 +270,89 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             obj["max_abs_diff"] = abs.into();
             obj["max_rel_diff"] = rel.into();
         }
+        if let Some(rows) = &profile {
+            obj["profile"] = rows
+                .iter()
+                .map(|r| {
+                    serde_json::json!({
+                        "step": r.step,
+                        "label": r.label,
+                        "median_ms": r.median_ms,
+                        "gflops": r.gflops,
+                    })
+                })
+                .collect();
+        }
         println!("{obj}");
     }
     Ok(())
+}
+
+/// One step of the launch list in a `--profile` report.
+#[derive(Debug, Clone)]
+struct ProfileRow {
+    /// Position in the launch list.
+    step: usize,
+    label: String,
+    median_ms: f64,
+    /// Achieved GFLOP/s of the step's reductions at the median time.
+    gflops: Option<f64>,
+}
+
+/// One row per step (the median of its times), slowest first.
+fn profile_rows(steps: &[StepInfo], times: &[Vec<Duration>]) -> Vec<ProfileRow> {
+    let mut rows: Vec<ProfileRow> = steps
+        .iter()
+        .zip(times)
+        .enumerate()
+        .filter(|(_, (_, t))| !t.is_empty())
+        .map(|(step, (info, t))| {
+            let (_, median_ms, _, _) = stats_ms(t);
+            ProfileRow {
+                step,
+                label: info.label.clone(),
+                median_ms,
+                gflops: info
+                    .flops
+                    .filter(|_| median_ms > 0.0)
+                    .map(|f| f / (median_ms * 1e6)),
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| b.median_ms.total_cmp(&a.median_ms));
+    rows
+}
+
+/// Prints the profile: the 25 slowest steps, then the total of the rest.
+fn print_profile(rows: &[ProfileRow]) {
+    const SHOWN: usize = 25;
+    let total: f64 = rows.iter().map(|r| r.median_ms).sum();
+    println!(
+        "profile: {} steps, {total:.3} ms in steps (sum of per-step medians)",
+        rows.len()
+    );
+    println!(
+        "  {:>4}  {:>9}  {:>6}  {:>8}  kernel",
+        "step", "ms", "share", "GFLOP/s"
+    );
+    for r in rows.iter().take(SHOWN) {
+        let gflops = r
+            .gflops
+            .map(|g| format!("{g:.1}"))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "  {:>4}  {:>9.3}  {:>5.1}%  {:>8}  {}",
+            r.step,
+            r.median_ms,
+            100.0 * r.median_ms / total.max(f64::MIN_POSITIVE),
+            gflops,
+            r.label
+        );
+    }
+    if rows.len() > SHOWN {
+        let rest: f64 = rows[SHOWN..].iter().map(|r| r.median_ms).sum();
+        println!("  ({} more steps: {rest:.3} ms)", rows.len() - SHOWN);
+    }
 }
 
 /// Prints the zoo (`hidet zoo`, `hidet bench --list`).
