@@ -401,6 +401,10 @@ impl Dialect for CDialect {
         }
     }
 
+    fn offset_type(&self) -> Option<&'static str> {
+        Some("int64_t")
+    }
+
     fn helper_qualifier(&self) -> &'static str {
         "static inline"
     }

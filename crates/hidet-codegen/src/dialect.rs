@@ -153,6 +153,14 @@ pub trait Dialect {
         uses: &mut Uses,
     ) -> Result<String, Unsupported>;
 
+    /// The type tensor element offsets are summed in, when it is wider than the index type:
+    /// each top-level term of an offset is converted to it before the sum, so that the C
+    /// compiler sees addresses that are affine in the loop variables (and vectorizes guarded
+    /// loads). `None` (the default) sums in the index type.
+    fn offset_type(&self) -> Option<&'static str> {
+        None
+    }
+
     /// `true` / `false`.
     fn bool_literal(&self, v: bool) -> String {
         if v { "true" } else { "false" }.to_string()

@@ -25,6 +25,7 @@ use hidet_ir::expr::{BinaryOp, Constant, Expr, ExprKind, UnaryOp, Var};
 use hidet_ir::function::{Function, IRModule};
 use hidet_ir::intrinsic::Intrinsic;
 use hidet_ir::passes::bounds::{bound_of, Interval, VarRanges};
+use hidet_ir::passes::simplify_expr;
 use hidet_ir::print::Printer;
 use hidet_ir::stmt::{Scope, Stmt};
 use hidet_ir::ty::Type;
@@ -510,6 +511,40 @@ impl<'a> FunctionEmitter<'a> {
         Ok(())
     }
 
+    /// `e` summed in type `wide`: each term of its top-level `+`/`-` chain converted first.
+    fn wide_sum(&mut self, e: &Expr, wide: &str) -> R<String> {
+        let mut terms: Vec<(Expr, bool)> = Vec::new();
+        fn split(e: &Expr, negative: bool, out: &mut Vec<(Expr, bool)>) {
+            match e.kind() {
+                ExprKind::Binary(BinaryOp::Add, a, b) => {
+                    split(a, negative, out);
+                    split(b, negative, out);
+                }
+                ExprKind::Binary(BinaryOp::Sub, a, b) => {
+                    split(a, negative, out);
+                    split(b, !negative, out);
+                }
+                _ => out.push((e.clone(), negative)),
+            }
+        }
+        split(e, false, &mut terms);
+        if terms.len() < 2 {
+            return self.expr(e);
+        }
+        let mut text = String::new();
+        for (i, (term, negative)) in terms.iter().enumerate() {
+            let t = self.expr(term)?;
+            let sign = match (i, negative) {
+                (0, false) => "",
+                (0, true) => "-",
+                (_, false) => " + ",
+                (_, true) => " - ",
+            };
+            let _ = write!(text, "{sign}({wide})({t})");
+        }
+        Ok(text)
+    }
+
     /// The lvalue of `tensor[indices]` and the element data type.
     fn element(&mut self, tensor: &Var, indices: &[Expr]) -> R<(String, DataType)> {
         let name = self.names.name(tensor);
@@ -523,8 +558,11 @@ impl<'a> FunctionEmitter<'a> {
                         indices.len()
                     )));
                 }
-                let offset = t.layout.offset(indices);
-                let off = self.expr(&offset)?;
+                let offset = simplify_expr(&t.layout.offset(indices), &VarRanges::default());
+                let off = match self.d.offset_type() {
+                    Some(wide) => self.wide_sum(&offset, wide)?,
+                    None => self.expr(&offset)?,
+                };
                 Ok((format!("{name}[{off}]"), t.dtype))
             }
             Type::Pointer(inner) => {

@@ -192,3 +192,25 @@ fn asserts_report_the_kernel_and_message() {
         "{c}"
     );
 }
+
+/// Element offsets are simplified (`(x / 8) * 8 + x % 8` is `x`) and summed in 64 bits, term
+/// by term, so that addresses stay affine in the loop variables for the C compiler.
+#[test]
+fn element_offsets_are_simplified_and_summed_in_64_bits() {
+    let mut fb = FunctionBuilder::cpu_kernel("k");
+    let x = fb.tensor_param("x", DataType::F32, [4, 8]);
+    let out = fb.tensor_param("out", DataType::F32, [32]);
+    fb.for_range("i", 32, |fb, i| {
+        let v = x.at([i.clone() / 8, i.clone() % 8]);
+        fb.store(&out, [i], v);
+    });
+    fb.for_range("r", 4, |fb, r| {
+        fb.for_range("c", 8, |fb, c| {
+            let v = x.at([r.clone(), c.clone()]);
+            fb.store(&out, [r.clone() * 8 + c], v);
+        });
+    });
+    let c = emit(fb.finish()).expect("emits");
+    assert!(c.contains("out[i] = x[i];"), "{c}");
+    assert!(c.contains("x[(int64_t)((r * 8)) + (int64_t)(c)]"), "{c}");
+}

@@ -637,6 +637,9 @@ fn add(a: &Expr, b: &Expr, t: DataType) -> Option<Expr> {
     if let Some(x) = recombine_div_mod(a, b) {
         return Some(x);
     }
+    if let Some(x) = recombine_linear(a, b, t) {
+        return Some(x);
+    }
     let (xa, ca) = split_const(a);
     let (xb, cb) = split_const(b);
     let c = ca.checked_add(cb)?;
@@ -666,6 +669,134 @@ fn recombine_div_mod(a: &Expr, b: &Expr) -> Option<Expr> {
         (c != 0 && c2.as_int() == Some(c) && c3.as_int() == Some(c) && x1 == x2).then(|| x1.clone())
     };
     try_pair(a, b).or_else(|| try_pair(b, a))
+}
+
+/// A sum `Σ coeff·atom + constant` of integer terms.
+#[derive(Debug, Default)]
+struct Linear {
+    terms: Vec<(Expr, i64)>,
+    constant: i64,
+}
+
+/// Distributing products by constants past this many terms is not attempted.
+const MAX_LINEAR_TERMS: usize = 32;
+
+impl Linear {
+    /// Adds `scale · e`, distributing `+`, `-` and products by constants; `None` on overflow
+    /// or when the sum grows past [`MAX_LINEAR_TERMS`].
+    fn add(&mut self, e: &Expr, scale: i64) -> Option<()> {
+        if let Some(c) = e.as_int() {
+            self.constant = self.constant.checked_add(c.checked_mul(scale)?)?;
+            return Some(());
+        }
+        match e.kind() {
+            ExprKind::Binary(BinaryOp::Add, x, y) => {
+                self.add(x, scale)?;
+                self.add(y, scale)
+            }
+            ExprKind::Binary(BinaryOp::Sub, x, y) => {
+                self.add(x, scale)?;
+                self.add(y, scale.checked_neg()?)
+            }
+            ExprKind::Binary(BinaryOp::Mul, x, k) if k.as_int().is_some() => {
+                self.add(x, scale.checked_mul(k.as_int()?)?)
+            }
+            ExprKind::Binary(BinaryOp::Mul, k, x) if k.as_int().is_some() => {
+                self.add(x, scale.checked_mul(k.as_int()?)?)
+            }
+            _ => {
+                let len = self.terms.len();
+                match self.terms.iter_mut().find(|(atom, _)| atom == e) {
+                    Some((_, c)) => *c = c.checked_add(scale)?,
+                    None if len < MAX_LINEAR_TERMS => self.terms.push((e.clone(), scale)),
+                    None => return None,
+                }
+                Some(())
+            }
+        }
+    }
+
+    /// Replaces a pair `m·c·(x / c) + m·(x % c)` (`c > 0`) by `m·x`; whether one was found.
+    fn recombine_one(&mut self) -> Option<bool> {
+        for i in 0..self.terms.len() {
+            let (div, a) = &self.terms[i];
+            let ExprKind::Binary(BinaryOp::Div, x, c) = div.kind() else {
+                continue;
+            };
+            let Some(c) = c.as_int().filter(|&c| c > 0) else {
+                continue;
+            };
+            if a % c != 0 {
+                continue;
+            }
+            let m = a / c;
+            let modulo = self.terms.iter().position(|(e, coeff)| {
+                *coeff == m
+                    && matches!(e.kind(), ExprKind::Binary(BinaryOp::Mod, y, k) if y == x && k.as_int() == Some(c))
+            });
+            if let Some(j) = modulo {
+                let x = x.clone();
+                let (first, second) = (i.max(j), i.min(j));
+                self.terms.remove(first);
+                self.terms.remove(second);
+                self.add(&x, m)?;
+                self.terms.retain(|(_, coeff)| *coeff != 0);
+                return Some(true);
+            }
+        }
+        Some(false)
+    }
+
+    fn build(&self, t: DataType) -> Option<Expr> {
+        let mut out: Option<Expr> = None;
+        for (atom, coeff) in &self.terms {
+            if !fits(*coeff, t) {
+                return None;
+            }
+            let (term, negative) = match *coeff {
+                1 => (atom.clone(), false),
+                -1 => (atom.clone(), true),
+                c if c < 0 => (atom * Expr::int_of(c.checked_neg()?, t), true),
+                c => (atom * Expr::int_of(c, t), false),
+            };
+            out = Some(match (out, negative) {
+                (None, false) => term,
+                (None, true) => Expr::int_of(0, t) - term,
+                (Some(sum), false) => sum + term,
+                (Some(sum), true) => sum - term,
+            });
+        }
+        if !fits(self.constant, t) {
+            return None;
+        }
+        Some(with_const(out.as_ref(), self.constant, t))
+    }
+}
+
+/// `a + b` with every `(x / c)·c·m + (x % c)·m` among its linear terms (products by
+/// constants distributed) recombined into `x·m`, exact for floor semantics; `None` when there
+/// is no such pair.
+fn recombine_linear(a: &Expr, b: &Expr, t: DataType) -> Option<Expr> {
+    let has_mod = |e: &Expr| {
+        let mut found = false;
+        e.visit(&mut |x| found |= matches!(x.kind(), ExprKind::Binary(BinaryOp::Mod, _, _)));
+        found
+    };
+    if !has_mod(a) && !has_mod(b) {
+        return None;
+    }
+    let mut linear = Linear::default();
+    linear.add(a, 1)?;
+    linear.add(b, 1)?;
+    let mut changed = false;
+    while linear.recombine_one()? {
+        changed = true;
+    }
+    if changed {
+        linear.build(t)
+    } else {
+        None
+    }
 }
 
 /// The terms of a sum `t1 + t2 + …`.
@@ -885,5 +1016,56 @@ mod tests {
         let e = simplify_expr(&((&x / 4) * 4 + &x % 4 + 0), &r);
         assert_eq!(e, x.expr());
         assert!(size(&simplify_expr(&(&x * 1 + 0 - 0), &r)) == 1);
+    }
+    /// Integer value of `e` under `env` (floor division), for the tests' brute-force checks.
+    fn eval(e: &Expr, env: &HashMap<Var, i64>) -> i64 {
+        match e.kind() {
+            ExprKind::Const(Constant::Int(v, _)) => *v,
+            ExprKind::Var(v) => env[v],
+            ExprKind::Binary(op, a, b) => {
+                let (x, y) = (eval(a, env), eval(b, env));
+                match op {
+                    BinaryOp::Add => x + y,
+                    BinaryOp::Sub => x - y,
+                    BinaryOp::Mul => x * y,
+                    BinaryOp::Div => x.div_euclid(y),
+                    BinaryOp::Mod => x.rem_euclid(y),
+                    other => panic!("unexpected operator {other:?}"),
+                }
+            }
+            other => panic!("unexpected expression {other:?}"),
+        }
+    }
+
+    /// The flat offset of an im2col read of a 3x3, stride-1, pad-1 convolution over a
+    /// 56-wide image, `((n/56 + dy - 1)·56 + (n%56 + dx - 1))`, is `n + 56·dy + dx - 57`:
+    /// affine in the column `n`, so consecutive columns are consecutive addresses.
+    #[test]
+    fn im2col_offsets_recombine_into_affine_columns() {
+        let r = VarRanges::new();
+        let (n, k) = (Var::new("n", DataType::I32), Var::new("k", DataType::I32));
+        let dy = &k.expr() / 3 % 3;
+        let dx = &k.expr() % 3;
+        let c = &k.expr() / 9;
+        let row = &n.expr() / 56 + dy - 1;
+        let col = &n.expr() % 56 + dx - 1;
+        let offset = c * 3136 + row * 56 + col;
+        let e = simplify_expr(&offset, &r);
+        let mut divides_n = false;
+        e.visit(&mut |x| {
+            if let ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, a, _) = x.kind() {
+                divides_n |= *a == n.expr();
+            }
+        });
+        assert!(!divides_n, "no n/56 or n%56 left in {e:?}");
+        for nv in [0, 1, 55, 56, 57, 3135, -3, 200] {
+            for kv in 0..27 {
+                let env = HashMap::from([(n.clone(), nv), (k.clone(), kv)]);
+                assert_eq!(eval(&e, &env), eval(&offset, &env), "n={nv} k={kv}");
+            }
+        }
+        // Without the matching modulo term, nothing is recombined.
+        let partial = &n.expr() / 56 * 56 + &n.expr() % 28;
+        assert_eq!(simplify_expr(&partial, &r), partial);
     }
 }

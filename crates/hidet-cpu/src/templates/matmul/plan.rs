@@ -376,11 +376,9 @@ impl Plan {
                     let gq = &at.qb0 + q;
                     let col0 = &gq * self.nr;
                     let copy = |fb: &mut FunctionBuilder, cols: i64, zeros: i64| {
-                        let copies = mapping(repeat_unrolled([cols]));
-                        fb.for_each(copies.on(0), |fb, jv| {
-                            let j = &jv[0];
-                            let value = self.b_at(&at.batch, krow.clone(), &col0 + j);
-                            fb.store(packed_b, [q.clone(), kk.clone(), j.clone()], value);
+                        fb.for_range_with("j", cols, LoopKind::Vectorize, |fb, j| {
+                            let value = self.b_at(&at.batch, krow.clone(), &col0 + &j);
+                            fb.store(packed_b, [q.clone(), kk.clone(), j], value);
                         });
                         if zeros > 0 {
                             let pads = mapping(repeat_unrolled([zeros]));
