@@ -312,3 +312,46 @@ fn identical_kernels_share_one_translation_unit() {
         assert_close(&f32s(&out[0].1), &want, "compiled");
     }
 }
+
+/// One-element constants (a scale, an exponent) become literals of the kernel: no buffer
+/// argument, and `pow(x, 3)` turns into multiplications the C compiler can vectorize.
+#[test]
+fn scalar_constants_are_inlined_as_literals() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(12);
+    let mut g = GraphBuilder::new("scaled_cube");
+    g.input("x", TensorType::fixed(DType::F32, &[M, K]));
+    g.initializer("s", Tensor::scalar(1.25f32));
+    g.initializer("p", Tensor::scalar(3.0f32));
+    g.node(node("Mul", &["x", "s"], "xs", Attributes::new()));
+    g.node(node("Pow", &["xs", "p"], "y", Attributes::new()));
+    g.output("y");
+    let graph = g.build(Registry::global()).unwrap();
+    let x = random(&mut rng, &[M, K]);
+    let want: Vec<f64> = f32s(&x)
+        .iter()
+        .map(|&v| (v as f64 * 1.25).powi(3))
+        .collect();
+    let compiled = CompiledGraph::compile(
+        &graph,
+        &[vec![M, K]],
+        Arc::new(backend(dir.path(), true)),
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    let report = compiled.report();
+    assert_eq!(report.kernels, 1, "{}", report.partition);
+    let (_, source) = report
+        .module
+        .sources
+        .first()
+        .expect("the kernel source is kept");
+    assert!(!source.contains("powf"), "{source}");
+    assert!(source.contains("1.25e0f"), "{source}");
+    assert!(
+        source.contains("(float* __restrict__ in0, float* __restrict__ out)"),
+        "only x and y are buffers: {source}"
+    );
+    let out = compiled.run(&[("x".to_string(), x)]).unwrap();
+    assert_close(&f32s(&out[0].1), &want, "compiled");
+}

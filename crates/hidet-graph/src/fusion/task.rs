@@ -15,6 +15,7 @@ use hidet_ir::expr::{Expr, ExprKind, Var};
 use super::index_map::invert_read;
 use super::partition::{Group, GroupKind};
 use super::specialize::{NodeMode, Specialization};
+use crate::dtype::DType;
 use crate::graph::{Graph, NodeId, ValueId};
 
 /// Why a group could not be turned into a task.
@@ -106,10 +107,33 @@ impl FusedTask {
         };
         let mut var_of: HashMap<ValueId, Var> = HashMap::new();
         let mut inputs = Vec::new();
+        let mut input_values = Vec::new();
+        let mut literals: HashMap<Var, Expr> = HashMap::new();
+        let anchor_operands: Vec<ValueId> = group
+            .anchor
+            .map(|a| {
+                graph.nodes()[a.0]
+                    .inputs
+                    .iter()
+                    .flatten()
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default();
         for (i, v) in group.inputs.iter().enumerate() {
             let var = value_var(graph, spec, *v, &format!("in{i}"))?;
             var_of.insert(*v, var.clone());
-            inputs.push(var);
+            let literal = scalar_literal(spec, *v)
+                .filter(|_| !anchor_operands.contains(v) && !group.outputs.contains(v));
+            match literal {
+                Some(literal) => {
+                    literals.insert(var, literal);
+                }
+                None => {
+                    inputs.push(var);
+                    input_values.push(*v);
+                }
+            }
         }
         let mut nodes: Vec<(Var, ComputeNode)> = Vec::new();
         let mut anchor_def = None;
@@ -132,7 +156,10 @@ impl FusedTask {
                 }
             }
             for (var, n) in &def.nodes {
-                nodes.push((var.clone(), redirect_node(n, &map)));
+                nodes.push((
+                    var.clone(),
+                    inline_literals(&redirect_node(n, &map), &literals),
+                ));
             }
             for (slot, v) in node.outputs.iter().enumerate() {
                 if let (Some(v), Some(out)) = (v, def.outputs.get(slot)) {
@@ -162,7 +189,7 @@ impl FusedTask {
         Ok(FusedTask {
             name,
             def,
-            inputs: group.inputs.clone(),
+            inputs: input_values,
             outputs: group.outputs.clone(),
             nodes: group.nodes.clone(),
             anchor,
@@ -205,6 +232,54 @@ fn value_var(
         info.dtype.to_ir(),
         shape.iter().map(|&d| d as i64),
     ))
+}
+
+/// The literal of a constant one-element `f32`, `f64`, `i32` or `i64` value with a finite
+/// value: kernels read it as a constant instead of from memory, so that the C compiler (and
+/// the simplifier) see it, e.g. `pow(x, 3)` or a scale.
+fn scalar_literal(spec: &Specialization, v: ValueId) -> Option<Expr> {
+    let t = spec.value(v).constant.as_ref().filter(|t| t.numel() == 1)?;
+    let dtype = t.dtype();
+    match dtype {
+        DType::F32 | DType::F64 => {
+            let x = *t.to_f64_vec().first()?;
+            x.is_finite().then(|| Expr::float_of(x, dtype.to_ir()))
+        }
+        DType::I32 | DType::I64 => Some(Expr::int_of(*t.to_i64_vec().first()?, dtype.to_ir())),
+        _ => None,
+    }
+}
+
+/// `n` with every read of a key of `literals` replaced by its literal.
+fn inline_literals(n: &ComputeNode, literals: &HashMap<Var, Expr>) -> ComputeNode {
+    if literals.is_empty() {
+        return n.clone();
+    }
+    let inline = |e: &Expr| {
+        e.rewrite(&mut |x| match x.kind() {
+            ExprKind::TensorElement { tensor, .. } => literals.get(tensor).cloned(),
+            _ => None,
+        })
+    };
+    match n {
+        ComputeNode::Grid { axes, value } => ComputeNode::Grid {
+            axes: axes.clone(),
+            value: inline(value),
+        },
+        ComputeNode::Reduce {
+            axes,
+            reduce_axes,
+            reduce_shape,
+            kind,
+            value,
+        } => ComputeNode::Reduce {
+            axes: axes.clone(),
+            reduce_axes: reduce_axes.clone(),
+            reduce_shape: reduce_shape.clone(),
+            kind: *kind,
+            value: inline(value),
+        },
+    }
 }
 
 /// `e` with every read of a key of `map` reading the mapped tensor instead.

@@ -422,10 +422,33 @@ fn rewrite_node(n: &Expr, ranges: &VarRanges) -> Option<Expr> {
                 None
             }
         }
+        ExprKind::Math(MathFunc::Pow, args) if args.len() == 2 => small_power(&args[0], &args[1]),
         _ => None,
     };
     let t = n.dtype()?;
     out.filter(|e| e != n).map(|e| as_type(&e, t))
+}
+
+/// `x^e` as multiplications for a float constant exponent `e` of 1, 2, 3 or 4 (`x` pure,
+/// so evaluating it repeatedly is harmless); these are exact up to the rounding of each
+/// product, and keep `pow` (a library call) out of vectorizable loops.
+fn small_power(x: &Expr, e: &Expr) -> Option<Expr> {
+    let ExprKind::Const(Constant::Float(p, _)) = e.kind() else {
+        return None;
+    };
+    if !x.dtype().is_some_and(|d| d.is_float()) || !is_pure(x) {
+        return None;
+    }
+    match *p {
+        1.0 => Some(x.clone()),
+        2.0 => Some(x * x),
+        3.0 => Some(&(x * x) * x),
+        4.0 => {
+            let sq = x * x;
+            Some(&sq * &sq)
+        }
+        _ => None,
+    }
 }
 
 fn unary(n: &Expr, op: UnaryOp, a: &Expr) -> Option<Expr> {

@@ -26,6 +26,13 @@ pub enum ThreadSplit {
 /// stack.
 pub const PARALLEL_K_MAX_ELEMENTS: i64 = 1 << 17;
 
+/// What packing one element of `A` costs, in multiply-adds of the micro-kernel: a scalar,
+/// transposing copy against one lane of a vector FMA.
+const PACK_A_COST: i64 = 16;
+/// What packing one element of `B` costs, in multiply-adds: a vector copy (with masks for
+/// fused prologues such as im2col).
+const PACK_B_COST: i64 = 2;
+
 /// The schedule of the matmul template; every field is a plain value chosen
 /// for the hardware, independent of the problem size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -197,8 +204,9 @@ impl MatmulSchedule {
 
     /// The thread grid for `shape` under this schedule's [`ThreadSplit`]:
     /// among the grids the split allows, the one whose busiest thread has
-    /// the fewest multiply-adds (rows exact, columns padded to `lanes`,
-    /// plus the reduction pass of parallel-k); on ties, the fewest idle
+    /// the least work: multiply-adds (rows exact, columns padded to `lanes`),
+    /// packing (weighted by [`PACK_A_COST`] and [`PACK_B_COST`]) and the
+    /// reduction pass of parallel-k; on ties, the fewest idle
     /// threads, the fewest `K` parts, then the most batch threads, then the
     /// most column threads.
     pub fn thread_grid(&self, shape: &MatmulShape) -> ThreadGrid {
@@ -240,7 +248,16 @@ impl MatmulSchedule {
         let cost = |g: &ThreadGrid| {
             let rows = (ceil_div(pm, g.rows) * self.mr).min(shape.m);
             let cols = (ceil_div(pn, g.cols) * self.nr).min(n_padded);
-            let work = ceil_div(shape.batch, g.batch) * rows * cols * ceil_div(shape.k, g.k);
+            let depth = ceil_div(shape.k, g.k);
+            let batches = ceil_div(shape.batch, g.batch);
+            let work = batches * rows * cols * depth;
+            // Each thread packs its rows of `A` once per column block and its columns of
+            // `B` once per row block.
+            let row_blocks = ceil_div(rows, self.mc.max(1));
+            let col_blocks = ceil_div(cols, self.nc.max(1));
+            let packing = batches
+                * depth
+                * (PACK_A_COST * rows * col_blocks + PACK_B_COST * cols * row_blocks);
             let reduce = if g.k > 1 {
                 4 * ceil_div(shape.batch * shape.m * shape.n * g.k, t)
             } else {
@@ -248,7 +265,7 @@ impl MatmulSchedule {
             };
             let busy =
                 g.k.min(shape.k) * g.batch.min(shape.batch) * g.rows.min(pm) * g.cols.min(pn);
-            (work + reduce, t - busy, g.k, -g.batch, -g.cols)
+            (work + packing + reduce, t - busy, g.k, -g.batch, -g.cols)
         };
         grids
             .into_iter()
