@@ -139,6 +139,8 @@ struct FunctionEmitter<'a> {
     out: String,
     indent: usize,
     cur: Option<&'a Stmt>,
+    /// The variable of the innermost enclosing loop.
+    innermost: Option<Var>,
 }
 
 type R<T> = Result<T, CodegenError>;
@@ -159,6 +161,7 @@ impl<'a> FunctionEmitter<'a> {
             out: String::new(),
             indent: 1,
             cur: None,
+            innermost: None,
         }
     }
 
@@ -349,7 +352,9 @@ impl<'a> FunctionEmitter<'a> {
                 self.line(&format!(
                     "for ({ty} {name} = 0; {name} < {ext}; {name}++) {{"
                 ));
+                let outer = self.innermost.replace(var.clone());
                 let r = self.nested(body);
+                self.innermost = outer;
                 self.ranges.restore(var, previous);
                 r?;
                 self.line("}");
@@ -511,6 +516,22 @@ impl<'a> FunctionEmitter<'a> {
         Ok(())
     }
 
+    /// Whether `offset` is not affine in the innermost loop variable (it divides it): such an
+    /// access vectorizes as a gather, which C compilers recognize only on an offset computed
+    /// in one type.
+    fn gathers(&self, offset: &Expr) -> bool {
+        let Some(var) = &self.innermost else {
+            return false;
+        };
+        let mut found = false;
+        offset.visit(&mut |e| {
+            if let ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, a, _) = e.kind() {
+                a.visit(&mut |x| found |= x.as_var() == Some(var));
+            }
+        });
+        found
+    }
+
     /// `e` summed in type `wide`: each term of its top-level `+`/`-` chain converted first.
     fn wide_sum(&mut self, e: &Expr, wide: &str) -> R<String> {
         let mut terms: Vec<(Expr, bool)> = Vec::new();
@@ -560,8 +581,8 @@ impl<'a> FunctionEmitter<'a> {
                 }
                 let offset = simplify_expr(&t.layout.offset(indices), &VarRanges::default());
                 let off = match self.d.offset_type() {
-                    Some(wide) => self.wide_sum(&offset, wide)?,
-                    None => self.expr(&offset)?,
+                    Some(wide) if !self.gathers(&offset) => self.wide_sum(&offset, wide)?,
+                    _ => self.expr(&offset)?,
                 };
                 Ok((format!("{name}[{off}]"), t.dtype))
             }

@@ -561,13 +561,14 @@ impl Plan {
             let dst = tile.at([ij[0].clone(), &ij[1] * self.w]).address();
             fb.call(Intrinsic::VectorStore, vec![dst, acc.at(ij.to_vec())]);
         });
-        // Each row unrolled, so the compiler sees a whole row of stores with
-        // constant offsets and turns it into vector stores; the rows stay a
-        // loop, which keeps the fused epilogue's code (and compile time) small.
+        // Each row is a SIMD loop, so the compiler turns a whole row into vector
+        // stores and the fused epilogue's selects (clip, relu) into blends rather
+        // than data-dependent branches; the rows stay a loop, which keeps the
+        // epilogue's code (and compile time) small.
         let elements = mapping(repeat_with(
             [shape.rows, shape.cols],
             vec![0, 1],
-            vec![LoopKind::Serial, LoopKind::Unroll(None)],
+            vec![LoopKind::Serial, LoopKind::Vectorize],
         ));
         fb.for_each(elements.on(0), |fb, ij| {
             let value = tile.at(ij.to_vec());

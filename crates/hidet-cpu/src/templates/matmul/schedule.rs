@@ -33,6 +33,10 @@ const PACK_A_COST: i64 = 16;
 /// fused prologues such as im2col).
 const PACK_B_COST: i64 = 2;
 
+/// What the second pass of parallel-k costs per partial sum, in multiply-adds: a store to
+/// the stack buffer and a load and add in a separate parallel loop.
+const REDUCE_COST: i64 = 16;
+
 /// The schedule of the matmul template; every field is a plain value chosen
 /// for the hardware, independent of the problem size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -259,7 +263,7 @@ impl MatmulSchedule {
                 * depth
                 * (PACK_A_COST * rows * col_blocks + PACK_B_COST * cols * row_blocks);
             let reduce = if g.k > 1 {
-                4 * ceil_div(shape.batch * shape.m * shape.n * g.k, t)
+                REDUCE_COST * ceil_div(shape.batch * shape.m * shape.n * g.k, t)
             } else {
                 0
             };
