@@ -405,6 +405,27 @@ impl Dialect for CDialect {
         Some("int64_t")
     }
 
+    fn unconditional_gather(
+        &self,
+        ptr: &str,
+        offset: &str,
+        cond: &str,
+        other: &str,
+        dtype: DataType,
+        uses: &mut Uses,
+    ) -> Option<String> {
+        if dtype != DataType::F32 {
+            return None;
+        }
+        let name = "hidet_load_or_f32";
+        uses.require_helper(name, || {
+            format!(
+                "static inline float {name}(const float *p, int32_t i, int32_t c, float other) {{\n    float v = p[i & -c];\n    return c ? v : other;\n}}"
+            )
+        });
+        Some(format!("{name}({ptr}, {offset}, {cond}, {other})"))
+    }
+
     fn helper_qualifier(&self) -> &'static str {
         "static inline"
     }

@@ -161,6 +161,23 @@ pub trait Dialect {
         None
     }
 
+    /// `cond ? ptr[offset] : other` for a scalar `dtype` element whose offset is not affine
+    /// in the innermost loop (a gather), written so that the load is unconditional at a
+    /// safe offset (`offset` masked to 0 where `cond` fails, so `ptr[0]` must be readable): C compilers
+    /// vectorize such gathers, not masked ones. `None` (the default) keeps the plain
+    /// conditional expression.
+    fn unconditional_gather(
+        &self,
+        _ptr: &str,
+        _offset: &str,
+        _cond: &str,
+        _other: &str,
+        _dtype: DataType,
+        _uses: &mut Uses,
+    ) -> Option<String> {
+        None
+    }
+
     /// `true` / `false`.
     fn bool_literal(&self, v: bool) -> String {
         if v { "true" } else { "false" }.to_string()

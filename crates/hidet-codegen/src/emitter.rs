@@ -516,6 +516,54 @@ impl<'a> FunctionEmitter<'a> {
         Ok(())
     }
 
+    /// `cond ? tensor[..] : other` through the dialect's unconditional gather, when the read
+    /// is a gather (see [`FunctionEmitter::gathers`]) of a non-empty tensor.
+    fn guarded_gather(
+        &mut self,
+        cond: &Expr,
+        read: &Expr,
+        other: &Expr,
+        dtype: DataType,
+    ) -> R<Option<String>> {
+        let ExprKind::TensorElement { tensor, indices } = read.kind() else {
+            return Ok(None);
+        };
+        let Type::Tensor(t) = tensor.ty() else {
+            return Ok(None);
+        };
+        let non_empty = t.layout.size().as_int().is_some_and(|n| n > 0);
+        if !non_empty || indices.len() != t.layout.rank() || t.dtype != dtype {
+            return Ok(None);
+        }
+        let offset = simplify_expr(&t.layout.offset(indices), &VarRanges::default());
+        if !self.gathers(&offset) {
+            return Ok(None);
+        }
+        let name = self.names.name(tensor);
+        let (c, off, o) = (
+            self.eager_condition(cond)?,
+            self.expr(&offset)?,
+            self.expr(other)?,
+        );
+        Ok(self
+            .d
+            .unconditional_gather(&name, &off, &c, &o, dtype, self.uses))
+    }
+
+    /// `cond` with `&&` and `||` of its top levels spelled `&` and `|` (both sides always
+    /// evaluated, no branches for the compiler to keep): exact for the side-effect-free
+    /// comparisons of bounds guards.
+    fn eager_condition(&mut self, cond: &Expr) -> R<String> {
+        match cond.kind() {
+            ExprKind::Binary(op @ (BinaryOp::And | BinaryOp::Or), a, b) => {
+                let (a, b) = (self.eager_condition(a)?, self.eager_condition(b)?);
+                let sym = if *op == BinaryOp::And { "&" } else { "|" };
+                Ok(format!("(({a}) {sym} ({b}))"))
+            }
+            _ => self.expr(cond),
+        }
+    }
+
     /// Whether `offset` is not affine in the innermost loop variable (it divides it): such an
     /// access vectorizes as a gather, which C compilers recognize only on an offset computed
     /// in one type.
@@ -637,6 +685,9 @@ impl<'a> FunctionEmitter<'a> {
             ExprKind::Binary(op, a, b) => self.binary(e, *op, a, b),
             ExprKind::Select(c, a, b) => {
                 let dtype = self.dtype_of(e)?;
+                if let Some(text) = self.guarded_gather(c, a, b, dtype)? {
+                    return Ok(text);
+                }
                 let (c, a, b) = (self.expr(c)?, self.expr(a)?, self.expr(b)?);
                 self.d
                     .select(&c, &a, &b, dtype, self.uses)

@@ -214,3 +214,25 @@ fn element_offsets_are_simplified_and_summed_in_64_bits() {
     assert!(c.contains("out[i] = x[i];"), "{c}");
     assert!(c.contains("x[(int64_t)((r * 8)) + (int64_t)(c)]"), "{c}");
 }
+
+/// A guarded read whose offset divides the innermost loop variable (a strided im2col
+/// column) is a gather: its offset is one 32-bit expression, and the load is unconditional
+/// at an offset masked to 0, with the guard evaluated without branches.
+#[test]
+fn guarded_gathers_load_unconditionally() {
+    let mut fb = FunctionBuilder::cpu_kernel("k");
+    let x = fb.tensor_param("x", DataType::F32, [8, 20]);
+    let out = fb.tensor_param("out", DataType::F32, [40]);
+    fb.for_range_with("j", 40, LoopKind::Vectorize, |fb, j| {
+        let row = j.clone() / 10 * 2 - 1;
+        let col = j.clone() % 10 * 2;
+        let inside = row.ge(0).and(col.lt(20));
+        let v = Expr::select(inside, x.at([row, col]), Expr::f32(0.0));
+        fb.store(&out, [j], v);
+    });
+    let c = emit(fb.finish()).expect("emits");
+    assert!(c.contains("static inline float hidet_load_or_f32("), "{c}");
+    assert!(c.contains("out[j] = hidet_load_or_f32(x, "), "{c}");
+    assert!(c.contains(") & ("), "the guard has no short-circuit: {c}");
+    assert!(!c.contains("&&"), "{c}");
+}
