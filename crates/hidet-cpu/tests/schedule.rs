@@ -539,7 +539,12 @@ fn pooled_extent(n: i64, k: i64, stride: i64, pad: i64) -> i64 {
 #[test]
 fn padded_windows_match_the_reference() {
     let mut defs = Vec::new();
-    for (h, w, k, stride, pad) in [(9, 37, 3, 1, 1), (11, 45, 3, 2, 1), (6, 21, 5, 1, 2)] {
+    for (h, w, k, stride, pad) in [
+        (9, 37, 3, 1, 1),
+        (11, 45, 3, 2, 1),
+        (6, 21, 5, 1, 2),
+        (7, 7, 3, 1, 1),
+    ] {
         let (oh, ow) = (
             pooled_extent(h, k, stride, pad),
             pooled_extent(w, k, stride, pad),

@@ -64,7 +64,7 @@ pub(crate) fn emit_rows(
 }
 
 /// Whether `plan` takes the lane-blocked form (see [`emit_lane_rows`]): the rows' innermost
-/// dimension is a constant of at least `lanes / 2`, every reduction is over a constant
+/// dimension is a constant of at least `lanes / 4`, every reduction is over a constant
 /// shape that the contiguous vector fold cannot take (its innermost extent is shorter than
 /// `lanes`, or the value is not contiguous along it), and every grid output is computed at
 /// its row alone (no axes of its own).
@@ -78,7 +78,7 @@ fn lane_blocked(
     let wide = domain
         .last()
         .and_then(Expr::as_int)
-        .is_some_and(|w| 2 * w >= i64::from(lanes));
+        .is_some_and(|w| 4 * w >= i64::from(lanes));
     let reductions_fit = plan.reduces.iter().all(|&k| {
         let (var, node) = &def.nodes[k];
         let ComputeNode::Reduce {
