@@ -84,6 +84,8 @@ struct SpinBackend {
     environment: Environment,
     compiles: AtomicUsize,
     kernels_compiled: AtomicUsize,
+    /// Runs left in a burst of machine noise: each is five times slower.
+    noisy_runs: AtomicUsize,
 }
 
 impl SpinBackend {
@@ -97,6 +99,7 @@ impl SpinBackend {
             },
             compiles: AtomicUsize::new(0),
             kernels_compiled: AtomicUsize::new(0),
+            noisy_runs: AtomicUsize::new(0),
         }
     }
 }
@@ -138,6 +141,11 @@ impl TuneBackend for SpinBackend {
             });
         }
         *runs += 1;
+        let noisy = self
+            .noisy_runs
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        let spin = if noisy { spin * 5 } else { spin };
         let start = Instant::now();
         while start.elapsed() < Duration::from_micros(u64::from(spin)) {
             std::hint::spin_loop();
@@ -394,4 +402,32 @@ fn task_whose_candidates_all_fail_is_an_error_alone() {
         Err(TuneError::NoCandidate { candidates: 2, .. })
     ));
     assert_eq!(r[1].as_ref().expect("tuned").winner, 100);
+}
+
+/// A burst of noise during the heuristic's measurement (it is measured first) is undone by
+/// the confirmation round: the record keeps its quiet median, not the burst's.
+#[test]
+fn confirmation_round_undoes_a_burst_of_noise() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cache = TuningCache::in_cache_dir(dir.path());
+    let backend = SpinBackend::new();
+    // Every run of the heuristic's first measurement (one warm-up and at most 50 timed).
+    backend.noisy_runs.store(51, Ordering::SeqCst);
+    let task = SpinTask::new("spin/burst", &[600, 500, 2000], &[]);
+    let results = Tuner::new(&backend, config(TuneLevel::Subset, &cache))
+        .tune(std::slice::from_ref(&task))
+        .expect("environment known");
+    let r = results[0].as_ref().expect("tuned");
+    assert_eq!(r.winner, 500);
+    let Lookup::Hit(record) = cache.lookup::<u32>(&identity(&task, &backend)) else {
+        panic!("the record was not stored")
+    };
+    let CandidateOutcome::Measured(heuristic) = &record.candidates[0].outcome else {
+        panic!("the heuristic is measured: {:?}", record.candidates[0]);
+    };
+    assert!(
+        heuristic.median < 1200e-6,
+        "the heuristic keeps its quiet median, got {} s",
+        heuristic.median
+    );
 }
