@@ -180,3 +180,29 @@ fn a_random_sample_of_the_space_is_correct_on_random_odd_shapes() {
         );
     }
 }
+
+/// Level 0 keeps the default tile for problems at least as tall as it, and for shorter
+/// ones (a matrix-vector product) takes the shortest micro-kernel of the space that covers
+/// the rows; the pick is always a valid schedule of the space's tiles.
+#[test]
+fn level_zero_fits_the_tile_to_few_rows() {
+    use hidet_cpu::templates::matmul::heuristic_for_rows;
+    for target in targets() {
+        let default = MatmulSchedule::for_target(&target, 2);
+        assert_eq!(heuristic_for_rows(&target, 2, default.mr), default);
+        assert_eq!(heuristic_for_rows(&target, 2, 1000), default);
+        for m in 1..default.mr {
+            let s = heuristic_for_rows(&target, 2, m);
+            s.validate().expect("a valid schedule");
+            assert!(matmul_space(&target, 2).contains(&s), "{s:?}");
+            assert!(s.mr <= default.mr, "m = {m}: {s:?}");
+            let shorter_covering = micro_kernels(&target)
+                .into_iter()
+                .any(|(mr, _)| mr >= m && mr < s.mr);
+            assert!(!shorter_covering, "m = {m}: {s:?}");
+        }
+    }
+    let avx512 = &targets()[2];
+    let gemv = heuristic_for_rows(avx512, 2, 1);
+    assert_eq!((gemv.mr, gemv.nr), (4, 64));
+}

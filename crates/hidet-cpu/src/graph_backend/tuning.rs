@@ -95,7 +95,7 @@ pub fn matmul_choice(backend: &CpuBackend, task: &FusedTask, threads: i64) -> Ma
             tunable: None,
         };
     };
-    let mut schedule = heuristic;
+    let mut schedule = matmul.heuristic().0;
     if !backend.tuning.ignore_cache {
         match runner::environment(&backend.options.build) {
             Ok(environment) => {

@@ -15,7 +15,8 @@ use super::fingerprint::fingerprint;
 use crate::graph_backend::anchor::{matmul_kernel, matmul_shape, TemplateOutcome};
 use crate::target::CpuTarget;
 use crate::templates::matmul::{
-    matmul_candidates, matmul_f32, matmul_space, MatmulSchedule, MatmulShape, ThreadSplit,
+    heuristic_for_rows, matmul_candidates, matmul_f32, matmul_space, MatmulSchedule, MatmulShape,
+    ThreadSplit,
 };
 
 /// The name of the matmul template's schedule space.
@@ -240,15 +241,18 @@ impl Tunable for MatmulTask {
     }
 
     fn heuristic(&self) -> MatmulCandidate {
-        MatmulCandidate(MatmulSchedule::for_target(&self.target, self.threads))
+        MatmulCandidate(heuristic_for_rows(&self.target, self.threads, self.m))
     }
 
     fn candidates(&self, level: TuneLevel) -> Vec<MatmulCandidate> {
-        let schedules = match level {
-            TuneLevel::Heuristic => vec![self.heuristic().0],
-            TuneLevel::Subset => matmul_candidates(&self.target, self.threads, usize::MAX),
-            TuneLevel::Full => matmul_space(&self.target, self.threads),
-        };
+        let mut schedules = vec![self.heuristic().0];
+        match level {
+            TuneLevel::Heuristic => {}
+            TuneLevel::Subset => {
+                schedules.extend(matmul_candidates(&self.target, self.threads, usize::MAX))
+            }
+            TuneLevel::Full => schedules.extend(matmul_space(&self.target, self.threads)),
+        }
         // Schedules that differ only in a split yielding the same thread grid for this shape
         // build the same kernel: keep the first of each.
         let shape = MatmulShape::plain(self.m, self.n, self.k);

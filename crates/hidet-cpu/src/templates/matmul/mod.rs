@@ -32,7 +32,7 @@ mod schedule;
 mod space;
 
 pub use schedule::{MatmulSchedule, MatmulShape, ThreadGrid, ThreadSplit, PARALLEL_K_MAX_ELEMENTS};
-pub use space::{matmul_candidates, matmul_space, micro_kernels};
+pub use space::{heuristic_for_rows, matmul_candidates, matmul_space, micro_kernels};
 
 use crate::error::TemplateError;
 use hidet_ir::function::Function;

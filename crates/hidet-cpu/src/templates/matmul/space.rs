@@ -28,6 +28,8 @@ const KC_CHOICES: [i64; 3] = [128, 256, 384];
 /// Approximate `(MC, NC)` cache blocks in the space, rounded up to the
 /// micro-kernel.
 const BLOCK_CHOICES: [(i64, i64); 4] = [(96, 256), (96, 512), (192, 512), (192, 1024)];
+/// The `(mc, nc)` of [`BLOCK_CHOICES`] level 1 tries first.
+const PREFERRED_BLOCK: (i64, i64) = BLOCK_CHOICES[2];
 
 fn splits(threads: i64) -> Vec<ThreadSplit> {
     if threads > 1 {
@@ -40,6 +42,44 @@ fn splits(threads: i64) -> Vec<ThreadSplit> {
     } else {
         vec![ThreadSplit::Auto]
     }
+}
+
+/// The level-0 schedule for a problem of `m` rows: the target's default
+/// ([`MatmulSchedule::for_target`]) unless `m` is smaller than its register tile, in which
+/// case the micro-kernel of [`micro_kernels`] with the fewest rows that still covers `m`
+/// (the widest among equals), with the preferred cache blocks of the space rounded to it
+/// and the deepest `kc` whose `B` panel fits a 32 KiB L1 (at most the default's); the pick
+/// is a schedule of [`matmul_space`]. Matrix-vector
+/// products (`m = 1`) then use a short, wide tile instead of computing mostly padding.
+pub fn heuristic_for_rows(target: &CpuTarget, threads: i64, m: i64) -> MatmulSchedule {
+    let default = MatmulSchedule::for_target(target, threads);
+    if m >= default.mr {
+        return default;
+    }
+    let tile = micro_kernels(target)
+        .into_iter()
+        .filter(|&(mr, _)| mr >= m)
+        .min_by_key(|&(mr, nr)| (mr, -nr));
+    let Some((mr, nr)) = tile else {
+        return default;
+    };
+    let l1_kc = (32 * 1024 / (4 * nr)).max(1);
+    let kc = KC_CHOICES
+        .iter()
+        .copied()
+        .filter(|&kc| kc <= l1_kc && kc <= default.kc)
+        .max()
+        .unwrap_or(default.kc);
+    let (mc, nc) = PREFERRED_BLOCK;
+    MatmulSchedule::new(
+        mr,
+        nr,
+        default.lanes,
+        round_up(mc, mr),
+        round_up(nc, nr),
+        kc,
+        threads,
+    )
 }
 
 /// Every schedule of the space for `target` and `threads` (tuning level 2),
@@ -88,7 +128,8 @@ pub fn matmul_candidates(target: &CpuTarget, threads: i64, count: usize) -> Vec<
             .unwrap_or(kernels.len());
         let fits_l1 = s.kc * s.nr * 4 <= 32 * 1024;
         let largest_fitting_kc = s.kc * s.nr * 4 + 128 * s.nr * 4 > 32 * 1024;
-        let preferred_block = round_up(192, s.mr) == s.mc && round_up(512, s.nr) == s.nc;
+        let preferred_block =
+            round_up(PREFERRED_BLOCK.0, s.mr) == s.mc && round_up(PREFERRED_BLOCK.1, s.nr) == s.nc;
         let tier = match (fits_l1 && largest_fitting_kc, preferred_block) {
             (true, true) => 0,
             (true, false) | (false, true) => 1,
