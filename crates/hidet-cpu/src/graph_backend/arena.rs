@@ -95,11 +95,24 @@ impl CpuArena {
         let len = numel * dtype.size_in_bytes();
         self.check(offset, len)?;
         let src = (self.base as usize + offset) as *const u8;
-        // SAFETY: the range lies inside this arena (checked above), which is initialized
-        // (zeroed at allocation, then written by kernels and `write`) and not written while
-        // `&self` is held by the caller's run.
-        let bytes = unsafe { std::slice::from_raw_parts(src, len) };
-        Tensor::from_le_bytes(dtype, shape.to_vec(), bytes)
-            .map_err(|e| BackendError::Memory(e.to_string()))
+        let tensor = hidet_graph::dispatch_dtypes!(dtype, T => {
+            let mut elements: Vec<T> = vec![T::default(); numel];
+            // SAFETY: the range lies inside this arena (checked above), which is initialized
+            // (zeroed at allocation, then written by kernels and `write` in the host's byte
+            // order) and not written while `&self` is held by the caller's run; the
+            // destination holds exactly `numel` elements of `len` bytes, and every bit
+            // pattern is a valid value of these element types (plain numbers).
+            unsafe {
+                std::ptr::copy_nonoverlapping(src, elements.as_mut_ptr().cast::<u8>(), len)
+            };
+            Tensor::new(shape.to_vec(), elements)
+        }, else {
+            // SAFETY: as above, for the bytes only; the element-wise conversion checks them.
+            let bytes = unsafe { std::slice::from_raw_parts(src, len) };
+            Tensor::from_le_bytes(dtype, shape.to_vec(), bytes)
+        };
+            F32: f32, F64: f64, F16: hidet_graph::half::f16, BF16: hidet_graph::half::bf16,
+            I8: i8, I16: i16, I32: i32, I64: i64, U8: u8, U16: u16, U32: u32, U64: u64);
+        tensor.map_err(|e| BackendError::Memory(e.to_string()))
     }
 }
