@@ -123,9 +123,10 @@ fn lane_blocked(
 
 /// The lane-blocked row loop, for many short reductions (pooling windows, depthwise
 /// convolutions): one parallel loop over the rows' outer dimensions; the innermost dimension
-/// is cut into blocks of `lanes` rows, and each block keeps one accumulator per row in a
-/// register array, folds every reduction point into all of them in a `LoopKind::Vectorize`
-/// loop across the block, then writes the block's outputs in another.
+/// is cut into its border columns and its interior (see [`interior_columns`]), each cut into
+/// blocks of `lanes` rows, and each block is one `LoopKind::Vectorize` loop over its rows
+/// that folds every reduction of a row into a register and writes the row's outputs, so the
+/// C compiler keeps one accumulator per SIMD lane (see [`lane_block`]).
 fn emit_lane_rows(
     fb: &mut FunctionBuilder,
     kernel: &Kernel,

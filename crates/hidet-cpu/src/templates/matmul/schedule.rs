@@ -209,7 +209,7 @@ impl MatmulSchedule {
     /// The thread grid for `shape` under this schedule's [`ThreadSplit`]:
     /// among the grids the split allows, the one whose busiest thread has
     /// the least work: multiply-adds (rows exact, columns padded to `lanes`),
-    /// packing (weighted by [`PACK_A_COST`] and [`PACK_B_COST`]) and the
+    /// packing (weighted by `PACK_A_COST` and `PACK_B_COST`) and the
     /// reduction pass of parallel-k; on ties, the fewest idle
     /// threads, the fewest `K` parts, then the most batch threads, then the
     /// most column threads.
