@@ -28,6 +28,15 @@
 //!   (each reduction index is one of the grid's axes of the same extent,
 //!   or a dimension of extent 1); their other axes are looped inside the
 //!   row, innermost vectorized.
+//! - **Many short reductions** (pooling windows, depthwise convolutions:
+//!   constant reduction shapes the contiguous fold cannot take, rows at
+//!   least `W / 4` wide, outputs computed at their row alone) are
+//!   *lane-blocked*: the innermost row dimension is cut into blocks of `W`
+//!   rows, each a `LoopKind::Vectorize` loop folding a row per lane (small
+//!   windows unrolled). Bounds guards of padded windows are monotone, so a
+//!   block whose corners are inside runs a guard-free copy; the interior
+//!   columns are found at compile time so that border columns get blocks
+//!   of their own.
 //!
 //! Anything else, notably reductions of different output shapes, a
 //! reduction read at another row, is [`ScheduleError::Unsupported`]: the
