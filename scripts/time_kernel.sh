@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Times one generated CPU kernel in isolation, on synthetic data.
+#
+#   hidet compile MODEL --threads 2 --emit-source DIR
+#   scripts/time_kernel.sh DIR/k4_matmul_im2col_add_reshape.src [THREADS]
+#
+# The kernel source is compiled with flags close to hidet's (GCC, -O3, the host's ISA) together
+# with a driver that gives every parameter its own 64 MiB buffer of small positive floats,
+# calls the kernel's `__packed` entry 45 times and prints the median of the last 40 calls.
+# Synthetic data hides data-dependent costs (branches on signs, denormals): confirm a
+# finding with `hidet bench MODEL --profile`.
+set -euo pipefail
+src=${1:?usage: time_kernel.sh KERNEL.src [THREADS]}
+threads=${2:-2}
+entry=$(grep -oE 'HIDET_EXPORT void [A-Za-z0-9_]+__packed' "$src" | head -1 | awk '{print $3}')
+[ -n "$entry" ] || { echo "no __packed entry in $src" >&2; exit 2; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cp "$src" "$work/kernel.c"
+cat > "$work/driver.c" <<'C'
+#include <stdlib.h>
+#include <stdio.h>
+#include <time.h>
+#include "kernel.c"
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+static int by_value(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+int main(void) {
+    void *args[16];
+    for (int i = 0; i < 16; i++) {
+        float *p = aligned_alloc(64, (size_t)64 << 20);
+        if (!p) { perror("aligned_alloc"); return 1; }
+        for (size_t j = 0; j < ((size_t)16 << 20); j++) p[j] = (float)((j * 7919) % 1000) * 1e-3f;
+        args[i] = p;
+    }
+    double times[40];
+    for (int r = 0; r < 45; r++) {
+        double t = now();
+        ENTRY(args);
+        if (r >= 5) times[r - 5] = now() - t;
+    }
+    qsort(times, 40, sizeof times[0], by_value);
+    printf("%s: median %.3f ms over 40 calls\n", ENTRY_NAME, times[20] * 1e3);
+    return 0;
+}
+C
+# hidet's flags (crates/hidet-cpu/src/target.rs): -O3, the host's ISA, 512-bit vectors with AVX-512.
+flags=(-O3 -std=gnu11 -fopenmp -ffp-contract=fast -fno-math-errno -march=native)
+if grep -q avx512f /proc/cpuinfo 2>/dev/null; then flags+=(-mprefer-vector-width=512); fi
+gcc "${flags[@]}" -DENTRY="$entry" -DENTRY_NAME="\"$entry\"" -I"$work" "$work/driver.c" -o "$work/driver" -lm
+OMP_NUM_THREADS=$threads "$work/driver"
