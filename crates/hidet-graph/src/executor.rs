@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use crate::dtype::DType;
-use crate::graph::{Graph, ValueId};
+use crate::graph::{Graph, Value, ValueId};
 use crate::operator::OpError;
 use crate::shape::{fmt_dims, Dim};
 use crate::tensor::Tensor;
@@ -89,50 +89,53 @@ pub fn check_input_data(graph: &Graph, inputs: &[(String, Datum)]) -> Result<(),
         let d = by_name
             .get(v.name.as_str())
             .ok_or_else(|| ExecError::MissingInput(v.name.clone()))?;
-        if !d.is_kind(v.kind) {
-            return Err(ExecError::WrongKind {
-                name: v.name.clone(),
-                expected: v.kind,
-                given: d.describe(),
-            });
-        }
-        let Datum::Tensor(t) = d else {
-            if let Some(t) = d.tensors().into_iter().find(|t| t.dtype() != v.ty.dtype) {
-                return Err(ExecError::WrongDType {
-                    name: v.name.clone(),
-                    expected: v.ty.dtype,
-                    given: t.dtype(),
-                });
-            }
+        let Some(t) = check_input(v, d)? else {
             continue;
         };
-        if t.dtype() != v.ty.dtype {
-            return Err(ExecError::WrongDType {
-                name: v.name.clone(),
-                expected: v.ty.dtype,
-                given: t.dtype(),
-            });
-        }
-        if let Some(dims) = &v.ty.shape {
-            let ok = dims.len() == t.rank()
-                && dims
-                    .iter()
-                    .zip(t.shape())
-                    .all(|(d, &n)| !matches!(d, Dim::Fixed(f) if *f != n));
-            if !ok {
-                return Err(ExecError::WrongShape {
-                    name: v.name.clone(),
-                    expected: fmt_dims(dims),
-                    given: t.shape().to_vec(),
-                });
-            }
-        }
         given.push((id, t.shape()));
     }
     graph
         .bind_symbols(&given)
         .map_err(ExecError::SymbolConflict)?;
     Ok(())
+}
+
+/// Checks `d`, given for graph input `v`: its kind, its dtype (every tensor of a sequence or
+/// optional), and for a tensor its rank and fixed dimensions. Returns the tensor when `d`
+/// is one.
+fn check_input<'d>(v: &Value, d: &'d Datum) -> Result<Option<&'d Tensor>, ExecError> {
+    if !d.is_kind(v.kind) {
+        return Err(ExecError::WrongKind {
+            name: v.name.clone(),
+            expected: v.kind,
+            given: d.describe(),
+        });
+    }
+    if let Some(t) = d.tensors().into_iter().find(|t| t.dtype() != v.ty.dtype) {
+        return Err(ExecError::WrongDType {
+            name: v.name.clone(),
+            expected: v.ty.dtype,
+            given: t.dtype(),
+        });
+    }
+    let Datum::Tensor(t) = d else {
+        return Ok(None);
+    };
+    if let Some(dims) = &v.ty.shape {
+        let ok = dims.len() == t.rank()
+            && dims
+                .iter()
+                .zip(t.shape())
+                .all(|(d, &n)| !matches!(d, Dim::Fixed(f) if *f != n));
+        if !ok {
+            return Err(ExecError::WrongShape {
+                name: v.name.clone(),
+                expected: fmt_dims(dims),
+                given: t.shape().to_vec(),
+            });
+        }
+    }
+    Ok(Some(t))
 }
 
 /// Runs `graph` on named inputs with the reference implementations and returns every graph
@@ -237,45 +240,7 @@ pub fn run_graph_data(
     let mut slots: Vec<Option<Datum>> = vec![None; graph.values().len()];
     for (&id, &d) in graph.inputs().iter().zip(inputs) {
         let v = graph.value(id);
-        if !d.is_kind(v.kind) {
-            return Err(ExecError::WrongKind {
-                name: v.name.clone(),
-                expected: v.kind,
-                given: d.describe(),
-            });
-        }
-        let Datum::Tensor(t) = d else {
-            if let Some(t) = d.tensors().into_iter().find(|t| t.dtype() != v.ty.dtype) {
-                return Err(ExecError::WrongDType {
-                    name: v.name.clone(),
-                    expected: v.ty.dtype,
-                    given: t.dtype(),
-                });
-            }
-            slots[id.0] = Some(d.clone());
-            continue;
-        };
-        if t.dtype() != v.ty.dtype {
-            return Err(ExecError::WrongDType {
-                name: v.name.clone(),
-                expected: v.ty.dtype,
-                given: t.dtype(),
-            });
-        }
-        if let Some(dims) = &v.ty.shape {
-            let ok = dims.len() == t.rank()
-                && dims
-                    .iter()
-                    .zip(t.shape())
-                    .all(|(d, &n)| !matches!(d, Dim::Fixed(f) if *f != n));
-            if !ok {
-                return Err(ExecError::WrongShape {
-                    name: v.name.clone(),
-                    expected: fmt_dims(dims),
-                    given: t.shape().to_vec(),
-                });
-            }
-        }
+        check_input(v, d)?;
         slots[id.0] = Some(d.clone());
     }
     for (id, &t) in graph.captures().iter().zip(captures) {
