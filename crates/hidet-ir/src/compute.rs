@@ -116,6 +116,29 @@ pub enum ComputeNode {
 }
 
 impl ComputeNode {
+    /// The same node with its element expression replaced by `f(value)`.
+    pub fn map_value(&self, f: impl FnOnce(&Expr) -> Expr) -> ComputeNode {
+        match self {
+            ComputeNode::Grid { axes, value } => ComputeNode::Grid {
+                axes: axes.clone(),
+                value: f(value),
+            },
+            ComputeNode::Reduce {
+                axes,
+                reduce_axes,
+                reduce_shape,
+                kind,
+                value,
+            } => ComputeNode::Reduce {
+                axes: axes.clone(),
+                reduce_axes: reduce_axes.clone(),
+                reduce_shape: reduce_shape.clone(),
+                kind: *kind,
+                value: f(value),
+            },
+        }
+    }
+
     /// The expression that gives an element (before any reduction).
     pub fn value(&self) -> &Expr {
         match self {
@@ -459,25 +482,7 @@ fn inline_reads(node: &ComputeNode, grids: &HashMap<Var, (Vec<Var>, Expr)>) -> C
             _ => None,
         })
     };
-    match node {
-        ComputeNode::Grid { axes, value } => ComputeNode::Grid {
-            axes: axes.clone(),
-            value: inline(value),
-        },
-        ComputeNode::Reduce {
-            axes,
-            reduce_axes,
-            reduce_shape,
-            kind,
-            value,
-        } => ComputeNode::Reduce {
-            axes: axes.clone(),
-            reduce_axes: reduce_axes.clone(),
-            reduce_shape: reduce_shape.clone(),
-            kind: *kind,
-            value: inline(value),
-        },
-    }
+    node.map_value(inline)
 }
 
 #[cfg(test)]

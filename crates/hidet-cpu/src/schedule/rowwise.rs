@@ -63,6 +63,53 @@ pub(crate) fn emit_rows(
     failure.map_or(Ok(()), Err)
 }
 
+/// A reduce node of a row plan, its parts named.
+struct RowReduce<'a> {
+    var: &'a Var,
+    axes: &'a [Var],
+    reduce_axes: &'a [Var],
+    reduce_shape: &'a [Expr],
+    kind: ReduceKind,
+    value: &'a Expr,
+}
+
+impl RowReduce<'_> {
+    /// The reduction's extents, when every one is a constant.
+    fn const_shape(&self, kernel: &Kernel) -> Option<Vec<i64>> {
+        self.reduce_shape
+            .iter()
+            .map(|d| kernel.extent(d).as_int())
+            .collect()
+    }
+}
+
+/// The reduce nodes of `plan`, in definition order.
+fn row_reduces<'a>(def: &'a ComputeDef, plan: &RowPlan) -> Vec<RowReduce<'a>> {
+    plan.reduces
+        .iter()
+        .filter_map(|&k| match &def.nodes[k] {
+            (
+                var,
+                ComputeNode::Reduce {
+                    axes,
+                    reduce_axes,
+                    reduce_shape,
+                    kind,
+                    value,
+                },
+            ) => Some(RowReduce {
+                var,
+                axes,
+                reduce_axes,
+                reduce_shape,
+                kind: *kind,
+                value,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Whether `plan` takes the lane-blocked form (see [`emit_lane_rows`]): the rows' innermost
 /// dimension is a constant of at least `lanes / 4`, every reduction is over a constant
 /// shape that the contiguous vector fold cannot take (its innermost extent is shorter than
@@ -79,28 +126,17 @@ fn lane_blocked(
         .last()
         .and_then(Expr::as_int)
         .is_some_and(|w| 4 * w >= i64::from(lanes));
-    let reductions_fit = plan.reduces.iter().all(|&k| {
-        let (var, node) = &def.nodes[k];
-        let ComputeNode::Reduce {
-            axes,
-            reduce_axes,
-            reduce_shape,
-            value,
-            ..
-        } = node
-        else {
+    let reductions_fit = row_reduces(def, plan).iter().all(|r| {
+        let Some(extents) = r.const_shape(kernel) else {
             return false;
         };
-        let rshape: Vec<Expr> = reduce_shape.iter().map(|d| kernel.extent(d)).collect();
-        if rshape.iter().any(|d| d.as_int().is_none()) {
-            return false;
-        }
-        let acc_t = accumulator_dtype(tensor_dtype(var).unwrap_or(DataType::F32));
-        let identity: HashMap<Var, Expr> = axes.iter().map(|a| (a.clone(), a.expr())).collect();
+        let rshape: Vec<Expr> = extents.into_iter().map(Expr::int).collect();
+        let acc_t = accumulator_dtype(tensor_dtype(r.var).unwrap_or(DataType::F32));
+        let identity: HashMap<Var, Expr> = r.axes.iter().map(|a| (a.clone(), a.expr())).collect();
         contiguous_fold(
             kernel,
-            value,
-            reduce_axes,
+            r.value,
+            r.reduce_axes,
             &rshape,
             &identity,
             &HashMap::new(),
@@ -181,29 +217,19 @@ const INTERIOR_SEARCH: i64 = 1 << 20;
 /// would be too long, `(0, 0)` when no column is interior.
 fn interior_columns(kernel: &Kernel, def: &ComputeDef, plan: &RowPlan, width: i64) -> (i64, i64) {
     let mut inside = vec![true; usize::try_from(width).unwrap_or(0)];
-    for &k in &plan.reduces {
-        let ComputeNode::Reduce {
-            axes,
-            reduce_axes,
-            reduce_shape,
-            value,
-            ..
-        } = &def.nodes[k].1
-        else {
+    for r in row_reduces(def, plan) {
+        let Some(column) = r.axes.last() else {
             continue;
         };
-        let Some(column) = axes.last() else {
-            continue;
+        let Some(rshape) = r.const_shape(kernel) else {
+            return (0, width);
         };
-        let rshape: Vec<i64> = reduce_shape
-            .iter()
-            .filter_map(|d| kernel.extent(d).as_int())
-            .collect();
         let points: i64 = rshape.iter().product();
-        if rshape.len() != reduce_shape.len() || points.saturating_mul(width) > INTERIOR_SEARCH {
+        if points.saturating_mul(width) > INTERIOR_SEARCH {
             return (0, width);
         }
-        let own: Vec<Expr> = guards::index_guards(value)
+        let reduce_axes = r.reduce_axes;
+        let own: Vec<Expr> = guards::index_guards(r.value)
             .into_iter()
             .filter(|g| {
                 guards::variables(g)
@@ -251,26 +277,16 @@ fn lane_block(
     count: i64,
 ) -> Result<(), ScheduleError> {
     let mut inside: Option<Expr> = None;
-    for &k in &plan.reduces {
-        let ComputeNode::Reduce {
-            axes,
-            reduce_axes,
-            reduce_shape,
-            value,
-            ..
-        } = &def.nodes[k].1
-        else {
-            continue;
-        };
-        let found = guards::index_guards(value);
-        let Some(last) = axes.last().filter(|_| !found.is_empty()) else {
+    for r in row_reduces(def, plan) {
+        let found = guards::index_guards(r.value);
+        let Some(last) = r.axes.last().filter(|_| !found.is_empty()) else {
             continue;
         };
         let mut ranges = vec![(last.clone(), first.clone(), first + (count - 1))];
-        for (r, n) in reduce_axes.iter().zip(reduce_shape) {
-            ranges.push((r.clone(), Expr::int(0), kernel.extent(n) - 1));
+        for (axis, n) in r.reduce_axes.iter().zip(r.reduce_shape) {
+            ranges.push((axis.clone(), Expr::int(0), kernel.extent(n) - 1));
         }
-        let env: HashMap<Var, Expr> = axes.iter().cloned().zip(outer.iter().cloned()).collect();
+        let env: HashMap<Var, Expr> = r.axes.iter().cloned().zip(outer.iter().cloned()).collect();
         let check = kernel.rename(&guards::hold_on_box(&found, &ranges), &env, &HashMap::new());
         inside = Some(match inside {
             None => check,
@@ -310,25 +326,14 @@ fn lane_loop(
         let mut row = outer.to_vec();
         row.push(first + l);
         let mut accs: HashMap<Var, Expr> = HashMap::new();
-        for &k in &plan.reduces {
-            let (var, node) = &def.nodes[k];
-            let ComputeNode::Reduce {
-                axes,
-                reduce_axes,
-                reduce_shape,
-                kind,
-                value,
-            } = node
-            else {
-                continue;
-            };
+        for red in row_reduces(def, plan) {
+            let (var, axes, reduce_axes, kind) = (red.var, red.axes, red.reduce_axes, red.kind);
             let dtype = tensor_dtype(var).unwrap_or(DataType::F32);
             let acc_t = accumulator_dtype(dtype);
-            let kind = *kind;
             let value = if assume_inside {
-                guards::assume(value, &guards::index_guards(value))
+                guards::assume(red.value, &guards::index_guards(red.value))
             } else {
-                value.clone()
+                red.value.clone()
             };
             let acc = fb.var("acc", kind.identity(acc_t));
             let env: HashMap<Var, Expr> = axes.iter().cloned().zip(row.iter().cloned()).collect();
@@ -341,20 +346,18 @@ fn lane_loop(
                     combine_scalar(kind, acc.expr(), selects_for_min_max(&v)),
                 );
             };
-            let rshape: Vec<i64> = reduce_shape
-                .iter()
-                .filter_map(|d| kernel.extent(d).as_int())
-                .collect();
-            if rshape.len() == reduce_shape.len()
-                && rshape.iter().product::<i64>() <= UNROLLED_WINDOW
-            {
-                match repeat_unrolled(rshape) {
-                    Ok(window) => fb.for_each(window.on(0), |fb, r| fold(fb, r)),
-                    Err(e) => failure = Some(e.into()),
+            match red.const_shape(kernel) {
+                Some(rshape) if rshape.iter().product::<i64>() <= UNROLLED_WINDOW => {
+                    match repeat_unrolled(rshape) {
+                        Ok(window) => fb.for_each(window.on(0), |fb, r| fold(fb, r)),
+                        Err(e) => failure = Some(e.into()),
+                    }
                 }
-            } else {
-                let rshape: Vec<Expr> = reduce_shape.iter().map(|d| kernel.extent(d)).collect();
-                nest(fb, &rshape, &mut fold);
+                _ => {
+                    let rshape: Vec<Expr> =
+                        red.reduce_shape.iter().map(|d| kernel.extent(d)).collect();
+                    nest(fb, &rshape, &mut fold);
+                }
             }
             accs.insert(var.clone(), cast_to(acc.expr(), dtype));
         }

@@ -156,10 +156,8 @@ impl FusedTask {
                 }
             }
             for (var, n) in &def.nodes {
-                nodes.push((
-                    var.clone(),
-                    inline_literals(&redirect_node(n, &map), &literals),
-                ));
+                let node = n.map_value(|v| inline_literals(&redirect_reads(v, &map), &literals));
+                nodes.push((var.clone(), node));
             }
             for (slot, v) in node.outputs.iter().enumerate() {
                 if let (Some(v), Some(out)) = (v, def.outputs.get(slot)) {
@@ -250,36 +248,15 @@ fn scalar_literal(spec: &Specialization, v: ValueId) -> Option<Expr> {
     }
 }
 
-/// `n` with every read of a key of `literals` replaced by its literal.
-fn inline_literals(n: &ComputeNode, literals: &HashMap<Var, Expr>) -> ComputeNode {
+/// `e` with every read of a key of `literals` replaced by its literal.
+fn inline_literals(e: &Expr, literals: &HashMap<Var, Expr>) -> Expr {
     if literals.is_empty() {
-        return n.clone();
+        return e.clone();
     }
-    let inline = |e: &Expr| {
-        e.rewrite(&mut |x| match x.kind() {
-            ExprKind::TensorElement { tensor, .. } => literals.get(tensor).cloned(),
-            _ => None,
-        })
-    };
-    match n {
-        ComputeNode::Grid { axes, value } => ComputeNode::Grid {
-            axes: axes.clone(),
-            value: inline(value),
-        },
-        ComputeNode::Reduce {
-            axes,
-            reduce_axes,
-            reduce_shape,
-            kind,
-            value,
-        } => ComputeNode::Reduce {
-            axes: axes.clone(),
-            reduce_axes: reduce_axes.clone(),
-            reduce_shape: reduce_shape.clone(),
-            kind: *kind,
-            value: inline(value),
-        },
-    }
+    e.rewrite(&mut |x| match x.kind() {
+        ExprKind::TensorElement { tensor, .. } => literals.get(tensor).cloned(),
+        _ => None,
+    })
 }
 
 /// `e` with every read of a key of `map` reading the mapped tensor instead.
@@ -290,28 +267,6 @@ pub fn redirect_reads(e: &Expr, map: &HashMap<Var, Var>) -> Expr {
         }
         _ => None,
     })
-}
-
-fn redirect_node(n: &ComputeNode, map: &HashMap<Var, Var>) -> ComputeNode {
-    match n {
-        ComputeNode::Grid { axes, value } => ComputeNode::Grid {
-            axes: axes.clone(),
-            value: redirect_reads(value, map),
-        },
-        ComputeNode::Reduce {
-            axes,
-            reduce_axes,
-            reduce_shape,
-            kind,
-            value,
-        } => ComputeNode::Reduce {
-            axes: axes.clone(),
-            reduce_axes: reduce_axes.clone(),
-            reduce_shape: reduce_shape.clone(),
-            kind: *kind,
-            value: redirect_reads(value, map),
-        },
-    }
 }
 
 fn anchor_info(
