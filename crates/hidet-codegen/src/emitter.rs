@@ -535,7 +535,7 @@ impl<'a> FunctionEmitter<'a> {
         if !non_empty || indices.len() != t.layout.rank() || t.dtype != dtype {
             return Ok(None);
         }
-        let offset = simplify_expr(&t.layout.offset(indices), &VarRanges::default());
+        let offset = element_offset(&t.layout, indices);
         if !self.gathers(&offset) {
             return Ok(None);
         }
@@ -627,7 +627,7 @@ impl<'a> FunctionEmitter<'a> {
                         indices.len()
                     )));
                 }
-                let offset = simplify_expr(&t.layout.offset(indices), &VarRanges::default());
+                let offset = element_offset(&t.layout, indices);
                 let off = match self.d.offset_type() {
                     Some(wide) if !self.gathers(&offset) => self.wide_sum(&offset, wide)?,
                     _ => self.expr(&offset)?,
@@ -815,4 +815,10 @@ impl<'a> FunctionEmitter<'a> {
             .map_err(|u| self.unsupported(u))?;
         Ok(format!("{helper}({x}, {y})"))
     }
+}
+
+/// The flat offset of `layout` at `indices`, simplified: fused index maps (an im2col read,
+/// a reshape) become affine in the loop variables where they can.
+fn element_offset(layout: &hidet_ir::layout::Layout, indices: &[Expr]) -> Expr {
+    simplify_expr(&layout.offset(indices), &VarRanges::default())
 }
