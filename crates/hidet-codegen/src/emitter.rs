@@ -551,8 +551,10 @@ impl<'a> FunctionEmitter<'a> {
     }
 
     /// `cond` with `&&` and `||` of its top levels spelled `&` and `|` (both sides always
-    /// evaluated, no branches for the compiler to keep): exact for the side-effect-free
-    /// comparisons of bounds guards.
+    /// evaluated, no branches for the compiler to keep). Requires a `cond` whose later
+    /// operands are safe to evaluate when an earlier one decides ([`reads_nothing`]), such as
+    /// the comparisons of bounds guards; a short-circuit chain of guards would keep C
+    /// compilers from if-converting, and so vectorizing, the guarded read it selects.
     fn eager_condition(&mut self, cond: &Expr) -> R<String> {
         match cond.kind() {
             ExprKind::Binary(op @ (BinaryOp::And | BinaryOp::Or), a, b) => {
@@ -688,7 +690,12 @@ impl<'a> FunctionEmitter<'a> {
                 if let Some(text) = self.guarded_gather(c, a, b, dtype)? {
                     return Ok(text);
                 }
-                let (c, a, b) = (self.expr(c)?, self.expr(a)?, self.expr(b)?);
+                let c = if reads_nothing(c) {
+                    self.eager_condition(c)?
+                } else {
+                    self.expr(c)?
+                };
+                let (a, b) = (self.expr(a)?, self.expr(b)?);
                 self.d
                     .select(&c, &a, &b, dtype, self.uses)
                     .map_err(|u| self.unsupported(u))
@@ -821,4 +828,21 @@ impl<'a> FunctionEmitter<'a> {
 /// a reshape) become affine in the loop variables where they can.
 fn element_offset(layout: &hidet_ir::layout::Layout, indices: &[Expr]) -> Expr {
     simplify_expr(&layout.offset(indices), &VarRanges::default())
+}
+
+/// Whether `e` neither reads memory, calls an intrinsic nor divides by a non-constant:
+/// evaluating it can neither fault nor have an effect, whatever an enclosing condition
+/// decided.
+fn reads_nothing(e: &Expr) -> bool {
+    let mut pure = true;
+    e.visit(&mut |x| {
+        pure &= match x.kind() {
+            ExprKind::TensorElement { .. } | ExprKind::Call(..) => false,
+            ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, _, d) => {
+                d.as_int().is_some_and(|d| d != 0)
+            }
+            _ => true,
+        }
+    });
+    pure
 }
