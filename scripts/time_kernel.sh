@@ -7,7 +7,8 @@
 # The kernel source is compiled with flags close to hidet's (GCC, -O3, the host's ISA) together
 # with a driver that gives every parameter its own 64 MiB buffer of small positive floats,
 # calls the kernel's `__packed` entry 45 times and prints the median of the last 40 calls.
-# Synthetic data hides data-dependent costs (branches on signs, denormals): confirm a
+# With FLUSH=1 every call starts with cold caches (128 MiB are written in between), as
+# a model's weights often are. Synthetic data hides data-dependent costs (branches on signs, denormals): confirm a
 # finding with `hidet bench MODEL --profile`.
 set -euo pipefail
 src=${1:?usage: time_kernel.sh KERNEL.src [THREADS]}
@@ -33,7 +34,9 @@ int main(void) {
         args[i] = p;
     }
     double times[40];
+    char *flush = getenv("FLUSH") ? malloc((size_t)128 << 20) : NULL;
     for (int r = 0; r < 45; r++) {
+        if (flush) for (size_t j = 0; j < ((size_t)128 << 20); j += 64) flush[j] = (char)r;
         double t = now();
         ENTRY(args);
         if (r >= 5) times[r - 5] = now() - t;

@@ -10,7 +10,10 @@
 //! `K` with parallel-k); the thread walks its block in `MC × NC` tiles.
 //! For every tile and every `KC`-slice it packs `A` into `MR`-row panels
 //! and `B` into `NR`-column panels (thread-local buffers) and runs the
-//! micro-kernel over every pair of panels.
+//! micro-kernel over every pair of panels. When a tile has a single row
+//! panel (matrix-vector products), a packed `B` panel would be read once,
+//! so the micro-kernel instead copies each row of `B` it needs into a
+//! one-row buffer that stays in L1.
 //!
 //! The output is fusion-friendly: sums over earlier `K`-slices are kept in
 //! a thread-local partial tile (never in `C`), and the final value of every

@@ -71,6 +71,10 @@ struct Plan {
     kc: i64,
     /// A thread's `K` spans several `KC`-slices: partial sums are kept.
     sliced: bool,
+    /// Every cache block holds one row panel, so a packed `B` panel would be read by one
+    /// micro-kernel only: the micro-kernel reads `B` row by row instead (see
+    /// [`Plan::micro_kernel`]).
+    stream_b: bool,
     /// Rows of the last row panel and columns of the last column panel
     /// when they are partial, else 0.
     m_edge: i64,
@@ -89,9 +93,17 @@ struct Micro {
 /// The thread-local buffers of the main pass.
 struct Buffers {
     packed_a: Var,
-    packed_b: Var,
+    /// `None` when [`Plan::stream_b`].
+    packed_b: Option<Var>,
     partial: Option<Var>,
     scratch: Option<Var>,
+}
+
+/// Where the micro-kernel reads `B`: the packed panel, or a one-row buffer it refills
+/// from `B` at every `k` ([`Plan::stream_b`]).
+enum BPanel<'a> {
+    Packed(&'a Var),
+    Row(Var),
 }
 
 /// Where one thread is: its `K`-part and range, batch, the current tile
@@ -119,6 +131,7 @@ impl Plan {
         let (pm, pn) = (ceil_div(s.m, sch.mr), ceil_div(s.n, sch.nr));
         let (cm, cn) = (ceil_div(pm, grid.rows), ceil_div(pn, grid.cols));
         let ck = ceil_div(s.k, grid.k);
+        let stream_b = (sch.mc / sch.mr).min(cm) == 1;
         let kc = sch.kc.min(ck);
         Plan {
             a,
@@ -143,6 +156,7 @@ impl Plan {
             ncp: (sch.nc / sch.nr).min(cn),
             kc,
             sliced: ck > kc,
+            stream_b,
             m_edge: s.m % sch.mr,
             n_edge: s.n % sch.nr,
         }
@@ -217,11 +231,9 @@ impl Plan {
                     f32_,
                     row_major([self.mcp, self.kc, self.mr]),
                 ),
-                packed_b: fb.register_tensor(
-                    "packed_b",
-                    f32_,
-                    row_major([self.ncp, self.kc, self.nr]),
-                ),
+                packed_b: (!self.stream_b).then(|| {
+                    fb.register_tensor("packed_b", f32_, row_major([self.ncp, self.kc, self.nr]))
+                }),
                 partial: self.sliced.then(|| {
                     fb.register_tensor(
                         "partial",
@@ -331,7 +343,9 @@ impl Plan {
                                                 kc_len,
                                             };
                                             self.pack_a(fb, &bufs.packed_a, &at);
-                                            self.pack_b(fb, &bufs.packed_b, &at);
+                                            if let Some(packed_b) = &bufs.packed_b {
+                                                self.pack_b(fb, packed_b, &at);
+                                            }
                                             self.macro_kernel(fb, bufs, &at);
                                         });
                                     });
@@ -376,17 +390,8 @@ impl Plan {
                     let gq = &at.qb0 + q;
                     let col0 = &gq * self.nr;
                     let copy = |fb: &mut FunctionBuilder, cols: i64, zeros: i64| {
-                        fb.for_range_with("j", cols, LoopKind::Vectorize, |fb, j| {
-                            let value = self.b_at(&at.batch, krow.clone(), &col0 + &j);
-                            fb.store(packed_b, [q.clone(), kk.clone(), j], value);
-                        });
-                        if zeros > 0 {
-                            let pads = mapping(repeat_unrolled([zeros]));
-                            fb.for_each(pads.on(0), |fb, jv| {
-                                let j = &jv[0] + cols;
-                                fb.store(packed_b, [q.clone(), kk.clone(), j], Expr::f32(0.0));
-                            });
-                        }
+                        let dst = |j: Expr| (packed_b.clone(), vec![q.clone(), kk.clone(), j]);
+                        self.copy_b_row(fb, &at.batch, &krow, &col0, cols, zeros, dst);
                     };
                     if self.n_edge == 0 {
                         copy(fb, self.nr, 0);
@@ -401,6 +406,33 @@ impl Plan {
                 });
             });
         });
+    }
+
+    /// `dst(j) = B[b, krow, col0 + j]` for the `cols` columns `j < cols` (a SIMD loop), then
+    /// `dst(j) = 0` for the next `zeros`.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_b_row(
+        &self,
+        fb: &mut FunctionBuilder,
+        batch: &Expr,
+        krow: &Expr,
+        col0: &Expr,
+        cols: i64,
+        zeros: i64,
+        dst: impl Fn(Expr) -> (Var, Vec<Expr>),
+    ) {
+        fb.for_range_with("j", cols, LoopKind::Vectorize, |fb, j| {
+            let value = self.b_at(batch, krow.clone(), col0 + &j);
+            let (buf, at) = dst(j);
+            fb.store(&buf, at, value);
+        });
+        if zeros > 0 {
+            let pads = mapping(repeat_unrolled([zeros]));
+            fb.for_each(pads.on(0), |fb, jv| {
+                let (buf, at) = dst(&jv[0] + cols);
+                fb.store(&buf, at, Expr::f32(0.0));
+            });
+        }
     }
 
     /// Runs the micro-kernel on every pair of packed panels of the tile,
@@ -462,7 +494,9 @@ impl Plan {
 
     /// One `rows × vecs·W` register tile over the current `K`-slice: start
     /// from zero (first slice) or the partial tile, accumulate, then keep
-    /// the sums (not the last slice) or hand them to [`Plan::sink`].
+    /// the sums (not the last slice) or hand them to [`Plan::sink`]. With
+    /// [`Plan::stream_b`] each row of the `B` panel is first copied to a
+    /// one-row buffer that stays in L1, rather than packed for reuse.
     #[allow(clippy::too_many_arguments)]
     fn micro_kernel(
         &self,
@@ -491,21 +525,39 @@ impl Plan {
             }),
             None => zero(fb),
         }
+        let row_len = shape.vecs * self.w;
+        let b_source = match &bufs.packed_b {
+            Some(packed_b) => BPanel::Packed(packed_b),
+            None => BPanel::Row(fb.register_tensor("b_row", DataType::F32, row_major([row_len]))),
+        };
+        let col0 = gq * self.nr;
         fb.for_range("kk", &at.kc_len, |fb, kk| {
+            if let BPanel::Row(b_row) = &b_source {
+                let krow = &at.k0 + &kk;
+                let dst = |j: Expr| (b_row.clone(), vec![j]);
+                self.copy_b_row(
+                    fb,
+                    &at.batch,
+                    &krow,
+                    &col0,
+                    shape.cols,
+                    row_len - shape.cols,
+                    dst,
+                );
+            }
             fb.for_each(registers.on(0), |fb, ij| {
                 let (i, j) = (&ij[0], &ij[1]);
                 let a_i = bufs.packed_a.at([p.clone(), kk.clone(), i.clone()]);
-                let b_j = self.vector_load(
-                    bufs.packed_b
-                        .at([q.clone(), kk.clone(), j * self.w])
-                        .address(),
-                );
+                let b_at = match &b_source {
+                    BPanel::Packed(packed_b) => packed_b.at([q.clone(), kk.clone(), j * self.w]),
+                    BPanel::Row(b_row) => b_row.at([j * self.w]),
+                };
+                let b_j = self.vector_load(b_at.address());
                 let sum = a_i.broadcast(self.vec_t.lanes).fma(b_j, acc.at([i, j]));
                 fb.store(&acc, [i, j], sum);
             });
         });
         let row0 = gp * self.mr;
-        let col0 = gq * self.nr;
         match &bufs.partial {
             Some(partial) => {
                 let last = (&at.kb * self.kc + self.kc).ge(&at.k_len);
