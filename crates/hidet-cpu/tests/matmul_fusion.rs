@@ -2,12 +2,13 @@
 //! (relu) and `B` (an im2col-like Toeplitz gather) and epilogues (bias +
 //! relu + residual add, and a transposing one) fused with
 //! `hidet_ir::fusion::fuse`, built, run, and compared with float64, on odd
-//! shapes including `K > KC`, parallel-k and batch matmul.
+//! shapes including `K > KC`, parallel-k, batch matmul and an `A` read
+//! through a transpose (packed column by column).
 
 mod common;
 
 use common::{options_in, Rng};
-use hidet_cpu::templates::matmul::{MatmulShape, ThreadSplit};
+use hidet_cpu::templates::matmul::{matmul_f32_with_layout, ALayout, MatmulShape, ThreadSplit};
 use hidet_cpu::templates::{batch_matmul_f32, matmul_f32, MatmulSchedule};
 use hidet_cpu::{build, CpuTarget, KernelArg};
 use hidet_ir::fusion::{fuse, Epilogue, Prologue};
@@ -41,6 +42,9 @@ struct Case {
     shape: MatmulShape,
     batched: bool,
     toeplitz_b: bool,
+    /// `X` is stored `[k, m]` and `A = relu(Xᵀ)` (rank 2 only): the template packs `A` as
+    /// [`ALayout::ColumnMajor`].
+    a_transposed: bool,
     tail: Tail,
     schedule: MatmulSchedule,
 }
@@ -56,6 +60,8 @@ fn run_case(case: &Case, seed: u64) {
     let s = case.shape;
     let template = if case.batched {
         batch_matmul_f32("fused", &s, &case.schedule)
+    } else if case.a_transposed {
+        matmul_f32_with_layout("fused", s.m, s.n, s.k, ALayout::ColumnMajor, &case.schedule)
     } else {
         matmul_f32("fused", s.m, s.n, s.k, &case.schedule)
     }
@@ -67,13 +73,27 @@ fn run_case(case: &Case, seed: u64) {
     let dims = |b: i64, r: i64, c: i64| [lead(b), vec![r, c]].concat();
     let rank = if case.batched { 3 } else { 2 };
 
-    // A = relu(X).
-    let x = tensor("X", &dims(s.a_batch, s.m, s.k));
+    // A = relu(X), or relu(Xᵀ).
+    assert!(
+        !(case.a_transposed && case.batched),
+        "a transposed A is rank 2"
+    );
+    let x_shape = if case.a_transposed {
+        vec![s.k, s.m]
+    } else {
+        dims(s.a_batch, s.m, s.k)
+    };
+    let x = tensor("X", &x_shape);
     let pa = index_vars("a", rank);
+    let x_at = if case.a_transposed {
+        vec![pa[1].expr(), pa[0].expr()]
+    } else {
+        exprs(&pa)
+    };
     let prologue_a = Prologue {
         param: ta.clone(),
         axes: pa.clone(),
-        value: x.at(exprs(&pa)).max(Expr::f32(0.0)),
+        value: x.at(x_at).max(Expr::f32(0.0)),
     };
     // B[.., r, j] = y[.., r + j] (Toeplitz), or B itself.
     let y_len = s.k + s.n - 1;
@@ -164,7 +184,7 @@ fn run_case(case: &Case, seed: u64) {
     let residual = rng.vec_f32(bt * m * n);
     let mut got = vec![f32::NAN; bt * m * n];
     let udims = |d: Vec<i64>| d.into_iter().map(|v| v as usize).collect::<Vec<_>>();
-    let x_dims = udims(dims(s.a_batch, s.m, s.k));
+    let x_dims = udims(x_shape);
     let y_dims = if case.toeplitz_b {
         udims([lead(s.b_batch), vec![y_len]].concat())
     } else {
@@ -203,7 +223,12 @@ fn run_case(case: &Case, seed: u64) {
             for (j, &bias_j) in biases.iter().enumerate() {
                 let (mut c, mut magnitude) = (0.0f64, 0.0f64);
                 for r in 0..k {
-                    let term = relu(f64::from(xs[ao + i * k + r])) * b_elem(b, r, j);
+                    let x = if case.a_transposed {
+                        xs[r * m + i]
+                    } else {
+                        xs[ao + i * k + r]
+                    };
+                    let term = relu(f64::from(x)) * b_elem(b, r, j);
                     c += term;
                     magnitude += term.abs();
                 }
@@ -240,6 +265,7 @@ fn relu_and_toeplitz_prologues_with_bias_relu_residual_epilogue() {
                 shape: MatmulShape::plain(37, 101, 53),
                 batched: false,
                 toeplitz_b: true,
+                a_transposed: false,
                 tail: Tail::BiasReluResidual,
                 schedule: host(threads),
             },
@@ -251,6 +277,7 @@ fn relu_and_toeplitz_prologues_with_bias_relu_residual_epilogue() {
             shape: MatmulShape::plain(129, 67, 300),
             batched: false,
             toeplitz_b: true,
+            a_transposed: false,
             tail: Tail::BiasReluResidual,
             schedule: host(2),
         },
@@ -265,6 +292,7 @@ fn transposing_epilogue_with_k_beyond_one_cache_block() {
             shape: MatmulShape::plain(129, 67, 300),
             batched: false,
             toeplitz_b: false,
+            a_transposed: false,
             tail: Tail::Transposed,
             schedule: host(2),
         },
@@ -275,6 +303,7 @@ fn transposing_epilogue_with_k_beyond_one_cache_block() {
             shape: MatmulShape::plain(37, 101, 53),
             batched: false,
             toeplitz_b: true,
+            a_transposed: false,
             tail: Tail::Transposed,
             schedule: host(1),
         },
@@ -293,6 +322,7 @@ fn parallel_k_and_batch_matmul_fuse_too() {
             shape: MatmulShape::plain(3, 77, 1001),
             batched: false,
             toeplitz_b: true,
+            a_transposed: false,
             tail: Tail::BiasReluResidual,
             schedule: parallel_k,
         },
@@ -308,9 +338,46 @@ fn parallel_k_and_batch_matmul_fuse_too() {
             },
             batched: true,
             toeplitz_b: true,
+            a_transposed: false,
             tail: Tail::BiasReluResidual,
             schedule: host(2),
         },
         233,
     );
+}
+
+#[test]
+fn column_major_a_is_packed_column_by_column() {
+    let lanes = CpuTarget::host().f32_lanes().max(4);
+    let small = MatmulSchedule::new(
+        3,
+        2 * i64::from(lanes),
+        lanes,
+        6,
+        4 * i64::from(lanes),
+        16,
+        2,
+    );
+    for (shape, schedule, seed) in [
+        (MatmulShape::plain(37, 101, 53), host(1), 241),
+        (MatmulShape::plain(129, 67, 300), host(2), 243),
+        (
+            MatmulShape::plain(29, 3 * i64::from(lanes) + 5, 53),
+            small,
+            245,
+        ),
+        (MatmulShape::plain(1, 77, 301), host(2), 247),
+    ] {
+        run_case(
+            &Case {
+                shape,
+                batched: false,
+                toeplitz_b: true,
+                a_transposed: true,
+                tail: Tail::BiasReluResidual,
+                schedule,
+            },
+            seed,
+        );
+    }
 }

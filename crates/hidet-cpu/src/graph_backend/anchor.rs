@@ -10,7 +10,7 @@ use hidet_ir::expr::{BinaryOp, Expr, ExprKind, Var};
 use hidet_ir::function::Function;
 use hidet_ir::fusion::{fuse, Epilogue, Prologue};
 
-use crate::templates::matmul::{matmul_f32, MatmulSchedule};
+use crate::templates::matmul::{matmul_f32_with_layout, ALayout, MatmulSchedule};
 
 /// `(m, n, k)` when `def` is exactly `C[i, j] = Σ_r A[i, r] · B[r, j]` over f32 with inputs
 /// `(A, B)` in that order.
@@ -70,6 +70,23 @@ pub fn matmul_shape(def: &ComputeDef) -> Option<(i64, i64, i64)> {
     (ordered || swapped).then_some((*m, *n, *k))
 }
 
+/// The layout of the operand a prologue `value` over `axes = [row, column]` computes:
+/// column-major when it reads a tensor whose innermost index is the row axis itself (a
+/// transposed matrix, such as a convolution weight stored `[K, M]`), else row-major.
+fn prologue_layout(axes: &[Var], value: &Expr) -> ALayout {
+    let mut innermost_is_row = false;
+    value.visit(&mut |e| {
+        if let ExprKind::TensorElement { indices, .. } = e.kind() {
+            innermost_is_row |= indices.last().and_then(Expr::as_var) == axes.first();
+        }
+    });
+    if innermost_is_row {
+        ALayout::ColumnMajor
+    } else {
+        ALayout::RowMajor
+    }
+}
+
 /// Why the template path does not apply or the fusion was refused.
 #[derive(Debug)]
 pub enum TemplateOutcome {
@@ -89,7 +106,11 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
     let Some((m, n, k)) = matmul_shape(&anchor.def) else {
         return TemplateOutcome::NotApplicable;
     };
-    let template = match matmul_f32(&task.name, m, n, k, schedule) {
+    let a_layout = match anchor.operands.first() {
+        Some(Some(AnchorOperand::Prologue { axes, value })) => prologue_layout(axes, value),
+        _ => ALayout::RowMajor,
+    };
+    let template = match matmul_f32_with_layout(&task.name, m, n, k, a_layout, schedule) {
         Ok(f) => f,
         Err(e) => return TemplateOutcome::Refused(format!("matmul template: {e}")),
     };

@@ -3,16 +3,19 @@
 //!
 //! ```text
 //! Conv(X[1, C, d…], W[OC, C, k…], B?)  →  Reshape(Add(MatMul(Wmat, ColT), B[OC, 1]), [1, OC, o…])
-//!     Wmat = W reshaped to [OC, C·∏k] (a new constant)
+//!     Wmat = Transpose(WmatT), WmatT = W reshaped to [OC, C·∏k] and transposed (a new constant)
 //!     ColT = hidet::Im2Col(X) [C·∏k, ∏o]   (Reshape(X, [C, ∏d]) for 1×1 unpadded stride-1 kernels)
 //! ```
 //!
-//! Fusion then makes `Im2Col` a prologue of the matrix product (inlined into the loads of its
+//! The weight is stored transposed (`[C·∏k, OC]`) so that the matrix product, which packs
+//! its left operand in panels of a few output channels, reads it in memory order; the
+//! `Transpose` becomes a prologue, read in place. Fusion also makes `Im2Col` a prologue of the matrix product (inlined into the loads of its
 //! right operand: the column matrix is never stored) and the bias, the reshape and whatever
 //! bijective consumers follow (ReLU, a residual add) its epilogues: one kernel.
 
 use crate::attribute::Attributes;
 use crate::dtype::DType;
+use crate::fusion::specialize::KEEP_LAYOUT;
 use crate::graph::{Graph, GraphError, NodeId, ValueId};
 use crate::kernels::window::{Geometry, WindowSpec};
 use crate::ops::im2col::HIDET_DOMAIN;
@@ -132,8 +135,12 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         op_type: "Conv".into(),
         source: e.into(),
     };
-    let wmat = p.weight.reshape(vec![out_ch, rows]).map_err(node_error)?;
-    let wmat = rw.add_constant("conv_wmat", wmat);
+    let wmat_t = transposed(&p.weight, out_ch, rows).map_err(node_error)?;
+    let wmat_t = rw.add_constant("conv_wmat_t", wmat_t);
+    let mut perm = Attributes::new();
+    perm.insert("perm", Attribute::Ints(vec![1, 0]));
+    perm.insert(KEEP_LAYOUT, Attribute::Int(1));
+    let wmat = rw.add_op("Transpose", perm, &[wmat_t])?;
     let col = if is_pointwise(g) {
         let shape = shape_const(rw, &[p.channels, cols]).map_err(node_error)?;
         rw.add_op("Reshape", Attributes::new(), &[p.x, shape])?
@@ -164,6 +171,19 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     out_shape.extend(&g.output);
     let shape = shape_const(rw, &out_shape).map_err(node_error)?;
     rw.add_op("Reshape", Attributes::new(), &[y, shape])
+}
+
+/// The f32 `weight`, read as a row-major `[rows, cols]` matrix, transposed to `[cols, rows]`.
+fn transposed(
+    weight: &Tensor,
+    rows: usize,
+    cols: usize,
+) -> Result<Tensor, crate::tensor::TensorError> {
+    let w = weight.as_slice::<f32>()?;
+    let data: Vec<f32> = (0..rows * cols)
+        .map(|i| w[(i % rows) * cols + i / rows])
+        .collect();
+    Tensor::new(vec![cols, rows], data)
 }
 
 fn shape_const(rw: &mut Rewriter, dims: &[usize]) -> Result<ValueId, crate::tensor::TensorError> {

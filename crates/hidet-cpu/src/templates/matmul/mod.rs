@@ -34,7 +34,9 @@ mod plan;
 mod schedule;
 mod space;
 
-pub use schedule::{MatmulSchedule, MatmulShape, ThreadGrid, ThreadSplit, PARALLEL_K_MAX_ELEMENTS};
+pub use schedule::{
+    ALayout, MatmulSchedule, MatmulShape, ThreadGrid, ThreadSplit, PARALLEL_K_MAX_ELEMENTS,
+};
 pub use space::{heuristic_for_rows, matmul_candidates, matmul_space, micro_kernels};
 
 use crate::error::TemplateError;
@@ -50,7 +52,26 @@ pub fn matmul_f32(
     k: i64,
     schedule: &MatmulSchedule,
 ) -> Result<Function, TemplateError> {
-    plan::build(name, &MatmulShape::plain(m, n, k), false, schedule)
+    matmul_f32_with_layout(name, m, n, k, ALayout::RowMajor, schedule)
+}
+
+/// [`matmul_f32`] for an `A` whose memory layout is `a_layout` (after
+/// fusion, the layout of whatever its prologue reads).
+pub fn matmul_f32_with_layout(
+    name: &str,
+    m: i64,
+    n: i64,
+    k: i64,
+    a_layout: ALayout,
+    schedule: &MatmulSchedule,
+) -> Result<Function, TemplateError> {
+    plan::build(
+        name,
+        &MatmulShape::plain(m, n, k),
+        false,
+        a_layout,
+        schedule,
+    )
 }
 
 /// The kernel `name(A: f32[a_batch, m, k], B: f32[b_batch, k, n],
@@ -62,5 +83,5 @@ pub fn batch_matmul_f32(
     shape: &MatmulShape,
     schedule: &MatmulSchedule,
 ) -> Result<Function, TemplateError> {
-    plan::build(name, shape, true, schedule)
+    plan::build(name, shape, true, ALayout::RowMajor, schedule)
 }

@@ -1,17 +1,18 @@
 //! The IR of one instantiation of the matmul template (see the module docs
 //! of [`super`]).
 
-use super::schedule::{ceil_div, MatmulSchedule, MatmulShape, ThreadGrid};
+use super::schedule::{ceil_div, ALayout, MatmulSchedule, MatmulShape, ThreadGrid};
 use crate::error::TemplateError;
 use hidet_ir::mapping::MappingError;
 use hidet_ir::prelude::*;
 
 /// Builds the kernel for `shape` (with rank-3 operands when `rank3`, else
-/// rank 2, which requires a batch of 1).
+/// rank 2, which requires a batch of 1), packing `A` in the order `a_layout` favours.
 pub(super) fn build(
     name: &str,
     shape: &MatmulShape,
     rank3: bool,
+    a_layout: ALayout,
     schedule: &MatmulSchedule,
 ) -> Result<Function, TemplateError> {
     schedule.validate()?;
@@ -37,7 +38,10 @@ pub(super) fn build(
             fb.tensor_param("C", f32_, [s.m, s.n]),
         )
     };
-    let plan = Plan::new(a, b, c, *shape, rank3, schedule);
+    let plan = Plan {
+        a_layout,
+        ..Plan::new(a, b, c, *shape, rank3, schedule)
+    };
     plan.emit(&mut fb)?;
     Ok(fb.finish())
 }
@@ -49,6 +53,7 @@ struct Plan {
     c: Var,
     s: MatmulShape,
     rank3: bool,
+    a_layout: ALayout,
     threads: i64,
     mr: i64,
     nr: i64,
@@ -65,7 +70,8 @@ struct Plan {
     ck: i64,
     /// `K`-parts that have work.
     kparts: i64,
-    /// Panels per cache block and the block depth, clamped to one thread's share.
+    /// Panels per cache block (at most the schedule's, as even as that allows over one
+    /// thread's share) and the block depth (clamped to that share).
     mcp: i64,
     ncp: i64,
     kc: i64,
@@ -131,7 +137,7 @@ impl Plan {
         let (pm, pn) = (ceil_div(s.m, sch.mr), ceil_div(s.n, sch.nr));
         let (cm, cn) = (ceil_div(pm, grid.rows), ceil_div(pn, grid.cols));
         let ck = ceil_div(s.k, grid.k);
-        let stream_b = (sch.mc / sch.mr).min(cm) == 1;
+        let mcp = balanced_block(cm, sch.mc / sch.mr);
         let kc = sch.kc.min(ck);
         Plan {
             a,
@@ -139,6 +145,7 @@ impl Plan {
             c,
             s,
             rank3,
+            a_layout: ALayout::RowMajor,
             threads: sch.threads,
             mr: sch.mr,
             nr: sch.nr,
@@ -152,11 +159,11 @@ impl Plan {
             cn,
             ck,
             kparts: ceil_div(s.k, ck),
-            mcp: (sch.mc / sch.mr).min(cm),
-            ncp: (sch.nc / sch.nr).min(cn),
+            mcp,
+            ncp: balanced_block(cn, sch.nc / sch.nr),
             kc,
             sliced: ck > kc,
-            stream_b,
+            stream_b: mcp == 1,
             m_edge: s.m % sch.mr,
             n_edge: s.n % sch.nr,
         }
@@ -359,22 +366,50 @@ impl Plan {
     }
 
     /// `packed_a[p, kk, i] = A[b, (pb0 + p)·MR + i, k0 + kk]` for the real
-    /// rows of each panel of the tile (padding rows are never read).
+    /// rows of each panel of the tile (padding rows are never read): along `K`
+    /// for a row-major `A`; for a column-major one, column by column of the
+    /// tile (so each column is read contiguously), each panel's part a SIMD loop.
     fn pack_a(&self, fb: &mut FunctionBuilder, packed_a: &Var, at: &At) {
         let panels = mapping(repeat([self.mcp]));
-        fb.for_each(panels.on(0), |fb, pv| {
-            let p = &pv[0];
-            fb.if_then(p.lt(&at.np), |fb| {
-                let row0 = (&at.pb0 + p) * self.mr;
-                let rows = Expr::int(self.mr).min(Expr::int(self.s.m) - &row0);
-                fb.for_range("i", rows, |fb, i| {
-                    fb.for_range("kk", &at.kc_len, |fb, kk| {
-                        let value = self.a_at(&at.batch, &row0 + &i, &at.k0 + &kk);
-                        fb.store(packed_a, [p.clone(), kk, i.clone()], value);
+        match self.a_layout {
+            ALayout::RowMajor => fb.for_each(panels.on(0), |fb, pv| {
+                let p = &pv[0];
+                fb.if_then(p.lt(&at.np), |fb| {
+                    let row0 = (&at.pb0 + p) * self.mr;
+                    let rows = Expr::int(self.mr).min(Expr::int(self.s.m) - &row0);
+                    fb.for_range("i", rows, |fb, i| {
+                        fb.for_range("kk", &at.kc_len, |fb, kk| {
+                            let value = self.a_at(&at.batch, &row0 + &i, &at.k0 + &kk);
+                            fb.store(packed_a, [p.clone(), kk, i.clone()], value);
+                        });
                     });
                 });
-            });
-        });
+            }),
+            ALayout::ColumnMajor => fb.for_range("kk", &at.kc_len, |fb, kk| {
+                fb.for_each(panels.on(0), |fb, pv| {
+                    let p = &pv[0];
+                    fb.if_then(p.lt(&at.np), |fb| {
+                        let gp = &at.pb0 + p;
+                        let row0 = &gp * self.mr;
+                        let copy = |fb: &mut FunctionBuilder, rows: i64| {
+                            fb.for_range_with("i", rows, LoopKind::Vectorize, |fb, i| {
+                                let value = self.a_at(&at.batch, &row0 + &i, &at.k0 + &kk);
+                                fb.store(packed_a, [p.clone(), kk.clone(), i], value);
+                            });
+                        };
+                        if self.m_edge == 0 {
+                            copy(fb, self.mr);
+                        } else {
+                            fb.if_then_else(
+                                gp.lt(self.pm - 1),
+                                |fb| copy(fb, self.mr),
+                                |fb| copy(fb, self.m_edge),
+                            );
+                        }
+                    });
+                });
+            }),
+        }
     }
 
     /// `packed_b[q, kk, j] = B[b, k0 + kk, (qb0 + q)·NR + j]`, row by row
@@ -666,6 +701,14 @@ impl Plan {
         });
         Ok(())
     }
+}
+
+/// The size of each of the fewest blocks of at most `max` panels that cover `panels`,
+/// as even as possible (the last may be smaller by less than one block count).
+fn balanced_block(panels: i64, max: i64) -> i64 {
+    let max = max.max(1);
+    let blocks = ceil_div(panels, max);
+    ceil_div(panels, blocks)
 }
 
 /// `if c1 && c2 && … { body }`, or just `body` when there is no condition.

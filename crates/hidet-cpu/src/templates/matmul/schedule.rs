@@ -21,6 +21,19 @@ pub enum ThreadSplit {
     ParallelK,
 }
 
+/// Which axis of `A` is contiguous in memory. It steers only the order in
+/// which the template packs `A` (the kernel is correct with either), so that
+/// the packing loop reads memory in order and vectorizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum ALayout {
+    /// `A[i, k]` and `A[i, k + 1]` are adjacent: packed along `K`.
+    #[default]
+    RowMajor,
+    /// `A[i, k]` and `A[i + 1, k]` are adjacent (`A` is read through a
+    /// transpose): packed column by column.
+    ColumnMajor,
+}
+
 /// The largest number of `f32` partial sums (`K`-parts × batch × padded
 /// `M × N`) a parallel-k kernel may keep; they live on the calling thread's
 /// stack.
@@ -166,7 +179,10 @@ impl MatmulSchedule {
     pub fn for_target(target: &CpuTarget, threads: i64) -> MatmulSchedule {
         let lanes = target.f32_lanes();
         let (mr, nr, mc, nc, kc) = match lanes {
-            16 => (14, 32, 168, 512, 256),
+            // 54 row panels: a packed `A` block of 756 × 256 floats (756 KiB) stays in a
+            // 1 MiB L2 (AVX-512 cores), and problems of up to 756 rows per thread with few
+            // columns (late convolution stages) pack each `B` slice once.
+            16 => (14, 32, 756, 512, 256),
             8 => (6, 16, 192, 512, 256),
             4 => (6, 8, 192, 512, 256),
             _ => (4, 4, 128, 256, 128),
