@@ -2,11 +2,13 @@
 //! bijection `src[f(axes)]`, the inverse `g` lets a kernel that produces `src[j]` write
 //! `out[g(j)]` directly (DESIGN §2, post-scheduling fusion).
 //!
-//! Two kinds of bijection are recognized: an axis permutation (identity, transpose), proven
-//! structurally, and a row-major reshape, proven structurally when the read is
+//! Three kinds of bijection are recognized: an axis permutation (identity, transpose), proven
+//! structurally; a row-major reshape, proven structurally when the read is
 //! [`reshape_index`]'s expression and otherwise by evaluating it at every output index (up
-//! to [`RESHAPE_CHECK_LIMIT`] elements; larger reshapes are not treated as bijective).
-//! Anything else is refused. A reshape is inverted by the reshape back, which works group by
+//! to [`RESHAPE_CHECK_LIMIT`] elements; larger reshapes are not treated as bijective); and a
+//! reshape read through an axis permutation (a reshape followed by a transpose, as attention
+//! splits heads), proven structurally for one of the permutations of at most
+//! [`PERMUTED_RESHAPE_MAX_RANK`] axes. Anything else is refused. A reshape is inverted by the reshape back, which works group by
 //! group ([`crate::ops::compute_util::reshape_groups`]): merging `[C, HW]` into
 //! `[1, C, H, W]` costs one division and one remainder on the spatial axis and nothing on
 //! the channels.
@@ -23,6 +25,10 @@ use crate::ops::compute_util::reshape_index;
 
 /// Reshape maps over more elements than this are not checked (and so not inverted).
 pub const RESHAPE_CHECK_LIMIT: usize = 1 << 20;
+
+/// Outputs of more axes than this are not searched for a permuted reshape (`rank!`
+/// candidates).
+pub const PERMUTED_RESHAPE_MAX_RANK: usize = 6;
 
 /// The inverse of a bijective read: for `src[src_axes]`, the output element is
 /// `out[out_index]`.
@@ -71,15 +77,75 @@ pub fn invert_read(
             out_index,
         });
     }
+    let j: Vec<Expr> = src_axes.iter().map(Var::expr).collect();
     if is_reshape(axes, out_shape, first, src_shape) {
-        let j: Vec<Expr> = src_axes.iter().map(Var::expr).collect();
         let out_index = reshape_index(&j, src_shape, out_shape);
         return Some(InverseMap {
             src_axes,
             out_index,
         });
     }
+    let perm = permuted_reshape(axes, out_shape, first, src_shape)?;
+    let shape: Vec<usize> = perm.iter().map(|&p| out_shape[p]).collect();
+    let permuted_index = reshape_index(&j, src_shape, &shape);
+    let mut out_index = vec![Expr::int(0); axes.len()];
+    for (k, &p) in perm.iter().enumerate() {
+        out_index[p] = permuted_index[k].clone();
+    }
+    Some(InverseMap {
+        src_axes,
+        out_index,
+    })
+}
+
+/// A permutation `p` (not the identity) such that `index` is, symbolically, the row-major
+/// reshape onto `src_shape` of the grid `[axes[p[0]], axes[p[1]], …]` (extents
+/// `out_shape[p[k]]`); `None` when there is none or the rank exceeds
+/// [`PERMUTED_RESHAPE_MAX_RANK`].
+fn permuted_reshape(
+    axes: &[Var],
+    out_shape: &[usize],
+    index: &[Expr],
+    src_shape: &[usize],
+) -> Option<Vec<usize>> {
+    let rank = axes.len();
+    if rank > PERMUTED_RESHAPE_MAX_RANK {
+        return None;
+    }
+    let mut ranges = VarRanges::new();
+    for (a, &extent) in axes.iter().zip(out_shape) {
+        ranges.set(a, Interval::below(extent as i64));
+    }
+    let simplified: Vec<Expr> = index.iter().map(|x| simplify_expr(x, &ranges)).collect();
+    let mut perm: Vec<usize> = (0..rank).collect();
+    while next_permutation(&mut perm) {
+        let permuted: Vec<Expr> = perm.iter().map(|&p| axes[p].expr()).collect();
+        let shape: Vec<usize> = perm.iter().map(|&p| out_shape[p]).collect();
+        let expected = reshape_index(&permuted, &shape, src_shape);
+        if expected.len() == simplified.len()
+            && expected
+                .iter()
+                .zip(&simplified)
+                .all(|(e, s)| simplify_expr(e, &ranges) == *s)
+        {
+            return Some(perm);
+        }
+    }
     None
+}
+
+/// Advances `p` to the next permutation in lexicographic order; false after the last.
+fn next_permutation(p: &mut [usize]) -> bool {
+    let Some(i) = (1..p.len()).rev().find(|&i| p[i - 1] < p[i]) else {
+        return false;
+    };
+    let j = (i..p.len())
+        .rev()
+        .find(|&j| p[j] > p[i - 1])
+        .expect("p[i] > p[i - 1], so some j ≥ i qualifies");
+    p.swap(i - 1, j);
+    p[i..].reverse();
+    true
 }
 
 fn numel(shape: &[usize]) -> Option<usize> {
@@ -320,6 +386,29 @@ mod tests {
         // The channel axis maps straight through; only the spatial axis is split.
         assert_eq!(inv.out_index[0], Expr::int(0));
         assert_eq!(inv.out_index[1], inv.src_axes[0].expr());
+    }
+
+    #[test]
+    fn reshape_then_transpose_is_inverted() {
+        // out[1, 12, 128, 64] = transpose(reshape(C[128, 768], [1, 128, 12, 64]), [0, 2, 1, 3]),
+        // as attention splits heads.
+        let src = tensor_input("c", DataType::F32, [128i64, 768]);
+        let ax = axes(4);
+        let permuted = [ax[0].expr(), ax[2].expr(), ax[1].expr(), ax[3].expr()];
+        let index = reshape_index(&permuted, &[1, 128, 12, 64], &[128, 768]);
+        let value = src.at(index.clone()) + Expr::f32(0.25);
+        let out_shape = [1, 12, 128, 64];
+        let inv = invert_read(&ax, &out_shape, &value, &src, &[128, 768]).unwrap();
+        check_inverse(&inv, &ax, &out_shape, &index, &[128, 768]);
+        // Keys transposed further: out[1, 12, 64, 128] reads c[i3, i1·64 + i2].
+        let permuted = [ax[0].expr(), ax[3].expr(), ax[1].expr(), ax[2].expr()];
+        let index = reshape_index(&permuted, &[1, 128, 12, 64], &[128, 768]);
+        let out_shape = [1, 12, 64, 128];
+        let inv = invert_read(&ax, &out_shape, &src.at(index.clone()), &src, &[128, 768]).unwrap();
+        check_inverse(&inv, &ax, &out_shape, &index, &[128, 768]);
+        // A permuted read that drops an axis is still refused.
+        let index = vec![ax[2].expr(), ax[1].expr() * 64];
+        assert!(invert_read(&ax, &[1, 12, 128, 64], &src.at(index), &src, &[128, 768]).is_none());
     }
 
     #[test]
