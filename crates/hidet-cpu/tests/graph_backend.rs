@@ -355,3 +355,91 @@ fn scalar_constants_are_inlined_as_literals() {
     let out = compiled.run(&[("x".to_string(), x)]).unwrap();
     assert_close(&f32s(&out[0].1), &want, "compiled");
 }
+
+/// `gelu(x · w1 + b) · w2`: the GELU reads its input twice (a diamond), so it cannot be a
+/// chain of single-use epilogues; it is absorbed whole as the first product's epilogue
+/// (computed once per element) rather than as the second product's prologue (recomputed
+/// wherever that product packs its left operand).
+#[test]
+fn an_elementwise_diamond_is_the_epilogue_of_the_product_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(13);
+    let w1 = random(&mut rng, &[K, N]);
+    let b = random(&mut rng, &[N]);
+    let w2 = random(&mut rng, &[N, K]);
+    let mut g = GraphBuilder::new("mlp");
+    g.input("x", TensorType::fixed(DType::F32, &[M, K]));
+    g.initializer("w1", w1.clone());
+    g.initializer("b", b.clone());
+    g.initializer("w2", w2.clone());
+    g.initializer("sqrt2", Tensor::scalar(std::f32::consts::SQRT_2));
+    g.initializer("one", Tensor::scalar(1.0f32));
+    g.initializer("half", Tensor::scalar(0.5f32));
+    g.node(node("MatMul", &["x", "w1"], "h", Attributes::new()));
+    g.node(node("Add", &["h", "b"], "hb", Attributes::new()));
+    g.node(node("Div", &["hb", "sqrt2"], "d", Attributes::new()));
+    g.node(node("Erf", &["d"], "e", Attributes::new()));
+    g.node(node("Add", &["e", "one"], "e1", Attributes::new()));
+    g.node(node("Mul", &["hb", "e1"], "m", Attributes::new()));
+    g.node(node("Mul", &["m", "half"], "act", Attributes::new()));
+    g.node(node("MatMul", &["act", "w2"], "y", Attributes::new()));
+    g.output("y");
+    let graph = g.build(Registry::global()).unwrap();
+    let x = random(&mut rng, &[M, K]);
+    let (xs, w1s, bs, w2s) = (f32s(&x), f32s(&w1), f32s(&b), f32s(&w2));
+    let erf = |v: f64| {
+        // Abramowitz–Stegun 7.1.26 is too coarse; integrate exp(-t²) by Simpson's rule.
+        let steps = 2000;
+        let h = v / steps as f64;
+        let f = |t: f64| (-t * t).exp();
+        let mut sum = f(0.0) + f(v);
+        for i in 1..steps {
+            sum += f(i as f64 * h) * if i % 2 == 1 { 4.0 } else { 2.0 };
+        }
+        sum * h / 3.0 * 2.0 / std::f64::consts::PI.sqrt()
+    };
+    let mut act = vec![0f64; M * N];
+    for i in 0..M {
+        for j in 0..N {
+            let h: f64 = (0..K)
+                .map(|k| xs[i * K + k] as f64 * w1s[k * N + j] as f64)
+                .sum::<f64>()
+                + bs[j] as f64;
+            act[i * N + j] = 0.5 * h * (1.0 + erf(h / std::f64::consts::SQRT_2));
+        }
+    }
+    let want: Vec<f64> = (0..M * K)
+        .map(|at| {
+            let (i, k) = (at / K, at % K);
+            (0..N).map(|j| act[i * N + j] * w2s[j * K + k] as f64).sum()
+        })
+        .collect();
+    let compiled = CompiledGraph::compile(
+        &graph,
+        &[vec![M, K]],
+        Arc::new(backend(dir.path(), true)),
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    let report = compiled.report();
+    assert_eq!(report.kernels, 2, "{}", report.partition);
+    let first = report
+        .partition
+        .split("kernel 1 ")
+        .next()
+        .expect("split yields at least one piece");
+    assert!(
+        ["Add", "Div", "Erf", "Mul"]
+            .iter()
+            .all(|op| first.contains(&format!("{op} `{op}_"))),
+        "the GELU is the first product's epilogue:\n{}",
+        report.partition
+    );
+    assert!(
+        !report.partition.contains("prologues: Mul"),
+        "{}",
+        report.partition
+    );
+    let out = compiled.run(&[("x".to_string(), x)]).unwrap();
+    assert_close(&f32s(&out[0].1), &want, "compiled");
+}

@@ -150,18 +150,23 @@ pub fn partition_with(graph: &Graph, spec: &Specialization, fuse: bool) -> Parti
         }
         let mut tail = NodeId(a);
         while let Some(out) = single_output(tail).filter(|_| fuse) {
-            let Some(c) = single_use(out) else { break };
-            if class[c.0] != Class::Injective
-                || owner[c.0].is_some()
-                || single_output(c).is_none()
-                || !is_bijective_consumer(graph, spec, c, out)
-            {
-                break;
+            let absorbable = |c: NodeId| {
+                class[c.0] == Class::Injective && owner[c.0].is_none() && single_output(c).is_some()
+            };
+            let region = match single_use(out) {
+                Some(c) if absorbable(c) && is_bijective_consumer(graph, spec, c, out) => vec![c],
+                Some(_) => break,
+                None => match closed_region(graph, spec, NodeId(a), out, &absorbable) {
+                    Some(region) => region,
+                    None => break,
+                },
+            };
+            for &c in &region {
+                owner[c.0] = Some(gi);
+                draft.epilogues.push(c);
+                draft.members.push(c);
             }
-            owner[c.0] = Some(gi);
-            draft.epilogues.push(c);
-            draft.members.push(c);
-            tail = c;
+            tail = *region.last().expect("a region has at least one node");
         }
         drafts.push(draft);
     }
@@ -309,6 +314,64 @@ fn is_alias_node(graph: &Graph, spec: &Specialization, node: NodeId) -> bool {
     };
     let (a, b) = (spec.value(*i), spec.value(*o));
     a.dtype == b.dtype && a.size_in_bytes().is_some() && a.size_in_bytes() == b.size_in_bytes()
+}
+
+/// Most nodes an epilogue region ([`closed_region`]) may hold.
+const REGION_LIMIT: usize = 24;
+
+/// The nodes, in topological order, of the smallest region of `absorbable` nodes that
+/// consumes every use of `out` (the output of `anchor`) and lets exactly one value, the
+/// last node's output, escape: an elementwise diamond such as GELU
+/// (`x · ½(1 + erf(x/√2))` reads `x` twice). Every member reads each of its inputs from the
+/// region through a bijection, and its other inputs are computed before `anchor` (so the
+/// region can run inside the anchor's kernel); `None` when there is no such region of at
+/// most [`REGION_LIMIT`] nodes.
+fn closed_region(
+    graph: &Graph,
+    spec: &Specialization,
+    anchor: NodeId,
+    out: ValueId,
+    absorbable: &dyn Fn(NodeId) -> bool,
+) -> Option<Vec<NodeId>> {
+    let users = |v: ValueId| graph.value(v).users.iter().map(|(n, _)| *n);
+    let graph_outputs: HashSet<ValueId> = graph.outputs().iter().copied().collect();
+    let mut inside: HashSet<ValueId> = HashSet::from([out]);
+    let mut region: Vec<NodeId> = Vec::new();
+    let mut pending: std::collections::BTreeSet<NodeId> = users(out).collect();
+    while let Some(c) = pending.pop_first() {
+        if region.len() == REGION_LIMIT || !absorbable(c) {
+            return None;
+        }
+        let node = &graph.nodes()[c.0];
+        for v in node.inputs.iter().flatten() {
+            let from_region = inside.contains(v);
+            let earlier = graph.value(*v).producer.is_none_or(|(p, _)| p.0 < anchor.0);
+            if !(earlier || from_region && is_bijective_consumer(graph, spec, c, *v)) {
+                return None;
+            }
+        }
+        let produced = single_output(graph, c)?;
+        region.push(c);
+        inside.insert(produced);
+        let open: Vec<ValueId> = inside
+            .iter()
+            .copied()
+            .filter(|v| graph_outputs.contains(v) || users(*v).any(|u| !region.contains(&u)))
+            .collect();
+        if open == [produced] {
+            return Some(region);
+        }
+        pending.extend(users(produced));
+    }
+    None
+}
+
+/// The only output of `node`, when it has exactly one.
+fn single_output(graph: &Graph, node: NodeId) -> Option<ValueId> {
+    match graph.nodes()[node.0].outputs.as_slice() {
+        [Some(o)] => Some(*o),
+        _ => None,
+    }
 }
 
 /// Whether injective `node` reads `src` through a bijection (all reads at one invertible
