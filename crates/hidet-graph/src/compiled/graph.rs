@@ -236,6 +236,35 @@ impl<B: Backend> CompiledGraph<B> {
                         if g.has_fusion() && level < 2 =>
                     {
                         report.refusals.push(format!("{t}: {reason}"));
+                        // First the longest prefix of the epilogue chain the backend takes,
+                        // the rest one injective kernel.
+                        let mut cut = None;
+                        for keep in (1..g.epilogues.len()).rev().filter(|_| level == 0) {
+                            let Some((head, tail)) = g.cut_epilogues(graph, &spec, keep) else {
+                                continue;
+                            };
+                            let task = FusedTask::new(graph, &spec, &head, tasks.len())?;
+                            match backend.lower(&task, opts) {
+                                Ok(k) => {
+                                    cut = Some((head, tail, task, k));
+                                    break;
+                                }
+                                Err(BackendError::Refused { .. }) => {}
+                                Err(e) => return Err(e.into()),
+                            }
+                        }
+                        if let Some((head, tail, task, k)) = cut {
+                            kernels.push(k);
+                            done.push((head, Some(tasks.len())));
+                            tasks.push(task);
+                            if tail.kind == GroupKind::Alias {
+                                done.push((tail, None));
+                            } else {
+                                planned += 1;
+                                pending.push((tail, 2));
+                            }
+                            continue;
+                        }
                         let keep_prologues = level == 0 && !g.prologues.is_empty();
                         let next = if keep_prologues { 1 } else { 2 };
                         let pieces = g.split(graph, keep_prologues);

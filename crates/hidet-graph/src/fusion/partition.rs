@@ -593,6 +593,43 @@ impl Group {
         pieces
     }
 
+    /// An anchored group cut after its first `keep` epilogue members: the anchor with its
+    /// prologues and those epilogues, and a group of the rest (an alias when the rest only
+    /// reshapes, else injective). `None` unless `0 < keep < epilogues.len()` and each piece
+    /// has exactly one output (a cut inside an elementwise region leaves several).
+    pub fn cut_epilogues(
+        &self,
+        graph: &Graph,
+        spec: &Specialization,
+        keep: usize,
+    ) -> Option<(Group, Group)> {
+        let anchor = self.anchor?;
+        if keep == 0 || keep >= self.epilogues.len() {
+            return None;
+        }
+        let (kept, rest) = self.epilogues.split_at(keep);
+        let members: Vec<NodeId> = [anchor]
+            .into_iter()
+            .chain(self.prologues.iter().copied())
+            .chain(kept.iter().copied())
+            .collect();
+        let head = Group::from_members(
+            graph,
+            GroupKind::Anchored,
+            members,
+            Some(anchor),
+            self.prologues.clone(),
+            kept.to_vec(),
+        );
+        let kind = if rest.iter().all(|n| is_alias_node(graph, spec, *n)) {
+            GroupKind::Alias
+        } else {
+            GroupKind::Injective
+        };
+        let tail = Group::from_members(graph, kind, rest.to_vec(), None, vec![], vec![]);
+        (head.outputs.len() == 1 && tail.outputs.len() == 1).then_some((head, tail))
+    }
+
     /// Whether the group has anything fused around its anchor.
     pub fn has_fusion(&self) -> bool {
         !self.prologues.is_empty() || !self.epilogues.is_empty()
