@@ -25,6 +25,23 @@ fn backend(dir: &std::path::Path, template: bool) -> CpuBackend {
     })
 }
 
+/// `graph` compiled for `shapes` with a kernel cache in `dir`, with or without the matmul
+/// template.
+fn compile(
+    graph: &Graph,
+    shapes: &[Vec<usize>],
+    dir: &std::path::Path,
+    template: bool,
+) -> CompiledGraph<CpuBackend> {
+    CompiledGraph::compile(
+        graph,
+        shapes,
+        Arc::new(backend(dir, template)),
+        &CompileOptions::default(),
+    )
+    .unwrap()
+}
+
 fn node(op: &str, inputs: &[&str], output: &str, attrs: Attributes) -> NodeSpec {
     NodeSpec {
         name: format!("{op}_{output}"),
@@ -102,13 +119,7 @@ fn matmul_bias_relu_add_is_one_kernel() {
     let reference = run_reference(&graph, &inputs).unwrap();
     assert_close(&f32s(&reference[0].1), &want, "reference");
 
-    let compiled = CompiledGraph::compile(
-        &graph,
-        &[vec![M, K], vec![M, N]],
-        Arc::new(backend(dir.path(), false)),
-        &CompileOptions::default(),
-    )
-    .unwrap();
+    let compiled = compile(&graph, &[vec![M, K], vec![M, N]], dir.path(), false);
     let report = compiled.report();
     assert_eq!(report.kernels, 1, "{}", report.partition);
     assert_eq!(report.host_nodes, 0, "{}", report.partition);
@@ -128,13 +139,7 @@ fn matmul_bias_relu_add_is_one_kernel() {
 
     // With the matmul template: its element loads and stores let `fuse` inline the bias,
     // the ReLU and the residual add into the template kernel.
-    let templated = CompiledGraph::compile(
-        &graph,
-        &[vec![M, K], vec![M, N]],
-        Arc::new(backend(dir.path(), true)),
-        &CompileOptions::default(),
-    )
-    .unwrap();
+    let templated = compile(&graph, &[vec![M, K], vec![M, N]], dir.path(), true);
     let report = templated.report();
     assert_eq!(report.kernels, 1, "{}", report.partition);
     assert!(report.refusals.is_empty(), "{:?}", report.refusals);
@@ -248,13 +253,7 @@ fn operators_without_compute_definitions_run_on_the_host() {
     let graph = g.build(Registry::global()).unwrap();
     let x = random(&mut rng, &[6, 5]);
     let inputs = vec![("x".to_string(), x.clone())];
-    let compiled = CompiledGraph::compile(
-        &graph,
-        &[vec![6, 5]],
-        Arc::new(backend(dir.path(), true)),
-        &CompileOptions::default(),
-    )
-    .unwrap();
+    let compiled = compile(&graph, &[vec![6, 5]], dir.path(), true);
     let out = compiled.run(&inputs).unwrap();
     let xs = f32s(&x);
     let want: Vec<f64> = (0..30)
@@ -297,13 +296,7 @@ fn identical_kernels_share_one_translation_unit() {
     let reference = run_reference(&graph, &inputs).unwrap();
     let want: Vec<f64> = f32s(&reference[0].1).iter().map(|&v| v as f64).collect();
     for round in 0..2 {
-        let compiled = CompiledGraph::compile(
-            &graph,
-            &[vec![M, K]],
-            Arc::new(backend(dir.path(), true)),
-            &CompileOptions::default(),
-        )
-        .unwrap();
+        let compiled = compile(&graph, &[vec![M, K]], dir.path(), true);
         let report = compiled.report();
         assert_eq!(report.kernels, 2, "{}", report.partition);
         assert_eq!(report.module.compiled + report.module.cached, 1);
@@ -332,13 +325,7 @@ fn scalar_constants_are_inlined_as_literals() {
         .iter()
         .map(|&v| (v as f64 * 1.25).powi(3))
         .collect();
-    let compiled = CompiledGraph::compile(
-        &graph,
-        &[vec![M, K]],
-        Arc::new(backend(dir.path(), true)),
-        &CompileOptions::default(),
-    )
-    .unwrap();
+    let compiled = compile(&graph, &[vec![M, K]], dir.path(), true);
     let report = compiled.report();
     assert_eq!(report.kernels, 1, "{}", report.partition);
     let (_, source) = report
@@ -414,13 +401,7 @@ fn an_elementwise_diamond_is_the_epilogue_of_the_product_before_it() {
             (0..N).map(|j| act[i * N + j] * w2s[j * K + k] as f64).sum()
         })
         .collect();
-    let compiled = CompiledGraph::compile(
-        &graph,
-        &[vec![M, K]],
-        Arc::new(backend(dir.path(), true)),
-        &CompileOptions::default(),
-    )
-    .unwrap();
+    let compiled = compile(&graph, &[vec![M, K]], dir.path(), true);
     let report = compiled.report();
     assert_eq!(report.kernels, 2, "{}", report.partition);
     let first = report
@@ -465,13 +446,7 @@ fn a_refused_epilogue_chain_keeps_its_longest_accepted_prefix() {
     let x = random(&mut rng, &[1, 4, 11, 13]);
     let inputs = vec![("x".to_string(), x.clone())];
     let reference = run_reference(&graph, &inputs).unwrap();
-    let compiled = CompiledGraph::compile(
-        &graph,
-        &[vec![1, 4, 11, 13]],
-        Arc::new(backend(dir.path(), true)),
-        &CompileOptions::default(),
-    )
-    .unwrap();
+    let compiled = compile(&graph, &[vec![1, 4, 11, 13]], dir.path(), true);
     let report = compiled.report();
     assert_eq!(report.kernels, 1, "{}", report.partition);
     assert!(

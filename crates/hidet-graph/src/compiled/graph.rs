@@ -216,11 +216,20 @@ impl<B: Backend> CompiledGraph<B> {
                 groups.push((group.clone(), None));
                 continue;
             }
-            let mut pending = vec![(group.clone(), 0u8)];
+            // Groups to lower, each with its split level and, for a head cut off a refused
+            // group, the task and kernel already lowered while searching for the cut.
+            let mut pending = vec![(group.clone(), 0u8, None)];
             let mut done: Vec<(Group, Option<usize>)> = Vec::new();
-            while let Some((g, level)) = pending.pop() {
-                let task = FusedTask::new(graph, &spec, &g, tasks.len())?;
-                match backend.lower(&task, opts) {
+            while let Some((g, level, lowered)) = pending.pop() {
+                let (task, lowering) = match lowered {
+                    Some((task, k)) => (task, Ok(k)),
+                    None => {
+                        let task = FusedTask::new(graph, &spec, &g, tasks.len())?;
+                        let lowering = backend.lower(&task, opts);
+                        (task, lowering)
+                    }
+                };
+                match lowering {
                     Ok(k) => {
                         kernels.push(k);
                         done.push((g, Some(tasks.len())));
@@ -254,15 +263,14 @@ impl<B: Backend> CompiledGraph<B> {
                             }
                         }
                         if let Some((head, tail, task, k)) = cut {
-                            kernels.push(k);
-                            done.push((head, Some(tasks.len())));
-                            tasks.push(task);
                             if tail.kind == GroupKind::Alias {
                                 done.push((tail, None));
                             } else {
                                 planned += 1;
-                                pending.push((tail, 2));
+                                pending.push((tail, 2, None));
                             }
+                            // Popped next, so its task index is still the next one.
+                            pending.push((head, level, Some((task, k))));
                             continue;
                         }
                         let keep_prologues = level == 0 && !g.prologues.is_empty();
@@ -270,7 +278,7 @@ impl<B: Backend> CompiledGraph<B> {
                         let pieces = g.split(graph, keep_prologues);
                         planned += pieces.len().saturating_sub(1);
                         for piece in pieces.into_iter().rev() {
-                            pending.push((piece, next));
+                            pending.push((piece, next, None));
                         }
                     }
                     Err(e) => return Err(e.into()),

@@ -112,10 +112,7 @@ fn permuted_reshape(
     if rank > PERMUTED_RESHAPE_MAX_RANK {
         return None;
     }
-    let mut ranges = VarRanges::new();
-    for (a, &extent) in axes.iter().zip(out_shape) {
-        ranges.set(a, Interval::below(extent as i64));
-    }
+    let ranges = axis_ranges(axes, out_shape);
     let simplified: Vec<Expr> = index.iter().map(|x| simplify_expr(x, &ranges)).collect();
     let mut perm: Vec<usize> = (0..rank).collect();
     while next_permutation(&mut perm) {
@@ -146,6 +143,15 @@ fn next_permutation(p: &mut [usize]) -> bool {
     p.swap(i - 1, j);
     p[i..].reverse();
     true
+}
+
+/// Each of `axes` ranging over `[0, extent)` of `shape`.
+fn axis_ranges(axes: &[Var], shape: &[usize]) -> VarRanges {
+    let mut ranges = VarRanges::new();
+    for (a, &extent) in axes.iter().zip(shape) {
+        ranges.set(a, Interval::below(extent as i64));
+    }
+    ranges
 }
 
 fn numel(shape: &[usize]) -> Option<usize> {
@@ -190,10 +196,7 @@ fn is_reshape(axes: &[Var], out_shape: &[usize], index: &[Expr], src_shape: &[us
     if index == expected.as_slice() {
         return true;
     }
-    let mut ranges = VarRanges::new();
-    for (a, &extent) in axes.iter().zip(out_shape) {
-        ranges.set(a, Interval::below(extent as i64));
-    }
+    let ranges = axis_ranges(axes, out_shape);
     let simplified =
         |e: &[Expr]| -> Vec<Expr> { e.iter().map(|x| simplify_expr(x, &ranges)).collect() };
     if simplified(index) == simplified(&expected) {

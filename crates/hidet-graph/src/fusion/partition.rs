@@ -95,19 +95,8 @@ pub fn partition_with(graph: &Graph, spec: &Specialization, fuse: bool) -> Parti
         })
         .collect();
     let graph_outputs: HashSet<ValueId> = graph.outputs().iter().copied().collect();
-    // The single consumer of a node's only output, when it has exactly one use.
-    let single_output = |node: NodeId| -> Option<ValueId> {
-        let outs: Vec<ValueId> = graph.nodes()[node.0]
-            .outputs
-            .iter()
-            .flatten()
-            .copied()
-            .collect();
-        match outs.as_slice() {
-            [o] => Some(*o),
-            _ => None,
-        }
-    };
+    let single_output = |node: NodeId| single_output(graph, node);
+    // The single consumer of a value, when it has exactly one use.
     let single_use = |v: ValueId| -> Option<NodeId> {
         let users = &graph.value(v).users;
         let distinct: HashSet<NodeId> = users.iter().map(|(n, _)| *n).collect();
@@ -366,10 +355,11 @@ fn closed_region(
     None
 }
 
-/// The only output of `node`, when it has exactly one.
+/// The only output of `node`, when it has exactly one (omitted optional outputs aside).
 fn single_output(graph: &Graph, node: NodeId) -> Option<ValueId> {
-    match graph.nodes()[node.0].outputs.as_slice() {
-        [Some(o)] => Some(*o),
+    let mut outputs = graph.nodes()[node.0].outputs.iter().flatten();
+    match (outputs.next(), outputs.next()) {
+        (Some(o), None) => Some(*o),
         _ => None,
     }
 }

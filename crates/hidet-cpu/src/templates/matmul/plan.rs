@@ -397,15 +397,8 @@ impl Plan {
                                 fb.store(packed_a, [p.clone(), kk.clone(), i], value);
                             });
                         };
-                        if self.m_edge == 0 {
-                            copy(fb, self.mr);
-                        } else {
-                            fb.if_then_else(
-                                gp.lt(self.pm - 1),
-                                |fb| copy(fb, self.mr),
-                                |fb| copy(fb, self.m_edge),
-                            );
-                        }
+                        let last = gp.eq(self.pm - 1);
+                        full_or_edge(fb, self.m_edge > 0, last, self.mr, self.m_edge, copy);
                     });
                 });
             }),
@@ -428,16 +421,16 @@ impl Plan {
                         let dst = |j: Expr| (packed_b.clone(), vec![q.clone(), kk.clone(), j]);
                         self.copy_b_row(fb, &at.batch, &krow, &col0, cols, zeros, dst);
                     };
-                    if self.n_edge == 0 {
-                        copy(fb, self.nr, 0);
-                    } else {
-                        let padded = ceil_div(self.n_edge, self.w) * self.w;
-                        fb.if_then_else(
-                            gq.lt(self.pn - 1),
-                            |fb| copy(fb, self.nr, 0),
-                            |fb| copy(fb, self.n_edge, padded - self.n_edge),
-                        );
-                    }
+                    let padded = ceil_div(self.n_edge, self.w) * self.w;
+                    let (full, edge) = ((self.nr, 0), (self.n_edge, padded - self.n_edge));
+                    full_or_edge(
+                        fb,
+                        self.n_edge > 0,
+                        gq.eq(self.pn - 1),
+                        full,
+                        edge,
+                        |fb, c| copy(fb, c.0, c.1),
+                    );
                 });
             });
         });
@@ -504,25 +497,17 @@ impl Plan {
                     self.micro_kernel(fb, bufs, at, p, q, &gp, &gq, shape)
                 };
                 let by_col = |fb: &mut FunctionBuilder, rows_variant: Micro, col_variant: Micro| {
-                    if self.n_edge == 0 {
-                        micro(fb, rows_variant);
-                    } else {
-                        fb.if_then_else(
-                            last_col.clone(),
-                            |fb| micro(fb, col_variant),
-                            |fb| micro(fb, rows_variant),
-                        );
-                    }
+                    let last = last_col.clone();
+                    full_or_edge(fb, self.n_edge > 0, last, rows_variant, col_variant, micro);
                 };
-                if self.m_edge == 0 {
-                    by_col(fb, full, n_edge);
-                } else {
-                    fb.if_then_else(
-                        last_row,
-                        |fb| by_col(fb, m_edge, both),
-                        |fb| by_col(fb, full, n_edge),
-                    );
-                }
+                full_or_edge(
+                    fb,
+                    self.m_edge > 0,
+                    last_row,
+                    (full, n_edge),
+                    (m_edge, both),
+                    |fb, v| by_col(fb, v.0, v.1),
+                );
             });
         });
     }
@@ -700,6 +685,23 @@ impl Plan {
             });
         });
         Ok(())
+    }
+}
+
+/// `body(full)`; but when the last panel is partial (`has_edge`), `body(edge)` where `last`
+/// holds and `body(full)` elsewhere.
+fn full_or_edge<T: Copy>(
+    fb: &mut FunctionBuilder,
+    has_edge: bool,
+    last: Expr,
+    full: T,
+    edge: T,
+    body: impl Fn(&mut FunctionBuilder, T),
+) {
+    if has_edge {
+        fb.if_then_else(last, |fb| body(fb, edge), |fb| body(fb, full));
+    } else {
+        body(fb, full);
     }
 }
 
