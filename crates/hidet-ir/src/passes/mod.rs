@@ -9,10 +9,12 @@
 pub mod bounds;
 pub mod lower_task_mappings;
 pub mod simplify;
+pub mod split_divided_loops;
 
 pub use bounds::{bound_of, is_non_negative, Interval, VarRanges};
 pub use lower_task_mappings::LowerTaskMappings;
 pub use simplify::{simplify_expr, Simplify};
+pub use split_divided_loops::SplitDividedLoops;
 
 use crate::function::{Function, IRModule};
 use crate::stmt::Stmt;
@@ -64,9 +66,17 @@ pub trait FunctionPass {
     fn run(&self, f: Function) -> Result<Function, PassError>;
 }
 
-/// The passes every function goes through before code generation, in order.
+/// The passes every function goes through before code generation, in order:
+/// task mappings become loops, the arithmetic is simplified, vectorized loops
+/// that divide their variable are cut at row boundaries (on simplified
+/// indices), and the cut loops' bounds and indices are simplified again.
 pub fn lowering_passes() -> Vec<Box<dyn FunctionPass>> {
-    vec![Box::new(LowerTaskMappings), Box::new(Simplify)]
+    vec![
+        Box::new(LowerTaskMappings),
+        Box::new(Simplify),
+        Box::new(SplitDividedLoops),
+        Box::new(Simplify),
+    ]
 }
 
 /// Runs [`lowering_passes`] on `f`. The result has no `Stmt::ForMapping`.

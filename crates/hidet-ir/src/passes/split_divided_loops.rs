@@ -1,0 +1,283 @@
+//! Index-set splitting of vectorized loops whose variable is divided.
+//!
+//! A vectorized loop `for j in 0..n` whose body reads `(a + j) / w` and
+//! `(a + j) % w` (one constant `w`, one `a` free of `j`) walks rows of
+//! width `w`: an im2col pack walks output pixels, a broadcast walks a
+//! channel's plane. A C compiler can only vectorize such a body with
+//! gathers. This pass cuts the loop at the row boundaries:
+//!
+//! ```text
+//! let q0 = a / w; let r0 = a % w;
+//! for s in 0..(r0 + n - 1) / w + 1:             // the rows the loop touches
+//!     let lo = max(0, s*w - r0); let hi = min(n, (s+1)*w - r0);
+//!     for e in 0..hi - lo (vectorized):
+//!         body[j := lo + e, (a+j)/w := q0 + s, (a+j)%w := r0 + lo + e - s*w]
+//! ```
+//!
+//! Within a segment every access is affine in `e`, so a stride-1 read is a
+//! plain vector load. The rewrite is exact under floor semantics for any
+//! sign of `a`, and keeps the iteration order. Loops are split only when
+//! `w >= MIN_ROW`: shorter rows would make segments shorter than a vector,
+//! where the gather is the better code.
+
+use super::{simplify_expr, FunctionPass, PassError, VarRanges};
+use crate::dtype::DataType;
+use crate::expr::{BinaryOp, Expr, ExprKind, Var};
+use crate::function::Function;
+use crate::stmt::{LoopKind, Stmt};
+
+/// The narrowest row (divisor) worth a split: one AVX-512 vector of `f32`.
+pub const MIN_ROW: i64 = 16;
+
+/// The pass (see the module documentation).
+pub struct SplitDividedLoops;
+
+impl FunctionPass for SplitDividedLoops {
+    fn name(&self) -> &'static str {
+        "split_divided_loops"
+    }
+
+    fn run(&self, f: Function) -> Result<Function, PassError> {
+        let body = f.body.rewrite(&mut split_loop, &mut |e| e.clone());
+        Ok(Function { body, ..f })
+    }
+}
+
+/// `s` split if it is an innermost vectorized loop of the form the module describes.
+fn split_loop(s: Stmt) -> Stmt {
+    let Stmt::For {
+        var,
+        extent,
+        kind: LoopKind::Vectorize,
+        body,
+    } = &s
+    else {
+        return s;
+    };
+    let Some(ty) = var
+        .ty()
+        .as_data()
+        .filter(|t| t.is_integer() && t.lanes == 1)
+    else {
+        return s;
+    };
+    if has_loop(body) {
+        return s;
+    }
+    let Some(row) = divided_row(body, var) else {
+        return s;
+    };
+    rewrite(var, extent, body, &row, ty)
+}
+
+/// The `(a, w)` shared by every division of `var` in `body`, when some tensor
+/// access is a gather: its flat offset (as the codegen simplifies it) still
+/// divides `var`. `None` when no access gathers, when the divisions differ, or
+/// when one is not of the form `(a + var) / w`. A guard that divides `var`
+/// around a contiguous read (a padded convolution whose output is as wide as
+/// its input) vectorizes as a masked load and is better left whole.
+fn divided_row(body: &Stmt, var: &Var) -> Option<(Expr, i64)> {
+    let mut found = Divisions::default();
+    body.visit(&mut |s| {
+        if let Stmt::Store {
+            tensor, indices, ..
+        } = s
+        {
+            found.access(tensor, indices, var);
+        }
+        let values: Vec<&Expr> = match s {
+            Stmt::Store { value, .. } => vec![value],
+            _ => s.exprs(),
+        };
+        for e in values {
+            found.expr(e, var);
+        }
+    });
+    if !found.gathers {
+        return None;
+    }
+    let first = found.rows.first()?.clone()?;
+    let all_same = found.rows.iter().all(|r| r.as_ref() == Some(&first));
+    (all_same && first.1 >= MIN_ROW).then_some(first)
+}
+
+/// The divisions of a loop variable met in a loop body.
+#[derive(Default)]
+struct Divisions {
+    /// For each outermost `/` or `%` whose dividend mentions the variable:
+    /// `Some((a, w))` when it is `(a + var) op w`, `None` otherwise.
+    rows: Vec<Option<(Expr, i64)>>,
+    /// Whether some tensor access's flat offset divides the variable.
+    gathers: bool,
+}
+
+impl Divisions {
+    fn expr(&mut self, e: &Expr, var: &Var) {
+        match e.kind() {
+            ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, num, den) if mentions(num, var) => {
+                let row = den.as_int().filter(|&w| w > 0);
+                self.rows
+                    .push(row.and_then(|w| Some((offset_of(num, var)?, w))));
+            }
+            ExprKind::TensorElement { tensor, indices } => self.access(tensor, indices, var),
+            _ => {
+                for c in e.children() {
+                    self.expr(c, var);
+                }
+            }
+        }
+    }
+
+    /// `tensor[indices]`: its divisions count only when its flat offset keeps them.
+    fn access(&mut self, tensor: &Var, indices: &[Expr], var: &Var) {
+        if let Some(t) = tensor.ty().as_tensor() {
+            let offset = simplify_expr(&t.layout.offset(indices), &VarRanges::default());
+            let mut flat = Divisions::default();
+            flat.expr(&offset, var);
+            if flat.rows.is_empty() {
+                return;
+            }
+        }
+        let before = self.rows.len();
+        for i in indices {
+            self.expr(i, var);
+        }
+        self.gathers |= self.rows.len() > before;
+    }
+}
+
+/// `a` when `num` is the sum `a + var` (terms in any order, `a` free of `var`).
+fn offset_of(num: &Expr, var: &Var) -> Option<Expr> {
+    let mut terms = Vec::new();
+    additive_terms(num, false, &mut terms);
+    let at = terms
+        .iter()
+        .position(|(t, negative)| !negative && t.as_var() == Some(var))?;
+    terms.remove(at);
+    if terms.iter().any(|(t, _)| mentions(t, var)) {
+        return None;
+    }
+    let ty = num.dtype()?;
+    Some(
+        terms
+            .into_iter()
+            .fold(Expr::int_of(0, ty), |acc, (t, negative)| {
+                if negative {
+                    acc - t
+                } else {
+                    acc + t
+                }
+            }),
+    )
+}
+
+fn additive_terms(e: &Expr, negative: bool, out: &mut Vec<(Expr, bool)>) {
+    match e.kind() {
+        ExprKind::Binary(BinaryOp::Add, a, b) => {
+            additive_terms(a, negative, out);
+            additive_terms(b, negative, out);
+        }
+        ExprKind::Binary(BinaryOp::Sub, a, b) => {
+            additive_terms(a, negative, out);
+            additive_terms(b, !negative, out);
+        }
+        _ => out.push((e.clone(), negative)),
+    }
+}
+
+fn mentions(e: &Expr, var: &Var) -> bool {
+    let mut found = false;
+    e.visit(&mut |x| found |= x.as_var() == Some(var));
+    found
+}
+
+fn has_loop(s: &Stmt) -> bool {
+    let mut found = false;
+    s.visit(&mut |x| found |= matches!(x, Stmt::For { .. } | Stmt::ForMapping { .. }));
+    found
+}
+
+fn rewrite(var: &Var, extent: &Expr, body: &Stmt, (a, w): &(Expr, i64), ty: DataType) -> Stmt {
+    let int = |v: i64| Expr::int_of(v, ty);
+    let name = var.name();
+    let q0 = Var::new(format!("{name}_row"), ty);
+    let r0 = Var::new(format!("{name}_col"), ty);
+    let s = Var::new(format!("{name}_seg"), ty);
+    let lo = Var::new(format!("{name}_lo"), ty);
+    let e = Var::new(name, ty);
+    let segments = (r0.expr() + extent.clone() - int(1)) / int(*w) + int(1);
+    let lo_value = (s.expr() * int(*w) - r0.expr()).max(int(0));
+    let hi_value = extent.min((s.expr() + int(1)) * int(*w) - r0.expr());
+    let j = lo.expr() + e.expr();
+    let quotient = q0.expr() + s.expr();
+    let remainder = r0.expr() + j.clone() - s.expr() * int(*w);
+    let replace = Replacement {
+        var,
+        offset: a,
+        row: *w,
+        j: &j,
+        quotient: &quotient,
+        remainder: &remainder,
+    };
+    let inner = Stmt::For {
+        var: e,
+        extent: hi_value - lo.expr(),
+        kind: LoopKind::Vectorize,
+        body: Box::new(body.rewrite(&mut |s| s, &mut |x| replace.expr(x))),
+    };
+    let per_segment = Stmt::Let {
+        var: lo,
+        value: lo_value,
+        body: Box::new(inner),
+    };
+    let segments_loop = Stmt::For {
+        var: s,
+        extent: segments,
+        kind: LoopKind::Serial,
+        body: Box::new(per_segment),
+    };
+    Stmt::Let {
+        var: q0,
+        value: a.clone() / int(*w),
+        body: Box::new(Stmt::Let {
+            var: r0,
+            value: a.clone() % int(*w),
+            body: Box::new(segments_loop),
+        }),
+    }
+}
+
+/// The substitutions inside one segment.
+struct Replacement<'a> {
+    var: &'a Var,
+    offset: &'a Expr,
+    row: i64,
+    j: &'a Expr,
+    quotient: &'a Expr,
+    remainder: &'a Expr,
+}
+
+impl Replacement<'_> {
+    fn expr(&self, e: &Expr) -> Expr {
+        match e.kind() {
+            ExprKind::Var(v) if v == self.var => return self.j.clone(),
+            ExprKind::Binary(op @ (BinaryOp::Div | BinaryOp::Mod), num, den)
+                if den.as_int() == Some(self.row)
+                    && offset_of(num, self.var).as_ref() == Some(self.offset) =>
+            {
+                return if *op == BinaryOp::Div {
+                    self.quotient.clone()
+                } else {
+                    self.remainder.clone()
+                };
+            }
+            _ => {}
+        }
+        let children: Vec<Expr> = e.children().into_iter().map(|c| self.expr(c)).collect();
+        if children.is_empty() {
+            e.clone()
+        } else {
+            e.with_children(children)
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Index-set splitting of vectorized loops that divide their variable: the
+//! split loop computes what the original computes (interpreter), for row
+//! offsets of either sign and loop lengths shorter and longer than a row, and
+//! no division of a vectorized loop's variable is left where a read gathered.
+
+use hidet_ir::interp::{run_function, Arg, Buffer, Scalar};
+use hidet_ir::passes::lower_function;
+use hidet_ir::passes::split_divided_loops::MIN_ROW;
+use hidet_ir::prelude::*;
+
+const PANELS: i64 = 5;
+
+/// `out[p*n + j] = image[(base + p*n + j) / row + 1, (base + p*n + j) % row + width - row]`
+/// for `p < PANELS` and `j < n` vectorized: an im2col-like read of a `[64, width]`
+/// image. Its flat offset divides `j` (a gather) when `width > row`, and is
+/// contiguous when `width == row`.
+fn kernel(n: i64, row: i64, width: i64) -> Function {
+    let mut fb = FunctionBuilder::cpu_kernel("pack");
+    let base = fb.param("base", DataType::I32);
+    let image = fb.tensor_param("image", DataType::I32, [64i64, width]);
+    let out = fb.tensor_param("out", DataType::I32, [PANELS * n]);
+    let base = base.expr();
+    fb.for_range("p", PANELS, |fb, p| {
+        fb.for_range_with("j", n, LoopKind::Vectorize, |fb, j| {
+            let pixel = &base + &p * n + &j;
+            let value = image.at([&pixel / row + 1, &pixel % row + (width - row)]);
+            fb.store(&out, [&p * n + &j], value);
+        });
+    });
+    fb.finish()
+}
+
+fn run(f: &Function, base: i64, n: i64, width: i64) -> Vec<i64> {
+    let image: Vec<i64> = (0..64 * width).map(|i| i * 7 + 3).collect();
+    let mut args = vec![
+        Arg::Scalar(Scalar::Int(base)),
+        Arg::Buffer(Buffer::from_i64(DataType::I32, &image)),
+        Arg::Buffer(Buffer::from_i64(
+            DataType::I32,
+            &vec![-1; (PANELS * n) as usize],
+        )),
+    ];
+    run_function(f, &mut args).expect("kernel runs");
+    match &args[2] {
+        Arg::Buffer(b) => b.to_i64(),
+        Arg::Scalar(_) => unreachable!("argument 2 is a buffer"),
+    }
+}
+
+fn expected(base: i64, n: i64, row: i64, width: i64) -> Vec<i64> {
+    (0..PANELS * n)
+        .map(|i| {
+            let pixel = base + i;
+            let (r, c) = (
+                pixel.div_euclid(row) + 1,
+                pixel.rem_euclid(row) + (width - row),
+            );
+            (r * width + c) * 7 + 3
+        })
+        .collect()
+}
+
+/// Whether some vectorized loop's body still divides that loop's variable.
+fn divides_vector_lane(s: &Stmt) -> bool {
+    let mut found = false;
+    s.visit(&mut |s| {
+        if let Stmt::For {
+            var,
+            kind: LoopKind::Vectorize,
+            body,
+            ..
+        } = s
+        {
+            body.visit(&mut |inner| {
+                for e in inner.exprs() {
+                    e.visit(&mut |x| {
+                        if let ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, num, _) = x.kind() {
+                            num.visit(&mut |y| found |= y.as_var() == Some(var));
+                        }
+                    });
+                }
+            });
+        }
+    });
+    found
+}
+
+fn segment_loops(s: &Stmt) -> usize {
+    let mut n = 0;
+    s.visit(&mut |s| {
+        if let Stmt::For { var, .. } = s {
+            n += usize::from(var.name().ends_with("_seg"));
+        }
+    });
+    n
+}
+
+#[test]
+fn a_gathering_loop_is_cut_at_rows_and_computes_the_same() {
+    for (n, row) in [(32, 21), (9, 21), (32, 147), (48, 17), (16, 16)] {
+        let width = row + 2;
+        let original = kernel(n, row, width);
+        let lowered = lower_function(original.clone()).unwrap();
+        assert_eq!(
+            segment_loops(&lowered.body),
+            1,
+            "n={n} row={row}:\n{lowered}"
+        );
+        assert!(
+            !divides_vector_lane(&lowered.body),
+            "n={n} row={row}:\n{lowered}"
+        );
+        for base in [0, 5, row - 1, row, 3 * row + 2, -7] {
+            let want = expected(base, n, row, width);
+            assert_eq!(
+                run(&original, base, n, width),
+                want,
+                "original n={n} row={row} base={base}"
+            );
+            assert_eq!(
+                run(&lowered, base, n, width),
+                want,
+                "split n={n} row={row} base={base}"
+            );
+        }
+    }
+}
+
+#[test]
+fn contiguous_reads_and_short_rows_are_left_whole() {
+    let contiguous = lower_function(kernel(32, 21, 21)).unwrap();
+    assert_eq!(segment_loops(&contiguous.body), 0, "{contiguous}");
+    let short = lower_function(kernel(32, MIN_ROW - 1, MIN_ROW + 1)).unwrap();
+    assert_eq!(segment_loops(&short.body), 0, "{short}");
+    assert_eq!(
+        run(&short, 4, 32, MIN_ROW + 1),
+        expected(4, 32, MIN_ROW - 1, MIN_ROW + 1)
+    );
+}
