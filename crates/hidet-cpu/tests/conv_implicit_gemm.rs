@@ -148,8 +148,9 @@ fn assert_close(got: &Tensor, want: &[f64], what: &str) {
 }
 
 /// Compiles the block after the default passes; checks one fused template kernel with Im2Col
-/// as a prologue (or no gather at all for `pointwise`) and the outputs.
-fn check(seed: u64, c: usize, hw: usize, oc: usize, win: Window, pointwise: bool) {
+/// as a prologue (or no gather at all for `pointwise`) and the outputs. Returns the line of
+/// the kernel's epilogues.
+fn check(seed: u64, c: usize, hw: usize, oc: usize, win: Window, pointwise: bool) -> String {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng::new(seed);
     let bl = block(&mut rng, c, hw, oc, win);
@@ -195,6 +196,7 @@ fn check(seed: u64, c: usize, hw: usize, oc: usize, win: Window, pointwise: bool
     let out = compiled.run(&inputs).unwrap();
     assert_eq!(out[0].0, "y");
     assert_close(&out[0].1, &want, "compiled");
+    epilogues.to_string()
 }
 
 #[test]
@@ -225,4 +227,32 @@ fn pointwise_conv_block_is_one_fused_matmul_kernel() {
         pad: 0,
     };
     check(13, 13, 17, 7, win, true);
+}
+
+/// Unpadded windows read the image through `p / width`: the packing loops are cut at output
+/// rows (`split_divided_loops`), 19 pixels wide, so that a pack crosses rows mid-vector.
+#[test]
+fn unpadded_convolutions_whose_packs_cross_output_rows() {
+    for (seed, stride, hw) in [(14, 1, 21), (15, 2, 39)] {
+        let win = Window {
+            kernel: 3,
+            stride,
+            pad: 0,
+        };
+        let epilogues = check(seed, 5, hw, 11, win, false);
+        assert!(!epilogues.contains("Transpose"), "{epilogues}");
+    }
+}
+
+/// A 7×7 output makes the product transposed (pixels as rows, output channels as vector
+/// lanes): the outer transpose is one more epilogue of the same kernel.
+#[test]
+fn a_conv_on_few_pixels_is_a_transposed_product_in_one_kernel() {
+    let win = Window {
+        kernel: 3,
+        stride: 1,
+        pad: 1,
+    };
+    let epilogues = check(16, 13, 7, 37, win, false);
+    assert!(epilogues.contains("Transpose"), "{epilogues}");
 }

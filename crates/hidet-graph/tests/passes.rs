@@ -931,8 +931,8 @@ fn default_pipeline_on_a_small_model() {
     assert_eq!(
         ops(&after),
         vec![
-            "Transpose",
             "Im2Col",
+            "Transpose",
             "MatMul",
             "Add",
             "Reshape",
