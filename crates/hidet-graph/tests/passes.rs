@@ -9,7 +9,7 @@ use std::sync::Arc;
 use hidet_graph::passes::{
     default_passes, exact_cast, run_passes, BatchNormFolding, CommonSubexpressionElimination,
     ConstantFolding, DeadCodeElimination, FlattenBatchedMatMul, GemmToMatMul, GraphPass,
-    SimplifyChains,
+    SeparableMaxPool, SimplifyChains,
 };
 use hidet_graph::{Attribute, Attributes, DType, Dim, GraphBuilder, Tensor, TensorType};
 use passes_util::*;
@@ -530,6 +530,63 @@ mod cse {
         assert!(sq.is_some(), "t1·t2 reads one merged Transpose twice");
         let inputs = vec![("x".to_string(), rng.f32s(&[4, 6]))];
         assert_same_outputs(&before, &after, &inputs, 0.0);
+    }
+}
+
+mod separable_max_pool {
+    use super::*;
+
+    /// 2-D max-poolings (padding, strides, dilations, `ceil_mode`, `auto_pad`, windows
+    /// that are not square) become two 1-D poolings with the same outputs.
+    #[test]
+    fn two_dimensional_windows_become_two_poolings() {
+        let cases: Vec<Vec<(&str, Attribute)>> = vec![
+            vec![("kernel_shape", ints(&[3, 3])), ("strides", ints(&[2, 2]))],
+            vec![
+                ("kernel_shape", ints(&[3, 2])),
+                ("pads", ints(&[1, 0, 2, 1])),
+                ("strides", ints(&[2, 1])),
+                ("ceil_mode", Attribute::Int(1)),
+            ],
+            vec![
+                ("kernel_shape", ints(&[2, 3])),
+                ("dilations", ints(&[2, 1])),
+                ("strides", ints(&[1, 3])),
+            ],
+            vec![
+                ("kernel_shape", ints(&[3, 3])),
+                ("auto_pad", Attribute::String("SAME_UPPER".into())),
+                ("strides", ints(&[2, 2])),
+            ],
+        ];
+        let mut rng = Rng::new(77);
+        for (i, a) in cases.into_iter().enumerate() {
+            let mut b = GraphBuilder::new("g");
+            b.input("x", f32_input(&[1, 3, 11, 13]));
+            b.node(node("MaxPool", 12, &["x"], &["y"], attrs(a)));
+            b.output("y");
+            let before = build(b);
+            let after = run_then_dce(&SeparableMaxPool, before.clone());
+            assert_eq!(count(&after, "MaxPool"), 2, "case {i}: {:?}", ops(&after));
+            let inputs = vec![("x".to_string(), rng.f32s(&[1, 3, 11, 13]))];
+            assert_same_outputs(&before, &after, &inputs, 0.0);
+        }
+    }
+
+    /// A pooling that also returns indices, or whose window is 1 along an axis, stays.
+    #[test]
+    fn indices_and_one_dimensional_windows_stay() {
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[1, 2, 6, 7]));
+        let k = |k: &[i64]| attrs(vec![("kernel_shape", ints(k))]);
+        b.node(node("MaxPool", 12, &["x"], &["y", "idx"], k(&[2, 2])));
+        b.node(node("MaxPool", 12, &["x"], &["z"], k(&[1, 3])));
+        b.output("y");
+        b.output("idx");
+        b.output("z");
+        let before = build(b);
+        let after = run_then_dce(&SeparableMaxPool, before.clone());
+        assert_eq!(count(&after, "MaxPool"), 2, "{:?}", ops(&after));
     }
 }
 

@@ -12,6 +12,7 @@ mod cse;
 mod dce;
 mod resolve_variants;
 pub mod rewrite;
+mod separable_max_pool;
 mod simplify;
 
 pub use batchnorm_fold::BatchNormFolding;
@@ -21,6 +22,7 @@ pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
 pub use resolve_variants::{FlattenBatchedMatMul, GemmToMatMul};
 pub use rewrite::Rewriter;
+pub use separable_max_pool::SeparableMaxPool;
 pub use simplify::{exact_cast, SimplifyChains};
 
 use crate::graph::{Graph, GraphError};
@@ -48,6 +50,8 @@ pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
         Box::new(BatchNormFolding),
         // Single-image f32 Conv with a constant weight → Im2Col + MatMul + bias + Reshape.
         Box::new(ConvToImplicitGemm),
+        // MaxPool over a 2-D window → a pooling along rows, then one along columns.
+        Box::new(SeparableMaxPool),
         // Structurally identical nodes (and equal small constants) merged.
         Box::new(CommonSubexpressionElimination),
         // MatMul of a batched input by a constant 2-D weight → 2-D MatMul between Reshapes.
