@@ -248,7 +248,7 @@ impl<B: Backend> CompiledGraph<B> {
                         // First the longest prefix of the epilogue chain the backend takes,
                         // the rest one injective kernel.
                         let mut cut = None;
-                        for keep in (1..g.epilogues.len()).rev().filter(|_| level == 0) {
+                        for keep in (0..g.epilogues.len()).rev().filter(|_| level == 0) {
                             let Some((head, tail)) = g.cut_epilogues(graph, &spec, keep) else {
                                 continue;
                             };

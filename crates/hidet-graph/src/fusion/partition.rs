@@ -585,7 +585,7 @@ impl Group {
 
     /// An anchored group cut after its first `keep` epilogue members: the anchor with its
     /// prologues and those epilogues, and a group of the rest (an alias when the rest only
-    /// reshapes, else injective). `None` unless `0 < keep < epilogues.len()` and each piece
+    /// reshapes, else injective). `None` unless `keep < epilogues.len()` and each piece
     /// has exactly one output (a cut inside an elementwise region leaves several).
     pub fn cut_epilogues(
         &self,
@@ -594,7 +594,7 @@ impl Group {
         keep: usize,
     ) -> Option<(Group, Group)> {
         let anchor = self.anchor?;
-        if keep == 0 || keep >= self.epilogues.len() {
+        if keep >= self.epilogues.len() {
             return None;
         }
         let (kept, rest) = self.epilogues.split_at(keep);
