@@ -9,7 +9,7 @@ use std::sync::Arc;
 use hidet_graph::passes::{
     default_passes, exact_cast, run_passes, BatchNormFolding, CommonSubexpressionElimination,
     ConstantFolding, DeadCodeElimination, FlattenBatchedMatMul, GemmToMatMul, GraphPass,
-    SeparableMaxPool, SimplifyChains,
+    SeparablePool, SimplifyChains,
 };
 use hidet_graph::{Attribute, Attributes, DType, Dim, GraphBuilder, Tensor, TensorType};
 use passes_util::*;
@@ -533,11 +533,12 @@ mod cse {
     }
 }
 
-mod separable_max_pool {
+mod separable_pool {
     use super::*;
 
-    /// 2-D max-poolings (padding, strides, dilations, `ceil_mode`, `auto_pad`, windows
-    /// that are not square) become two 1-D poolings with the same outputs.
+    /// 2-D max- and average poolings (padding counted or not, strides, dilations,
+    /// `ceil_mode`, `auto_pad`, windows that are not square) become two 1-D poolings with
+    /// the same outputs (averages up to rounding).
     #[test]
     fn two_dimensional_windows_become_two_poolings() {
         let cases: Vec<Vec<(&str, Attribute)>> = vec![
@@ -560,16 +561,26 @@ mod separable_max_pool {
             ],
         ];
         let mut rng = Rng::new(77);
-        for (i, a) in cases.into_iter().enumerate() {
-            let mut b = GraphBuilder::new("g");
-            b.input("x", f32_input(&[1, 3, 11, 13]));
-            b.node(node("MaxPool", 12, &["x"], &["y"], attrs(a)));
-            b.output("y");
-            let before = build(b);
-            let after = run_then_dce(&SeparableMaxPool, before.clone());
-            assert_eq!(count(&after, "MaxPool"), 2, "case {i}: {:?}", ops(&after));
-            let inputs = vec![("x".to_string(), rng.f32s(&[1, 3, 11, 13]))];
-            assert_same_outputs(&before, &after, &inputs, 0.0);
+        for (i, case) in cases.into_iter().enumerate() {
+            for (op, count_pad, tol) in [
+                ("MaxPool", None, 0.0),
+                ("AveragePool", Some(0), 1e-6),
+                ("AveragePool", Some(1), 1e-6),
+            ] {
+                let mut a = case.clone();
+                if let Some(c) = count_pad {
+                    a.push(("count_include_pad", Attribute::Int(c)));
+                }
+                let mut b = GraphBuilder::new("g");
+                b.input("x", f32_input(&[1, 3, 11, 13]));
+                b.node(node(op, 19, &["x"], &["y"], attrs(a)));
+                b.output("y");
+                let before = build(b);
+                let after = run_then_dce(&SeparablePool, before.clone());
+                assert_eq!(count(&after, op), 2, "{op} case {i}: {:?}", ops(&after));
+                let inputs = vec![("x".to_string(), rng.f32s(&[1, 3, 11, 13]))];
+                assert_same_outputs(&before, &after, &inputs, tol);
+            }
         }
     }
 
@@ -585,7 +596,7 @@ mod separable_max_pool {
         b.output("idx");
         b.output("z");
         let before = build(b);
-        let after = run_then_dce(&SeparableMaxPool, before.clone());
+        let after = run_then_dce(&SeparablePool, before.clone());
         assert_eq!(count(&after, "MaxPool"), 2, "{:?}", ops(&after));
     }
 }

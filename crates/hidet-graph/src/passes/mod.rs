@@ -12,7 +12,7 @@ mod cse;
 mod dce;
 mod resolve_variants;
 pub mod rewrite;
-mod separable_max_pool;
+mod separable_pool;
 mod simplify;
 
 pub use batchnorm_fold::BatchNormFolding;
@@ -22,7 +22,7 @@ pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
 pub use resolve_variants::{FlattenBatchedMatMul, GemmToMatMul};
 pub use rewrite::Rewriter;
-pub use separable_max_pool::SeparableMaxPool;
+pub use separable_pool::SeparablePool;
 pub use simplify::{exact_cast, SimplifyChains};
 
 use crate::graph::{Graph, GraphError};
@@ -50,8 +50,8 @@ pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
         Box::new(BatchNormFolding),
         // Single-image f32 Conv with a constant weight → Im2Col + MatMul + bias + Reshape.
         Box::new(ConvToImplicitGemm),
-        // MaxPool over a 2-D window → a pooling along rows, then one along columns.
-        Box::new(SeparableMaxPool),
+        // MaxPool/AveragePool over a 2-D window → a pooling along rows, then one along columns.
+        Box::new(SeparablePool),
         // Structurally identical nodes (and equal small constants) merged.
         Box::new(CommonSubexpressionElimination),
         // MatMul of a batched input by a constant 2-D weight → 2-D MatMul between Reshapes.
