@@ -8,7 +8,8 @@
 # with a driver that gives every parameter its own 64 MiB buffer of small positive floats,
 # calls the kernel's `__packed` entry 45 times and prints the median of the last 40 calls.
 # With FLUSH=1 every call starts with cold caches (128 MiB are written in between), as
-# a model's weights often are. Synthetic data hides data-dependent costs (branches on signs, denormals): confirm a
+# a model's weights often are. ISA='-mavx2 -mfma …' replaces -march=native (hidet itself passes
+# explicit -m flags, see crates/hidet-cpu/src/target.rs). Synthetic data hides data-dependent costs (branches on signs, denormals): confirm a
 # finding with `hidet bench MODEL --profile`.
 set -euo pipefail
 src=${1:?usage: time_kernel.sh KERNEL.src [THREADS]}
