@@ -11,13 +11,14 @@
 //! run allocates anything on the compiled path. What a run does allocate: the returned output
 //! tensors, and the tensors of host (reference `eval`) nodes, if the graph has any.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::backend::{
     ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport,
 };
+use super::concat_in_place;
 use super::plan::{plan_memory, BufferRequest, ALIGN};
 use crate::dtype::DType;
 use crate::executor::ExecError;
@@ -319,8 +320,32 @@ impl<B: Backend> CompiledGraph<B> {
             })
             .collect();
         let mut root: Vec<usize> = (0..values.len()).collect();
+        // Byte offset of each value within its root's buffer (non-zero for the inputs of a
+        // concatenation run in place).
+        let mut at: Vec<usize> = vec![0; values.len()];
+        let pinned: HashSet<usize> = graph.inputs().iter().map(|v| v.0).collect();
         let mut steps: Vec<Step> = Vec::new();
         for (group, task) in &groups {
+            if let Some(offsets) =
+                concat_in_place::input_offsets(graph, &spec, group, &root, &at, &pinned)
+            {
+                let out = group.outputs[0].0;
+                for (v, offset) in offsets {
+                    let (from, base) = (root[v.0], at[out] + offset);
+                    for i in 0..root.len() {
+                        if root[i] == from {
+                            root[i] = root[out];
+                            at[i] += base;
+                        }
+                    }
+                }
+                report.aliases += 1;
+                report.partition.push_str(&format!(
+                    "in place: {} (its inputs are computed into its output)\n",
+                    graph.nodes()[group.nodes[0].0].name
+                ));
+                continue;
+            }
             match (&group.kind, task) {
                 (_, Some(t)) => {
                     let task = &tasks[*t];
@@ -353,6 +378,7 @@ impl<B: Backend> CompiledGraph<B> {
                         continue;
                     };
                     root[dst.0] = root[src.0];
+                    at[dst.0] = at[src.0];
                     report.aliases += 1;
                 }
                 (_, None) => {
@@ -436,7 +462,10 @@ impl<B: Backend> CompiledGraph<B> {
         }
         for (i, slot) in values.iter_mut().enumerate() {
             if let Some(loc) = root_loc.get(&root[i]) {
-                slot.loc = *loc;
+                slot.loc = match *loc {
+                    Loc::Run(offset) => Loc::Run(offset + at[i]),
+                    other => other,
+                };
             }
         }
         // Aliases of constants are constants too (for host reads).

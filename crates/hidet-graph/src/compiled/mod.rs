@@ -3,11 +3,13 @@
 //! list that runs with no interpretation and no allocation per run.
 //!
 //! - [`backend`]: the one trait between the graph layer and a backend.
-//! - [`plan`]: the liveness-based memory plan.
+//! - [`plan`]: the liveness-based memory plan; `concat_in_place`: concatenations whose
+//!   inputs are placed in their output.
 //! - [`graph`]: [`CompiledGraph`], compile and run for one set of input shapes.
 //! - [`model`]: [`CompiledModel`], the per-shape cache.
 
 pub mod backend;
+mod concat_in_place;
 pub mod graph;
 pub mod model;
 pub mod plan;

@@ -1,0 +1,74 @@
+//! Concatenation without a copy: the inputs of a `Concat` are computed straight into their
+//! slices of its output.
+//!
+//! Along an axis preceded only by dimensions of extent 1 (channels of a single image), each
+//! input of a concatenation is one contiguous byte range of the output. When every input is
+//! a run-time buffer that nothing else is placed in, the memory plan puts each input's
+//! buffer at its range, and the concatenation itself runs no kernel (Inception joins its
+//! branches this way).
+
+use std::collections::HashSet;
+
+use crate::fusion::{Group, Specialization};
+use crate::graph::{Graph, ValueId};
+
+/// The byte offset of each input of `group` within its output, when `group` is a lone
+/// default-domain `Concat` that can run in place (see the module docs). Value `v` is placed
+/// so far at byte `at[v]` of the buffer of value `root[v]` (an alias shares its source's
+/// place); an input must fill its buffer (not be a slice of another concatenation) and
+/// have a buffer of its own, distinct from the other inputs' and the output's; `pinned`
+/// roots (graph inputs) keep their buffers.
+pub(super) fn input_offsets(
+    graph: &Graph,
+    spec: &Specialization,
+    group: &Group,
+    root: &[usize],
+    at: &[usize],
+    pinned: &HashSet<usize>,
+) -> Option<Vec<(ValueId, usize)>> {
+    let [node_id] = group.nodes.as_slice() else {
+        return None;
+    };
+    let node = &graph.nodes()[node_id.0];
+    if node.op_type != "Concat" || !node.domain.is_empty() {
+        return None;
+    }
+    let [Some(out)] = node.outputs.as_slice() else {
+        return None;
+    };
+    let out_info = &spec.values[out.0];
+    let shape = out_info.shape.as_ref()?;
+    out_info.size_in_bytes()?;
+    if out_info.constant.is_some() || pinned.contains(&root[out.0]) {
+        return None;
+    }
+    let rank = shape.len() as i64;
+    let axis = node.attrs.int_or("axis", 0).ok()?;
+    let axis = if axis < 0 { axis + rank } else { axis };
+    if !(0..rank).contains(&axis) || shape[..axis as usize].iter().any(|&d| d != 1) {
+        return None;
+    }
+    let mut seen = HashSet::new();
+    let mut offsets = Vec::new();
+    let mut next = 0usize;
+    for v in node.inputs.iter() {
+        let v = (*v)?;
+        let info = &spec.values[v.0];
+        let bytes = info.size_in_bytes()?;
+        let r = root[v.0];
+        let movable = info.dtype == out_info.dtype
+            && info.constant.is_none()
+            && spec.values[r].constant.is_none()
+            && at[v.0] == 0
+            && spec.values[r].size_in_bytes() == Some(bytes)
+            && r != root[out.0]
+            && !pinned.contains(&r)
+            && seen.insert(r);
+        if !movable {
+            return None;
+        }
+        offsets.push((v, next));
+        next += bytes;
+    }
+    (next == out_info.size_in_bytes()?).then_some(offsets)
+}
