@@ -9,7 +9,10 @@
 # calls the kernel's `__packed` entry 45 times and prints the median of the last 40 calls.
 # With FLUSH=1 every call starts with cold caches (128 MiB are written in between), as
 # a model's weights often are. ISA='-mavx2 -mfma …' replaces -march=native (hidet itself passes
-# explicit -m flags, see crates/hidet-cpu/src/target.rs). Synthetic data hides data-dependent costs (branches on signs, denormals): confirm a
+# explicit -m flags, see crates/hidet-cpu/src/target.rs). RANDOM_DATA=1 fills the buffers with
+# pseudo-random floats in [-0.5, 0.5) instead: the default pattern is predictable, and hides
+# branch mispredictions (GCC leaves scalar, branchy `max` selects inside some strided pooling
+# loops, 2-3x slower on random data). Synthetic data hides data-dependent costs (branches on signs, denormals): confirm a
 # finding with `hidet bench MODEL --profile`.
 set -euo pipefail
 src=${1:?usage: time_kernel.sh KERNEL.src [THREADS]}
@@ -31,7 +34,15 @@ int main(void) {
     for (int i = 0; i < 16; i++) {
         float *p = aligned_alloc(64, (size_t)64 << 20);
         if (!p) { perror("aligned_alloc"); return 1; }
-        for (size_t j = 0; j < ((size_t)16 << 20); j++) p[j] = (float)((j * 7919) % 1000) * 1e-3f;
+        uint32_t state = 2463534242u + (uint32_t)i;
+        for (size_t j = 0; j < ((size_t)16 << 20); j++) {
+            if (getenv("RANDOM_DATA") && getenv("RANDOM_DATA")[0] == '1') {
+                state ^= state << 13; state ^= state >> 17; state ^= state << 5;
+                p[j] = (float)(state >> 8) * (1.0f / 16777216.0f) - 0.5f;
+            } else {
+                p[j] = (float)((j * 7919) % 1000) * 1e-3f;
+            }
+        }
         args[i] = p;
     }
     double times[40];
