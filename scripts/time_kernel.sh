@@ -35,8 +35,10 @@ int main(void) {
         float *p = aligned_alloc(64, (size_t)64 << 20);
         if (!p) { perror("aligned_alloc"); return 1; }
         uint32_t state = 2463534242u + (uint32_t)i;
+        const char *random_data = getenv("RANDOM_DATA");
+        const int random = random_data && random_data[0] == '1';
         for (size_t j = 0; j < ((size_t)16 << 20); j++) {
-            if (getenv("RANDOM_DATA") && getenv("RANDOM_DATA")[0] == '1') {
+            if (random) {
                 state ^= state << 13; state ^= state >> 17; state ^= state << 5;
                 p[j] = (float)(state >> 8) * (1.0f / 16777216.0f) - 0.5f;
             } else {
