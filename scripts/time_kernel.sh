@@ -48,7 +48,8 @@ int main(void) {
         args[i] = p;
     }
     double times[40];
-    char *flush = getenv("FLUSH") ? malloc((size_t)128 << 20) : NULL;
+    const char *flush_env = getenv("FLUSH");
+    char *flush = flush_env && flush_env[0] == '1' ? malloc((size_t)128 << 20) : NULL;
     for (int r = 0; r < 45; r++) {
         if (flush) for (size_t j = 0; j < ((size_t)128 << 20); j += 64) flush[j] = (char)r;
         double t = now();
