@@ -576,7 +576,7 @@ impl<'a> FunctionEmitter<'a> {
         let mut found = false;
         offset.visit(&mut |e| {
             if let ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, a, _) = e.kind() {
-                a.visit(&mut |x| found |= x.as_var() == Some(var));
+                found |= a.mentions(var);
             }
         });
         found
@@ -584,21 +584,7 @@ impl<'a> FunctionEmitter<'a> {
 
     /// `e` summed in type `wide`: each term of its top-level `+`/`-` chain converted first.
     fn wide_sum(&mut self, e: &Expr, wide: &str) -> R<String> {
-        let mut terms: Vec<(Expr, bool)> = Vec::new();
-        fn split(e: &Expr, negative: bool, out: &mut Vec<(Expr, bool)>) {
-            match e.kind() {
-                ExprKind::Binary(BinaryOp::Add, a, b) => {
-                    split(a, negative, out);
-                    split(b, negative, out);
-                }
-                ExprKind::Binary(BinaryOp::Sub, a, b) => {
-                    split(a, negative, out);
-                    split(b, !negative, out);
-                }
-                _ => out.push((e.clone(), negative)),
-            }
-        }
-        split(e, false, &mut terms);
+        let terms = e.additive_terms();
         if terms.len() < 2 {
             return self.expr(e);
         }

@@ -512,6 +512,35 @@ impl Expr {
         f(&rebuilt).unwrap_or(rebuilt)
     }
 
+    /// Whether `var` occurs anywhere in this expression.
+    pub fn mentions(&self, var: &Var) -> bool {
+        let mut found = false;
+        self.visit(&mut |x| found |= x.as_var() == Some(var));
+        found
+    }
+
+    /// The terms of this expression's top-level `+`/`-` chain, in order, each with whether
+    /// it is subtracted: `a - (b - c) + d` gives `[(a, false), (b, true), (c, false),
+    /// (d, false)]`; an expression that is no sum is its own single term.
+    pub fn additive_terms(&self) -> Vec<(Expr, bool)> {
+        fn split(e: &Expr, negative: bool, out: &mut Vec<(Expr, bool)>) {
+            match e.kind() {
+                ExprKind::Binary(BinaryOp::Add, a, b) => {
+                    split(a, negative, out);
+                    split(b, negative, out);
+                }
+                ExprKind::Binary(BinaryOp::Sub, a, b) => {
+                    split(a, negative, out);
+                    split(b, !negative, out);
+                }
+                _ => out.push((e.clone(), negative)),
+            }
+        }
+        let mut terms = Vec::new();
+        split(self, false, &mut terms);
+        terms
+    }
+
     /// Replaces variables by expressions.
     pub fn substitute(&self, map: &std::collections::HashMap<Var, Expr>) -> Expr {
         self.rewrite(&mut |e| match e.kind() {

@@ -17,11 +17,10 @@ use crate::signature::eval_index;
 use hidet_ir::builder::FunctionBuilder;
 use hidet_ir::compute::{tensor_dtype, tensor_shape, ComputeDef, ComputeNode, ReduceKind};
 use hidet_ir::dtype::DataType;
-use hidet_ir::expr::{Expr, Var};
+use hidet_ir::expr::{Expr, ExprKind, Var};
 use hidet_ir::intrinsic::Intrinsic;
 use hidet_ir::layout::row_major;
 use hidet_ir::mapping::repeat_unrolled;
-use hidet_ir::passes::{simplify_expr, VarRanges};
 use hidet_ir::stmt::LoopKind;
 use std::collections::HashMap;
 
@@ -233,17 +232,16 @@ fn unit_stride_rows(def: &ComputeDef, plan: &RowPlan) -> bool {
         };
         let mut unit = true;
         r.value.visit(&mut |e| {
-            let hidet_ir::expr::ExprKind::TensorElement { indices, .. } = e.kind() else {
+            let ExprKind::TensorElement { indices, .. } = e.kind() else {
                 return;
             };
             for sample in [1, 4] {
                 let at = |col: i64, i: &Expr| -> Option<i64> {
-                    let value = i.rewrite(&mut |x| {
-                        let v = x.as_var()?;
-                        let n = if v == column { col } else { sample };
-                        Some(Expr::int_of(n, v.ty().as_data()?))
-                    });
-                    simplify_expr(&value, &VarRanges::default()).as_int()
+                    let env: HashMap<u64, i64> = guards::variables(i)
+                        .iter()
+                        .map(|v| (v.id(), if v == column { col } else { sample }))
+                        .collect();
+                    eval_index(i, &env).ok()
                 };
                 let steps: Vec<Option<i64>> = indices
                     .iter()

@@ -8,18 +8,11 @@ use hidet_ir::layout::row_major;
 use hidet_ir::ty::Type;
 use std::collections::HashMap;
 
-/// Whether `e` mentions `v`.
-pub(crate) fn mentions(e: &Expr, v: &Var) -> bool {
-    let mut found = false;
-    e.visit(&mut |x| found |= x.as_var() == Some(v));
-    found
-}
-
 /// The constant `c` such that `e = c·v + (terms without v)`, when `e` is
 /// affine in `v` through `+`, `-`, negation and multiplication by
 /// constants; `None` otherwise.
 pub(crate) fn coefficient(e: &Expr, v: &Var) -> Option<i64> {
-    if !mentions(e, v) {
+    if !e.mentions(v) {
         return Some(0);
     }
     match e.kind() {
@@ -48,7 +41,7 @@ pub(crate) fn is_contiguous_read(tensor: &Var, indices: &[Expr], v: &Var) -> boo
     }
     match indices.split_last() {
         Some((last, rest)) => {
-            coefficient(last, v) == Some(1) && rest.iter().all(|i| !mentions(i, v))
+            coefficient(last, v) == Some(1) && rest.iter().all(|i| !i.mentions(v))
         }
         None => false,
     }
@@ -65,7 +58,7 @@ pub(crate) fn vectorize(e: &Expr, v: &Var, base: &Expr, lanes: u16) -> Option<Ex
     if e.dtype() != Some(DataType::F32) {
         return None;
     }
-    if !mentions(e, v) {
+    if !e.mentions(v) {
         return Some(e.broadcast(lanes));
     }
     let at_base = |x: &Expr| -> Expr {

@@ -12,20 +12,45 @@ use std::collections::HashSet;
 use crate::fusion::{Group, Specialization};
 use crate::graph::{Graph, ValueId};
 
-/// The byte offset of each input of `group` within its output, when `group` is a lone
-/// default-domain `Concat` that can run in place (see the module docs). Value `v` is placed
-/// so far at byte `at[v]` of the buffer of value `root[v]` (an alias shares its source's
-/// place); an input must fill its buffer (not be a slice of another concatenation) and
-/// have a buffer of its own, distinct from the other inputs' and the output's; `pinned`
-/// roots (graph inputs) keep their buffers.
-pub(super) fn input_offsets(
+/// Places the inputs of `group` in its output and returns true, when `group` is a lone
+/// default-domain `Concat` that can run in place (see the module docs); changes nothing
+/// and returns false otherwise. Value `v` is placed at byte `at[v]` of the buffer of value
+/// `root[v]` (an alias shares its source's place); every value placed with an input's
+/// buffer moves with it. An input must fill its buffer (not be a slice of another
+/// concatenation) and have a buffer of its own, distinct from the other inputs' and the
+/// output's; `pinned` roots (graph inputs) keep their buffers.
+pub(super) fn place(
+    graph: &Graph,
+    spec: &Specialization,
+    group: &Group,
+    root: &mut [usize],
+    at: &mut [usize],
+    pinned: &HashSet<usize>,
+) -> bool {
+    let Some((out, offsets)) = input_offsets(graph, spec, group, root, at, pinned) else {
+        return false;
+    };
+    for (v, offset) in offsets {
+        let (from, base) = (root[v.0], at[out.0] + offset);
+        for i in 0..root.len() {
+            if root[i] == from {
+                root[i] = root[out.0];
+                at[i] += base;
+            }
+        }
+    }
+    true
+}
+
+/// The output of a concatenation `place` takes, and the byte offset of each input in it.
+fn input_offsets(
     graph: &Graph,
     spec: &Specialization,
     group: &Group,
     root: &[usize],
     at: &[usize],
     pinned: &HashSet<usize>,
-) -> Option<Vec<(ValueId, usize)>> {
+) -> Option<(ValueId, Vec<(ValueId, usize)>)> {
     let [node_id] = group.nodes.as_slice() else {
         return None;
     };
@@ -70,5 +95,5 @@ pub(super) fn input_offsets(
         offsets.push((v, next));
         next += bytes;
     }
-    (next == out_info.size_in_bytes()?).then_some(offsets)
+    (next == out_info.size_in_bytes()?).then_some((*out, offsets))
 }

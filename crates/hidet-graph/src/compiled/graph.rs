@@ -326,19 +326,7 @@ impl<B: Backend> CompiledGraph<B> {
         let pinned: HashSet<usize> = graph.inputs().iter().map(|v| v.0).collect();
         let mut steps: Vec<Step> = Vec::new();
         for (group, task) in &groups {
-            if let Some(offsets) =
-                concat_in_place::input_offsets(graph, &spec, group, &root, &at, &pinned)
-            {
-                let out = group.outputs[0].0;
-                for (v, offset) in offsets {
-                    let (from, base) = (root[v.0], at[out] + offset);
-                    for i in 0..root.len() {
-                        if root[i] == from {
-                            root[i] = root[out];
-                            at[i] += base;
-                        }
-                    }
-                }
+            if concat_in_place::place(graph, &spec, group, &mut root, &mut at, &pinned) {
                 report.aliases += 1;
                 report.partition.push_str(&format!(
                     "in place: {} (its inputs are computed into its output)\n",

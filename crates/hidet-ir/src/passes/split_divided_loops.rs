@@ -114,7 +114,7 @@ struct Divisions {
 impl Divisions {
     fn expr(&mut self, e: &Expr, var: &Var) {
         match e.kind() {
-            ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, num, den) if mentions(num, var) => {
+            ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, num, den) if num.mentions(var) => {
                 let row = den.as_int().filter(|&w| w > 0);
                 self.rows
                     .push(row.and_then(|w| Some((offset_of(num, var)?, w))));
@@ -148,13 +148,12 @@ impl Divisions {
 
 /// `a` when `num` is the sum `a + var` (terms in any order, `a` free of `var`).
 fn offset_of(num: &Expr, var: &Var) -> Option<Expr> {
-    let mut terms = Vec::new();
-    additive_terms(num, false, &mut terms);
+    let mut terms = num.additive_terms();
     let at = terms
         .iter()
         .position(|(t, negative)| !negative && t.as_var() == Some(var))?;
     terms.remove(at);
-    if terms.iter().any(|(t, _)| mentions(t, var)) {
+    if terms.iter().any(|(t, _)| t.mentions(var)) {
         return None;
     }
     let ty = num.dtype()?;
@@ -169,26 +168,6 @@ fn offset_of(num: &Expr, var: &Var) -> Option<Expr> {
                 }
             }),
     )
-}
-
-fn additive_terms(e: &Expr, negative: bool, out: &mut Vec<(Expr, bool)>) {
-    match e.kind() {
-        ExprKind::Binary(BinaryOp::Add, a, b) => {
-            additive_terms(a, negative, out);
-            additive_terms(b, negative, out);
-        }
-        ExprKind::Binary(BinaryOp::Sub, a, b) => {
-            additive_terms(a, negative, out);
-            additive_terms(b, !negative, out);
-        }
-        _ => out.push((e.clone(), negative)),
-    }
-}
-
-fn mentions(e: &Expr, var: &Var) -> bool {
-    let mut found = false;
-    e.visit(&mut |x| found |= x.as_var() == Some(var));
-    found
 }
 
 fn has_loop(s: &Stmt) -> bool {
