@@ -295,9 +295,13 @@ fn written_params(body: &Stmt) -> HashSet<u64> {
             Stmt::Store { tensor, .. } => {
                 written.insert(tensor.id());
             }
+            // A scalar declared from loaded values holds a value, not an address; any other
+            // declaration (a pointer, a view) may write through what its initializer reads.
             Stmt::Declare {
-                init: Some(init), ..
-            } => {
+                var,
+                init: Some(init),
+                ..
+            } if !matches!(var.ty(), Type::Data(_)) => {
                 init.visit(&mut |e| {
                     if let ExprKind::Var(v) | ExprKind::TensorElement { tensor: v, .. } = e.kind() {
                         written.insert(v.id());

@@ -5,7 +5,9 @@
 mod common;
 
 use common::{options_in, Rng};
-use hidet_cpu::templates::matmul::{MatmulShape, ThreadGrid, ThreadSplit};
+use hidet_cpu::templates::matmul::{
+    matmul_f32_with_layouts, ALayout, BLayout, MatmulShape, ThreadGrid, ThreadSplit, B_PANEL_WIDTH,
+};
 use hidet_cpu::templates::{batch_matmul_f32, matmul_f32, MatmulSchedule};
 use hidet_cpu::{build, CpuError, CpuTarget, KernelArg, TemplateError};
 use hidet_ir::function::{IRModule, Target};
@@ -184,6 +186,71 @@ fn batch_matmul_with_and_without_broadcast() {
         k: 64,
     };
     check_shape(attention, true, &MatmulSchedule::for_target(host, 2), 151);
+}
+
+/// `B` given as 16-column panels (`Bp[j / 16][k][j % 16]`, the padding columns NaN so that
+/// reading one into a stored column would show), read in place by the micro-kernel.
+fn check_panels(m: i64, n: i64, k: i64, schedule: &MatmulSchedule, seed: u64) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let f = matmul_f32_with_layouts("mm", m, n, k, ALayout::RowMajor, BLayout::Panels, schedule)
+        .expect("valid instantiation");
+    let module = IRModule::new("mm_panels", Target::Cpu).with(f);
+    let compiled = build(module, &options_in(dir.path())).expect("builds");
+    compiled
+        .set_num_threads(schedule.threads as usize)
+        .expect("exported by the C dialect");
+    let mut rng = Rng::new(seed);
+    let (mu, nu, ku, w) = (m as usize, n as usize, k as usize, B_PANEL_WIDTH as usize);
+    let a = rng.vec_f32(mu * ku);
+    let b = rng.vec_f32(ku * nu);
+    let panels = nu.div_ceil(w);
+    let mut bp = vec![f32::NAN; panels * ku * w];
+    for row in 0..ku {
+        for j in 0..nu {
+            bp[((j / w) * ku + row) * w + j % w] = b[row * nu + j];
+        }
+    }
+    let mut c = vec![f32::NAN; mu * nu];
+    compiled
+        .kernel("mm")
+        .expect("kernel exists")
+        .call(&mut [
+            KernelArg::tensor(&a, &[mu, ku]),
+            KernelArg::tensor(&bp, &[panels, ku, w]),
+            KernelArg::tensor_mut(&mut c, &[mu, nu]),
+        ])
+        .expect("arguments match");
+    let shape = MatmulShape::plain(m, n, k);
+    assert_matches(
+        &shape,
+        &a,
+        &b,
+        &c,
+        &format!("panels {shape:?} {schedule:?}"),
+    );
+}
+
+#[test]
+fn b_in_column_panels_is_read_in_place() {
+    let host = CpuTarget::host();
+    let lanes = host.f32_lanes().max(4);
+    for threads in [1, 2] {
+        let s = MatmulSchedule::for_target(host, threads);
+        check_panels(37, 45, 19, &s, 201 + threads as u64);
+        check_panels(1, 1000, 300, &s, 203 + threads as u64);
+        check_panels(67, 16, 130, &s, 205 + threads as u64);
+    }
+    for split in [
+        ThreadSplit::Auto,
+        ThreadSplit::Columns,
+        ThreadSplit::ParallelK,
+    ] {
+        let s = with_split(small_schedule(lanes, 2), split);
+        check_panels(13, 2 * i64::from(lanes) + 3, 71, &s, 211);
+        check_panels(1, 5 * i64::from(lanes) + 1, 37, &s, 213);
+    }
+    // Register tiles of 8 columns (4 lanes): tiles that are not whole panels.
+    check_panels(23, 41, 35, &small_schedule(4, 2), 215);
 }
 
 #[test]

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use hidet_graph::passes::{
     default_passes, exact_cast, run_passes, BatchNormFolding, CommonSubexpressionElimination,
-    ConstantFolding, DeadCodeElimination, FlattenBatchedMatMul, GemmToMatMul, GraphPass,
-    SeparablePool, SimplifyChains,
+    ConstantFolding, DeadCodeElimination, DepthwiseChannelsLast, FlattenBatchedMatMul,
+    GemmToMatMul, GraphPass, PanelConstantWeights, SeparablePool, SimplifyChains, SinkTransposes,
 };
 use hidet_graph::{Attribute, Attributes, DType, Dim, GraphBuilder, Tensor, TensorType};
 use passes_util::*;
@@ -598,6 +598,211 @@ mod separable_pool {
         let before = build(b);
         let after = run_then_dce(&SeparablePool, before.clone());
         assert_eq!(count(&after, "MaxPool"), 2, "{:?}", ops(&after));
+    }
+}
+
+mod channels_last {
+    use super::*;
+
+    fn conv_attrs(group: i64, stride: i64, pad: i64) -> Attributes {
+        attrs(vec![
+            ("group", Attribute::Int(group)),
+            ("strides", ints(&[stride, stride])),
+            ("pads", ints(&[pad, pad, pad, pad])),
+        ])
+    }
+
+    /// Two inverted residual blocks (1×1 expansion, ReLU6, 3×3 depthwise, ReLU6, 1×1
+    /// projection; the second with a residual add, as in MobileNet-V2, whose first block has
+    /// none): every convolution goes channels-last and the transposes between them cancel,
+    /// through the add; only the read of the graph input and the store of the graph output
+    /// are left.
+    #[test]
+    fn transposes_between_inverted_residual_blocks_cancel() {
+        let mut rng = Rng::new(31);
+        let (c, e, h, w) = (4, 12, 6, 5);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[1, c, h, w]));
+        b.initializer("zero", Tensor::scalar(0f32));
+        b.initializer("six", Tensor::scalar(6f32));
+        let mut x = "x".to_string();
+        for k in 0..2 {
+            let n = |s: &str| format!("{s}{k}");
+            b.initializer(n("we"), rng.f32s(&[e, c, 1, 1]));
+            b.initializer(n("wd"), rng.f32s(&[e, 1, 3, 3]));
+            b.initializer(n("bd"), rng.f32s(&[e]));
+            b.initializer(n("wp"), rng.f32s(&[c, e, 1, 1]));
+            let steps: [(&str, Vec<String>, String, Attributes); 6] = [
+                (
+                    "Conv",
+                    vec![x.clone(), n("we")],
+                    n("e"),
+                    conv_attrs(1, 1, 0),
+                ),
+                (
+                    "Clip",
+                    vec![n("e"), "zero".into(), "six".into()],
+                    n("e6"),
+                    Attributes::new(),
+                ),
+                (
+                    "Conv",
+                    vec![n("e6"), n("wd"), n("bd")],
+                    n("d"),
+                    conv_attrs(e as i64, 1, 1),
+                ),
+                (
+                    "Clip",
+                    vec![n("d"), "zero".into(), "six".into()],
+                    n("d6"),
+                    Attributes::new(),
+                ),
+                ("Conv", vec![n("d6"), n("wp")], n("p"), conv_attrs(1, 1, 0)),
+                ("Add", vec![n("p"), x.clone()], n("y"), Attributes::new()),
+            ];
+            let steps = steps.into_iter().take(if k == 0 { 5 } else { 6 });
+            for (op, ins, out, a) in steps {
+                let ins: Vec<&str> = ins.iter().map(String::as_str).collect();
+                b.node(node(op, 17, &ins, &[out.as_str()], a));
+            }
+            x = if k == 0 { n("p") } else { n("y") };
+        }
+        b.output(&x);
+        let before = build(b);
+        let after = run_passes(before.clone(), &default_passes()).unwrap();
+        assert_eq!(count(&after, "DepthwiseConvNhwc"), 2, "{:?}", ops(&after));
+        assert_eq!(count(&after, "Conv"), 0, "{:?}", ops(&after));
+        assert_eq!(count(&after, "Transpose"), 2, "{:?}", ops(&after));
+        let inputs = vec![("x".to_string(), rng.f32s(&[1, c, h, w]))];
+        assert_same_outputs(&before, &after, &inputs, 1e-4);
+    }
+
+    /// A depthwise convolution (strided, padded unevenly) becomes the channels-last operator
+    /// between transposes; grouped convolutions with several channels per group stay.
+    #[test]
+    fn depthwise_convolutions_go_channels_last_and_grouped_ones_stay() {
+        let mut rng = Rng::new(32);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[1, 6, 9, 7]));
+        b.initializer("wd", rng.f32s(&[6, 1, 3, 2]));
+        b.initializer("bd", rng.f32s(&[6]));
+        b.initializer("wg", rng.f32s(&[6, 2, 3, 3]));
+        b.node(node(
+            "Conv",
+            17,
+            &["x", "wd", "bd"],
+            &["d"],
+            attrs(vec![
+                ("group", Attribute::Int(6)),
+                ("strides", ints(&[2, 1])),
+                ("pads", ints(&[1, 0, 0, 1])),
+            ]),
+        ));
+        b.node(node("Conv", 17, &["x", "wg"], &["g"], conv_attrs(3, 1, 1)));
+        b.output("d");
+        b.output("g");
+        let before = build(b);
+        let after = run_then_dce(&DepthwiseChannelsLast, before.clone());
+        assert_eq!(count(&after, "DepthwiseConvNhwc"), 1, "{:?}", ops(&after));
+        assert_eq!(count(&after, "Conv"), 1, "{:?}", ops(&after));
+        assert_eq!(count(&after, "Transpose"), 2, "{:?}", ops(&after));
+        let inputs = vec![("x".to_string(), rng.f32s(&[1, 6, 9, 7]))];
+        assert_same_outputs(&before, &after, &inputs, 1e-5);
+    }
+
+    /// `Relu(Transpose(a))` and `Add(Transpose(a), Transpose(b))` by the channels-first
+    /// permutation become transposes of `Relu(a)` and `Add(a, b)`; a transpose by another
+    /// permutation, and an add with a non-transposed input, stay where they are.
+    #[test]
+    fn channels_first_transposes_sink_below_elementwise_operators() {
+        let mut rng = Rng::new(33);
+        let mut b = GraphBuilder::new("g");
+        b.input("a", f32_input(&[1, 3, 4, 5]));
+        b.input("c", f32_input(&[1, 5, 3, 4]));
+        let first = attrs(vec![("perm", ints(&[0, 3, 1, 2]))]);
+        let other = attrs(vec![("perm", ints(&[0, 2, 1, 3]))]);
+        b.node(node("Transpose", 17, &["a"], &["ta"], first.clone()));
+        b.node(node("Relu", 17, &["ta"], &["r"], Attributes::new()));
+        b.node(node("Transpose", 17, &["a"], &["tb"], first));
+        b.node(node("Add", 17, &["r", "tb"], &["s"], Attributes::new()));
+        b.node(node("Add", 17, &["s", "c"], &["u"], Attributes::new()));
+        b.node(node("Transpose", 17, &["c"], &["tc"], other));
+        b.node(node("Relu", 17, &["tc"], &["v"], Attributes::new()));
+        b.output("u");
+        b.output("v");
+        let before = build(b);
+        let after = run_then_dce(&SinkTransposes, before.clone());
+        let kinds = ops(&after);
+        // Relu and Add(r, tb) moved below one transpose each; Add(s, c) and the other
+        // permutation's Relu read transposes as before.
+        let transposes_read_by = |op: &str| {
+            after
+                .nodes()
+                .iter()
+                .filter(|n| n.op_type == op)
+                .filter(|n| {
+                    n.inputs.iter().flatten().any(|v| {
+                        after
+                            .value(*v)
+                            .producer
+                            .is_some_and(|(p, _)| after.nodes()[p.0].op_type == "Transpose")
+                    })
+                })
+                .count()
+        };
+        assert_eq!(transposes_read_by("Relu"), 1, "{kinds:?}");
+        assert_eq!(transposes_read_by("Add"), 1, "{kinds:?}");
+        let inputs = vec![
+            ("a".to_string(), rng.f32s(&[1, 3, 4, 5])),
+            ("c".to_string(), rng.f32s(&[1, 5, 3, 4])),
+        ];
+        assert_same_outputs(&before, &after, &inputs, 0.0);
+    }
+}
+
+mod panel_weights {
+    use super::*;
+
+    /// A constant right operand at least 16 columns wide is stored as column panels read
+    /// through `hidet::ColumnPanels`; a narrower one, a constant left operand and a
+    /// non-constant right operand stay.
+    #[test]
+    fn constant_right_operands_become_column_panels() {
+        let mut rng = Rng::new(41);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[5, 7]));
+        b.input("z", f32_input(&[37, 3]));
+        b.initializer("w", rng.f32s(&[7, 37]));
+        b.initializer("narrow", rng.f32s(&[7, 9]));
+        b.initializer("left", rng.f32s(&[3, 5]));
+        b.node(node("MatMul", 17, &["x", "w"], &["y"], Attributes::new()));
+        b.node(node(
+            "MatMul",
+            17,
+            &["x", "narrow"],
+            &["n"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "MatMul",
+            17,
+            &["left", "x"],
+            &["l"],
+            Attributes::new(),
+        ));
+        b.node(node("MatMul", 17, &["y", "z"], &["v"], Attributes::new()));
+        for out in ["y", "n", "l", "v"] {
+            b.output(out);
+        }
+        let before = build(b);
+        let after = run_then_dce(&PanelConstantWeights, before.clone());
+        assert_eq!(count(&after, "ColumnPanels"), 1, "{:?}", ops(&after));
+        assert_eq!(count(&after, "MatMul"), 4, "{:?}", ops(&after));
+        let inputs = vec![
+            ("x".to_string(), rng.f32s(&[5, 7])),
+            ("z".to_string(), rng.f32s(&[37, 3])),
+        ];
+        assert_same_outputs(&before, &after, &inputs, 0.0);
     }
 }
 

@@ -10,7 +10,9 @@ use hidet_ir::expr::{BinaryOp, Expr, ExprKind, Var};
 use hidet_ir::function::Function;
 use hidet_ir::fusion::{fuse, Epilogue, Prologue};
 
-use crate::templates::matmul::{matmul_f32_with_layout, ALayout, MatmulSchedule};
+use crate::templates::matmul::{
+    matmul_f32_with_layouts, ALayout, BLayout, MatmulSchedule, B_PANEL_WIDTH,
+};
 
 /// `(m, n, k)` when `def` is exactly `C[i, j] = Σ_r A[i, r] · B[r, j]` over f32 with inputs
 /// `(A, B)` in that order.
@@ -87,6 +89,22 @@ fn prologue_layout(axes: &[Var], value: &Expr) -> ALayout {
     }
 }
 
+/// The position among `def`'s inputs of the tensor a `B` prologue over `axes = [k, j]`
+/// reads as 16-column panels, `P[j / 16, k, j % 16]` (a constant weight prepacked by the
+/// graph pass `PanelConstantWeights`), when `value` is exactly that read.
+fn panels_input(def: &ComputeDef, axes: &[Var], value: &Expr) -> Option<usize> {
+    let [k, j] = axes else {
+        return None;
+    };
+    let ExprKind::TensorElement { tensor, indices } = value.kind() else {
+        return None;
+    };
+    let width = Expr::int(B_PANEL_WIDTH);
+    let want = [j.expr() / width.clone(), k.expr(), j.expr() % width];
+    (indices.as_slice() == want).then_some(())?;
+    def.inputs.iter().position(|v| v == tensor)
+}
+
 /// Why the template path does not apply or the fusion was refused.
 #[derive(Debug)]
 pub enum TemplateOutcome {
@@ -110,19 +128,36 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
         Some(Some(AnchorOperand::Prologue { axes, value })) => prologue_layout(axes, value),
         _ => ALayout::RowMajor,
     };
-    let template = match matmul_f32_with_layout(&task.name, m, n, k, a_layout, schedule) {
+    let def = &task.def;
+    let b_panels = match anchor.operands.get(1) {
+        Some(Some(AnchorOperand::Prologue { axes, value })) => panels_input(def, axes, value),
+        _ => None,
+    };
+    let b_layout = match b_panels {
+        Some(_) => BLayout::Panels,
+        None => BLayout::RowMajor,
+    };
+    let template = match matmul_f32_with_layouts(&task.name, m, n, k, a_layout, b_layout, schedule)
+    {
         Ok(f) => f,
         Err(e) => return TemplateOutcome::Refused(format!("matmul template: {e}")),
     };
     let [ta, tb, tc] = template.params.as_slice() else {
         return TemplateOutcome::Refused("the matmul template does not take (A, B, C)".into());
     };
-    let def = &task.def;
     // Task inputs read directly by the template become the template's own parameters.
     let mut params: Vec<Var> = def.inputs.clone();
     let mut direct: HashMap<Var, Var> = HashMap::new();
     let mut prologues = Vec::new();
-    for (operand, param) in anchor.operands.iter().zip([ta, tb]) {
+    for (position, (operand, param)) in anchor.operands.iter().zip([ta, tb]).enumerate() {
+        if let (1, Some(i)) = (position, b_panels) {
+            if direct.contains_key(&def.inputs[i]) {
+                return TemplateOutcome::Refused("both operands read the same panels".into());
+            }
+            direct.insert(def.inputs[i].clone(), param.clone());
+            params[i] = param.clone();
+            continue;
+        }
         match operand {
             Some(AnchorOperand::Input(i)) if !direct.contains_key(&def.inputs[*i]) => {
                 direct.insert(def.inputs[*i].clone(), param.clone());

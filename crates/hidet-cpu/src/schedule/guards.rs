@@ -8,8 +8,12 @@
 //! constant and floor division by a positive constant), so it holds on a box of variable
 //! values exactly when it holds at every corner of the box.
 
+use hidet_ir::compute::tensor_shape;
 use hidet_ir::expr::{BinaryOp, Expr, ExprKind, Var};
+use hidet_ir::intrinsic::MathFunc;
 use std::collections::HashMap;
+
+use crate::signature::eval_index;
 
 /// The monotone index comparisons used in `Select` conditions of `value`, without repeats.
 pub(crate) fn index_guards(value: &Expr) -> Vec<Expr> {
@@ -65,13 +69,27 @@ fn monotone(e: &Expr) -> bool {
     }
 }
 
-/// `value` with every guard in `guards` taken as true, the selects it decided folded away.
+/// `value` with every guard in `guards` taken as true, the selects it decided folded away,
+/// and the clamps those guards make no-ops (`max(p, 0)` under `p >= 0`, `min(p, n - 1)`
+/// under `p < n`) dropped.
 pub(crate) fn assume(value: &Expr, guards: &[Expr]) -> Expr {
     value.rewrite(&mut |e| {
         if guards.contains(e) {
             return Some(Expr::bool(true));
         }
         let is_true = |x: &Expr| *x == Expr::bool(true);
+        if let ExprKind::Math(f @ (MathFunc::Max | MathFunc::Min), args) = e.kind() {
+            if let [p, bound] = args.as_slice() {
+                let implied = match (f, bound.as_int()) {
+                    (MathFunc::Max, Some(lo)) => p.ge(Expr::int(lo)),
+                    (MathFunc::Min, Some(hi)) => p.lt(Expr::int(hi + 1)),
+                    _ => return None,
+                };
+                if guards.contains(&implied) {
+                    return Some(p.clone());
+                }
+            }
+        }
         match e.kind() {
             ExprKind::Binary(BinaryOp::And, a, b) if is_true(a) => Some(b.clone()),
             ExprKind::Binary(BinaryOp::And, a, b) if is_true(b) => Some(a.clone()),
@@ -111,6 +129,64 @@ pub(crate) fn hold_on_box(guards: &[Expr], ranges: &[(Var, Expr, Expr)]) -> Expr
     all
 }
 
+/// True when every tensor read in `value` stays inside its tensor for all values of the
+/// `ranges` variables (each over `lo..=hi`), so that the reads may be done whatever the
+/// guards around them say: each index component is either clamped into its dimension
+/// (`min(max(e, 0), n - 1)`), or a monotone expression of ranged variables that is inside
+/// `0..n` at every corner of the box. Tensors of non-constant shape never qualify.
+pub(crate) fn reads_in_bounds(value: &Expr, ranges: &[(Var, i64, i64)]) -> bool {
+    let mut safe = true;
+    value.visit(&mut |e| {
+        if let ExprKind::TensorElement { tensor, indices } = e.kind() {
+            let shape = tensor_shape(tensor);
+            safe &= shape.len() == indices.len()
+                && indices.iter().zip(&shape).all(|(i, n)| {
+                    n.as_int()
+                        .is_some_and(|n| is_clamped(i, n) || in_range_on_box(i, n, ranges))
+                });
+        }
+    });
+    safe
+}
+
+/// `e` is `min(max(x, 0), n - 1)`.
+fn is_clamped(e: &Expr, n: i64) -> bool {
+    let ExprKind::Math(MathFunc::Min, args) = e.kind() else {
+        return false;
+    };
+    let [inner, hi] = args.as_slice() else {
+        return false;
+    };
+    let ExprKind::Math(MathFunc::Max, args) = inner.kind() else {
+        return false;
+    };
+    matches!(args.as_slice(), [_, lo] if lo.as_int() == Some(0)) && hi.as_int() == Some(n - 1)
+}
+
+/// `0 <= e < n` at every corner of the box of `ranges`, `e` monotone and reading only
+/// ranged variables.
+fn in_range_on_box(e: &Expr, n: i64, ranges: &[(Var, i64, i64)]) -> bool {
+    if !monotone(e) {
+        return false;
+    }
+    let vars = variables(e);
+    let Some(bounds) = vars
+        .iter()
+        .map(|v| ranges.iter().find(|(r, _, _)| r == v))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return false;
+    };
+    (0..1usize << bounds.len()).all(|corner| {
+        let env: HashMap<u64, i64> = bounds
+            .iter()
+            .enumerate()
+            .map(|(i, (v, lo, hi))| (v.id(), if corner >> i & 1 == 1 { *hi } else { *lo }))
+            .collect();
+        eval_index(e, &env).is_ok_and(|x| (0..n).contains(&x))
+    })
+}
+
 /// The variables `e` reads, each once.
 pub(crate) fn variables(e: &Expr) -> Vec<Var> {
     let mut vars = Vec::new();
@@ -147,6 +223,25 @@ mod tests {
         assert_eq!(guards.len(), 2);
         let assumed = assume(&value, &guards);
         assert_eq!(assumed, x.expr() + Expr::f32(1.0));
+    }
+
+    #[test]
+    fn clamped_and_boxed_reads_are_in_bounds_and_assumed_guards_drop_clamps() {
+        let (i, r) = (Var::new("i", DataType::I32), Var::new("r", DataType::I32));
+        let x = hidet_ir::compute::tensor_input("x", DataType::F32, [8i64]);
+        let ranges = [(i.clone(), 0, 5), (r.clone(), 0, 2)];
+        let pos = i.expr() + r.expr() - 1;
+        let clamped = x.at([pos.max(Expr::int(0)).min(Expr::int(7))]);
+        assert!(reads_in_bounds(&clamped, &ranges));
+        assert!(!reads_in_bounds(&x.at([pos.clone()]), &ranges));
+        assert!(reads_in_bounds(&x.at([i.expr() + r.expr()]), &ranges));
+        let wide = [(i.clone(), 0, 6), (r.clone(), 0, 2)];
+        assert!(!reads_in_bounds(&x.at([i.expr() + r.expr()]), &wide));
+
+        let inside = pos.ge(Expr::int(0)).and(pos.lt(Expr::int(8)));
+        let value = Expr::select(inside, clamped, Expr::f32(0.0));
+        let assumed = assume(&value, &index_guards(&value));
+        assert_eq!(assumed, x.at([pos]));
     }
 
     #[test]

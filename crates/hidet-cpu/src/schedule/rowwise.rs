@@ -180,9 +180,13 @@ fn emit_lane_rows(
     let width = inner
         .as_int()
         .expect("lane_blocked checked a constant width");
-    let block = i64::from(lanes);
-    let (a, b) = interior_columns(kernel, def, plan, width);
     let unit_stride = unit_stride_rows(def, plan);
+    let block = if unit_stride && width <= WHOLE_ROW_BLOCK && !guards_read_column(def, plan) {
+        width
+    } else {
+        i64::from(lanes)
+    };
+    let (a, b) = interior_columns(kernel, def, plan, width);
     let mut failure = None;
     parallel_items(fb, &product(outer), threads, |fb, item| {
         bind_all(fb, "i", &unravel(&item, outer), |fb, outer_index| {
@@ -219,6 +223,25 @@ fn emit_lane_rows(
         });
     })?;
     failure.map_or(Ok(()), Err)
+}
+
+/// The longest innermost dimension taken as one block when its lanes read contiguous memory
+/// and no bounds guard depends on it (channels-last depthwise convolutions: the guards
+/// depend on the pixel, the lanes are channels). One block per pixel instead of one per
+/// vector measured 1.3 to 4 times faster on MobileNet-V2's (32 to 960 channels): the C
+/// compiler turns a block into a vector loop, and its per-block set-up outweighs a single
+/// vector's work.
+const WHOLE_ROW_BLOCK: i64 = 1024;
+
+/// Whether some bounds guard of a row reduction depends on the rows' innermost axis.
+fn guards_read_column(def: &ComputeDef, plan: &RowPlan) -> bool {
+    row_reduces(def, plan).iter().any(|r| {
+        r.axes.last().is_some_and(|column| {
+            guards::index_guards(r.value)
+                .iter()
+                .any(|g| g.mentions(column))
+        })
+    })
 }
 
 /// Whether every tensor read of every row reduction either stays put or moves by exactly one
@@ -377,7 +400,7 @@ fn lane_loop(
     let mut failure = None;
     fb.for_range_with("l", count, LoopKind::Vectorize, |fb, l| {
         let mut row = outer.to_vec();
-        row.push(first + l);
+        row.push(first + l.clone());
         let mut accs: HashMap<Var, Expr> = HashMap::new();
         for red in row_reduces(def, plan) {
             let (var, axes, reduce_axes, kind) = (red.var, red.axes, red.reduce_axes, red.kind);
@@ -390,10 +413,14 @@ fn lane_loop(
             };
             let acc = fb.var("acc", kind.identity(acc_t));
             let env: HashMap<Var, Expr> = axes.iter().cloned().zip(row.iter().cloned()).collect();
+            let speculate = !assume_inside && reads_speculable(kernel, &red);
             let mut fold = |fb: &mut FunctionBuilder, r: &[Expr]| {
                 let mut env = env.clone();
                 env.extend(reduce_axes.iter().cloned().zip(r.iter().cloned()));
-                let v = cast_to(kernel.rename(&value, &env, &accs), acc_t);
+                let mut v = cast_to(kernel.rename(&value, &env, &accs), acc_t);
+                if speculate {
+                    v = speculated(fb, v, &l);
+                }
                 fb.assign(
                     &acc,
                     combine_scalar(kind, acc.expr(), selects_for_min_max(&v)),
@@ -419,6 +446,35 @@ fn lane_loop(
         }
     });
     failure.map_or(Ok(()), Err)
+}
+
+/// Whether every read of `red`'s value stays inside its tensor for every row and window
+/// point ([`guards::reads_in_bounds`]), so that guarded reads may be loaded unconditionally.
+fn reads_speculable(kernel: &Kernel, red: &RowReduce<'_>) -> bool {
+    let shape = tensor_shape(red.var);
+    let axes = red.axes.iter().zip(&shape);
+    let reduce = red.reduce_axes.iter().zip(red.reduce_shape);
+    let ranges: Option<Vec<(Var, i64, i64)>> = axes
+        .chain(reduce)
+        .map(|(v, n)| Some((v.clone(), 0, kernel.extent(n).as_int()? - 1)))
+        .collect();
+    ranges.is_some_and(|r| guards::reads_in_bounds(red.value, &r))
+}
+
+/// `value` with the reads of a top-level guarded select, `inside ? x : fill`, hoisted into a
+/// variable bound before it, when `inside` does not depend on the lane `lane`: the select
+/// then discards a loaded value instead of guarding the load, and the C compiler vectorizes
+/// the lanes with plain loads and a blend rather than masked loads (which GCC cannot form
+/// at all for some strides). Requires the reads to be in bounds whatever `inside` says.
+fn speculated(fb: &mut FunctionBuilder, value: Expr, lane: &Expr) -> Expr {
+    let lane_invariant = |c: &Expr| lane.as_var().is_some_and(|l| !c.mentions(l));
+    match value.kind() {
+        ExprKind::Select(inside, x, fill) if lane_invariant(inside) => {
+            let loaded = fb.var("v", x.clone());
+            Expr::select(inside.clone(), loaded.expr(), fill.clone())
+        }
+        _ => value,
+    }
 }
 
 /// The value of a reduction along its innermost axis as a function of a lane variable,

@@ -60,6 +60,8 @@ families! {
     quantize,
     resize,
     im2col,
+    depthwise_nhwc,
+    column_panels,
     loss,
     center_crop_pad,
     affine_grid,

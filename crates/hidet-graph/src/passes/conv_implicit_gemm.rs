@@ -11,6 +11,12 @@
 //! transposed instead, `Transpose(Add(MatMul(Transpose(ColT), WmatT), B[1, OC]))`, with the
 //! pixels as rows (see `pixels_as_rows`); the outer `Transpose` is an epilogue.
 //!
+//! Next to channels-last depthwise convolutions ([`super::channels_last`]) the product has the
+//! pixels as rows and is stored channels-last, `Transpose(Reshape(Add(MatMul(Xl, WmatT),
+//! B[1, OC]), [1, o…, OC]), to_first)`, where `Xl` is `Transpose(ColT)`, or for a pointwise
+//! kernel `Reshape(Transpose(X, to_last), [∏d, C])`; the transposes then cancel with their
+//! neighbours'.
+//!
 //! The weight is stored transposed (`[C·∏k, OC]`) so that the matrix product, which packs
 //! its left operand in panels of a few output channels, reads it in memory order; the
 //! `Transpose` becomes a prologue, read in place. Fusion also makes `Im2Col` a prologue of the matrix product (inlined into the loads of its
@@ -23,14 +29,22 @@ use crate::fusion::specialize::KEEP_LAYOUT;
 use crate::graph::{Graph, GraphError, NodeId, ValueId};
 use crate::kernels::window::{Geometry, WindowSpec};
 use crate::ops::im2col::HIDET_DOMAIN;
+use crate::passes::channels_last::{
+    channels_last_source, feeds_channels_last, perm_attrs, to_first, to_last,
+};
 use crate::passes::rewrite::Rewriter;
 use crate::passes::GraphPass;
 use crate::tensor::Tensor;
 use crate::Attribute;
+use std::collections::HashSet;
 
 /// Rewrites `Conv` nodes (default domain) with f32 data, a constant weight, `group == 1` and
 /// a static input of batch 1 into an implicit GEMM (see the module docs). Other convolutions
 /// (batched, grouped or depthwise, non-constant weights, other dtypes) are kept.
+///
+/// The product is stored channels-last when the convolution's output feeds a `to_last`
+/// transpose, or when it is pointwise and its input comes from a `to_first` transpose or from
+/// a convolution this pass stored channels-last.
 pub struct ConvToImplicitGemm;
 
 impl GraphPass for ConvToImplicitGemm {
@@ -40,10 +54,18 @@ impl GraphPass for ConvToImplicitGemm {
 
     fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
         let mut rw = Rewriter::new(graph);
+        let mut channels_last = HashSet::new();
         for i in 0..rw.graph().nodes().len() {
-            let Some(plan) = plan(&rw, NodeId(i)) else {
+            let Some(mut plan) = plan(&rw, NodeId(i)) else {
                 continue;
             };
+            let g = rw.graph();
+            plan.channels_last = feeds_channels_last(g, plan.y)
+                || (is_pointwise(&plan.geometry)
+                    && channels_last_source(g, plan.x, &channels_last));
+            if plan.channels_last {
+                channels_last.insert(plan.y);
+            }
             rw.focus(NodeId(i));
             let out = rewrite(&mut rw, &plan)?;
             rw.replace(plan.y, out);
@@ -62,6 +84,8 @@ struct Plan {
     weight: Tensor,
     channels: usize,
     geometry: Geometry,
+    /// Store the product channels-last, `[1, o…, OC]`, behind a `to_first` transpose.
+    channels_last: bool,
 }
 
 /// The plan for node `n`, when the rewrite applies to it.
@@ -113,6 +137,7 @@ fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
         weight,
         channels: xs[1],
         geometry,
+        channels_last: false,
     })
 }
 
@@ -150,15 +175,18 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     let out_ch = p.weight.shape()[0];
     let rows = p.channels * g.kernel_size();
     let cols = g.output_size();
-    let node_error = |e: crate::tensor::TensorError| GraphError::Node {
-        node: p.node.clone(),
-        op_type: "Conv".into(),
-        source: e.into(),
-    };
-    let wmat_t = transposed(&p.weight, out_ch, rows).map_err(node_error)?;
+    let wmat_t = transposed(&p.weight, out_ch, rows).map_err(|e| node_error(p, e))?;
     let wmat_t = rw.add_constant("conv_wmat_t", wmat_t);
+    let rank = g.output.len() + 2;
+    if p.channels_last && is_pointwise(g) {
+        let x_last = rw.add_op("Transpose", perm_attrs(to_last(rank)), &[p.x])?;
+        let shape = shape_const(rw, &[cols, p.channels]).map_err(|e| node_error(p, e))?;
+        let pixels = rw.add_op("Reshape", Attributes::new(), &[x_last, shape])?;
+        let y = rw.add_op("MatMul", Attributes::new(), &[pixels, wmat_t])?;
+        return finish_channels_last(rw, p, y, out_ch);
+    }
     let col = if is_pointwise(g) {
-        let shape = shape_const(rw, &[p.channels, cols]).map_err(node_error)?;
+        let shape = shape_const(rw, &[p.channels, cols]).map_err(|e| node_error(p, e))?;
         rw.add_op("Reshape", Attributes::new(), &[p.x, shape])?
     } else {
         let mut attrs = Attributes::new();
@@ -169,6 +197,11 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         attrs.insert("pads", ints(&pads));
         rw.add_domain_op(HIDET_DOMAIN, "Im2Col", attrs, &[p.x])?
     };
+    if p.channels_last {
+        let col_t = rw.add_op("Transpose", swap(false), &[col])?;
+        let y = rw.add_op("MatMul", Attributes::new(), &[col_t, wmat_t])?;
+        return finish_channels_last(rw, p, y, out_ch);
+    }
     let pixel_rows = pixels_as_rows(g);
     let mut y = if pixel_rows {
         let col_t = rw.add_op("Transpose", swap(false), &[col])?;
@@ -177,27 +210,67 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         let wmat = rw.add_op("Transpose", swap(true), &[wmat_t])?;
         rw.add_op("MatMul", Attributes::new(), &[wmat, col])?
     };
-    if let Some(b) = p.bias {
-        let bias_shape = if pixel_rows { [1, out_ch] } else { [out_ch, 1] };
-        let bias = match rw.constant(b) {
-            Some(t) => {
-                let t = t.reshape(bias_shape.to_vec()).map_err(node_error)?;
-                rw.add_constant("conv_bias", t)
-            }
-            None => {
-                let shape = shape_const(rw, &bias_shape).map_err(node_error)?;
-                rw.add_op("Reshape", Attributes::new(), &[b, shape])?
-            }
-        };
-        y = rw.add_op("Add", Attributes::new(), &[y, bias])?;
-    }
+    let bias_shape = if pixel_rows { [1, out_ch] } else { [out_ch, 1] };
+    y = add_bias(rw, p, y, bias_shape)?;
     if pixel_rows {
         y = rw.add_op("Transpose", swap(false), &[y])?;
     }
     let mut out_shape = vec![1, out_ch];
     out_shape.extend(&g.output);
-    let shape = shape_const(rw, &out_shape).map_err(node_error)?;
+    let shape = shape_const(rw, &out_shape).map_err(|e| node_error(p, e))?;
     rw.add_op("Reshape", Attributes::new(), &[y, shape])
+}
+
+/// The product `y` (`[∏o, OC]`, pixels as rows) plus the bias, reshaped to the channels-last
+/// output `[1, o…, OC]` and transposed back to `[1, OC, o…]`.
+fn finish_channels_last(
+    rw: &mut Rewriter,
+    p: &Plan,
+    y: ValueId,
+    out_ch: usize,
+) -> Result<ValueId, GraphError> {
+    let y = add_bias(rw, p, y, [1, out_ch])?;
+    let mut shape = vec![1];
+    shape.extend(&p.geometry.output);
+    shape.push(out_ch);
+    let rank = shape.len();
+    let shape = shape_const(rw, &shape).map_err(|e| node_error(p, e))?;
+    let y = rw.add_op("Reshape", Attributes::new(), &[y, shape])?;
+    rw.add_op("Transpose", perm_attrs(to_first(rank)), &[y])
+}
+
+/// `y + bias` with the bias reshaped to `bias_shape`, or `y` when the convolution has none.
+fn add_bias(
+    rw: &mut Rewriter,
+    p: &Plan,
+    y: ValueId,
+    bias_shape: [usize; 2],
+) -> Result<ValueId, GraphError> {
+    let Some(b) = p.bias else {
+        return Ok(y);
+    };
+    let bias = match rw.constant(b) {
+        Some(t) => {
+            let t = t
+                .reshape(bias_shape.to_vec())
+                .map_err(|e| node_error(p, e))?;
+            rw.add_constant("conv_bias", t)
+        }
+        None => {
+            let shape = shape_const(rw, &bias_shape).map_err(|e| node_error(p, e))?;
+            rw.add_op("Reshape", Attributes::new(), &[b, shape])?
+        }
+    };
+    rw.add_op("Add", Attributes::new(), &[y, bias])
+}
+
+/// A tensor error while rewriting the convolution of `p`, as a graph error naming it.
+fn node_error(p: &Plan, e: crate::tensor::TensorError) -> GraphError {
+    GraphError::Node {
+        node: p.node.clone(),
+        op_type: "Conv".into(),
+        source: e.into(),
+    }
 }
 
 /// The attributes of a 2-D transpose; `keep_layout` marks one that specialization must not

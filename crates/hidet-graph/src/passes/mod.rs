@@ -6,20 +6,24 @@
 //! lists), so no pass can leave the graph inconsistent.
 
 mod batchnorm_fold;
+pub mod channels_last;
 mod constant_fold;
 mod conv_implicit_gemm;
 mod cse;
 mod dce;
+mod panel_weights;
 mod resolve_variants;
 pub mod rewrite;
 mod separable_pool;
 mod simplify;
 
 pub use batchnorm_fold::BatchNormFolding;
+pub use channels_last::{DepthwiseChannelsLast, SinkTransposes};
 pub use constant_fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
 pub use conv_implicit_gemm::ConvToImplicitGemm;
 pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
+pub use panel_weights::PanelConstantWeights;
 pub use resolve_variants::{FlattenBatchedMatMul, GemmToMatMul};
 pub use rewrite::Rewriter;
 pub use separable_pool::SeparablePool;
@@ -48,16 +52,24 @@ pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
         Box::new(GemmToMatMul),
         // Inference BatchNormalization → folded into Conv / MatMul weights, or Mul + Add.
         Box::new(BatchNormFolding),
+        // Single-image f32 depthwise Conv → hidet::DepthwiseConvNhwc between transposes.
+        Box::new(DepthwiseChannelsLast),
         // Single-image f32 Conv with a constant weight → Im2Col + MatMul + bias + Reshape.
         Box::new(ConvToImplicitGemm),
         // MaxPool/AveragePool over a 2-D window → a pooling along rows, then one along columns.
         Box::new(SeparablePool),
+        // Channels-first transposes moved below element-wise operators, toward the
+        // channels-last transposes they cancel with (merged by the SimplifyChains below).
+        Box::new(SinkTransposes),
         // Structurally identical nodes (and equal small constants) merged.
         Box::new(CommonSubexpressionElimination),
         // MatMul of a batched input by a constant 2-D weight → 2-D MatMul between Reshapes.
         Box::new(FlattenBatchedMatMul),
         // The Reshapes added above merged with their neighbours.
         Box::new(SimplifyChains),
+        // Constant right operands of MatMul stored as 16-column panels the CPU template
+        // reads in place instead of packing them on every run.
+        Box::new(PanelConstantWeights),
         // Nodes no output depends on, and initializers nothing reads, removed.
         Box::new(DeadCodeElimination),
     ]

@@ -106,7 +106,15 @@ impl Rewriter {
         num_outputs: usize,
         after: Option<NodeId>,
     ) -> Result<Vec<ValueId>, GraphError> {
-        self.add_node_in("", op_type, attrs, inputs, num_outputs, after)
+        self.add_node_in(
+            "",
+            op_type,
+            NEW_NODE_OPSET,
+            attrs,
+            inputs,
+            num_outputs,
+            after,
+        )
     }
 
     /// [`Rewriter::add_op`] for an operator of `domain` (opset [`NEW_NODE_OPSET`] of that
@@ -119,14 +127,32 @@ impl Rewriter {
         inputs: &[ValueId],
     ) -> Result<ValueId, GraphError> {
         let ins: Vec<Option<ValueId>> = inputs.iter().map(|v| Some(*v)).collect();
-        let out = self.add_node_in(domain, op_type, attrs, &ins, 1, None)?;
+        let out = self.add_node_in(domain, op_type, NEW_NODE_OPSET, attrs, &ins, 1, None)?;
         Ok(out[0])
     }
 
+    /// Adds a copy of node `n` (its domain, operator, opset and attributes) reading `inputs`
+    /// instead, placed like [`Rewriter::add_node`]; returns its outputs, one per output slot
+    /// of `n`, typed by shape inference on the new inputs.
+    ///
+    /// Errors: as [`Rewriter::add_node`].
+    pub fn add_copy_of(
+        &mut self,
+        n: NodeId,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<ValueId>, GraphError> {
+        let node = &self.graph.nodes()[n.0];
+        let (domain, op_type, opset) = (node.domain.clone(), node.op_type.clone(), node.opset);
+        let (attrs, outputs) = (node.attrs.clone(), node.outputs.len());
+        self.add_node_in(&domain, &op_type, opset, attrs, inputs, outputs, None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn add_node_in(
         &mut self,
         domain: &str,
         op_type: &str,
+        opset: i64,
         attrs: Attributes,
         inputs: &[Option<ValueId>],
         num_outputs: usize,
@@ -140,14 +166,14 @@ impl Rewriter {
         };
         let schema = self
             .registry
-            .lookup(domain, op_type, NEW_NODE_OPSET)
+            .lookup(domain, op_type, opset)
             .ok_or_else(|| {
                 node_err(OpError::Unsupported(format!("{op_type} is not registered")))
             })?;
         let ctx = OpContext {
             domain,
             op_type,
-            opset: NEW_NODE_OPSET,
+            opset,
             attrs: &attrs,
             num_inputs: inputs.len(),
             num_outputs,
@@ -195,7 +221,7 @@ impl Rewriter {
                 name,
                 domain: domain.to_string(),
                 op_type: op_type.to_string(),
-                opset: NEW_NODE_OPSET,
+                opset,
                 attrs,
                 inputs: inputs.to_vec(),
                 outputs: outputs.iter().map(|o| Some(*o)).collect(),

@@ -13,7 +13,9 @@
 //! micro-kernel over every pair of panels. When a tile has a single row
 //! panel (matrix-vector products), a packed `B` panel would be read once,
 //! so the micro-kernel instead copies each row of `B` it needs into a
-//! one-row buffer that stays in L1.
+//! one-row buffer that stays in L1. A `B` stored as 16-column panels
+//! ([`BLayout::Panels`], constant weights prepacked at compile time) is
+//! never copied: the micro-kernel reads its vectors in place.
 //!
 //! The output is fusion-friendly: sums over earlier `K`-slices are kept in
 //! a thread-local partial tile (never in `C`), and the final value of every
@@ -35,7 +37,8 @@ mod schedule;
 mod space;
 
 pub use schedule::{
-    ALayout, MatmulSchedule, MatmulShape, ThreadGrid, ThreadSplit, PARALLEL_K_MAX_ELEMENTS,
+    ALayout, BLayout, MatmulSchedule, MatmulShape, ThreadGrid, ThreadSplit, B_PANEL_WIDTH,
+    PARALLEL_K_MAX_ELEMENTS,
 };
 pub use space::{heuristic_for_rows, matmul_candidates, matmul_space, micro_kernels};
 
@@ -65,11 +68,26 @@ pub fn matmul_f32_with_layout(
     a_layout: ALayout,
     schedule: &MatmulSchedule,
 ) -> Result<Function, TemplateError> {
+    matmul_f32_with_layouts(name, m, n, k, a_layout, BLayout::RowMajor, schedule)
+}
+
+/// [`matmul_f32_with_layout`] for a `B` stored as `b_layout`; with [`BLayout::Panels`]
+/// the kernel's `B` parameter is the panels tensor `[⌈n / 16⌉, k, 16]`. Fails also when
+/// the target's SIMD width does not divide the panel width.
+pub fn matmul_f32_with_layouts(
+    name: &str,
+    m: i64,
+    n: i64,
+    k: i64,
+    a_layout: ALayout,
+    b_layout: BLayout,
+    schedule: &MatmulSchedule,
+) -> Result<Function, TemplateError> {
     plan::build(
         name,
         &MatmulShape::plain(m, n, k),
         false,
-        a_layout,
+        (a_layout, b_layout),
         schedule,
     )
 }
@@ -83,5 +101,11 @@ pub fn batch_matmul_f32(
     shape: &MatmulShape,
     schedule: &MatmulSchedule,
 ) -> Result<Function, TemplateError> {
-    plan::build(name, shape, true, ALayout::RowMajor, schedule)
+    plan::build(
+        name,
+        shape,
+        true,
+        (ALayout::RowMajor, BLayout::RowMajor),
+        schedule,
+    )
 }

@@ -1,18 +1,21 @@
 //! The IR of one instantiation of the matmul template (see the module docs
 //! of [`super`]).
 
-use super::schedule::{ceil_div, ALayout, MatmulSchedule, MatmulShape, ThreadGrid};
+use super::schedule::{
+    ceil_div, ALayout, BLayout, MatmulSchedule, MatmulShape, ThreadGrid, B_PANEL_WIDTH,
+};
 use crate::error::TemplateError;
 use hidet_ir::mapping::MappingError;
 use hidet_ir::prelude::*;
 
 /// Builds the kernel for `shape` (with rank-3 operands when `rank3`, else
-/// rank 2, which requires a batch of 1), packing `A` in the order `a_layout` favours.
+/// rank 2, which requires a batch of 1), packing `A` in the order `a_layout` favours and
+/// reading `B` as `b_layout` stores it.
 pub(super) fn build(
     name: &str,
     shape: &MatmulShape,
     rank3: bool,
-    a_layout: ALayout,
+    (a_layout, b_layout): (ALayout, BLayout),
     schedule: &MatmulSchedule,
 ) -> Result<Function, TemplateError> {
     schedule.validate()?;
@@ -20,6 +23,15 @@ pub(super) fn build(
     if !rank3 && shape.batch != 1 {
         return Err(TemplateError::InvalidShape(format!(
             "a rank-2 matmul has batch 1, got {shape:?}"
+        )));
+    }
+    let panels = b_layout == BLayout::Panels;
+    if panels && (rank3 || B_PANEL_WIDTH % i64::from(schedule.lanes) != 0) {
+        return Err(TemplateError::InvalidShape(format!(
+            "B in {B_PANEL_WIDTH}-column panels needs a rank-2 product and a SIMD width \
+             dividing {B_PANEL_WIDTH}, got rank {} and {} lanes",
+            if rank3 { 3 } else { 2 },
+            schedule.lanes
         )));
     }
     let s = shape;
@@ -32,14 +44,18 @@ pub(super) fn build(
             fb.tensor_param("C", f32_, [s.batch, s.m, s.n]),
         )
     } else {
-        (
-            fb.tensor_param("A", f32_, [s.m, s.k]),
-            fb.tensor_param("B", f32_, [s.k, s.n]),
-            fb.tensor_param("C", f32_, [s.m, s.n]),
-        )
+        let a = fb.tensor_param("A", f32_, [s.m, s.k]);
+        let b = if panels {
+            let count = ceil_div(s.n, B_PANEL_WIDTH);
+            fb.tensor_param("B", f32_, [count, s.k, B_PANEL_WIDTH])
+        } else {
+            fb.tensor_param("B", f32_, [s.k, s.n])
+        };
+        (a, b, fb.tensor_param("C", f32_, [s.m, s.n]))
     };
     let plan = Plan {
         a_layout,
+        b_layout,
         ..Plan::new(a, b, c, *shape, rank3, schedule)
     };
     plan.emit(&mut fb)?;
@@ -54,6 +70,7 @@ struct Plan {
     s: MatmulShape,
     rank3: bool,
     a_layout: ALayout,
+    b_layout: BLayout,
     threads: i64,
     mr: i64,
     nr: i64,
@@ -105,11 +122,12 @@ struct Buffers {
     scratch: Option<Var>,
 }
 
-/// Where the micro-kernel reads `B`: the packed panel, or a one-row buffer it refills
-/// from `B` at every `k` ([`Plan::stream_b`]).
+/// Where the micro-kernel reads `B`: the packed panel, a one-row buffer it refills
+/// from `B` at every `k` ([`Plan::stream_b`]), or `B` itself ([`BLayout::Panels`]).
 enum BPanel<'a> {
     Packed(&'a Var),
     Row(Var),
+    InPlace,
 }
 
 /// Where one thread is: its `K`-part and range, batch, the current tile
@@ -146,6 +164,7 @@ impl Plan {
             s,
             rank3,
             a_layout: ALayout::RowMajor,
+            b_layout: BLayout::RowMajor,
             threads: sch.threads,
             mr: sch.mr,
             nr: sch.nr,
@@ -187,6 +206,10 @@ impl Plan {
     }
 
     fn b_at(&self, batch: &Expr, row: Expr, col: Expr) -> Expr {
+        if self.b_layout == BLayout::Panels {
+            let width = Expr::int(B_PANEL_WIDTH);
+            return self.b.at([&col / width.clone(), row, col % width]);
+        }
         if self.rank3 {
             let b = if self.s.b_batch == 1 {
                 Expr::int(0)
@@ -238,7 +261,7 @@ impl Plan {
                     f32_,
                     row_major([self.mcp, self.kc, self.mr]),
                 ),
-                packed_b: (!self.stream_b).then(|| {
+                packed_b: (!self.stream_b && self.b_layout != BLayout::Panels).then(|| {
                     fb.register_tensor("packed_b", f32_, row_major([self.ncp, self.kc, self.nr]))
                 }),
                 partial: self.sliced.then(|| {
@@ -547,6 +570,7 @@ impl Plan {
         }
         let row_len = shape.vecs * self.w;
         let b_source = match &bufs.packed_b {
+            _ if self.b_layout == BLayout::Panels => BPanel::InPlace,
             Some(packed_b) => BPanel::Packed(packed_b),
             None => BPanel::Row(fb.register_tensor("b_row", DataType::F32, row_major([row_len]))),
         };
@@ -571,6 +595,7 @@ impl Plan {
                 let b_at = match &b_source {
                     BPanel::Packed(packed_b) => packed_b.at([q.clone(), kk.clone(), j * self.w]),
                     BPanel::Row(b_row) => b_row.at([j * self.w]),
+                    BPanel::InPlace => self.b_in_place(gq, &at.k0 + &kk, j),
                 };
                 let b_j = self.vector_load(b_at.address());
                 let sum = a_i.broadcast(self.vec_t.lanes).fma(b_j, acc.at([i, j]));
@@ -592,6 +617,19 @@ impl Plan {
                 );
             }
             None => self.sink(fb, bufs, at, &acc, &row0, &col0, shape),
+        }
+    }
+
+    /// The element of a [`BLayout::Panels`] `B` where vector `j` of column panel `gq` of the
+    /// micro-kernel starts in row `krow`: `NR`-column panels are whole 16-column panels when
+    /// `NR` is a multiple of 16, so the panel and offset are then known per vector.
+    fn b_in_place(&self, gq: &Expr, krow: Expr, j: &Expr) -> Expr {
+        let width = B_PANEL_WIDTH;
+        if self.nr % width == 0 {
+            let panel = gq * (self.nr / width) + j * self.w / width;
+            self.b.at([panel, krow, j * self.w % width])
+        } else {
+            self.b_at(&Expr::int(0), krow, gq * self.nr + j * self.w)
         }
     }
 

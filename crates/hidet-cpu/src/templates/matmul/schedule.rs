@@ -34,6 +34,22 @@ pub enum ALayout {
     ColumnMajor,
 }
 
+/// How the template's `B` operand is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum BLayout {
+    /// `B[k, n]`, row-major: packed into `NR`-column panels on every use.
+    #[default]
+    RowMajor,
+    /// Panels of [`B_PANEL_WIDTH`] columns, `Bp[⌈N / 16⌉, K, 16]` with `B[k, j] =
+    /// Bp[j / 16, k, j % 16]` (padded with anything past `N`): the micro-kernel reads its
+    /// vectors in place and nothing is packed. Rank-2 products only, and SIMD widths that
+    /// divide the panel width.
+    Panels,
+}
+
+/// Columns per panel of [`BLayout::Panels`].
+pub const B_PANEL_WIDTH: i64 = 16;
+
 /// The largest number of `f32` partial sums (`K`-parts × batch × padded
 /// `M × N`) a parallel-k kernel may keep; they live on the calling thread's
 /// stack.

@@ -1,0 +1,380 @@
+//! Channels-last convolutions around depthwise ones (MobileNet's inverted residual blocks).
+//!
+//! A depthwise convolution on `NCHW` data vectorizes along image rows: short (7 to 112
+//! wide), read at the stride, with a padding test at each end. On channels-last data its
+//! lanes are channels instead: every load is contiguous and every padding test is uniform
+//! across the lanes. So [`DepthwiseChannelsLast`] rewrites
+//!
+//! ```text
+//! Conv(X, W[C, 1, k…], B; group = C)
+//!   →  Transpose(hidet::DepthwiseConvNhwc(Transpose(X, to_last), W'[k…, C], B), to_first)
+//! ```
+//!
+//! and the implicit-GEMM pass ([`super::ConvToImplicitGemm`]) gives the convolutions next to
+//! it the same form, `Transpose(Reshape(MatMul(pixels × channels, W), [1, o…, OC]), to_first)`:
+//! those whose output feeds a `to_last` transpose (the expansion before a depthwise
+//! convolution) and the pointwise ones whose input comes from a `to_first` one (the
+//! projection after it, and the next block's expansion through the residual add).
+//! [`SinkTransposes`] then moves each `to_first` transpose below the element-wise operators
+//! that read it (`Clip`, the residual `Add`), where it meets the next `to_last` transpose and
+//! [`super::SimplifyChains`] removes the pair: inside a run of such blocks, activations stay
+//! channels-last and no transpose is left.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::attribute::Attributes;
+use crate::dtype::DType;
+use crate::graph::{Graph, GraphError, NodeId, ValueId};
+use crate::kernels::window::WindowSpec;
+use crate::ops::depthwise_nhwc;
+use crate::ops::im2col::HIDET_DOMAIN;
+use crate::passes::rewrite::Rewriter;
+use crate::passes::GraphPass;
+use crate::tensor::Tensor;
+use crate::Attribute;
+
+/// The permutation of a `[N, C, d…]` tensor of `rank` dimensions to `[N, d…, C]`.
+pub fn to_last(rank: usize) -> Vec<i64> {
+    let mut p = vec![0];
+    p.extend(2..rank as i64);
+    p.push(1);
+    p
+}
+
+/// The permutation of a `[N, d…, C]` tensor of `rank` dimensions to `[N, C, d…]`.
+pub fn to_first(rank: usize) -> Vec<i64> {
+    let mut p = vec![0, rank as i64 - 1];
+    p.extend(1..rank as i64 - 1);
+    p
+}
+
+/// `Transpose` attributes for `perm`.
+pub fn perm_attrs(perm: Vec<i64>) -> Attributes {
+    let mut attrs = Attributes::new();
+    attrs.insert("perm", Attribute::Ints(perm));
+    attrs
+}
+
+/// Element-wise operators of one data input (slot 0) whose other inputs, if any, are
+/// parameters: a transpose commutes with them when those are scalars.
+const UNARY: [&str; 14] = [
+    "Relu",
+    "Clip",
+    "Sigmoid",
+    "Tanh",
+    "LeakyRelu",
+    "HardSigmoid",
+    "HardSwish",
+    "Elu",
+    "Selu",
+    "Neg",
+    "Abs",
+    "Exp",
+    "Sqrt",
+    "Erf",
+];
+
+/// Element-wise operators of two inputs that broadcast: a transpose commutes with them when
+/// both inputs are transposed alike (or one is a scalar).
+const BINARY: [&str; 4] = ["Add", "Sub", "Mul", "Div"];
+
+/// How deep [`channels_last_source`] follows element-wise operators.
+const MAX_DEPTH: usize = 16;
+
+fn is_elementwise(op: &str) -> bool {
+    UNARY.contains(&op) || BINARY.contains(&op)
+}
+
+/// The `perm` of node `n` when it is a default-domain `Transpose` with an explicit one.
+fn transpose_perm(g: &Graph, n: NodeId) -> Option<Vec<i64>> {
+    let node = &g.nodes()[n.0];
+    if node.op_type != "Transpose" || !node.domain.is_empty() {
+        return None;
+    }
+    node.attrs.ints("perm").ok().flatten().map(|p| p.to_vec())
+}
+
+/// True when `v` is a constant of one element whose rank is at most `rank`: it broadcasts
+/// to any shape of that rank alike, so a transpose commutes with it.
+fn is_scalar(g: &Graph, v: ValueId, rank: usize) -> bool {
+    crate::passes::rewrite::constant_of(g, v).is_some_and(|t| t.numel() == 1 && t.rank() <= rank)
+}
+
+/// The rank of `v`, when known.
+fn rank_of(g: &Graph, v: ValueId) -> Option<usize> {
+    g.value(v).ty.shape.as_ref().map(Vec::len)
+}
+
+/// True when `v` is read once, by a chain of one-input element-wise operators (each output
+/// read once) ending in a `to_last` transpose: its producer may store it channels-last.
+pub fn feeds_channels_last(g: &Graph, v: ValueId) -> bool {
+    let Some(rank) = rank_of(g, v) else {
+        return false;
+    };
+    let mut v = v;
+    for _ in 0..MAX_DEPTH {
+        let value = g.value(v);
+        if g.outputs().contains(&v) {
+            return false;
+        }
+        let [(user, slot)] = value.users.as_slice() else {
+            return false;
+        };
+        let node = &g.nodes()[user.0];
+        if transpose_perm(g, *user).is_some_and(|p| p == to_last(rank)) {
+            return true;
+        }
+        let passes = *slot == 0
+            && UNARY.contains(&node.op_type.as_str())
+            && node.domain.is_empty()
+            && node.inputs[1..]
+                .iter()
+                .flatten()
+                .all(|p| is_scalar(g, *p, rank));
+        match (passes, node.outputs.as_slice()) {
+            (true, [Some(out)]) => v = *out,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// True when `v` is, through element-wise operators, a `to_first` transpose of channels-last
+/// data: the output of a `to_first` transpose, of a node whose outputs are in `rewritten`
+/// (convolutions given the channels-last form earlier in the same rewrite), or of an
+/// element-wise operator all of whose non-scalar inputs are such values.
+pub fn channels_last_source(g: &Graph, v: ValueId, rewritten: &HashSet<ValueId>) -> bool {
+    fn walk(
+        g: &Graph,
+        v: ValueId,
+        rank: usize,
+        rewritten: &HashSet<ValueId>,
+        depth: usize,
+    ) -> bool {
+        if rewritten.contains(&v) {
+            return true;
+        }
+        let Some((p, _)) = g.value(v).producer else {
+            return false;
+        };
+        if let Some(perm) = transpose_perm(g, p) {
+            return perm == to_first(rank);
+        }
+        let node = &g.nodes()[p.0];
+        if depth == 0 || !node.domain.is_empty() || !is_elementwise(&node.op_type) {
+            return false;
+        }
+        let data: Vec<ValueId> = node
+            .inputs
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|i| !is_scalar(g, *i, rank))
+            .collect();
+        !data.is_empty()
+            && data
+                .iter()
+                .all(|i| rank_of(g, *i) == Some(rank) && walk(g, *i, rank, rewritten, depth - 1))
+    }
+    rank_of(g, v).is_some_and(|rank| rank >= 3 && walk(g, v, rank, rewritten, MAX_DEPTH))
+}
+
+/// Rewrites single-image f32 depthwise `Conv` nodes (default domain, `group` equal to the
+/// input and output channel count, a constant weight, a static input) into
+/// `hidet::DepthwiseConvNhwc` between transposes (see the module docs).
+pub struct DepthwiseChannelsLast;
+
+impl GraphPass for DepthwiseChannelsLast {
+    fn name(&self) -> &'static str {
+        "depthwise-channels-last"
+    }
+
+    fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
+        let mut rw = Rewriter::new(graph);
+        for i in 0..rw.graph().nodes().len() {
+            let Some(plan) = depthwise_plan(&rw, NodeId(i)) else {
+                continue;
+            };
+            rw.focus(NodeId(i));
+            let x_last = rw.add_op("Transpose", perm_attrs(to_last(plan.rank)), &[plan.x])?;
+            let weight = rw.add_constant("depthwise_weight_last", plan.weight_last);
+            let mut inputs = vec![x_last, weight];
+            inputs.extend(plan.bias);
+            let y_last =
+                rw.add_domain_op(HIDET_DOMAIN, depthwise_nhwc::OP_TYPE, plan.attrs, &inputs)?;
+            let y = rw.add_op("Transpose", perm_attrs(to_first(plan.rank)), &[y_last])?;
+            rw.replace(plan.y, y);
+            rw.remove_node(NodeId(i));
+        }
+        rw.finish()
+    }
+}
+
+/// What one applicable depthwise convolution reads and becomes.
+struct DepthwisePlan {
+    x: ValueId,
+    bias: Option<ValueId>,
+    y: ValueId,
+    rank: usize,
+    /// The weight `[C, 1, k…]` as `[k…, C]`.
+    weight_last: Tensor,
+    /// The window with explicit pads.
+    attrs: Attributes,
+}
+
+fn depthwise_plan(rw: &Rewriter, n: NodeId) -> Option<DepthwisePlan> {
+    let g = rw.graph();
+    let node = &g.nodes()[n.0];
+    if node.op_type != "Conv" || !node.domain.is_empty() {
+        return None;
+    }
+    let x = node.inputs.first().copied().flatten()?;
+    let w = node.inputs.get(1).copied().flatten()?;
+    let bias = node.inputs.get(2).copied().flatten();
+    let y = match node.outputs.as_slice() {
+        [Some(y)] => *y,
+        _ => return None,
+    };
+    let xs = g.value(x).ty.fixed_shape()?;
+    let weight = rw.constant(w)?;
+    let ws = weight.shape();
+    let channels = *xs.get(1)?;
+    let group = usize::try_from(node.attrs.int_or("group", 1).ok()?).ok()?;
+    if g.value(x).ty.dtype != DType::F32 || weight.dtype() != DType::F32 {
+        return None;
+    }
+    if xs.len() < 3 || xs[0] != 1 || ws.len() != xs.len() || group != channels {
+        return None;
+    }
+    if ws[0] != channels || ws[1] != 1 || channels < 2 {
+        return None;
+    }
+    if let Some(b) = bias {
+        let bt = &g.value(b).ty;
+        if bt.dtype != DType::F32 || bt.fixed_shape()? != [channels] {
+            return None;
+        }
+    }
+    let spec = WindowSpec::from_attrs(&node.attrs).ok()?;
+    let window = spec.attrs(&ws[2..]).ok()?;
+    if window.kernel != ws[2..] {
+        return None;
+    }
+    let geometry = window.resolve(&xs[2..]).ok()?;
+    if geometry.output_size() == 0 {
+        return None;
+    }
+    let nk = geometry.kernel_size();
+    let w = weight.as_slice::<f32>().ok()?;
+    let data: Vec<f32> = (0..nk * channels)
+        .map(|i| w[(i % channels) * nk + i / channels])
+        .collect();
+    let mut shape = geometry.kernel.clone();
+    shape.push(channels);
+    let weight_last = Tensor::new(shape, data).ok()?;
+    let ints = |v: &[usize]| Attribute::Ints(v.iter().map(|&d| d as i64).collect());
+    let mut attrs = Attributes::new();
+    attrs.insert("kernel_shape", ints(&geometry.kernel));
+    attrs.insert("strides", ints(&geometry.strides));
+    attrs.insert("dilations", ints(&geometry.dilations));
+    let pads: Vec<usize> = geometry
+        .pads_begin
+        .iter()
+        .chain(&geometry.pads_end)
+        .copied()
+        .collect();
+    attrs.insert("pads", ints(&pads));
+    Some(DepthwisePlan {
+        x,
+        bias,
+        y,
+        rank: xs.len(),
+        weight_last,
+        attrs,
+    })
+}
+
+/// Moves `to_first` transposes below element-wise operators:
+/// `Op(Transpose(a, p), s, Transpose(b, p))` → `Transpose(Op(a, s, b), p)` when every
+/// non-scalar input of `Op` is a transpose by the same `p = to_first(rank)` (scalar constant
+/// inputs `s` broadcast alike either way). Transposes by other permutations are left where
+/// they are (the attention transposes of transformers keep their place as prologues).
+pub struct SinkTransposes;
+
+impl GraphPass for SinkTransposes {
+    fn name(&self) -> &'static str {
+        "sink-transposes"
+    }
+
+    fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
+        let mut rw = Rewriter::new(graph);
+        // Outputs of operators already sunk below their transpose: what they are a transpose of.
+        let mut sunk: HashMap<ValueId, (ValueId, Vec<i64>)> = HashMap::new();
+        for i in 0..rw.graph().nodes().len() {
+            let g = rw.graph();
+            let node = &g.nodes()[i];
+            if !node.domain.is_empty() || !is_elementwise(&node.op_type) {
+                continue;
+            }
+            let [Some(out)] = node.outputs.as_slice() else {
+                continue;
+            };
+            let out = *out;
+            let Some(rank) = rank_of(g, out).filter(|r| *r >= 3) else {
+                continue;
+            };
+            let first = to_first(rank);
+            let source = |v: ValueId| -> Option<ValueId> {
+                if let Some((src, perm)) = sunk.get(&v) {
+                    return (*perm == first).then_some(*src);
+                }
+                let (p, _) = g.value(v).producer?;
+                let perm = transpose_perm(g, p)?;
+                (perm == first).then(|| g.nodes()[p.0].inputs[0]).flatten()
+            };
+            let mut inputs = Vec::with_capacity(node.inputs.len());
+            let mut moved = 0;
+            let mut applies = true;
+            for (slot, v) in node.inputs.iter().enumerate() {
+                match v {
+                    None => inputs.push(None),
+                    Some(v)
+                        if is_scalar(g, *v, rank)
+                            && (slot > 0 || BINARY.contains(&node.op_type.as_str())) =>
+                    {
+                        inputs.push(Some(*v))
+                    }
+                    Some(v) => match source(*v) {
+                        Some(src) if (slot == 0 || BINARY.contains(&node.op_type.as_str())) => {
+                            moved += 1;
+                            inputs.push(Some(src));
+                        }
+                        _ => {
+                            applies = false;
+                            break;
+                        }
+                    },
+                }
+            }
+            if !applies || moved == 0 {
+                continue;
+            }
+            let shapes: HashSet<_> = inputs
+                .iter()
+                .flatten()
+                .filter(|v| !is_scalar(g, **v, rank))
+                .map(|v| g.value(*v).ty.shape.clone())
+                .collect();
+            if shapes.len() != 1 {
+                continue;
+            }
+            rw.focus(NodeId(i));
+            let inner = rw.add_copy_of(NodeId(i), &inputs)?[0];
+            let t = rw.add_op("Transpose", perm_attrs(first.clone()), &[inner])?;
+            rw.replace(out, t);
+            rw.remove_node(NodeId(i));
+            sunk.insert(out, (inner, first));
+        }
+        rw.finish()
+    }
+}
