@@ -188,69 +188,89 @@ fn batch_matmul_with_and_without_broadcast() {
     check_shape(attention, true, &MatmulSchedule::for_target(host, 2), 151);
 }
 
-/// `B` given as 16-column panels (`Bp[j / 16][k][j % 16]`, the padding columns NaN so that
-/// reading one into a stored column would show), read in place by the micro-kernel.
-fn check_panels(m: i64, n: i64, k: i64, schedule: &MatmulSchedule, seed: u64) {
+/// `matrix` (`rows × cols`, row-major) as 16-wide panels along `rows` when `by_rows`, else
+/// along `cols`: `P[r / 16][c][r % 16]` or `P[c / 16][r][c % 16]`, the padding NaN so that
+/// reading it into a stored element would show.
+fn panels(matrix: &[f32], rows: usize, cols: usize, by_rows: bool) -> (Vec<f32>, Vec<usize>) {
+    let w = B_PANEL_WIDTH as usize;
+    let (split, other) = if by_rows { (rows, cols) } else { (cols, rows) };
+    let count = split.div_ceil(w);
+    let mut p = vec![f32::NAN; count * other * w];
+    for r in 0..rows {
+        for c in 0..cols {
+            let (s, o) = if by_rows { (r, c) } else { (c, r) };
+            p[((s / w) * other + o) * w + s % w] = matrix[r * cols + c];
+        }
+    }
+    (p, vec![count, other, w])
+}
+
+/// `A` given as 16-row panels and/or `B` as 16-column panels, read in place by the
+/// micro-kernel.
+fn check_panels(m: i64, n: i64, k: i64, layouts: (ALayout, BLayout), schedule: &MatmulSchedule) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let f = matmul_f32_with_layouts("mm", m, n, k, ALayout::RowMajor, BLayout::Panels, schedule)
+    let f = matmul_f32_with_layouts("mm", m, n, k, layouts.0, layouts.1, schedule)
         .expect("valid instantiation");
     let module = IRModule::new("mm_panels", Target::Cpu).with(f);
     let compiled = build(module, &options_in(dir.path())).expect("builds");
     compiled
         .set_num_threads(schedule.threads as usize)
         .expect("exported by the C dialect");
-    let mut rng = Rng::new(seed);
-    let (mu, nu, ku, w) = (m as usize, n as usize, k as usize, B_PANEL_WIDTH as usize);
+    let mut rng = Rng::new((m * 1000 + n * 10 + k) as u64);
+    let (mu, nu, ku) = (m as usize, n as usize, k as usize);
     let a = rng.vec_f32(mu * ku);
     let b = rng.vec_f32(ku * nu);
-    let panels = nu.div_ceil(w);
-    let mut bp = vec![f32::NAN; panels * ku * w];
-    for row in 0..ku {
-        for j in 0..nu {
-            bp[((j / w) * ku + row) * w + j % w] = b[row * nu + j];
-        }
-    }
+    let (ap, ad) = match layouts.0 {
+        ALayout::Panels => panels(&a, mu, ku, true),
+        _ => (a.clone(), vec![mu, ku]),
+    };
+    let (bp, bd) = match layouts.1 {
+        BLayout::Panels => panels(&b, ku, nu, false),
+        BLayout::RowMajor => (b.clone(), vec![ku, nu]),
+    };
     let mut c = vec![f32::NAN; mu * nu];
     compiled
         .kernel("mm")
         .expect("kernel exists")
         .call(&mut [
-            KernelArg::tensor(&a, &[mu, ku]),
-            KernelArg::tensor(&bp, &[panels, ku, w]),
+            KernelArg::tensor(&ap, &ad),
+            KernelArg::tensor(&bp, &bd),
             KernelArg::tensor_mut(&mut c, &[mu, nu]),
         ])
         .expect("arguments match");
     let shape = MatmulShape::plain(m, n, k);
-    assert_matches(
-        &shape,
-        &a,
-        &b,
-        &c,
-        &format!("panels {shape:?} {schedule:?}"),
-    );
+    let what = format!("panels {layouts:?} {shape:?} {schedule:?}");
+    assert_matches(&shape, &a, &b, &c, &what);
 }
 
 #[test]
-fn b_in_column_panels_is_read_in_place() {
+fn operands_in_panels_are_read_in_place() {
     let host = CpuTarget::host();
     let lanes = host.f32_lanes().max(4);
-    for threads in [1, 2] {
-        let s = MatmulSchedule::for_target(host, threads);
-        check_panels(37, 45, 19, &s, 201 + threads as u64);
-        check_panels(1, 1000, 300, &s, 203 + threads as u64);
-        check_panels(67, 16, 130, &s, 205 + threads as u64);
+    let all = [
+        (ALayout::RowMajor, BLayout::Panels),
+        (ALayout::Panels, BLayout::RowMajor),
+        (ALayout::Panels, BLayout::Panels),
+    ];
+    for layouts in all {
+        for threads in [1, 2] {
+            let s = MatmulSchedule::for_target(host, threads);
+            check_panels(37, 45, 19, layouts, &s);
+            check_panels(1, 1000, 300, layouts, &s);
+            check_panels(67, 16, 130, layouts, &s);
+        }
+        for split in [
+            ThreadSplit::Auto,
+            ThreadSplit::Columns,
+            ThreadSplit::ParallelK,
+        ] {
+            let s = with_split(small_schedule(lanes, 2), split);
+            check_panels(13, 2 * i64::from(lanes) + 3, 71, layouts, &s);
+            check_panels(1, 5 * i64::from(lanes) + 1, 37, layouts, &s);
+        }
+        // Register tiles of 8 columns (4 lanes): tiles that are not whole panels.
+        check_panels(23, 41, 35, layouts, &small_schedule(4, 2));
     }
-    for split in [
-        ThreadSplit::Auto,
-        ThreadSplit::Columns,
-        ThreadSplit::ParallelK,
-    ] {
-        let s = with_split(small_schedule(lanes, 2), split);
-        check_panels(13, 2 * i64::from(lanes) + 3, 71, &s, 211);
-        check_panels(1, 5 * i64::from(lanes) + 1, 37, &s, 213);
-    }
-    // Register tiles of 8 columns (4 lanes): tiles that are not whole panels.
-    check_panels(23, 41, 35, &small_schedule(4, 2), 215);
 }
 
 #[test]

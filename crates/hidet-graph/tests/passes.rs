@@ -763,18 +763,21 @@ mod channels_last {
 mod panel_weights {
     use super::*;
 
-    /// A constant right operand at least 16 columns wide is stored as column panels read
-    /// through `hidet::ColumnPanels`; a narrower one, a constant left operand and a
-    /// non-constant right operand stay.
+    /// A constant right operand at least 16 columns wide, and a constant left operand at
+    /// least 16 rows high (given as such or as the transpose of a constant), are stored as
+    /// panels read through `hidet::ColumnPanels`; a narrower one, and products of two
+    /// non-constant operands, stay.
     #[test]
-    fn constant_right_operands_become_column_panels() {
+    fn constant_operands_become_panels() {
         let mut rng = Rng::new(41);
         let mut b = GraphBuilder::new("g");
         b.input("x", f32_input(&[5, 7]));
         b.input("z", f32_input(&[37, 3]));
         b.initializer("w", rng.f32s(&[7, 37]));
         b.initializer("narrow", rng.f32s(&[7, 9]));
-        b.initializer("left", rng.f32s(&[3, 5]));
+        b.initializer("short", rng.f32s(&[3, 5]));
+        b.initializer("tall", rng.f32s(&[20, 5]));
+        b.initializer("tall_t", rng.f32s(&[5, 20]));
         b.node(node("MatMul", 17, &["x", "w"], &["y"], Attributes::new()));
         b.node(node(
             "MatMul",
@@ -786,18 +789,39 @@ mod panel_weights {
         b.node(node(
             "MatMul",
             17,
-            &["left", "x"],
-            &["l"],
+            &["short", "x"],
+            &["s"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "MatMul",
+            17,
+            &["tall", "x"],
+            &["t"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "Transpose",
+            17,
+            &["tall_t"],
+            &["tall_2"],
+            attrs(vec![("perm", ints(&[1, 0]))]),
+        ));
+        b.node(node(
+            "MatMul",
+            17,
+            &["tall_2", "x"],
+            &["u"],
             Attributes::new(),
         ));
         b.node(node("MatMul", 17, &["y", "z"], &["v"], Attributes::new()));
-        for out in ["y", "n", "l", "v"] {
+        for out in ["y", "n", "s", "t", "u", "v"] {
             b.output(out);
         }
         let before = build(b);
         let after = run_then_dce(&PanelConstantWeights, before.clone());
-        assert_eq!(count(&after, "ColumnPanels"), 1, "{:?}", ops(&after));
-        assert_eq!(count(&after, "MatMul"), 4, "{:?}", ops(&after));
+        assert_eq!(count(&after, "ColumnPanels"), 3, "{:?}", ops(&after));
+        assert_eq!(count(&after, "MatMul"), 6, "{:?}", ops(&after));
         let inputs = vec![
             ("x".to_string(), rng.f32s(&[5, 7])),
             ("z".to_string(), rng.f32s(&[37, 3])),

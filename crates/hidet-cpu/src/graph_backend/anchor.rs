@@ -89,18 +89,16 @@ fn prologue_layout(axes: &[Var], value: &Expr) -> ALayout {
     }
 }
 
-/// The position among `def`'s inputs of the tensor a `B` prologue over `axes = [k, j]`
-/// reads as 16-column panels, `P[j / 16, k, j % 16]` (a constant weight prepacked by the
-/// graph pass `PanelConstantWeights`), when `value` is exactly that read.
-fn panels_input(def: &ComputeDef, axes: &[Var], value: &Expr) -> Option<usize> {
-    let [k, j] = axes else {
-        return None;
-    };
+/// The position among `def`'s inputs of the tensor an operand prologue reads as 16-wide
+/// panels along its `split` axis (a constant weight prepacked by the graph pass
+/// `PanelConstantWeights`): `value` is exactly `P[split / 16, k, split % 16]`, with `split`
+/// the columns of `B` (`axes = [k, j]`) or the rows of `A` (`axes = [i, k]`).
+fn panels_input(def: &ComputeDef, split: &Var, k: &Var, value: &Expr) -> Option<usize> {
     let ExprKind::TensorElement { tensor, indices } = value.kind() else {
         return None;
     };
     let width = Expr::int(B_PANEL_WIDTH);
-    let want = [j.expr() / width.clone(), k.expr(), j.expr() % width];
+    let want = [split.expr() / width.clone(), k.expr(), split.expr() % width];
     (indices.as_slice() == want).then_some(())?;
     def.inputs.iter().position(|v| v == tensor)
 }
@@ -124,14 +122,21 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
     let Some((m, n, k)) = matmul_shape(&anchor.def) else {
         return TemplateOutcome::NotApplicable;
     };
+    let def = &task.def;
+    let panels = |operand: Option<&Option<AnchorOperand>>, split: usize| match operand {
+        Some(Some(AnchorOperand::Prologue { axes, value })) if axes.len() == 2 => {
+            panels_input(def, &axes[split], &axes[1 - split], value)
+        }
+        _ => None,
+    };
+    let (a_panels, b_panels) = (
+        panels(anchor.operands.first(), 0),
+        panels(anchor.operands.get(1), 1),
+    );
     let a_layout = match anchor.operands.first() {
+        _ if a_panels.is_some() => ALayout::Panels,
         Some(Some(AnchorOperand::Prologue { axes, value })) => prologue_layout(axes, value),
         _ => ALayout::RowMajor,
-    };
-    let def = &task.def;
-    let b_panels = match anchor.operands.get(1) {
-        Some(Some(AnchorOperand::Prologue { axes, value })) => panels_input(def, axes, value),
-        _ => None,
     };
     let b_layout = match b_panels {
         Some(_) => BLayout::Panels,
@@ -150,7 +155,8 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
     let mut direct: HashMap<Var, Var> = HashMap::new();
     let mut prologues = Vec::new();
     for (position, (operand, param)) in anchor.operands.iter().zip([ta, tb]).enumerate() {
-        if let (1, Some(i)) = (position, b_panels) {
+        let in_place = if position == 0 { a_panels } else { b_panels };
+        if let Some(i) = in_place {
             if direct.contains_key(&def.inputs[i]) {
                 return TemplateOutcome::Refused("both operands read the same panels".into());
             }

@@ -2,14 +2,16 @@
 //!
 //! ```text
 //! MatMul(A, W[K, N])  →  MatMul(A, hidet::ColumnPanels(W'[⌈N/16⌉, K, 16]; columns = N))
+//! MatMul(Transpose(Wᵀ[K, M]), B)  →  MatMul(Transpose(hidet::ColumnPanels(panels of Wᵀ)), B)
 //! ```
 //!
-//! The CPU matrix product copies its right operand into panels of a few columns before
-//! every use (packing), so that its micro-kernel reads each row of a panel as contiguous
+//! The CPU matrix product copies its operands into panels of a few rows (left) or columns
+//! (right) before every use (packing), so that its micro-kernel reads each row of a panel as contiguous
 //! vectors. For a constant operand (the weights of a linear layer, of a convolution
 //! computed with the pixels as rows) that copy is the same on every run, and for the
 //! matrix-vector products of small batches it is most of the memory traffic. Stored as
-//! [`ColumnPanels`](crate::ops::column_panels), the operand is read in place: the
+//! [`ColumnPanels`](crate::ops::column_panels) (for a left operand, its transpose: panels of
+//! 16 rows), the operand is read in place: the
 //! `ColumnPanels` node (marked [`KEEP_LAYOUT`], so that specialization does not fold the
 //! panels back into the matrix) becomes a prologue whose index map the CPU template recognizes
 //! (see `hidet_cpu::graph_backend::anchor`); other consumers of the prologue read through it.
@@ -17,16 +19,20 @@
 use crate::attribute::Attributes;
 use crate::dtype::DType;
 use crate::fusion::specialize::KEEP_LAYOUT;
-use crate::graph::{Graph, GraphError, NodeId};
+use crate::graph::{Graph, GraphError, NodeId, ValueId};
 use crate::ops::column_panels::{self, to_panels, PANEL_WIDTH};
 use crate::ops::im2col::HIDET_DOMAIN;
 use crate::passes::rewrite::Rewriter;
 use crate::passes::GraphPass;
+use crate::tensor::Tensor;
 use crate::Attribute;
 
-/// Rewrites default-domain `MatMul` nodes of a non-constant 2-D `f32` left operand and a
-/// constant 2-D `f32` right operand at least [`PANEL_WIDTH`] columns wide into a product
-/// with the operand stored as column panels (see the module docs).
+/// Rewrites default-domain 2-D `f32` `MatMul` nodes with one constant operand at least
+/// [`PANEL_WIDTH`] wide along its output axis (the columns of a right operand, the rows of
+/// a left one) and one non-constant operand: the constant is stored as panels (see the
+/// module docs). A constant left operand may be given transposed, `Transpose(Wᵀ)` (as the
+/// implicit-GEMM pass stores convolution weights); it becomes
+/// `Transpose(ColumnPanels(panels of Wᵀ))`, its rows read from 16-row panels.
 pub struct PanelConstantWeights;
 
 impl GraphPass for PanelConstantWeights {
@@ -50,32 +56,93 @@ impl GraphPass for PanelConstantWeights {
                 continue;
             };
             let (a, b, y) = (*a, *b, *y);
-            let a_ty = &g.value(a).ty;
-            let a_is_matrix = a_ty.dtype == DType::F32
-                && a_ty.fixed_shape().is_some_and(|s| s.len() == 2)
-                && rw.constant(a).is_none();
-            let Some(weight) = rw.constant(b) else {
-                continue;
-            };
-            let wide = matches!(*weight.shape(), [k, n] if k > 0 && n >= PANEL_WIDTH);
-            if !a_is_matrix || !wide {
-                continue;
-            }
-            let columns = weight.shape()[1];
-            let Some(panels) = to_panels(weight) else {
+            let Some(plan) = plan(&rw, a, b) else {
                 continue;
             };
             rw.focus(NodeId(i));
+            let (columns, panels) = (plan.columns, plan.panels);
             let panels = rw.add_constant("weight_panels", panels);
             let mut attrs = Attributes::new();
             attrs.insert("columns", Attribute::Int(columns as i64));
             attrs.insert(KEEP_LAYOUT, Attribute::Int(1));
-            let unpanelled =
+            let matrix =
                 rw.add_domain_op(HIDET_DOMAIN, column_panels::OP_TYPE, attrs, &[panels])?;
-            let product = rw.add_op("MatMul", Attributes::new(), &[a, unpanelled])?;
+            let product = if plan.left {
+                let mut perm = Attributes::new();
+                perm.insert("perm", Attribute::Ints(vec![1, 0]));
+                let left = rw.add_op("Transpose", perm, &[matrix])?;
+                rw.add_op("MatMul", Attributes::new(), &[left, b])?
+            } else {
+                rw.add_op("MatMul", Attributes::new(), &[a, matrix])?
+            };
             rw.replace(y, product);
             rw.remove_node(NodeId(i));
         }
         rw.finish()
     }
+}
+
+/// The panels replacing one operand of a product.
+struct Plan {
+    /// The left operand is replaced (by the transpose of the panels' matrix).
+    left: bool,
+    /// Columns of the panels' matrix.
+    columns: usize,
+    panels: Tensor,
+}
+
+/// The plan for `MatMul(a, b)`, when one operand is a wide enough constant and the other a
+/// non-constant `f32` matrix.
+fn plan(rw: &Rewriter, a: ValueId, b: ValueId) -> Option<Plan> {
+    let g = rw.graph();
+    let is_matrix = |v: ValueId| {
+        let ty = &g.value(v).ty;
+        ty.dtype == DType::F32
+            && ty.fixed_shape().is_some_and(|s| s.len() == 2)
+            && rw.constant(v).is_none()
+    };
+    let wide = |t: &Tensor| matches!(*t.shape(), [k, n] if k > 0 && n >= PANEL_WIDTH);
+    if let Some(w) = rw.constant(b).filter(|w| wide(w) && is_matrix(a)) {
+        return Some(Plan {
+            left: false,
+            columns: w.shape()[1],
+            panels: to_panels(w)?,
+        });
+    }
+    if !is_matrix(b) {
+        return None;
+    }
+    // `Wᵀ` (`[K, M]`) of a left operand `W` given as `Transpose(Wᵀ)` or as a constant.
+    let transposed = match rw.constant(a) {
+        Some(w) => transpose(w)?,
+        None => {
+            let (p, _) = g.value(a).producer?;
+            let node = &g.nodes()[p.0];
+            let perm = node.attrs.ints("perm").ok()?;
+            let swaps = perm.is_none_or(|p| *p == [1, 0]);
+            if node.op_type != "Transpose" || !node.domain.is_empty() || !swaps {
+                return None;
+            }
+            rw.constant(node.inputs.first().copied().flatten()?)?
+                .clone()
+        }
+    };
+    wide(&transposed).then_some(())?;
+    Some(Plan {
+        left: true,
+        columns: transposed.shape()[1],
+        panels: to_panels(&transposed)?,
+    })
+}
+
+/// The `f32` matrix `w` transposed.
+fn transpose(w: &Tensor) -> Option<Tensor> {
+    let [rows, cols] = *w.shape() else {
+        return None;
+    };
+    let v = w.as_slice::<f32>().ok()?;
+    let data = (0..rows * cols)
+        .map(|i| v[(i % rows) * cols + i / rows])
+        .collect();
+    Tensor::new(vec![cols, rows], data).ok()
 }

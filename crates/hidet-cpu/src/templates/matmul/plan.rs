@@ -25,6 +25,11 @@ pub(super) fn build(
             "a rank-2 matmul has batch 1, got {shape:?}"
         )));
     }
+    if a_layout == ALayout::Panels && rank3 {
+        return Err(TemplateError::InvalidShape(
+            "A in row panels needs a rank-2 product".into(),
+        ));
+    }
     let panels = b_layout == BLayout::Panels;
     if panels && (rank3 || B_PANEL_WIDTH % i64::from(schedule.lanes) != 0) {
         return Err(TemplateError::InvalidShape(format!(
@@ -44,7 +49,12 @@ pub(super) fn build(
             fb.tensor_param("C", f32_, [s.batch, s.m, s.n]),
         )
     } else {
-        let a = fb.tensor_param("A", f32_, [s.m, s.k]);
+        let a = if a_layout == ALayout::Panels {
+            let count = ceil_div(s.m, B_PANEL_WIDTH);
+            fb.tensor_param("A", f32_, [count, s.k, B_PANEL_WIDTH])
+        } else {
+            fb.tensor_param("A", f32_, [s.m, s.k])
+        };
         let b = if panels {
             let count = ceil_div(s.n, B_PANEL_WIDTH);
             fb.tensor_param("B", f32_, [count, s.k, B_PANEL_WIDTH])
@@ -115,7 +125,8 @@ struct Micro {
 
 /// The thread-local buffers of the main pass.
 struct Buffers {
-    packed_a: Var,
+    /// `None` for [`ALayout::Panels`].
+    packed_a: Option<Var>,
     /// `None` when [`Plan::stream_b`].
     packed_b: Option<Var>,
     partial: Option<Var>,
@@ -193,6 +204,10 @@ impl Plan {
     }
 
     fn a_at(&self, batch: &Expr, row: Expr, col: Expr) -> Expr {
+        if self.a_layout == ALayout::Panels {
+            let width = Expr::int(B_PANEL_WIDTH);
+            return self.a.at([&row / width.clone(), col, row % width]);
+        }
         if self.rank3 {
             let b = if self.s.a_batch == 1 {
                 Expr::int(0)
@@ -256,11 +271,9 @@ impl Plan {
         fb.for_range_with("t", self.threads, LoopKind::Parallel, |fb, t| {
             let f32_ = DataType::F32;
             let bufs = Buffers {
-                packed_a: fb.register_tensor(
-                    "packed_a",
-                    f32_,
-                    row_major([self.mcp, self.kc, self.mr]),
-                ),
+                packed_a: (self.a_layout != ALayout::Panels).then(|| {
+                    fb.register_tensor("packed_a", f32_, row_major([self.mcp, self.kc, self.mr]))
+                }),
                 packed_b: (!self.stream_b && self.b_layout != BLayout::Panels).then(|| {
                     fb.register_tensor("packed_b", f32_, row_major([self.ncp, self.kc, self.nr]))
                 }),
@@ -372,7 +385,9 @@ impl Plan {
                                                 kb,
                                                 kc_len,
                                             };
-                                            self.pack_a(fb, &bufs.packed_a, &at);
+                                            if let Some(packed_a) = &bufs.packed_a {
+                                                self.pack_a(fb, packed_a, &at);
+                                            }
                                             if let Some(packed_b) = &bufs.packed_b {
                                                 self.pack_b(fb, packed_b, &at);
                                             }
@@ -408,6 +423,7 @@ impl Plan {
                     });
                 });
             }),
+            ALayout::Panels => {}
             ALayout::ColumnMajor => fb.for_range("kk", &at.kc_len, |fb, kk| {
                 fb.for_each(panels.on(0), |fb, pv| {
                     let p = &pv[0];
@@ -591,7 +607,10 @@ impl Plan {
             }
             fb.for_each(registers.on(0), |fb, ij| {
                 let (i, j) = (&ij[0], &ij[1]);
-                let a_i = bufs.packed_a.at([p.clone(), kk.clone(), i.clone()]);
+                let a_i = match &bufs.packed_a {
+                    Some(packed_a) => packed_a.at([p.clone(), kk.clone(), i.clone()]),
+                    None => self.a_at(&at.batch, gp * self.mr + i, &at.k0 + &kk),
+                };
                 let b_at = match &b_source {
                     BPanel::Packed(packed_b) => packed_b.at([q.clone(), kk.clone(), j * self.w]),
                     BPanel::Row(b_row) => b_row.at([j * self.w]),

@@ -32,6 +32,11 @@ pub enum ALayout {
     /// `A[i, k]` and `A[i + 1, k]` are adjacent (`A` is read through a
     /// transpose): packed column by column.
     ColumnMajor,
+    /// Panels of [`B_PANEL_WIDTH`] rows, `Ap[⌈M / 16⌉, K, 16]` with `A[i, k] =
+    /// Ap[i / 16, k, i % 16]` (constant weights prepacked at compile time): the
+    /// micro-kernel broadcasts its elements in place and nothing is packed. Rank-2
+    /// products only.
+    Panels,
 }
 
 /// How the template's `B` operand is stored.
@@ -47,7 +52,7 @@ pub enum BLayout {
     Panels,
 }
 
-/// Columns per panel of [`BLayout::Panels`].
+/// Columns per panel of [`BLayout::Panels`], rows per panel of [`ALayout::Panels`].
 pub const B_PANEL_WIDTH: i64 = 16;
 
 /// The largest number of `f32` partial sums (`K`-parts × batch × padded
