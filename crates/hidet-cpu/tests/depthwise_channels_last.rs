@@ -166,41 +166,36 @@ fn an_inverted_residual_block_runs_channels_last_without_transposes() {
 
 /// A depthwise convolution alone, with `+inf` in the corner of every channel: the padded
 /// windows' reads are clamped into the image and then discarded, so outputs whose window
-/// misses the corner stay finite.
+/// misses the corner stay finite (at stride 1 the corner is in 2×2 windows, at stride 2 in
+/// one).
 #[test]
 fn clamped_padding_reads_never_leak_into_outputs() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut rng = Rng::new(9);
-    let (c, h, w) = (18, 7, 8);
-    let mut g = GraphBuilder::new("depthwise");
-    g.input("x", TensorType::fixed(DType::F32, &[1, c, h, w]));
-    g.initializer("w", random(&mut rng, &[c, 1, 3, 3]));
-    g.node(node("Conv", &["x", "w"], "y", conv_attrs(c, 1, 1)));
-    g.output("y");
-    let graph = g.build(Registry::global()).unwrap();
-    let compiled = compile(dir.path(), &graph, &[1, c, h, w]);
-    assert!(
-        compiled.report().partition.contains("DepthwiseConvNhwc"),
-        "{}",
-        compiled.report().partition
-    );
-    let mut x = rng.vec_f32(c * h * w);
-    for ch in 0..c {
-        x[ch * h * w] = f32::INFINITY;
+    for (stride, reached) in [(1, 4), (2, 1)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = Rng::new(9 + stride as u64);
+        let (c, h, w) = (18, 7, 8);
+        let mut g = GraphBuilder::new("depthwise");
+        g.input("x", TensorType::fixed(DType::F32, &[1, c, h, w]));
+        g.initializer("w", random(&mut rng, &[c, 1, 3, 3]));
+        g.node(node("Conv", &["x", "w"], "y", conv_attrs(c, stride, 1)));
+        g.output("y");
+        let graph = g.build(Registry::global()).unwrap();
+        let compiled = compile(dir.path(), &graph, &[1, c, h, w]);
+        assert!(
+            compiled.report().partition.contains("DepthwiseConvNhwc"),
+            "{}",
+            compiled.report().partition
+        );
+        let mut x = rng.vec_f32(c * h * w);
+        for ch in 0..c {
+            x[ch * h * w] = f32::INFINITY;
+        }
+        let inputs = vec![("x".to_string(), Tensor::new(vec![1, c, h, w], x).unwrap())];
+        let want = run_reference(&graph, &inputs).unwrap();
+        let outputs = want[0].1.to_f64_vec();
+        let finite = outputs.iter().filter(|v| v.is_finite()).count();
+        assert_eq!(finite, outputs.len() - c * reached, "stride {stride}");
+        let got = compiled.run(&inputs).unwrap();
+        assert_matches(&got[0].1, &want[0].1, "depthwise with an infinite corner");
     }
-    let inputs = vec![("x".to_string(), Tensor::new(vec![1, c, h, w], x).unwrap())];
-    let want = run_reference(&graph, &inputs).unwrap();
-    let finite = want[0]
-        .1
-        .to_f64_vec()
-        .iter()
-        .filter(|v| v.is_finite())
-        .count();
-    assert_eq!(
-        finite,
-        c * (h * w - 4),
-        "the corner reaches 4 outputs per channel"
-    );
-    let got = compiled.run(&inputs).unwrap();
-    assert_matches(&got[0].1, &want[0].1, "depthwise with an infinite corner");
 }

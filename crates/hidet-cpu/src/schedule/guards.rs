@@ -13,8 +13,6 @@ use hidet_ir::expr::{BinaryOp, Expr, ExprKind, Var};
 use hidet_ir::intrinsic::MathFunc;
 use std::collections::HashMap;
 
-use crate::signature::eval_index;
-
 /// The monotone index comparisons used in `Select` conditions of `value`, without repeats.
 pub(crate) fn index_guards(value: &Expr) -> Vec<Expr> {
     let mut guards: Vec<Expr> = Vec::new();
@@ -131,9 +129,9 @@ pub(crate) fn hold_on_box(guards: &[Expr], ranges: &[(Var, Expr, Expr)]) -> Expr
 
 /// True when every tensor read in `value` stays inside its tensor for all values of the
 /// `ranges` variables (each over `lo..=hi`), so that the reads may be done whatever the
-/// guards around them say: each index component is either clamped into its dimension
-/// (`min(max(e, 0), n - 1)`), or a monotone expression of ranged variables that is inside
-/// `0..n` at every corner of the box. Tensors of non-constant shape never qualify.
+/// guards around them say: the [`interval`] of each index component lies inside its
+/// dimension (a window position clamped into the input, `min(max(p, 0), n - 1)`, or only
+/// on the side it can leave, qualifies). Tensors of non-constant shape never qualify.
 pub(crate) fn reads_in_bounds(value: &Expr, ranges: &[(Var, i64, i64)]) -> bool {
     let mut safe = true;
     value.visit(&mut |e| {
@@ -141,50 +139,60 @@ pub(crate) fn reads_in_bounds(value: &Expr, ranges: &[(Var, i64, i64)]) -> bool 
             let shape = tensor_shape(tensor);
             safe &= shape.len() == indices.len()
                 && indices.iter().zip(&shape).all(|(i, n)| {
+                    let bounds = interval(i, ranges);
                     n.as_int()
-                        .is_some_and(|n| is_clamped(i, n) || in_range_on_box(i, n, ranges))
+                        .zip(bounds)
+                        .is_some_and(|(n, (lo, hi))| lo >= 0 && hi < n)
                 });
         }
     });
     safe
 }
 
-/// `e` is `min(max(x, 0), n - 1)`.
-fn is_clamped(e: &Expr, n: i64) -> bool {
-    let ExprKind::Math(MathFunc::Min, args) = e.kind() else {
-        return false;
-    };
-    let [inner, hi] = args.as_slice() else {
-        return false;
-    };
-    let ExprKind::Math(MathFunc::Max, args) = inner.kind() else {
-        return false;
-    };
-    matches!(args.as_slice(), [_, lo] if lo.as_int() == Some(0)) && hi.as_int() == Some(n - 1)
-}
-
-/// `0 <= e < n` at every corner of the box of `ranges`, `e` monotone and reading only
-/// ranged variables.
-fn in_range_on_box(e: &Expr, n: i64, ranges: &[(Var, i64, i64)]) -> bool {
-    if !monotone(e) {
-        return false;
-    }
-    let vars = variables(e);
-    let Some(bounds) = vars
-        .iter()
-        .map(|v| ranges.iter().find(|(r, _, _)| r == v))
-        .collect::<Option<Vec<_>>>()
-    else {
-        return false;
-    };
-    (0..1usize << bounds.len()).all(|corner| {
-        let env: HashMap<u64, i64> = bounds
+/// The smallest and largest value of the integer expression `e` when each variable of
+/// `ranges` takes any value of its `lo..=hi`: exact for sums, differences, multiplications
+/// by a constant, floor divisions by a positive constant, `min` and `max`; `None` for
+/// anything else (other operators, unranged variables, overflow).
+fn interval(e: &Expr, ranges: &[(Var, i64, i64)]) -> Option<(i64, i64)> {
+    match e.kind() {
+        ExprKind::Const(_) => e.as_int().map(|c| (c, c)),
+        ExprKind::Var(v) => ranges
             .iter()
-            .enumerate()
-            .map(|(i, (v, lo, hi))| (v.id(), if corner >> i & 1 == 1 { *hi } else { *lo }))
-            .collect();
-        eval_index(e, &env).is_ok_and(|x| (0..n).contains(&x))
-    })
+            .find(|(r, _, _)| r == v)
+            .map(|(_, lo, hi)| (*lo, *hi)),
+        ExprKind::Binary(op, a, b) => {
+            let (a, b) = (interval(a, ranges)?, interval(b, ranges)?);
+            match op {
+                BinaryOp::Add => Some((a.0.checked_add(b.0)?, a.1.checked_add(b.1)?)),
+                BinaryOp::Sub => Some((a.0.checked_sub(b.1)?, a.1.checked_sub(b.0)?)),
+                BinaryOp::Mul if a.0 == a.1 || b.0 == b.1 => {
+                    let products = [
+                        a.0.checked_mul(b.0)?,
+                        a.0.checked_mul(b.1)?,
+                        a.1.checked_mul(b.0)?,
+                        a.1.checked_mul(b.1)?,
+                    ];
+                    Some((*products.iter().min()?, *products.iter().max()?))
+                }
+                BinaryOp::Div if b.0 == b.1 && b.0 > 0 => {
+                    Some((a.0.div_euclid(b.0), a.1.div_euclid(b.0)))
+                }
+                _ => None,
+            }
+        }
+        ExprKind::Math(f @ (MathFunc::Min | MathFunc::Max), args) => {
+            let [a, b] = args.as_slice() else {
+                return None;
+            };
+            let (a, b) = (interval(a, ranges)?, interval(b, ranges)?);
+            Some(if *f == MathFunc::Min {
+                (a.0.min(b.0), a.1.min(b.1))
+            } else {
+                (a.0.max(b.0), a.1.max(b.1))
+            })
+        }
+        _ => None,
+    }
 }
 
 /// The variables `e` reads, each once.
@@ -237,6 +245,13 @@ mod tests {
         assert!(reads_in_bounds(&x.at([i.expr() + r.expr()]), &ranges));
         let wide = [(i.clone(), 0, 6), (r.clone(), 0, 2)];
         assert!(!reads_in_bounds(&x.at([i.expr() + r.expr()]), &wide));
+        // Clamped on the one side a strided window leaves (`2i + r - 1 <= 7` for `i <= 3`).
+        let strided = [(i.clone(), 0, 3), (r.clone(), 0, 2)];
+        let low_side = (i.expr() * 2 + r.expr() - 1).max(Expr::int(0));
+        assert!(reads_in_bounds(&x.at([low_side.clone()]), &strided));
+        assert!(!reads_in_bounds(&x.at([low_side]), &wide));
+        let past_end = [(i.clone(), 0, 9), (r.clone(), 0, 2)];
+        assert!(!reads_in_bounds(&x.at([pos.max(Expr::int(0))]), &past_end));
 
         let inside = pos.ge(Expr::int(0)).and(pos.lt(Expr::int(8)));
         let value = Expr::select(inside, clamped, Expr::f32(0.0));
