@@ -4,9 +4,9 @@
 use crate::arg::KernelArg;
 use crate::error::{ArgError, CpuError};
 use hidet_ir::dtype::DataType;
-use hidet_ir::expr::{floor_div, floor_mod, BinaryOp, Constant, Expr, ExprKind, UnaryOp, Var};
+use hidet_ir::expr::{Expr, ExprKind, Var};
 use hidet_ir::function::Function;
-use hidet_ir::intrinsic::{Intrinsic, MathFunc};
+use hidet_ir::intrinsic::Intrinsic;
 use hidet_ir::stmt::Stmt;
 use hidet_ir::ty::Type;
 use std::collections::{HashMap, HashSet};
@@ -224,66 +224,9 @@ fn check_one(
 }
 
 /// Evaluates an integer expression over constants and integer scalar
-/// parameters (`env` maps variable ids to values), with the IR's floor
-/// division and modulo. Fails on other variables, non-integer operations,
-/// division by zero and overflow.
+/// parameters (`env` maps variable ids to values): [`Expr::eval_int`].
 pub fn eval_index(e: &Expr, env: &HashMap<u64, i64>) -> Result<i64, String> {
-    let ev = |x: &Expr| eval_index(x, env);
-    let overflow = || format!("overflow evaluating {e:?}");
-    match e.kind() {
-        ExprKind::Const(Constant::Int(v, _)) => Ok(*v),
-        ExprKind::Const(Constant::Bool(b)) => Ok(*b as i64),
-        ExprKind::Var(v) => env
-            .get(&v.id())
-            .copied()
-            .ok_or_else(|| format!("`{}` is not an integer scalar parameter", v.name())),
-        ExprKind::Unary(UnaryOp::Neg, a) => ev(a)?.checked_neg().ok_or_else(overflow),
-        ExprKind::Unary(UnaryOp::Not, a) => Ok((ev(a)? == 0) as i64),
-        ExprKind::Binary(op, a, b) => {
-            let (x, y) = (ev(a)?, ev(b)?);
-            let nonzero = |y: i64| {
-                if y == 0 {
-                    Err(format!("division by zero in {e:?}"))
-                } else {
-                    Ok(y)
-                }
-            };
-            match op {
-                BinaryOp::Add => x.checked_add(y).ok_or_else(overflow),
-                BinaryOp::Sub => x.checked_sub(y).ok_or_else(overflow),
-                BinaryOp::Mul => x.checked_mul(y).ok_or_else(overflow),
-                BinaryOp::Div => Ok(floor_div(x, nonzero(y)?)),
-                BinaryOp::Mod => Ok(floor_mod(x, nonzero(y)?)),
-                BinaryOp::Eq => Ok((x == y) as i64),
-                BinaryOp::Ne => Ok((x != y) as i64),
-                BinaryOp::Lt => Ok((x < y) as i64),
-                BinaryOp::Le => Ok((x <= y) as i64),
-                BinaryOp::Gt => Ok((x > y) as i64),
-                BinaryOp::Ge => Ok((x >= y) as i64),
-                BinaryOp::And => Ok((x != 0 && y != 0) as i64),
-                BinaryOp::Or => Ok((x != 0 || y != 0) as i64),
-                other => Err(format!(
-                    "unsupported operator `{}` in a shape",
-                    other.symbol()
-                )),
-            }
-        }
-        ExprKind::Select(c, a, b) => {
-            if ev(c)? != 0 {
-                ev(a)
-            } else {
-                ev(b)
-            }
-        }
-        ExprKind::Cast(a, t) if t.is_integer() && !t.is_vector() => ev(a),
-        ExprKind::Math(MathFunc::Min, args) if args.len() == 2 => {
-            Ok(ev(&args[0])?.min(ev(&args[1])?))
-        }
-        ExprKind::Math(MathFunc::Max, args) if args.len() == 2 => {
-            Ok(ev(&args[0])?.max(ev(&args[1])?))
-        }
-        _ => Err(format!("unsupported expression {e:?} in a shape")),
-    }
+    e.eval_int(&|v| env.get(&v.id()).copied())
 }
 
 /// Ids of variables the statement may write through (see

@@ -675,6 +675,68 @@ impl std::ops::Not for Expr {
     }
 }
 
+impl Expr {
+    /// The value of this integer expression when each variable `v` it reads has the value
+    /// `value_of(v)`: constants, integer arithmetic with the IR's floor division and modulo
+    /// ([`floor_div`], [`floor_mod`]), comparisons, `&&`/`||`/`!` (as 0 or 1), selects,
+    /// casts between scalar integer types, `min` and `max`.
+    ///
+    /// Errors (a description): a variable without a value, any other operation, a division
+    /// by zero, an overflow of `i64`.
+    pub fn eval_int(&self, value_of: &impl Fn(&Var) -> Option<i64>) -> Result<i64, String> {
+        let ev = |x: &Expr| x.eval_int(value_of);
+        let overflow = || format!("overflow evaluating {self:?}");
+        match self.kind() {
+            ExprKind::Const(c) => c
+                .as_int()
+                .ok_or_else(|| format!("{self:?} is not an integer")),
+            ExprKind::Var(v) => value_of(v).ok_or_else(|| format!("`{}` has no value", v.name())),
+            ExprKind::Unary(UnaryOp::Neg, a) => ev(a)?.checked_neg().ok_or_else(overflow),
+            ExprKind::Unary(UnaryOp::Not, a) => Ok((ev(a)? == 0) as i64),
+            ExprKind::Binary(op, a, b) => {
+                let (x, y) = (ev(a)?, ev(b)?);
+                let nonzero = |y: i64| match y {
+                    0 => Err(format!("division by zero in {self:?}")),
+                    y => Ok(y),
+                };
+                match op {
+                    BinaryOp::Add => x.checked_add(y).ok_or_else(overflow),
+                    BinaryOp::Sub => x.checked_sub(y).ok_or_else(overflow),
+                    BinaryOp::Mul => x.checked_mul(y).ok_or_else(overflow),
+                    BinaryOp::Div => Ok(floor_div(x, nonzero(y)?)),
+                    BinaryOp::Mod => Ok(floor_mod(x, nonzero(y)?)),
+                    BinaryOp::Eq => Ok((x == y) as i64),
+                    BinaryOp::Ne => Ok((x != y) as i64),
+                    BinaryOp::Lt => Ok((x < y) as i64),
+                    BinaryOp::Le => Ok((x <= y) as i64),
+                    BinaryOp::Gt => Ok((x > y) as i64),
+                    BinaryOp::Ge => Ok((x >= y) as i64),
+                    BinaryOp::And => Ok((x != 0 && y != 0) as i64),
+                    BinaryOp::Or => Ok((x != 0 || y != 0) as i64),
+                    other => Err(format!("unsupported operator `{}`", other.symbol())),
+                }
+            }
+            ExprKind::Select(c, a, b) => {
+                if ev(c)? != 0 {
+                    ev(a)
+                } else {
+                    ev(b)
+                }
+            }
+            ExprKind::Cast(a, t) if t.is_integer() && !t.is_vector() => ev(a),
+            ExprKind::Math(f @ (MathFunc::Min | MathFunc::Max), args) if args.len() == 2 => {
+                let (x, y) = (ev(&args[0])?, ev(&args[1])?);
+                Ok(if *f == MathFunc::Min {
+                    x.min(y)
+                } else {
+                    x.max(y)
+                })
+            }
+            _ => Err(format!("unsupported expression {self:?}")),
+        }
+    }
+}
+
 /// Floor division of integers, the semantics of [`BinaryOp::Div`].
 /// Requires `b != 0`.
 pub fn floor_div(a: i64, b: i64) -> i64 {
@@ -695,6 +757,26 @@ pub fn floor_mod(a: i64, b: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integer_expressions_evaluate_with_floor_semantics() {
+        let (n, m) = (Var::new("n", DataType::I32), Var::new("m", DataType::I32));
+        let value_of = |v: &Var| (v == &n).then_some(-7);
+        let eval = |e: Expr| e.eval_int(&value_of);
+        assert_eq!(eval(n.expr() / 2), Ok(-4));
+        assert_eq!(eval(n.expr() % 2), Ok(1));
+        assert_eq!(
+            eval(n.expr().max(Expr::int(0)).min(Expr::int(5)) + 1),
+            Ok(1)
+        );
+        assert_eq!(
+            eval(Expr::select(n.expr().lt(0), Expr::int(3), Expr::int(4))),
+            Ok(3)
+        );
+        assert!(eval(n.expr() / 0).is_err());
+        assert!(eval(m.expr() + 1).unwrap_err().contains("`m`"));
+        assert!(eval(Expr::int(i64::MAX) + 1).is_err());
+    }
 
     #[test]
     fn floor_semantics_for_negative_operands() {

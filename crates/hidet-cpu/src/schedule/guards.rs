@@ -11,6 +11,7 @@
 use hidet_ir::compute::tensor_shape;
 use hidet_ir::expr::{BinaryOp, Expr, ExprKind, Var};
 use hidet_ir::intrinsic::MathFunc;
+use hidet_ir::passes::{bound_of, Interval, VarRanges};
 use std::collections::HashMap;
 
 /// The monotone index comparisons used in `Select` conditions of `value`, without repeats.
@@ -129,70 +130,26 @@ pub(crate) fn hold_on_box(guards: &[Expr], ranges: &[(Var, Expr, Expr)]) -> Expr
 
 /// True when every tensor read in `value` stays inside its tensor for all values of the
 /// `ranges` variables (each over `lo..=hi`), so that the reads may be done whatever the
-/// guards around them say: the [`interval`] of each index component lies inside its
-/// dimension (a window position clamped into the input, `min(max(p, 0), n - 1)`, or only
-/// on the side it can leave, qualifies). Tensors of non-constant shape never qualify.
+/// guards around them say: the bound ([`bound_of`]) of each index component lies inside
+/// its dimension (a window position clamped into the input, `min(max(p, 0), n - 1)`, or
+/// only on the side it can leave, qualifies). Tensors of non-constant shape never qualify.
 pub(crate) fn reads_in_bounds(value: &Expr, ranges: &[(Var, i64, i64)]) -> bool {
+    let mut known = VarRanges::new();
+    for (var, lo, hi) in ranges {
+        known.set(var, Interval::new(*lo, *hi));
+    }
     let mut safe = true;
     value.visit(&mut |e| {
         if let ExprKind::TensorElement { tensor, indices } = e.kind() {
             let shape = tensor_shape(tensor);
             safe &= shape.len() == indices.len()
-                && indices.iter().zip(&shape).all(|(i, n)| {
-                    let bounds = interval(i, ranges);
-                    n.as_int()
-                        .zip(bounds)
-                        .is_some_and(|(n, (lo, hi))| lo >= 0 && hi < n)
-                });
+                && indices
+                    .iter()
+                    .zip(&shape)
+                    .all(|(i, n)| n.as_int().is_some_and(|n| bound_of(i, &known).within(n)));
         }
     });
     safe
-}
-
-/// The smallest and largest value of the integer expression `e` when each variable of
-/// `ranges` takes any value of its `lo..=hi`: exact for sums, differences, multiplications
-/// by a constant, floor divisions by a positive constant, `min` and `max`; `None` for
-/// anything else (other operators, unranged variables, overflow).
-fn interval(e: &Expr, ranges: &[(Var, i64, i64)]) -> Option<(i64, i64)> {
-    match e.kind() {
-        ExprKind::Const(_) => e.as_int().map(|c| (c, c)),
-        ExprKind::Var(v) => ranges
-            .iter()
-            .find(|(r, _, _)| r == v)
-            .map(|(_, lo, hi)| (*lo, *hi)),
-        ExprKind::Binary(op, a, b) => {
-            let (a, b) = (interval(a, ranges)?, interval(b, ranges)?);
-            match op {
-                BinaryOp::Add => Some((a.0.checked_add(b.0)?, a.1.checked_add(b.1)?)),
-                BinaryOp::Sub => Some((a.0.checked_sub(b.1)?, a.1.checked_sub(b.0)?)),
-                BinaryOp::Mul if a.0 == a.1 || b.0 == b.1 => {
-                    let products = [
-                        a.0.checked_mul(b.0)?,
-                        a.0.checked_mul(b.1)?,
-                        a.1.checked_mul(b.0)?,
-                        a.1.checked_mul(b.1)?,
-                    ];
-                    Some((*products.iter().min()?, *products.iter().max()?))
-                }
-                BinaryOp::Div if b.0 == b.1 && b.0 > 0 => {
-                    Some((a.0.div_euclid(b.0), a.1.div_euclid(b.0)))
-                }
-                _ => None,
-            }
-        }
-        ExprKind::Math(f @ (MathFunc::Min | MathFunc::Max), args) => {
-            let [a, b] = args.as_slice() else {
-                return None;
-            };
-            let (a, b) = (interval(a, ranges)?, interval(b, ranges)?);
-            Some(if *f == MathFunc::Min {
-                (a.0.min(b.0), a.1.min(b.1))
-            } else {
-                (a.0.max(b.0), a.1.max(b.1))
-            })
-        }
-        _ => None,
-    }
 }
 
 /// The variables `e` reads, each once.

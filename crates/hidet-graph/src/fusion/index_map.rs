@@ -17,8 +17,7 @@ use std::collections::HashMap;
 
 use hidet_ir::compute::reads;
 use hidet_ir::dtype::DataType;
-use hidet_ir::expr::{floor_div, floor_mod, BinaryOp, Expr, ExprKind, UnaryOp, Var};
-use hidet_ir::intrinsic::MathFunc;
+use hidet_ir::expr::{Expr, Var};
 use hidet_ir::passes::{simplify_expr, Interval, VarRanges};
 
 use crate::ops::compute_util::reshape_index;
@@ -244,48 +243,10 @@ fn strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
-/// Evaluates an integer index expression; `None` for anything but integer arithmetic on
-/// constants and the variables of `env`.
+/// Evaluates an integer index expression ([`Expr::eval_int`]); `None` for anything but
+/// integer arithmetic on constants and the variables of `env`.
 pub fn eval_index(e: &Expr, env: &HashMap<Var, i64>) -> Option<i64> {
-    match e.kind() {
-        ExprKind::Const(c) => c.as_int(),
-        ExprKind::Var(v) => env.get(v).copied(),
-        ExprKind::Unary(UnaryOp::Neg, a) => eval_index(a, env)?.checked_neg(),
-        ExprKind::Binary(op, a, b) => {
-            let (x, y) = (eval_index(a, env)?, eval_index(b, env)?);
-            match op {
-                BinaryOp::Add => x.checked_add(y),
-                BinaryOp::Sub => x.checked_sub(y),
-                BinaryOp::Mul => x.checked_mul(y),
-                BinaryOp::Div if y != 0 => Some(floor_div(x, y)),
-                BinaryOp::Mod if y != 0 => Some(floor_mod(x, y)),
-                BinaryOp::Lt => Some((x < y) as i64),
-                BinaryOp::Le => Some((x <= y) as i64),
-                BinaryOp::Gt => Some((x > y) as i64),
-                BinaryOp::Ge => Some((x >= y) as i64),
-                BinaryOp::Eq => Some((x == y) as i64),
-                BinaryOp::Ne => Some((x != y) as i64),
-                BinaryOp::And => Some((x != 0 && y != 0) as i64),
-                BinaryOp::Or => Some((x != 0 || y != 0) as i64),
-                _ => None,
-            }
-        }
-        ExprKind::Select(c, a, b) => {
-            if eval_index(c, env)? != 0 {
-                eval_index(a, env)
-            } else {
-                eval_index(b, env)
-            }
-        }
-        ExprKind::Cast(a, t) if t.is_integer() => eval_index(a, env),
-        ExprKind::Math(MathFunc::Min, args) if args.len() == 2 => {
-            Some(eval_index(&args[0], env)?.min(eval_index(&args[1], env)?))
-        }
-        ExprKind::Math(MathFunc::Max, args) if args.len() == 2 => {
-            Some(eval_index(&args[0], env)?.max(eval_index(&args[1], env)?))
-        }
-        _ => None,
-    }
+    e.eval_int(&|v| env.get(v).copied()).ok()
 }
 
 #[cfg(test)]
