@@ -127,8 +127,10 @@ pub fn feeds_channels_last(g: &Graph, v: ValueId) -> bool {
         let passes = *slot == 0
             && UNARY.contains(&node.op_type.as_str())
             && node.domain.is_empty()
-            && node.inputs[1..]
+            && node
+                .inputs
                 .iter()
+                .skip(1)
                 .flatten()
                 .all(|p| is_scalar(g, *p, rank));
         match (passes, node.outputs.as_slice()) {
@@ -330,7 +332,7 @@ impl GraphPass for SinkTransposes {
                 }
                 let (p, _) = g.value(v).producer?;
                 let perm = transpose_perm(g, p)?;
-                (perm == first).then(|| g.nodes()[p.0].inputs[0]).flatten()
+                (perm == first).then(|| g.nodes()[p.0].inputs.first().copied().flatten())?
             };
             let mut inputs = Vec::with_capacity(node.inputs.len());
             let mut moved = 0;
