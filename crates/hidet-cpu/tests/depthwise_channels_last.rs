@@ -8,43 +8,13 @@ mod common;
 
 use std::sync::Arc;
 
-use common::Rng;
-use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
-use hidet_cpu::{BuildOptions, KernelCache};
+use common::{cpu_backend, node, random, Rng};
+use hidet_cpu::graph_backend::CpuBackend;
 use hidet_graph::compiled::{CompileOptions, CompiledGraph};
 use hidet_graph::passes::{default_passes, run_passes};
 use hidet_graph::{
-    run_reference, Attribute, Attributes, DType, Graph, GraphBuilder, NodeSpec, Registry, Tensor,
-    TensorType,
+    run_reference, Attribute, Attributes, DType, Graph, GraphBuilder, Registry, Tensor, TensorType,
 };
-
-fn backend(dir: &std::path::Path) -> CpuBackend {
-    CpuBackend::new(CpuBackendOptions {
-        build: BuildOptions {
-            cache: Some(KernelCache::new(dir)),
-            ..BuildOptions::default()
-        },
-        matmul_template: true,
-        compile_jobs: Some(2),
-    })
-}
-
-fn node(op: &str, inputs: &[&str], output: &str, attrs: Attributes) -> NodeSpec {
-    NodeSpec {
-        name: format!("{op}_{output}"),
-        domain: String::new(),
-        op_type: op.into(),
-        opset: 17,
-        attrs,
-        inputs: inputs.iter().map(|s| s.to_string()).collect(),
-        outputs: vec![output.to_string()],
-    }
-}
-
-fn random(rng: &mut Rng, shape: &[usize]) -> Tensor {
-    let n: usize = shape.iter().product();
-    Tensor::new(shape.to_vec(), rng.vec_f32(n)).unwrap()
-}
 
 fn conv_attrs(group: usize, stride: usize, pad: usize) -> Attributes {
     let mut a = Attributes::new();
@@ -132,7 +102,7 @@ fn compile(dir: &std::path::Path, graph: &Graph, shape: &[usize]) -> CompiledGra
     CompiledGraph::compile(
         &graph,
         &[shape.to_vec()],
-        Arc::new(backend(dir)),
+        Arc::new(cpu_backend(dir, true)),
         &CompileOptions::default(),
     )
     .unwrap()

@@ -5,25 +5,13 @@ mod common;
 
 use std::sync::Arc;
 
-use common::Rng;
-use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
-use hidet_cpu::{BuildOptions, KernelCache};
+use common::{cpu_backend as backend, node, Rng};
+use hidet_cpu::graph_backend::CpuBackend;
 use hidet_graph::compiled::{CompileOptions, CompiledGraph, CompiledModel};
 use hidet_graph::{
-    run_reference, Attribute, Attributes, DType, Dim, Graph, GraphBuilder, NodeSpec, Registry,
-    Tensor, TensorType,
+    run_reference, Attribute, Attributes, DType, Dim, Graph, GraphBuilder, Registry, Tensor,
+    TensorType,
 };
-
-fn backend(dir: &std::path::Path, template: bool) -> CpuBackend {
-    CpuBackend::new(CpuBackendOptions {
-        build: BuildOptions {
-            cache: Some(KernelCache::new(dir)),
-            ..BuildOptions::default()
-        },
-        matmul_template: template,
-        compile_jobs: Some(2),
-    })
-}
 
 /// `graph` compiled for `shapes` with a kernel cache in `dir`, with or without the matmul
 /// template.
@@ -40,18 +28,6 @@ fn compile(
         &CompileOptions::default(),
     )
     .unwrap()
-}
-
-fn node(op: &str, inputs: &[&str], output: &str, attrs: Attributes) -> NodeSpec {
-    NodeSpec {
-        name: format!("{op}_{output}"),
-        domain: String::new(),
-        op_type: op.into(),
-        opset: 17,
-        attrs,
-        inputs: inputs.iter().map(|s| s.to_string()).collect(),
-        outputs: vec![output.to_string()],
-    }
 }
 
 fn random(rng: &mut Rng, shape: &[usize]) -> Tensor {
