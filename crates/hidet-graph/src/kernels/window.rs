@@ -1,7 +1,7 @@
 //! Sliding-window geometry shared by convolution and pooling: `auto_pad`, output sizes and
 //! the map from (window position, output position) to input offsets.
 
-use crate::attribute::Attributes;
+use crate::attribute::{Attribute, Attributes};
 use crate::operator::OpError;
 use crate::shape::Dim;
 use crate::tensor::checked_numel;
@@ -80,6 +80,25 @@ impl WindowSpec {
             auto_pad: AutoPad::parse(&a.string_or("auto_pad", "NOTSET")?)?,
             ceil_mode: ceil == 1,
         })
+    }
+
+    /// The validated window of one of hidet's internal operators (`op`), which take a
+    /// required `kernel_shape` and explicit pads only (no `auto_pad`, no `ceil_mode`), as
+    /// [`Geometry::explicit_attrs`] writes them.
+    pub fn explicit(a: &Attributes, op: &str) -> Result<WindowAttrs, OpError> {
+        let spec = WindowSpec::from_attrs(a)?;
+        let kernel = spec
+            .kernel
+            .clone()
+            .ok_or_else(|| OpError::attr("kernel_shape", "required attribute is missing"))?;
+        if spec.auto_pad != AutoPad::NotSet || spec.ceil_mode {
+            return Err(OpError::attr(
+                "auto_pad",
+                format!("{op} takes explicit pads only (no auto_pad, no ceil_mode)"),
+            ));
+        }
+        let fallback: Vec<usize> = kernel.iter().map(|&k| k.max(0) as usize).collect();
+        spec.attrs(&fallback)
     }
 
     /// Validated attributes; the kernel is `kernel_shape` if given, else `fallback`
@@ -295,6 +314,38 @@ pub const IN_PADDING: usize = usize::MAX;
 pub const BEYOND_PADDING: usize = usize::MAX - 1;
 
 impl Geometry {
+    /// `kernel_shape`, `strides`, `dilations` and explicit `pads` attributes of this
+    /// geometry, as [`WindowSpec::explicit`] reads them.
+    pub fn explicit_attrs(&self) -> Attributes {
+        let ints = |v: &[usize]| Attribute::Ints(v.iter().map(|&d| d as i64).collect());
+        let mut attrs = Attributes::new();
+        attrs.insert("kernel_shape", ints(&self.kernel));
+        attrs.insert("strides", ints(&self.strides));
+        attrs.insert("dilations", ints(&self.dilations));
+        let pads: Vec<usize> = self
+            .pads_begin
+            .iter()
+            .chain(&self.pads_end)
+            .copied()
+            .collect();
+        attrs.insert("pads", ints(&pads));
+        attrs
+    }
+
+    /// Whether some window reads before the start of spatial dimension `d` (into the
+    /// padding at its beginning).
+    pub fn reads_before(&self, d: usize) -> bool {
+        self.pads_begin[d] > 0
+    }
+
+    /// Whether some window reads past the end of spatial dimension `d` (into the padding
+    /// at its end, or the extension `ceil_mode` adds).
+    pub fn reads_past(&self, d: usize) -> bool {
+        let reach = self.output[d].saturating_sub(1) * self.strides[d]
+            + self.kernel[d].saturating_sub(1) * self.dilations[d];
+        reach >= self.input[d] + self.pads_begin[d]
+    }
+
     /// Number of kernel positions.
     pub fn kernel_size(&self) -> usize {
         self.kernel.iter().product()

@@ -24,7 +24,7 @@ use crate::operator::{
 use crate::ops::common::check_dtype;
 use crate::ops::compute_util::{dims, finish, input, opt_input, placeholders};
 use crate::ops::im2col::HIDET_DOMAIN;
-use crate::ops::window_compute::{fits_i32, guarded, window_read};
+use crate::ops::window_compute::{clamp_into_input, fits_i32, guarded, window_read};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
@@ -48,20 +48,8 @@ pub fn register(r: &mut Registry) {
         OP_TYPE,
         1..=LATEST_OPSET,
         |c: &OpContext<'_>| {
-            let spec = WindowSpec::from_attrs(c.attrs)?;
-            let kernel = spec
-                .kernel
-                .clone()
-                .ok_or_else(|| OpError::attr("kernel_shape", "required attribute is missing"))?;
-            if spec.auto_pad != crate::kernels::window::AutoPad::NotSet || spec.ceil_mode {
-                return Err(OpError::attr(
-                    "auto_pad",
-                    "DepthwiseConvNhwc takes explicit pads only (no auto_pad, no ceil_mode)",
-                ));
-            }
-            let fallback: Vec<usize> = kernel.iter().map(|&k| k.max(0) as usize).collect();
             Ok(Box::new(DepthwiseConvNhwc {
-                window: spec.attrs(&fallback)?,
+                window: WindowSpec::explicit(c.attrs, OP_TYPE)?,
             }))
         },
     );
@@ -206,7 +194,7 @@ impl Operator for DepthwiseConvNhwc {
                     read.index
                         .into_iter()
                         .enumerate()
-                        .map(|(d, pos)| clamp_guarded(&g, d, pos)),
+                        .map(|(d, pos)| clamp_into_input(&g, d, pos)),
                 );
                 xi.push(i[rank + 1].clone());
                 let mut wi = r.to_vec();
@@ -232,22 +220,6 @@ impl Operator for DepthwiseConvNhwc {
         )
         .map(Some)
     }
-}
-
-/// The window position `pos` along spatial dimension `d` clamped into the input on each
-/// side where [`window_read`] guards it (`max(pos, 0)` below, `min(pos, n - 1)` above).
-fn clamp_guarded(g: &Geometry, d: usize, pos: Expr) -> Expr {
-    let n = g.input[d];
-    let reach = g.output[d].saturating_sub(1) * g.strides[d]
-        + g.kernel[d].saturating_sub(1) * g.dilations[d];
-    let mut pos = pos;
-    if g.pads_begin[d] > 0 {
-        pos = pos.max(Expr::int(0));
-    }
-    if reach >= n + g.pads_begin[d] {
-        pos = pos.min(Expr::int(n as i64 - 1));
-    }
-    pos
 }
 
 #[cfg(test)]

@@ -41,20 +41,8 @@ pub fn register(r: &mut Registry) {
         "Im2Col",
         1..=LATEST_OPSET,
         |c: &OpContext<'_>| {
-            let spec = WindowSpec::from_attrs(c.attrs)?;
-            let kernel = spec
-                .kernel
-                .clone()
-                .ok_or_else(|| OpError::attr("kernel_shape", "required attribute is missing"))?;
-            if spec.auto_pad != crate::kernels::window::AutoPad::NotSet || spec.ceil_mode {
-                return Err(OpError::attr(
-                    "auto_pad",
-                    "Im2Col takes explicit pads only (no auto_pad, no ceil_mode)",
-                ));
-            }
-            let fallback: Vec<usize> = kernel.iter().map(|&k| k.max(0) as usize).collect();
             Ok(Box::new(Im2Col {
-                window: spec.attrs(&fallback)?,
+                window: WindowSpec::explicit(c.attrs, "Im2Col")?,
             }))
         },
     );

@@ -39,10 +39,11 @@ pub fn window_read(g: &Geometry, out: &[Expr], k: &[Expr]) -> WindowRead {
         }
         if pb > 0 {
             pos = pos - Expr::int(pb as i64);
+        }
+        if g.reads_before(d) {
             and(pos.ge(Expr::int(0)));
         }
-        let reach = g.output[d].saturating_sub(1) * s + (g.kernel[d].saturating_sub(1)) * dil;
-        if reach >= g.input[d] + pb {
+        if g.reads_past(d) {
             and(pos.lt(Expr::int(g.input[d] as i64)));
         }
         index.push(pos);
@@ -53,11 +54,7 @@ pub fn window_read(g: &Geometry, out: &[Expr], k: &[Expr]) -> WindowRead {
 /// True when some window of `g` reads a position outside the input (padding, or the
 /// extension `ceil_mode` adds), i.e. when [`window_read`] gives an `inside` condition.
 pub fn reads_padding(g: &Geometry) -> bool {
-    (0..g.input.len()).any(|d| {
-        let reach = g.output[d].saturating_sub(1) * g.strides[d]
-            + g.kernel[d].saturating_sub(1) * g.dilations[d];
-        g.pads_begin[d] > 0 || reach >= g.input[d] + g.pads_begin[d]
-    })
+    (0..g.input.len()).any(|d| g.reads_before(d) || g.reads_past(d))
 }
 
 fn scaled(e: &Expr, factor: usize) -> Expr {
@@ -66,6 +63,21 @@ fn scaled(e: &Expr, factor: usize) -> Expr {
     } else {
         e.clone() * Expr::int(factor as i64)
     }
+}
+
+/// The window position `pos` along spatial dimension `d` of `g` clamped into the input on
+/// each side where [`window_read`] guards it (`max(pos, 0)` before the start, `min(pos,
+/// n - 1)` past the end): a read at the clamped position is always in bounds, and equals
+/// the guarded read wherever the guard holds.
+pub fn clamp_into_input(g: &Geometry, d: usize, pos: Expr) -> Expr {
+    let mut pos = pos;
+    if g.reads_before(d) {
+        pos = pos.max(Expr::int(0));
+    }
+    if g.reads_past(d) {
+        pos = pos.min(Expr::int(g.input[d] as i64 - 1));
+    }
+    pos
 }
 
 /// `value` where `inside` holds, else `fill`.

@@ -28,6 +28,7 @@ use crate::graph::{Graph, GraphError, NodeId, ValueId};
 use crate::kernels::window::WindowSpec;
 use crate::ops::depthwise_nhwc;
 use crate::ops::im2col::HIDET_DOMAIN;
+use crate::passes::conv_implicit_gemm::transposed;
 use crate::passes::rewrite::Rewriter;
 use crate::passes::GraphPass;
 use crate::tensor::Tensor;
@@ -266,26 +267,12 @@ fn depthwise_plan(rw: &Rewriter, n: NodeId) -> Option<DepthwisePlan> {
     if geometry.output_size() == 0 {
         return None;
     }
-    let nk = geometry.kernel_size();
-    let w = weight.as_slice::<f32>().ok()?;
-    let data: Vec<f32> = (0..nk * channels)
-        .map(|i| w[(i % channels) * nk + i / channels])
-        .collect();
     let mut shape = geometry.kernel.clone();
     shape.push(channels);
-    let weight_last = Tensor::new(shape, data).ok()?;
-    let ints = |v: &[usize]| Attribute::Ints(v.iter().map(|&d| d as i64).collect());
-    let mut attrs = Attributes::new();
-    attrs.insert("kernel_shape", ints(&geometry.kernel));
-    attrs.insert("strides", ints(&geometry.strides));
-    attrs.insert("dilations", ints(&geometry.dilations));
-    let pads: Vec<usize> = geometry
-        .pads_begin
-        .iter()
-        .chain(&geometry.pads_end)
-        .copied()
-        .collect();
-    attrs.insert("pads", ints(&pads));
+    let weight_last = transposed(weight, channels, geometry.kernel_size())
+        .and_then(|t| t.reshape(shape))
+        .ok()?;
+    let attrs = geometry.explicit_attrs();
     Some(DepthwisePlan {
         x,
         bias,

@@ -164,10 +164,6 @@ fn is_pointwise(g: &Geometry) -> bool {
         && g.pads_begin.iter().chain(&g.pads_end).all(|&p| p == 0)
 }
 
-fn ints(v: &[usize]) -> Attribute {
-    Attribute::Ints(v.iter().map(|&d| d as i64).collect())
-}
-
 /// Adds the implicit-GEMM nodes of `p`; returns the value that replaces the convolution's
 /// output.
 fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
@@ -189,13 +185,7 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         let shape = shape_const(rw, &[p.channels, cols]).map_err(|e| node_error(p, e))?;
         rw.add_op("Reshape", Attributes::new(), &[p.x, shape])?
     } else {
-        let mut attrs = Attributes::new();
-        attrs.insert("kernel_shape", ints(&g.kernel));
-        attrs.insert("strides", ints(&g.strides));
-        attrs.insert("dilations", ints(&g.dilations));
-        let pads: Vec<usize> = g.pads_begin.iter().chain(&g.pads_end).copied().collect();
-        attrs.insert("pads", ints(&pads));
-        rw.add_domain_op(HIDET_DOMAIN, "Im2Col", attrs, &[p.x])?
+        rw.add_domain_op(HIDET_DOMAIN, "Im2Col", g.explicit_attrs(), &[p.x])?
     };
     if p.channels_last {
         let col_t = rw.add_op("Transpose", swap(false), &[col])?;
@@ -285,7 +275,7 @@ fn swap(keep_layout: bool) -> Attributes {
 }
 
 /// The f32 `weight`, read as a row-major `[rows, cols]` matrix, transposed to `[cols, rows]`.
-fn transposed(
+pub(super) fn transposed(
     weight: &Tensor,
     rows: usize,
     cols: usize,

@@ -22,6 +22,7 @@ use crate::fusion::specialize::KEEP_LAYOUT;
 use crate::graph::{Graph, GraphError, NodeId, ValueId};
 use crate::ops::column_panels::{self, to_panels, PANEL_WIDTH};
 use crate::ops::im2col::HIDET_DOMAIN;
+use crate::passes::conv_implicit_gemm::transposed;
 use crate::passes::rewrite::Rewriter;
 use crate::passes::GraphPass;
 use crate::tensor::Tensor;
@@ -113,8 +114,11 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId) -> Option<Plan> {
         return None;
     }
     // `Wᵀ` (`[K, M]`) of a left operand `W` given as `Transpose(Wᵀ)` or as a constant.
-    let transposed = match rw.constant(a) {
-        Some(w) => transpose(w)?,
+    let w_t = match rw.constant(a) {
+        Some(w) => match *w.shape() {
+            [rows, cols] => transposed(w, rows, cols).ok()?,
+            _ => return None,
+        },
         None => {
             let (p, _) = g.value(a).producer?;
             let node = &g.nodes()[p.0];
@@ -127,22 +131,10 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId) -> Option<Plan> {
                 .clone()
         }
     };
-    wide(&transposed).then_some(())?;
+    wide(&w_t).then_some(())?;
     Some(Plan {
         left: true,
-        columns: transposed.shape()[1],
-        panels: to_panels(&transposed)?,
+        columns: w_t.shape()[1],
+        panels: to_panels(&w_t)?,
     })
-}
-
-/// The `f32` matrix `w` transposed.
-fn transpose(w: &Tensor) -> Option<Tensor> {
-    let [rows, cols] = *w.shape() else {
-        return None;
-    };
-    let v = w.as_slice::<f32>().ok()?;
-    let data = (0..rows * cols)
-        .map(|i| v[(i % rows) * cols + i / rows])
-        .collect();
-    Tensor::new(vec![cols, rows], data).ok()
 }
