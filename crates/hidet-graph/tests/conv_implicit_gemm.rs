@@ -256,3 +256,71 @@ fn default_pipeline_rewrites_a_conv_batchnorm_relu_block() {
     let inputs = vec![("x".to_string(), rng.f32s(&[1, c, 11, 13]))];
     assert_same_outputs(&before, &after, &inputs, 1e-4);
 }
+
+/// A bottleneck block on few pixels (5×5, like ResNet-50's last stage at 7×7): the windowed
+/// convolutions take the pixels-as-rows product stored channels-last, so the pointwise
+/// convolutions after them (and the residual add between) stay channels-last too and no
+/// transpose is left between two products.
+#[test]
+fn a_bottleneck_on_few_pixels_stays_channels_last() {
+    let mut rng = Rng::new(9);
+    let (c, mid, oc) = (6usize, 5usize, 7usize);
+    let mut g = GraphBuilder::new("late_bottleneck");
+    g.input("x", f32_input(&[1, c, 9, 9]));
+    for (name, shape) in [
+        ("w1", [mid, c, 3, 3]),
+        ("w2", [oc, mid, 1, 1]),
+        ("wd", [oc, c, 1, 1]),
+        ("w3", [mid, oc, 1, 1]),
+    ] {
+        g.initializer(name, rng.f32s(&shape));
+        g.initializer(format!("b{}", &name[1..]), rng.f32s(&[shape[0]]));
+    }
+    let strided = |pad: i64| attrs(vec![("strides", ints(&[2, 2])), ("pads", ints(&[pad; 4]))]);
+    g.node(node("Conv", 17, &["x", "w1", "b1"], &["c1"], strided(1)));
+    g.node(node("Relu", 17, &["c1"], &["a1"], Attributes::new()));
+    g.node(node(
+        "Conv",
+        17,
+        &["a1", "w2", "b2"],
+        &["c2"],
+        Attributes::new(),
+    ));
+    g.node(node("Conv", 17, &["x", "wd", "bd"], &["down"], strided(0)));
+    g.node(node(
+        "Add",
+        17,
+        &["c2", "down"],
+        &["sum"],
+        Attributes::new(),
+    ));
+    g.node(node("Relu", 17, &["sum"], &["a2"], Attributes::new()));
+    g.node(node(
+        "Conv",
+        17,
+        &["a2", "w3", "b3"],
+        &["y"],
+        Attributes::new(),
+    ));
+    g.output("y");
+    let before = build(g);
+    let after = run_passes(before.clone(), &default_passes()).unwrap();
+    assert_eq!(count(&after, "Conv"), 0, "{:?}", ops(&after));
+    assert_eq!(count(&after, "MatMul"), 4, "{:?}", ops(&after));
+    // Two im2col columns read as pixels-as-rows, and the output back to channels-first.
+    assert_eq!(count(&after, "Transpose"), 3, "{:?}", ops(&after));
+    for n in after.nodes().iter().filter(|n| n.op_type == "MatMul") {
+        let left = n.inputs[0].expect("a MatMul has a left operand");
+        let producer = after.value(left).producer.map(|(p, _)| &after.nodes()[p.0]);
+        let through = producer.map(|p| (p.op_type.as_str(), p.inputs[0]));
+        if let Some(("Transpose", Some(v))) = through {
+            let source = after
+                .value(v)
+                .producer
+                .map(|(p, _)| after.nodes()[p.0].op_type.clone());
+            assert_eq!(source.as_deref(), Some("Im2Col"), "{:?}", ops(&after));
+        }
+    }
+    let inputs = vec![("x".to_string(), rng.f32s(&[1, c, 9, 9]))];
+    assert_same_outputs(&before, &after, &inputs, 1e-4);
+}

@@ -7,15 +7,14 @@
 //!     ColT = hidet::Im2Col(X) [C·∏k, ∏o]   (Reshape(X, [C, ∏d]) for 1×1 unpadded stride-1 kernels)
 //! ```
 //!
-//! When the output has few pixels (ResNet-50's last stage, 7×7), the product is computed
-//! transposed instead, `Transpose(Add(MatMul(Transpose(ColT), WmatT), B[1, OC]))`, with the
-//! pixels as rows (see `pixels_as_rows`); the outer `Transpose` is an epilogue.
-//!
-//! Next to channels-last depthwise convolutions ([`super::channels_last`]) the product has the
-//! pixels as rows and is stored channels-last, `Transpose(Reshape(Add(MatMul(Xl, WmatT),
-//! B[1, OC]), [1, o…, OC]), to_first)`, where `Xl` is `Transpose(ColT)`, or for a pointwise
-//! kernel `Reshape(Transpose(X, to_last), [∏d, C])`; the transposes then cancel with their
-//! neighbours'.
+//! The product has the pixels as rows and is stored channels-last, `Transpose(Reshape(
+//! Add(MatMul(Xl, WmatT), B[1, OC]), [1, o…, OC]), to_first)`, where `Xl` is
+//! `Transpose(ColT)`, or for a pointwise kernel `Reshape(Transpose(X, to_last), [∏d, C])`,
+//! in three cases: next to channels-last depthwise convolutions ([`super::channels_last`]);
+//! for windowed convolutions with few output pixels (ResNet-50's last stage, 7×7, see
+//! `pixels_as_rows`); and for the pointwise convolutions that read either, through
+//! element-wise operators and residual adds. The transposes then cancel with their
+//! neighbours', so a whole late stage runs channels-last.
 //!
 //! The weight is stored transposed (`[C·∏k, OC]`) so that the matrix product, which packs
 //! its left operand in panels of a few output channels, reads it in memory order; the
@@ -43,8 +42,9 @@ use std::collections::HashSet;
 /// (batched, grouped or depthwise, non-constant weights, other dtypes) are kept.
 ///
 /// The product is stored channels-last when the convolution's output feeds a `to_last`
-/// transpose, or when it is pointwise and its input comes from a `to_first` transpose or from
-/// a convolution this pass stored channels-last.
+/// transpose, when it is windowed with few output pixels (`pixels_as_rows`), or when it is
+/// pointwise and its input comes from a `to_first` transpose or from a convolution this pass
+/// stored channels-last.
 pub struct ConvToImplicitGemm;
 
 impl GraphPass for ConvToImplicitGemm {
@@ -61,6 +61,7 @@ impl GraphPass for ConvToImplicitGemm {
             };
             let g = rw.graph();
             plan.channels_last = feeds_channels_last(g, plan.y)
+                || pixels_as_rows(&plan.geometry)
                 || (is_pointwise(&plan.geometry)
                     && channels_last_source(g, plan.x, &channels_last));
             if plan.channels_last {
@@ -142,16 +143,16 @@ fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
 }
 
 /// Output pixels fewer than this many, and not a whole number of vectors, make the
-/// product transposed (see [`pixels_as_rows`]).
+/// product channels-last (see [`pixels_as_rows`]).
 const FEW_PIXELS: usize = 64;
 
-/// Whether the product is computed transposed, `[∏o, C·∏k] × [C·∏k, OC]`, with the
-/// output pixels as its rows. The matrix product vectorizes its columns; when the output
-/// has few pixels that fill no whole vectors (7×7 = 49), most of the last column tile
-/// would be padding, while the output channels fill vectors exactly. The transposed
-/// product stores through a transpose, which costs more than it saves on larger images
-/// (measured on ResNet-50: faster at 7×7, slower from 14×14), and a pointwise product
-/// would need its input transposed, so only windowed convolutions on few pixels take it.
+/// Whether a windowed convolution takes the channels-last product, `[∏o, C·∏k] × [C·∏k,
+/// OC]`, with the output pixels as its rows. The matrix product vectorizes its columns;
+/// when the output has few pixels that fill no whole vectors (7×7 = 49), most of the last
+/// column tile would be padding, while the output channels fill vectors exactly. Its
+/// pointwise successors then read it channels-last as it is. On larger images the
+/// transposes at the stage's ends cost more than they save (measured on ResNet-50: faster
+/// at 7×7, slower from 14×14).
 fn pixels_as_rows(g: &Geometry) -> bool {
     let pixels = g.output_size();
     !is_pointwise(g) && pixels < FEW_PIXELS && !pixels.is_multiple_of(16)
@@ -192,19 +193,9 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         let y = rw.add_op("MatMul", Attributes::new(), &[col_t, wmat_t])?;
         return finish_channels_last(rw, p, y, out_ch);
     }
-    let pixel_rows = pixels_as_rows(g);
-    let mut y = if pixel_rows {
-        let col_t = rw.add_op("Transpose", swap(false), &[col])?;
-        rw.add_op("MatMul", Attributes::new(), &[col_t, wmat_t])?
-    } else {
-        let wmat = rw.add_op("Transpose", swap(true), &[wmat_t])?;
-        rw.add_op("MatMul", Attributes::new(), &[wmat, col])?
-    };
-    let bias_shape = if pixel_rows { [1, out_ch] } else { [out_ch, 1] };
-    y = add_bias(rw, p, y, bias_shape)?;
-    if pixel_rows {
-        y = rw.add_op("Transpose", swap(false), &[y])?;
-    }
+    let wmat = rw.add_op("Transpose", swap(true), &[wmat_t])?;
+    let y = rw.add_op("MatMul", Attributes::new(), &[wmat, col])?;
+    let y = add_bias(rw, p, y, [out_ch, 1])?;
     let mut out_shape = vec![1, out_ch];
     out_shape.extend(&g.output);
     let shape = shape_const(rw, &out_shape).map_err(|e| node_error(p, e))?;
