@@ -444,16 +444,18 @@ impl Plan {
         }
     }
 
-    /// `packed_b[q, kk, j] = B[b, k0 + kk, (qb0 + q)·NR + j]`, row by row
-    /// of `B` (so each row of the tile is read contiguously); in the last,
-    /// partial panel the columns past `N` up to a whole vector are zero.
+    /// `packed_b[q, kk, j] = B[b, k0 + kk, (qb0 + q)·NR + j]`, panel by panel, each
+    /// panel's rows in order (the buffer is written sequentially, and a fused gather's
+    /// index arithmetic on the column, such as im2col's division by the output width,
+    /// stays the same across the panel's rows, where the C compiler hoists it); in the
+    /// last, partial panel the columns past `N` up to a whole vector are zero.
     fn pack_b(&self, fb: &mut FunctionBuilder, packed_b: &Var, at: &At) {
         let panels = mapping(repeat([self.ncp]));
-        fb.for_range("kk", &at.kc_len, |fb, kk| {
-            let krow = &at.k0 + &kk;
-            fb.for_each(panels.on(0), |fb, qv| {
-                let q = &qv[0];
-                fb.if_then(q.lt(&at.nq), |fb| {
+        fb.for_each(panels.on(0), |fb, qv| {
+            let q = &qv[0];
+            fb.if_then(q.lt(&at.nq), |fb| {
+                fb.for_range("kk", &at.kc_len, |fb, kk| {
+                    let krow = &at.k0 + &kk;
                     let gq = &at.qb0 + q;
                     let col0 = &gq * self.nr;
                     let copy = |fb: &mut FunctionBuilder, cols: i64, zeros: i64| {
