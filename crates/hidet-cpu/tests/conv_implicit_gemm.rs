@@ -200,6 +200,7 @@ fn pointwise_conv_block_is_one_fused_matmul_kernel() {
 
 /// Unpadded windows read the image through `p / width`: the packing loops are cut at output
 /// rows (`split_divided_loops`), 19 pixels wide, so that a pack crosses rows mid-vector.
+/// (67 output channels: more than a direct convolution takes.)
 #[test]
 fn unpadded_convolutions_whose_packs_cross_output_rows() {
     for (seed, stride, hw) in [(14, 1, 21), (15, 2, 39)] {
@@ -208,8 +209,25 @@ fn unpadded_convolutions_whose_packs_cross_output_rows() {
             stride,
             pad: 0,
         };
-        let epilogues = check(seed, 5, hw, 11, win, false);
+        let epilogues = check(seed, 5, hw, 67, win, false);
         assert!(!epilogues.contains("Transpose"), "{epilogues}");
+    }
+}
+
+/// Unpadded windows with few output channels run as direct convolutions: pixels as rows,
+/// the im2col elements broadcast where they are in the input (nothing packed), the
+/// channels-last product transposed back in the stores. 19 and 17 output pixels per row
+/// make register tiles that straddle output rows; 11 channels are not a whole vector.
+#[test]
+fn unpadded_convolutions_with_few_channels_are_direct() {
+    for (seed, stride, kernel, hw) in [(17, 1, 3, 21), (18, 2, 3, 39), (19, 2, 5, 38)] {
+        let win = Window {
+            kernel,
+            stride,
+            pad: 0,
+        };
+        let epilogues = check(seed, 5, hw, 11, win, false);
+        assert!(epilogues.contains("Transpose"), "{epilogues}");
     }
 }
 

@@ -205,8 +205,8 @@ fn panels(matrix: &[f32], rows: usize, cols: usize, by_rows: bool) -> (Vec<f32>,
     (p, vec![count, other, w])
 }
 
-/// `A` given as 16-row panels and/or `B` as 16-column panels, read in place by the
-/// micro-kernel.
+/// `A` given as 16-row panels or row-major and read as it is ([`ALayout::InPlace`]), and/or
+/// `B` as 16-column panels: operands the micro-kernel reads in place.
 fn check_panels(m: i64, n: i64, k: i64, layouts: (ALayout, BLayout), schedule: &MatmulSchedule) {
     let dir = tempfile::tempdir().expect("temp dir");
     let f = matmul_f32_with_layouts("mm", m, n, k, layouts.0, layouts.1, schedule)
@@ -251,6 +251,8 @@ fn operands_in_panels_are_read_in_place() {
         (ALayout::RowMajor, BLayout::Panels),
         (ALayout::Panels, BLayout::RowMajor),
         (ALayout::Panels, BLayout::Panels),
+        (ALayout::InPlace, BLayout::Panels),
+        (ALayout::InPlace, BLayout::RowMajor),
     ];
     for layouts in all {
         for threads in [1, 2] {

@@ -7,7 +7,7 @@
 //! so `local([4, 2]) * row_major([2, 2])` is the 2×2 register tile each of 8
 //! workers holds of an 8×4 tensor.
 
-use crate::expr::{Expr, ExprKind};
+use crate::expr::{BinaryOp, Expr, ExprKind};
 use std::fmt;
 use std::sync::Arc;
 
@@ -64,6 +64,23 @@ pub(crate) fn mul_folded(a: &Expr, b: &Expr) -> Expr {
         (_, Some(1)) => a.clone(),
         _ => a * b,
     }
+}
+
+/// `index * stride`, distributed over the sums and differences of `index` when `stride`
+/// is a constant: `(y + kh) * W` becomes `y * W + kh * W`, so an offset is a sum of terms
+/// that each depend on fewer loop variables, and a C compiler hoists each out of the
+/// loops it does not vary in (a direct convolution's pixel and window offsets).
+fn scaled(index: &Expr, stride: &Expr) -> Expr {
+    if stride.as_int().is_some() {
+        if let ExprKind::Binary(op @ (BinaryOp::Add | BinaryOp::Sub), a, b) = index.kind() {
+            let (a, b) = (scaled(a, stride), scaled(b, stride));
+            return match op {
+                BinaryOp::Add => add_folded(&a, &b),
+                _ => &a - &b,
+            };
+        }
+    }
+    mul_folded(index, stride)
 }
 
 /// `a + b`, folding integer constants and additions of 0.
@@ -222,11 +239,10 @@ impl Layout {
     /// The storage offset of `index`. Requires `index.len() == self.rank()`.
     pub fn offset(&self, index: &[Expr]) -> Expr {
         match self.node() {
-            LayoutNode::Strided { strides, .. } => {
-                index.iter().zip(strides).fold(Expr::int(0), |acc, (i, s)| {
-                    add_folded(&acc, &mul_folded(i, s))
-                })
-            }
+            LayoutNode::Strided { strides, .. } => index
+                .iter()
+                .zip(strides)
+                .fold(Expr::int(0), |acc, (i, s)| add_folded(&acc, &scaled(i, s))),
             LayoutNode::Local { .. } => Expr::int(0),
             LayoutNode::Compose(outer, inner) => {
                 let inner_shape = inner.shape();

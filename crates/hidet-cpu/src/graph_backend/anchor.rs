@@ -89,6 +89,24 @@ fn prologue_layout(axes: &[Var], value: &Expr) -> ALayout {
     }
 }
 
+/// Whether a prologue `value` is one tensor element at indices computed by division or
+/// remainder (a convolution's im2col over an unpadded input, read pixels as rows), with no
+/// guard: the micro-kernel can then broadcast it in place ([`ALayout::InPlace`]), a direct
+/// convolution, rather than pack it.
+fn is_unguarded_gather(value: &Expr) -> bool {
+    let ExprKind::TensorElement { indices, .. } = value.kind() else {
+        return false;
+    };
+    let mut divides = false;
+    let mut guarded = false;
+    value.visit(&mut |e| match e.kind() {
+        ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, ..) => divides = true,
+        ExprKind::Select(..) | ExprKind::TensorElement { .. } if e != value => guarded = true,
+        _ => {}
+    });
+    divides && !guarded && !indices.is_empty()
+}
+
 /// The position among `def`'s inputs of the tensor an operand prologue reads as 16-wide
 /// panels along its `split` axis (a constant weight prepacked by the graph pass
 /// `PanelConstantWeights`): `value` is exactly `P[split / 16, k, split % 16]`, with `split`
@@ -135,6 +153,9 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
     );
     let a_layout = match anchor.operands.first() {
         _ if a_panels.is_some() => ALayout::Panels,
+        Some(Some(AnchorOperand::Prologue { value, .. })) if is_unguarded_gather(value) => {
+            ALayout::InPlace
+        }
         Some(Some(AnchorOperand::Prologue { axes, value })) => prologue_layout(axes, value),
         _ => ALayout::RowMajor,
     };

@@ -10,10 +10,12 @@
 //! The product has the pixels as rows and is stored channels-last, `Transpose(Reshape(
 //! Add(MatMul(Xl, WmatT), B[1, OC]), [1, o…, OC]), to_first)`, where `Xl` is
 //! `Transpose(ColT)`, or for a pointwise kernel `Reshape(Transpose(X, to_last), [∏d, C])`,
-//! in three cases: next to channels-last depthwise convolutions ([`super::channels_last`]);
+//! in four cases: next to channels-last depthwise convolutions ([`super::channels_last`]);
 //! for windowed convolutions with few output pixels (ResNet-50's last stage, 7×7, see
-//! `pixels_as_rows`); and for the pointwise convolutions that read either, through
-//! element-wise operators and residual adds. The transposes then cancel with their
+//! `pixels_as_rows`); for unpadded windowed convolutions with few output channels, which
+//! then run as direct convolutions (Inception-V3's first two, see `direct`); and for the
+//! pointwise convolutions that read any of these, through element-wise operators and
+//! residual adds. The transposes then cancel with their
 //! neighbours', so a whole late stage runs channels-last.
 //!
 //! The weight is stored transposed (`[C·∏k, OC]`) so that the matrix product, which packs
@@ -42,7 +44,8 @@ use std::collections::HashSet;
 /// (batched, grouped or depthwise, non-constant weights, other dtypes) are kept.
 ///
 /// The product is stored channels-last when the convolution's output feeds a `to_last`
-/// transpose, when it is windowed with few output pixels (`pixels_as_rows`), or when it is
+/// transpose, when it is windowed with few output pixels (`pixels_as_rows`) or few output
+/// channels and no padding (`direct`), or when it is
 /// pointwise and its input comes from a `to_first` transpose or from a convolution this pass
 /// stored channels-last.
 pub struct ConvToImplicitGemm;
@@ -62,6 +65,7 @@ impl GraphPass for ConvToImplicitGemm {
             let g = rw.graph();
             plan.channels_last = feeds_channels_last(g, plan.y)
                 || pixels_as_rows(&plan.geometry)
+                || direct(&plan.geometry, plan.weight.shape()[0])
                 || (is_pointwise(&plan.geometry)
                     && channels_last_source(g, plan.x, &channels_last));
             if plan.channels_last {
@@ -156,6 +160,19 @@ const FEW_PIXELS: usize = 64;
 fn pixels_as_rows(g: &Geometry) -> bool {
     let pixels = g.output_size();
     !is_pointwise(g) && pixels < FEW_PIXELS && !pixels.is_multiple_of(16)
+}
+
+/// Output channels at most this many make an unpadded windowed convolution a direct one.
+const FEW_CHANNELS: usize = 64;
+
+/// Whether an unpadded windowed convolution with `out_ch` output channels takes the
+/// channels-last product so that it runs as a direct convolution: with the pixels as rows,
+/// the matrix product broadcasts the im2col elements where they are in the input (the CPU
+/// backend's in-place `A`), instead of packing `C·∏k` rows of columns that few output
+/// channels would reuse.
+fn direct(g: &Geometry, out_ch: usize) -> bool {
+    let padded = g.pads_begin.iter().chain(&g.pads_end).any(|&p| p != 0);
+    !is_pointwise(g) && !padded && out_ch <= FEW_CHANNELS
 }
 
 /// True when the columns are the input itself: a 1×1 window at stride 1 without padding.

@@ -125,7 +125,7 @@ struct Micro {
 
 /// The thread-local buffers of the main pass.
 struct Buffers {
-    /// `None` for [`ALayout::Panels`].
+    /// `None` for [`ALayout::Panels`] and [`ALayout::InPlace`].
     packed_a: Option<Var>,
     /// `None` when [`Plan::stream_b`].
     packed_b: Option<Var>,
@@ -271,9 +271,15 @@ impl Plan {
         fb.for_range_with("t", self.threads, LoopKind::Parallel, |fb, t| {
             let f32_ = DataType::F32;
             let bufs = Buffers {
-                packed_a: (self.a_layout != ALayout::Panels).then(|| {
-                    fb.register_tensor("packed_a", f32_, row_major([self.mcp, self.kc, self.mr]))
-                }),
+                packed_a: matches!(self.a_layout, ALayout::RowMajor | ALayout::ColumnMajor).then(
+                    || {
+                        fb.register_tensor(
+                            "packed_a",
+                            f32_,
+                            row_major([self.mcp, self.kc, self.mr]),
+                        )
+                    },
+                ),
                 packed_b: (!self.stream_b && self.b_layout != BLayout::Panels).then(|| {
                     fb.register_tensor("packed_b", f32_, row_major([self.ncp, self.kc, self.nr]))
                 }),
@@ -423,7 +429,7 @@ impl Plan {
                     });
                 });
             }),
-            ALayout::Panels => {}
+            ALayout::Panels | ALayout::InPlace => {}
             ALayout::ColumnMajor => fb.for_range("kk", &at.kc_len, |fb, kk| {
                 fb.for_each(panels.on(0), |fb, pv| {
                     let p = &pv[0];

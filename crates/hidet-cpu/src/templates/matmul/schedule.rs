@@ -37,6 +37,12 @@ pub enum ALayout {
     /// micro-kernel broadcasts its elements in place and nothing is packed. Rank-2
     /// products only.
     Panels,
+    /// `A[i, k]` as it is, read by the micro-kernel's broadcasts one element at a time:
+    /// nothing is packed. Meant for an `A` that a fused prologue gathers without guards
+    /// (a convolution's pixels-as-rows im2col over an unpadded input), where the
+    /// broadcasts become a direct convolution's loads: the row part of each address is
+    /// the same at every `k` and the `k` part the same for every row of the tile.
+    InPlace,
 }
 
 /// How the template's `B` operand is stored.
