@@ -2,7 +2,9 @@
 //! conv-bias-relu-add block is ONE kernel — the matmul template with the im2col gather fused
 //! into the packing of its right operand (a prologue) and the bias, reshape, ReLU and residual
 //! add fused into its stores (epilogues) — and it computes what the reference executor and
-//! direct float64 loops compute.
+//! direct float64 loops compute. Convolutions with few output channels and short windows run
+//! as direct convolutions (pixels as rows, nothing packed); padded ones read a padded copy of
+//! their input made by a kernel of its own.
 
 mod common;
 
@@ -120,6 +122,19 @@ fn assert_close(got: &Tensor, want: &[f64], what: &str) {
 /// as a prologue (or no gather at all for `pointwise`) and the outputs. Returns the line of
 /// the kernel's epilogues.
 fn check(seed: u64, c: usize, hw: usize, oc: usize, win: Window, pointwise: bool) -> String {
+    check_kernels(seed, c, hw, oc, win, pointwise, 1)
+}
+
+/// [`check`], expecting `kernels` kernels (a direct convolution's padded input is one more).
+fn check_kernels(
+    seed: u64,
+    c: usize,
+    hw: usize,
+    oc: usize,
+    win: Window,
+    pointwise: bool,
+    kernels: usize,
+) -> String {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng::new(seed);
     let bl = block(&mut rng, c, hw, oc, win);
@@ -141,7 +156,7 @@ fn check(seed: u64, c: usize, hw: usize, oc: usize, win: Window, pointwise: bool
     )
     .unwrap();
     let report = compiled.report();
-    assert_eq!(report.kernels, 1, "{}", report.partition);
+    assert_eq!(report.kernels, kernels, "{}", report.partition);
     assert_eq!(report.host_nodes, 0, "{}", report.partition);
     assert!(report.refusals.is_empty(), "{:?}", report.refusals);
     let dump = &report.partition;
@@ -175,7 +190,7 @@ fn conv_bias_relu_add_stride_1_is_one_fused_matmul_kernel() {
         stride: 1,
         pad: 1,
     };
-    check(11, 13, 17, 19, win, false);
+    check(11, 19, 17, 19, win, false);
 }
 
 #[test]
@@ -185,7 +200,7 @@ fn conv_bias_relu_add_stride_2_is_one_fused_matmul_kernel() {
         stride: 2,
         pad: 1,
     };
-    check(12, 13, 17, 10, win, false);
+    check(12, 19, 17, 10, win, false);
 }
 
 #[test]
@@ -231,6 +246,22 @@ fn unpadded_convolutions_with_few_channels_are_direct() {
     }
 }
 
+/// A padded convolution with few output channels and a short window (`C·∏k` = 5·9 = 45)
+/// is direct too: its input is zero-padded once by a kernel of its own (a `Pad` marked
+/// `hidet_materialize`), which the product then reads without guards.
+#[test]
+fn padded_convolutions_with_short_windows_are_direct_over_a_padded_copy() {
+    for (seed, stride, hw) in [(20, 1, 19), (21, 2, 23)] {
+        let win = Window {
+            kernel: 3,
+            stride,
+            pad: 1,
+        };
+        let epilogues = check_kernels(seed, 5, hw, 11, win, false, 2);
+        assert!(epilogues.contains("Transpose"), "{epilogues}");
+    }
+}
+
 /// A 7×7 output makes the product transposed (pixels as rows, output channels as vector
 /// lanes): the outer transpose is one more epilogue of the same kernel.
 #[test]
@@ -240,6 +271,6 @@ fn a_conv_on_few_pixels_is_a_transposed_product_in_one_kernel() {
         stride: 1,
         pad: 1,
     };
-    let epilogues = check(16, 13, 7, 37, win, false);
+    let epilogues = check(16, 19, 7, 37, win, false);
     assert!(epilogues.contains("Transpose"), "{epilogues}");
 }

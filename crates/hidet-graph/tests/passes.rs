@@ -1223,11 +1223,14 @@ fn default_pipeline_on_a_small_model() {
     b.output("out");
     let before = build(b);
     let after = run_passes(before.clone(), &default_passes()).unwrap();
-    // The convolution (with the BN folded into it) becomes an implicit GEMM, its weight
-    // stored transposed and read through a Transpose that specialization keeps.
+    // The convolution (with the BN folded into it; 4 output channels over a 27-element
+    // window) becomes a direct convolution: its input padded once (`Pad`), the product
+    // pixels as rows (`Transpose(Im2Col)`) stored channels-last, and the transpose back to
+    // channels-first sunk below the element-wise operators.
     assert_eq!(
         ops(&after),
         vec![
+            "Pad",
             "Im2Col",
             "Transpose",
             "MatMul",
@@ -1235,6 +1238,7 @@ fn default_pipeline_on_a_small_model() {
             "Reshape",
             "Relu",
             "Add",
+            "Transpose",
             "Reshape",
             "MatMul"
         ]

@@ -11,6 +11,8 @@ pub mod partition;
 pub mod specialize;
 pub mod task;
 
-pub use partition::{partition, partition_with, Group, GroupKind, Partition, RESHAPE_LIKE};
+pub use partition::{
+    partition, partition_with, Group, GroupKind, Partition, MATERIALIZE, RESHAPE_LIKE,
+};
 pub use specialize::{NodeMode, Specialization, SpecializeError, ValueInfo};
 pub use task::{AnchorInfo, AnchorOperand, FusedTask, TaskEpilogue, TaskError};

@@ -8,6 +8,8 @@
 //! - The remaining injective nodes form trees (a node with its single-use injective
 //!   producers, transitively); each tree is one injective kernel. A tree made only of
 //!   reshape-like operators becomes an *alias*: its output shares its input's buffer.
+//! - A node marked [`MATERIALIZE`] is never inlined into a consumer's kernel (as a prologue
+//!   or a tree member): its output is stored, and its consumers read it from memory.
 //! - Nodes without a compute definition (or with data-dependent shapes) run their reference
 //!   `eval` on the host, each alone; folded nodes do not run at all.
 //!
@@ -23,6 +25,12 @@ use super::index_map::invert_read;
 use super::specialize::{NodeMode, Specialization};
 use crate::graph::{Graph, NodeId, ValueId};
 use crate::shape::fmt_dims;
+
+/// The integer attribute that marks a node whose output is stored rather than inlined into
+/// its consumers: a graph pass added it where reading the stored result is cheaper than
+/// recomputing it in the consumer's loads (a zero-padded image that a direct convolution
+/// then reads without guards).
+pub const MATERIALIZE: &str = "hidet_materialize";
 
 /// Operators that only reinterpret the shape of their first input (row-major, no copy).
 pub const RESHAPE_LIKE: &[&str] = &["Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"];
@@ -102,6 +110,13 @@ pub fn partition_with(graph: &Graph, spec: &Specialization, fuse: bool) -> Parti
         let distinct: HashSet<NodeId> = users.iter().map(|(n, _)| *n).collect();
         (users.len() == 1 && !graph_outputs.contains(&v) && distinct.len() == 1).then(|| users[0].0)
     };
+    let inlinable = |p: NodeId| {
+        class[p.0] == Class::Injective
+            && !graph.nodes()[p.0]
+                .attrs
+                .int_or(MATERIALIZE, 0)
+                .is_ok_and(|v| v != 0)
+    };
     let mut owner: Vec<Option<usize>> = vec![None; n];
     let mut drafts: Vec<Draft> = Vec::new();
 
@@ -125,7 +140,7 @@ pub fn partition_with(graph: &Graph, spec: &Specialization, fuse: bool) -> Parti
                 let Some((p, _)) = graph.value(*v).producer else {
                     continue;
                 };
-                if class[p.0] == Class::Injective
+                if inlinable(p)
                     && owner[p.0].is_none()
                     && single_output(p) == Some(*v)
                     && single_use(*v) == Some(m)
@@ -181,7 +196,7 @@ pub fn partition_with(graph: &Graph, spec: &Specialization, fuse: bool) -> Parti
                     let Some((p, _)) = graph.value(*v).producer else {
                         continue;
                     };
-                    if class[p.0] == Class::Injective
+                    if inlinable(p)
                         && owner[p.0].is_none()
                         && single_output(p) == Some(*v)
                         && single_use(*v) == Some(m)
