@@ -190,7 +190,7 @@ fn conv_bias_relu_add_stride_1_is_one_fused_matmul_kernel() {
         stride: 1,
         pad: 1,
     };
-    check(11, 19, 17, 19, win, false);
+    check(11, 37, 17, 19, win, false);
 }
 
 #[test]
@@ -200,7 +200,7 @@ fn conv_bias_relu_add_stride_2_is_one_fused_matmul_kernel() {
         stride: 2,
         pad: 1,
     };
-    check(12, 19, 17, 10, win, false);
+    check(12, 37, 17, 10, win, false);
 }
 
 #[test]
@@ -271,6 +271,6 @@ fn a_conv_on_few_pixels_is_a_transposed_product_in_one_kernel() {
         stride: 1,
         pad: 1,
     };
-    let epilogues = check(16, 19, 7, 37, win, false);
+    let epilogues = check(16, 37, 7, 37, win, false);
     assert!(epilogues.contains("Transpose"), "{epilogues}");
 }

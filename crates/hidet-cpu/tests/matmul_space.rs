@@ -206,3 +206,37 @@ fn level_zero_fits_the_tile_to_few_rows() {
     let gemv = heuristic_for_rows(avx512, 2, 1);
     assert_eq!((gemv.mr, gemv.nr), (4, 64));
 }
+
+/// A product whose left operand is gathered in place (a direct convolution) takes the
+/// narrowest register tile that covers its columns, so each gathered element is read by
+/// one tile row; the pick is a schedule of the space, and none exists past the widest tile.
+#[test]
+fn level_zero_covers_the_columns_of_a_gathered_product() {
+    use hidet_cpu::templates::matmul::heuristic_for_gathered_rows;
+    for target in targets() {
+        let widest = micro_kernels(&target)
+            .into_iter()
+            .map(|(_, nr)| nr)
+            .max()
+            .expect("every target has micro-kernels");
+        for n in [1, 11, 16, 32, 33, 48, 64] {
+            let Some(s) = heuristic_for_gathered_rows(&target, 2, n) else {
+                assert!(n > widest, "n = {n}");
+                continue;
+            };
+            s.validate().expect("a valid schedule");
+            assert!(matmul_space(&target, 2).contains(&s), "n = {n}: {s:?}");
+            assert!(s.nr >= n, "n = {n}: {s:?}");
+            let narrower = micro_kernels(&target)
+                .into_iter()
+                .any(|(_, nr)| nr >= n && nr < s.nr);
+            assert!(!narrower, "n = {n}: {s:?}");
+        }
+        assert_eq!(heuristic_for_gathered_rows(&target, 2, widest + 1), None);
+    }
+    let avx512 = &targets()[2];
+    let stem = heuristic_for_gathered_rows(avx512, 2, 64).expect("a 64-wide tile");
+    assert_eq!((stem.mr, stem.nr), (6, 64));
+    let narrow = heuristic_for_gathered_rows(avx512, 2, 32).expect("a 32-wide tile");
+    assert_eq!((narrow.mr, narrow.nr), (14, 32));
+}

@@ -89,6 +89,22 @@ fn prologue_layout(axes: &[Var], value: &Expr) -> ALayout {
     }
 }
 
+/// Whether the matmul template reads `task`'s left operand in place as a gathered prologue
+/// ([`ALayout::InPlace`]): the level-0 schedule then prefers a register tile as wide as the
+/// product, so the gather is read once.
+pub fn gathers_a_in_place(task: &FusedTask) -> bool {
+    let Some(anchor) = &task.anchor else {
+        return false;
+    };
+    match anchor.operands.first() {
+        Some(Some(AnchorOperand::Prologue { axes, value })) if axes.len() == 2 => {
+            panels_input(&task.def, &axes[0], &axes[1], value).is_none()
+                && is_unguarded_gather(value)
+        }
+        _ => false,
+    }
+}
+
 /// Whether a prologue `value` is one tensor element at indices computed by division or
 /// remainder (a convolution's im2col over an unpadded input, read pixels as rows), with no
 /// guard: the micro-kernel can then broadcast it in place ([`ALayout::InPlace`]), a direct

@@ -13,7 +13,7 @@
 //! in four cases: next to channels-last depthwise convolutions ([`super::channels_last`]);
 //! for windowed convolutions with few output pixels (ResNet-50's last stage, 7×7, see
 //! `pixels_as_rows`); for windowed convolutions with few output channels and short windows, which
-//! then run as direct convolutions (Inception-V3's first two and ResNet-50's stem, see
+//! then run as direct convolutions (Inception-V3's first three and ResNet-50's stem, see
 //! `direct`); and for the
 //! pointwise convolutions that read any of these, through element-wise operators and
 //! residual adds. The transposes then cancel with their
@@ -164,30 +164,22 @@ fn pixels_as_rows(g: &Geometry) -> bool {
     !is_pointwise(g) && pixels < FEW_PIXELS && !pixels.is_multiple_of(16)
 }
 
-/// Output channels at most this many, and a window of at most [`SHORT_DEPTH`] elements
-/// (`C·∏k`; [`SHORT_PADDED_DEPTH`] when the convolution pads), make a windowed convolution a
-/// direct one.
+/// Output channels at most this many, and a window of at most this many elements
+/// (`C·∏k`), make a windowed convolution a direct one.
 const FEW_CHANNELS: usize = 64;
 const SHORT_DEPTH: usize = 320;
-const SHORT_PADDED_DEPTH: usize = 160;
 
 /// Whether a windowed convolution with few output channels and a short window (`K = C·∏k`)
 /// takes the channels-last product so that it runs as a direct convolution: with the pixels
 /// as rows, the matrix product broadcasts the im2col elements where they are in the input
-/// (the CPU backend's in-place `A`), instead of packing `K` rows of columns that few output
-/// channels would reuse. A padded input is first padded into memory (see
-/// [`padded_input`]), one more pass over it, so padded convolutions need a shorter window.
-/// Measured on the paper's models: faster for Inception-V3's unpadded first two
-/// convolutions (`K` = 27 and 288) and ResNet-50's padded stem (147); slower for
-/// Inception-V3's padded third (288) and ResNet-50's 64-channel 3×3 convolutions (576),
-/// whose packed columns the GEMM form amortizes.
+/// (the CPU backend's in-place `A`, with a register tile as wide as the output channels),
+/// instead of packing `K` rows of columns that few output channels would reuse. A padded
+/// input is first padded into memory (see [`padded_input`]). Measured on the paper's
+/// models: faster for Inception-V3's first three convolutions (`K` = 27, 288 and 288
+/// padded) and ResNet-50's padded stem (147); slower for ResNet-50's 64-channel 3×3
+/// convolutions (576), whose packed columns the GEMM form amortizes.
 fn direct(g: &Geometry, channels: usize, out_ch: usize) -> bool {
-    let depth = if is_padded(g) {
-        SHORT_PADDED_DEPTH
-    } else {
-        SHORT_DEPTH
-    };
-    !is_pointwise(g) && out_ch <= FEW_CHANNELS && channels * g.kernel_size() <= depth
+    !is_pointwise(g) && out_ch <= FEW_CHANNELS && channels * g.kernel_size() <= SHORT_DEPTH
 }
 
 fn is_padded(g: &Geometry) -> bool {

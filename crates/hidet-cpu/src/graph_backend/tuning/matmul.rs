@@ -12,11 +12,13 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::fingerprint::fingerprint;
-use crate::graph_backend::anchor::{matmul_kernel, matmul_shape, TemplateOutcome};
+use crate::graph_backend::anchor::{
+    gathers_a_in_place, matmul_kernel, matmul_shape, TemplateOutcome,
+};
 use crate::target::CpuTarget;
 use crate::templates::matmul::{
-    heuristic_for_rows, matmul_candidates, matmul_f32, matmul_space, MatmulSchedule, MatmulShape,
-    ThreadSplit,
+    heuristic_for_gathered_rows, heuristic_for_rows, matmul_candidates, matmul_f32, matmul_space,
+    MatmulSchedule, MatmulShape, ThreadSplit,
 };
 
 /// The name of the matmul template's schedule space.
@@ -241,7 +243,15 @@ impl Tunable for MatmulTask {
     }
 
     fn heuristic(&self) -> MatmulCandidate {
-        MatmulCandidate(heuristic_for_rows(&self.target, self.threads, self.m))
+        let gathered = match &self.work {
+            Work::Fused(task) if gathers_a_in_place(task) => {
+                heuristic_for_gathered_rows(&self.target, self.threads, self.n)
+            }
+            _ => None,
+        };
+        MatmulCandidate(
+            gathered.unwrap_or_else(|| heuristic_for_rows(&self.target, self.threads, self.m)),
+        )
     }
 
     fn candidates(&self, level: TuneLevel) -> Vec<MatmulCandidate> {

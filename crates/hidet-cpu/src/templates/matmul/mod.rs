@@ -40,7 +40,9 @@ pub use schedule::{
     ALayout, BLayout, MatmulSchedule, MatmulShape, ThreadGrid, ThreadSplit, B_PANEL_WIDTH,
     PARALLEL_K_MAX_ELEMENTS,
 };
-pub use space::{heuristic_for_rows, matmul_candidates, matmul_space, micro_kernels};
+pub use space::{
+    heuristic_for_gathered_rows, heuristic_for_rows, matmul_candidates, matmul_space, micro_kernels,
+};
 
 use crate::error::TemplateError;
 use hidet_ir::function::Function;

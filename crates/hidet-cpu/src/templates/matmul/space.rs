@@ -82,12 +82,50 @@ pub fn heuristic_for_rows(target: &CpuTarget, threads: i64, m: i64) -> MatmulSch
     )
 }
 
+/// The level-0 schedule for a product of `n` columns whose left operand is gathered in place
+/// (a direct convolution, [`super::ALayout::InPlace`]): the micro-kernel of
+/// [`micro_kernels`] with the narrowest tile that covers `n` (the most rows among equals),
+/// so each gathered element is read by one tile row only, with the target default's cache
+/// blocks; `None` when no tile is that wide.
+pub fn heuristic_for_gathered_rows(
+    target: &CpuTarget,
+    threads: i64,
+    n: i64,
+) -> Option<MatmulSchedule> {
+    let default = MatmulSchedule::for_target(target, threads);
+    let (mr, nr) = micro_kernels(target)
+        .into_iter()
+        .filter(|&(_, nr)| nr >= n)
+        .min_by_key(|&(mr, nr)| (nr, -mr))?;
+    Some(MatmulSchedule {
+        mr,
+        nr,
+        mc: round_up(default.mc, mr),
+        nc: round_up(default.nc, nr),
+        ..default
+    })
+}
+
 /// Every schedule of the space for `target` and `threads` (tuning level 2),
 /// with [`MatmulSchedule::for_target`] first. Each is valid and correct on
 /// every shape.
 pub fn matmul_space(target: &CpuTarget, threads: i64) -> Vec<MatmulSchedule> {
     let lanes = target.f32_lanes();
-    let mut space = vec![MatmulSchedule::for_target(target, threads)];
+    let default = MatmulSchedule::for_target(target, threads);
+    let mut space = vec![default];
+    // The default's blocks with every micro-kernel (heuristic_for_gathered_rows).
+    for (mr, nr) in micro_kernels(target) {
+        let s = MatmulSchedule {
+            mr,
+            nr,
+            mc: round_up(default.mc, mr),
+            nc: round_up(default.nc, nr),
+            ..default
+        };
+        if !space.contains(&s) {
+            space.push(s);
+        }
+    }
     for (mr, nr) in micro_kernels(target) {
         for kc in KC_CHOICES {
             for (mc, nc) in BLOCK_CHOICES {
