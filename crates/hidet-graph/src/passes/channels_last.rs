@@ -23,12 +23,11 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::attribute::Attributes;
-use crate::dtype::DType;
 use crate::graph::{Graph, GraphError, NodeId, ValueId};
-use crate::kernels::window::WindowSpec;
 use crate::ops::depthwise_nhwc;
 use crate::ops::im2col::HIDET_DOMAIN;
 use crate::passes::conv_implicit_gemm::transposed;
+use crate::passes::conv_node::single_image_conv;
 use crate::passes::rewrite::Rewriter;
 use crate::passes::GraphPass;
 use crate::tensor::Tensor;
@@ -225,59 +224,27 @@ struct DepthwisePlan {
     attrs: Attributes,
 }
 
+/// The plan for node `n`, when it is a single-image convolution ([`single_image_conv`])
+/// with `group` equal to its input and output channel counts (at least 2).
 fn depthwise_plan(rw: &Rewriter, n: NodeId) -> Option<DepthwisePlan> {
-    let g = rw.graph();
-    let node = &g.nodes()[n.0];
-    if node.op_type != "Conv" || !node.domain.is_empty() {
+    let conv = single_image_conv(rw, n)?;
+    let channels = conv.channels();
+    let ws = conv.weight.shape();
+    if conv.group != channels || ws[0] != channels || ws[1] != 1 || channels < 2 {
         return None;
     }
-    let x = node.inputs.first().copied().flatten()?;
-    let w = node.inputs.get(1).copied().flatten()?;
-    let bias = node.inputs.get(2).copied().flatten();
-    let y = match node.outputs.as_slice() {
-        [Some(y)] => *y,
-        _ => return None,
-    };
-    let xs = g.value(x).ty.fixed_shape()?;
-    let weight = rw.constant(w)?;
-    let ws = weight.shape();
-    let channels = *xs.get(1)?;
-    let group = usize::try_from(node.attrs.int_or("group", 1).ok()?).ok()?;
-    if g.value(x).ty.dtype != DType::F32 || weight.dtype() != DType::F32 {
-        return None;
-    }
-    if xs.len() < 3 || xs[0] != 1 || ws.len() != xs.len() || group != channels {
-        return None;
-    }
-    if ws[0] != channels || ws[1] != 1 || channels < 2 {
-        return None;
-    }
-    if let Some(b) = bias {
-        let bt = &g.value(b).ty;
-        if bt.dtype != DType::F32 || bt.fixed_shape()? != [channels] {
-            return None;
-        }
-    }
-    let spec = WindowSpec::from_attrs(&node.attrs).ok()?;
-    let window = spec.attrs(&ws[2..]).ok()?;
-    if window.kernel != ws[2..] {
-        return None;
-    }
-    let geometry = window.resolve(&xs[2..]).ok()?;
-    if geometry.output_size() == 0 {
-        return None;
-    }
+    let geometry = &conv.geometry;
     let mut shape = geometry.kernel.clone();
     shape.push(channels);
-    let weight_last = transposed(weight, channels, geometry.kernel_size())
+    let weight_last = transposed(&conv.weight, channels, geometry.kernel_size())
         .and_then(|t| t.reshape(shape))
         .ok()?;
     let attrs = geometry.explicit_attrs();
     Some(DepthwisePlan {
-        x,
-        bias,
-        y,
-        rank: xs.len(),
+        x: conv.x,
+        bias: conv.bias,
+        y: conv.y,
+        rank: conv.input_shape.len(),
         weight_last,
         attrs,
     })

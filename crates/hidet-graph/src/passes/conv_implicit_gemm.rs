@@ -26,15 +26,15 @@
 //! bijective consumers follow (ReLU, a residual add) its epilogues: one kernel.
 
 use crate::attribute::Attributes;
-use crate::dtype::DType;
 use crate::fusion::specialize::KEEP_LAYOUT;
 use crate::fusion::MATERIALIZE;
 use crate::graph::{Graph, GraphError, NodeId, ValueId};
-use crate::kernels::window::{Geometry, WindowSpec};
+use crate::kernels::window::Geometry;
 use crate::ops::im2col::HIDET_DOMAIN;
 use crate::passes::channels_last::{
     channels_last_source, feeds_channels_last, perm_attrs, to_first, to_last,
 };
+use crate::passes::conv_node::single_image_conv;
 use crate::passes::rewrite::Rewriter;
 use crate::passes::GraphPass;
 use crate::tensor::Tensor;
@@ -95,55 +95,21 @@ struct Plan {
     channels_last: bool,
 }
 
-/// The plan for node `n`, when the rewrite applies to it.
+/// The plan for node `n`, when the rewrite applies to it: a single-image convolution
+/// ([`single_image_conv`]) with `group == 1`.
 fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
-    let g = rw.graph();
-    let node = &g.nodes()[n.0];
-    if node.op_type != "Conv" || !node.domain.is_empty() {
-        return None;
-    }
-    if node.attrs.int_or("group", 1).ok()? != 1 {
-        return None;
-    }
-    let x = node.inputs.first().copied().flatten()?;
-    let w = node.inputs.get(1).copied().flatten()?;
-    let bias = node.inputs.get(2).copied().flatten();
-    let y = match node.outputs.as_slice() {
-        [Some(y)] => *y,
-        _ => return None,
-    };
-    let xs = g.value(x).ty.fixed_shape()?;
-    let weight = rw.constant(w)?.clone();
-    let ws = weight.shape();
-    if g.value(x).ty.dtype != DType::F32 || weight.dtype() != DType::F32 {
-        return None;
-    }
-    if xs.len() < 3 || ws.len() != xs.len() || xs[0] != 1 || ws[1] != xs[1] {
-        return None;
-    }
-    if let Some(b) = bias {
-        let bt = &g.value(b).ty;
-        if bt.dtype != DType::F32 || bt.fixed_shape()? != [ws[0]] {
-            return None;
-        }
-    }
-    let spec = WindowSpec::from_attrs(&node.attrs).ok()?;
-    let attrs = spec.attrs(&ws[2..]).ok()?;
-    if attrs.kernel != ws[2..] {
-        return None;
-    }
-    let geometry = attrs.resolve(&xs[2..]).ok()?;
-    if geometry.output_size() == 0 || weight.numel() == 0 {
+    let conv = single_image_conv(rw, n)?;
+    if conv.group != 1 || conv.weight.shape()[1] != conv.channels() {
         return None;
     }
     Some(Plan {
-        node: node.name.clone(),
-        x,
-        bias,
-        y,
-        weight,
-        channels: xs[1],
-        geometry,
+        channels: conv.channels(),
+        node: conv.name,
+        x: conv.x,
+        bias: conv.bias,
+        y: conv.y,
+        weight: conv.weight,
+        geometry: conv.geometry,
         channels_last: false,
     })
 }

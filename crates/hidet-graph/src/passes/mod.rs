@@ -9,6 +9,7 @@ mod batchnorm_fold;
 pub mod channels_last;
 mod constant_fold;
 mod conv_implicit_gemm;
+mod conv_node;
 mod cse;
 mod dce;
 mod panel_weights;
