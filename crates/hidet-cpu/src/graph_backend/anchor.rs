@@ -89,19 +89,28 @@ fn prologue_layout(axes: &[Var], value: &Expr) -> ALayout {
     }
 }
 
-/// Whether the matmul template reads `task`'s left operand in place as a gathered prologue
-/// ([`ALayout::InPlace`]): the level-0 schedule then prefers a register tile as wide as the
-/// product, so the gather is read once.
-pub fn gathers_a_in_place(task: &FusedTask) -> bool {
-    let Some(anchor) = &task.anchor else {
-        return false;
-    };
-    match anchor.operands.first() {
+/// How the matmul template reads `task`'s left operand ([`ALayout`]), or `None` when the
+/// task has no anchor. The level-0 schedule gives an [`ALayout::InPlace`] operand (a direct
+/// convolution) a register tile as wide as the product, so the gather is read once.
+pub fn a_layout(task: &FusedTask) -> Option<ALayout> {
+    let anchor = task.anchor.as_ref()?;
+    Some(operand_a_layout(&task.def, anchor.operands.first()))
+}
+
+/// The layout of a left operand read through `operand`: panels, a guard-free gather read in
+/// place, or the order its prologue reads memory in.
+fn operand_a_layout(def: &ComputeDef, operand: Option<&Option<AnchorOperand>>) -> ALayout {
+    match operand {
         Some(Some(AnchorOperand::Prologue { axes, value })) if axes.len() == 2 => {
-            panels_input(&task.def, &axes[0], &axes[1], value).is_none()
-                && is_unguarded_gather(value)
+            if panels_input(def, &axes[0], &axes[1], value).is_some() {
+                ALayout::Panels
+            } else if is_unguarded_gather(value) {
+                ALayout::InPlace
+            } else {
+                prologue_layout(axes, value)
+            }
         }
-        _ => false,
+        _ => ALayout::RowMajor,
     }
 }
 
@@ -167,14 +176,7 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
         panels(anchor.operands.first(), 0),
         panels(anchor.operands.get(1), 1),
     );
-    let a_layout = match anchor.operands.first() {
-        _ if a_panels.is_some() => ALayout::Panels,
-        Some(Some(AnchorOperand::Prologue { value, .. })) if is_unguarded_gather(value) => {
-            ALayout::InPlace
-        }
-        Some(Some(AnchorOperand::Prologue { axes, value })) => prologue_layout(axes, value),
-        _ => ALayout::RowMajor,
-    };
+    let a_layout = operand_a_layout(def, anchor.operands.first());
     let b_layout = match b_panels {
         Some(_) => BLayout::Panels,
         None => BLayout::RowMajor,

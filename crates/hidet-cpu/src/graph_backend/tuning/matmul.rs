@@ -12,13 +12,11 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::fingerprint::fingerprint;
-use crate::graph_backend::anchor::{
-    gathers_a_in_place, matmul_kernel, matmul_shape, TemplateOutcome,
-};
+use crate::graph_backend::anchor::{a_layout, matmul_kernel, matmul_shape, TemplateOutcome};
 use crate::target::CpuTarget;
 use crate::templates::matmul::{
     heuristic_for_gathered_rows, heuristic_for_rows, matmul_candidates, matmul_f32, matmul_space,
-    MatmulSchedule, MatmulShape, ThreadSplit,
+    ALayout, MatmulSchedule, MatmulShape, ThreadSplit,
 };
 
 /// The name of the matmul template's schedule space.
@@ -244,7 +242,7 @@ impl Tunable for MatmulTask {
 
     fn heuristic(&self) -> MatmulCandidate {
         let gathered = match &self.work {
-            Work::Fused(task) if gathers_a_in_place(task) => {
+            Work::Fused(task) if a_layout(task) == Some(ALayout::InPlace) => {
                 heuristic_for_gathered_rows(&self.target, self.threads, self.n)
             }
             _ => None,
