@@ -35,6 +35,7 @@
 mod plan;
 mod schedule;
 mod space;
+mod split;
 
 pub use schedule::{
     ALayout, BLayout, MatmulSchedule, MatmulShape, ThreadGrid, ThreadSplit, B_PANEL_WIDTH,

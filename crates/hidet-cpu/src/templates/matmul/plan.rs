@@ -4,6 +4,7 @@
 use super::schedule::{
     ceil_div, ALayout, BLayout, MatmulSchedule, MatmulShape, ThreadGrid, B_PANEL_WIDTH,
 };
+use super::split::PanelSplit;
 use crate::error::TemplateError;
 use hidet_ir::mapping::MappingError;
 use hidet_ir::prelude::*;
@@ -90,7 +91,10 @@ struct Plan {
     /// Row and column panels of the whole problem.
     pm: i64,
     pn: i64,
-    /// Batches, row panels, column panels and `K` of one thread.
+    /// How row and column panels are shared among the grid's row and column threads.
+    row_split: PanelSplit,
+    col_split: PanelSplit,
+    /// Batches, row panels, column panels and `K` of the busiest thread.
     cb: i64,
     cm: i64,
     cn: i64,
@@ -164,7 +168,10 @@ impl Plan {
     fn new(a: Var, b: Var, c: Var, s: MatmulShape, rank3: bool, sch: &MatmulSchedule) -> Plan {
         let grid = sch.thread_grid(&s);
         let (pm, pn) = (ceil_div(s.m, sch.mr), ceil_div(s.n, sch.nr));
-        let (cm, cn) = (ceil_div(pm, grid.rows), ceil_div(pn, grid.cols));
+        let w = i64::from(sch.lanes);
+        let row_split = PanelSplit::new(s.m, sch.mr, 1, grid.rows);
+        let col_split = PanelSplit::new(s.n, sch.nr, w, grid.cols);
+        let (cm, cn) = (row_split.max_panels(), col_split.max_panels());
         let ck = ceil_div(s.k, grid.k);
         let mcp = balanced_block(cm, sch.mc / sch.mr);
         let kc = sch.kc.min(ck);
@@ -179,11 +186,13 @@ impl Plan {
             threads: sch.threads,
             mr: sch.mr,
             nr: sch.nr,
-            w: i64::from(sch.lanes),
+            w,
             vec_t: DataType::vector(ScalarType::F32, sch.lanes),
             grid,
             pm,
             pn,
+            row_split,
+            col_split,
             cb: ceil_div(s.batch, grid.batch),
             cm,
             cn,
@@ -294,17 +303,17 @@ impl Plan {
             };
             fb.for_each(threads.on(t), |fb, tg| {
                 let (pk, pb, pr, pc) = (&tg[0], &tg[1], &tg[2], &tg[3]);
-                let rp0 = pr * self.cm;
-                let cp0 = pc * self.cn;
+                let (rp0, rp1) = (self.row_split.start_expr(pr), self.row_split.end_expr(pr));
+                let (cp0, cp1) = (self.col_split.start_expr(pc), self.col_split.end_expr(pc));
                 let mut busy = Vec::new();
                 if (g.k - 1) * self.ck >= self.s.k {
                     busy.push(pk.lt(self.kparts));
                 }
-                if (g.rows - 1) * self.cm >= self.pm {
-                    busy.push(rp0.lt(self.pm));
+                if self.row_split.has_idle_thread() {
+                    busy.push(rp0.lt(&rp1));
                 }
-                if (g.cols - 1) * self.cn >= self.pn {
-                    busy.push(cp0.lt(self.pn));
+                if self.col_split.has_idle_thread() {
+                    busy.push(cp0.lt(&cp1));
                 }
                 guarded(fb, busy, |fb| {
                     let k_len = if g.k > 1 {
@@ -319,8 +328,6 @@ impl Plan {
                                 (self.cb * g.batch > self.s.batch).then(|| batch.lt(self.s.batch));
                             guarded(fb, guard.into_iter().collect(), |fb| {
                                 fb.let_in("b", batch, |fb, batch| {
-                                    let rp1 = (&rp0 + self.cm).min(self.pm);
-                                    let cp1 = (&cp0 + self.cn).min(self.pn);
                                     self.thread_blocks(
                                         fb,
                                         &bufs,

@@ -1,6 +1,7 @@
 //! The hardware-centric schedule of the matmul template and the thread grid
 //! it derives for a problem.
 
+use super::split::PanelSplit;
 use crate::error::TemplateError;
 use crate::target::CpuTarget;
 
@@ -259,7 +260,7 @@ impl MatmulSchedule {
     pub fn thread_grid(&self, shape: &MatmulShape) -> ThreadGrid {
         let t = self.threads.max(1);
         let (pm, pn) = (ceil_div(shape.m, self.mr), ceil_div(shape.n, self.nr));
-        let n_padded = round_up(shape.n, i64::from(self.lanes.max(1)));
+        let w = i64::from(self.lanes.max(1));
         let k_fits = |tk: i64| {
             tk == 1
                 || tk
@@ -293,8 +294,8 @@ impl MatmulSchedule {
             self.split
         };
         let cost = |g: &ThreadGrid| {
-            let rows = (ceil_div(pm, g.rows) * self.mr).min(shape.m);
-            let cols = (ceil_div(pn, g.cols) * self.nr).min(n_padded);
+            let rows = PanelSplit::new(shape.m, self.mr, 1, g.rows).max_granules();
+            let cols = PanelSplit::new(shape.n, self.nr, w, g.cols).max_granules() * w;
             let depth = ceil_div(shape.k, g.k);
             let batches = ceil_div(shape.batch, g.batch);
             let work = batches * rows * cols * depth;
