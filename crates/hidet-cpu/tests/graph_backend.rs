@@ -490,3 +490,52 @@ fn a_concatenation_of_products_runs_in_place_when_its_slices_are_contiguous() {
         assert_close(&f32s(&out[0].1), &want, "compiled");
     }
 }
+
+/// Kernels read a graph input where the caller keeps it, also through an alias (`Flatten`),
+/// and every run sees its own input; an input that is also aliased by a graph output is
+/// still copied into the arena, so that output reads it.
+#[test]
+fn graph_inputs_are_read_in_place_unless_an_output_aliases_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(23);
+    let mut flatten = Attributes::new();
+    flatten.insert("axis", Attribute::Int(0));
+    let build = |alias_output: bool| {
+        let mut g = GraphBuilder::new("bound_inputs");
+        g.input("x", TensorType::fixed(DType::F32, &[6, 11]));
+        g.node(node("Exp", &["x"], "e", Attributes::new()));
+        g.node(node("Flatten", &["x"], "flat", flatten.clone()));
+        g.node(node("Neg", &["flat"], "n", Attributes::new()));
+        g.output("e");
+        g.output("n");
+        if alias_output {
+            g.output("flat");
+        }
+        g.build(Registry::global()).unwrap()
+    };
+    for alias_output in [false, true] {
+        let compiled = compile(&build(alias_output), &[vec![6, 11]], dir.path(), true);
+        assert_eq!(
+            compiled.report().inputs_in_place,
+            usize::from(!alias_output),
+            "{}",
+            compiled.report().partition
+        );
+        for round in 0..3 {
+            let x = random(&mut rng, &[6, 11]);
+            let before = f32s(&x);
+            let out = compiled.run(&[("x".to_string(), x.clone())]).unwrap();
+            let what = format!("alias output {alias_output}, round {round}");
+            let exp: Vec<f64> = before.iter().map(|v| (*v as f64).exp()).collect();
+            let neg: Vec<f64> = before.iter().map(|v| -(*v as f64)).collect();
+            assert_close(&f32s(&out[0].1), &exp, &what);
+            assert_close(&f32s(&out[1].1), &neg, &what);
+            assert_eq!(out[1].1.shape(), &[1, 66]);
+            if alias_output {
+                let flat: Vec<f64> = before.iter().map(|v| *v as f64).collect();
+                assert_close(&f32s(&out[2].1), &flat, &what);
+            }
+            assert_eq!(f32s(&x), before, "{what}: the input is not written");
+        }
+    }
+}

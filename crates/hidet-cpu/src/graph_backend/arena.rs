@@ -96,14 +96,16 @@ impl CpuArena {
         self.check(offset, len)?;
         let src = (self.base as usize + offset) as *const u8;
         let tensor = hidet_graph::dispatch_dtypes!(dtype, T => {
-            let mut elements: Vec<T> = vec![T::default(); numel];
+            let mut elements: Vec<T> = Vec::with_capacity(numel);
             // SAFETY: the range lies inside this arena (checked above), which is initialized
             // (zeroed at allocation, then written by kernels and `write` in the host's byte
             // order) and not written while `&self` is held by the caller's run; the
-            // destination holds exactly `numel` elements of `len` bytes, and every bit
-            // pattern is a valid value of these element types (plain numbers).
+            // destination has capacity for exactly `numel` elements of `len` bytes, all of
+            // which the copy initializes before `set_len`, and every bit pattern is a valid
+            // value of these element types (plain numbers).
             unsafe {
-                std::ptr::copy_nonoverlapping(src, elements.as_mut_ptr().cast::<u8>(), len)
+                std::ptr::copy_nonoverlapping(src, elements.as_mut_ptr().cast::<u8>(), len);
+                elements.set_len(numel);
             };
             Tensor::new(shape.to_vec(), elements)
         }, else {

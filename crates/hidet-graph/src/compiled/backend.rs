@@ -161,6 +161,16 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// The address of the arena's first byte.
     fn base(&self, arena: &Self::Arena) -> u64;
 
+    /// The kernel-visible address of `tensor`'s elements, when kernels can read the caller's
+    /// memory where it is: the compiled graph then passes a graph input to kernels without
+    /// copying it into the arena. `Some` promises that kernels may read the tensor's
+    /// `size_in_bytes()` bytes at the address for as long as the tensor is borrowed and
+    /// unchanged. The default, `None`, always copies.
+    fn host_address(&self, tensor: &Tensor) -> Option<u64> {
+        let _ = tensor;
+        None
+    }
+
     /// Copies `tensor`'s elements to `offset` in `arena`.
     fn upload(
         &self,

@@ -84,6 +84,15 @@ enum Step {
     },
 }
 
+/// A graph input that kernels read where the caller keeps it (when the backend can, see
+/// [`Backend::host_address`]) instead of from a copy in the run arena: every kernel argument
+/// inside its buffer, as (step, argument, byte offset in the input). Only inputs that no host
+/// step reads and that no graph output aliases are bound, since those read the arena copy.
+struct BoundInput {
+    input: ValueId,
+    uses: Vec<(usize, usize, u64)>,
+}
+
 /// What [`CompiledGraph::run_profiled`] returns: the named outputs and each step's time.
 pub type ProfiledRun = (Vec<(String, Tensor)>, Vec<Duration>);
 
@@ -109,6 +118,9 @@ pub struct CompileReport {
     pub aliases: usize,
     /// Nodes evaluated at compile time.
     pub folded: usize,
+    /// Graph inputs that kernels read where the caller keeps them, without a copy into the
+    /// run arena, when the backend allows it (see [`Backend::host_address`]).
+    pub inputs_in_place: usize,
     /// Every fused task a backend refused, with its reason (each was split and retried).
     pub refusals: Vec<String>,
     /// Peak bytes of the run arena (inputs, intermediates, outputs) after reuse.
@@ -163,6 +175,7 @@ pub struct CompiledGraph<B: Backend> {
     values: Vec<ValueSlot>,
     steps: Vec<Step>,
     inputs: Vec<ValueId>,
+    bound_inputs: Vec<BoundInput>,
     outputs: Vec<ValueId>,
     run_bytes: usize,
     host_slots: usize,
@@ -466,6 +479,8 @@ impl<B: Backend> CompiledGraph<B> {
                 }
             }
         }
+        let bound_inputs = bind_inputs(graph.inputs(), graph.outputs(), &steps, &root, &at);
+        report.inputs_in_place = bound_inputs.len();
         let mut consts = backend.alloc(const_bytes)?;
         for (r, offset) in &const_layout {
             backend.upload(&mut consts, *offset, &const_tensors[&ValueId(*r)])?;
@@ -482,6 +497,7 @@ impl<B: Backend> CompiledGraph<B> {
             values,
             steps,
             inputs: graph.inputs().to_vec(),
+            bound_inputs,
             outputs: graph.outputs().to_vec(),
             run_bytes: plan.arena_bytes,
             host_slots,
@@ -674,12 +690,28 @@ impl<B: Backend> CompiledGraph<B> {
         inputs: &HashMap<&str, &Datum>,
         mut times: Option<&mut Vec<Duration>>,
     ) -> Result<Vec<(String, Datum)>, CompiledError> {
+        let arena_base = self.backend.base(&state.arena);
         for v in &self.inputs {
             let slot = &self.values[v.0];
-            if let (Loc::Run(offset), Some(Datum::Tensor(t))) =
-                (slot.loc, inputs.get(slot.name.as_str()))
-            {
+            let Loc::Run(offset) = slot.loc else {
+                continue;
+            };
+            let given = match inputs.get(slot.name.as_str()) {
+                Some(Datum::Tensor(t)) => Some(t),
+                _ => None,
+            };
+            let bound = self.bound_inputs.iter().find(|b| b.input == *v);
+            let in_place = bound.and(given).and_then(|t| self.backend.host_address(t));
+            if let (None, Some(t)) = (in_place, given) {
                 self.backend.upload(&mut state.arena, offset, t)?;
+            }
+            // Every run rewrites a bound input's arguments, so none keeps pointing at the
+            // tensor of an earlier run.
+            if let Some(bound) = bound {
+                let base = in_place.unwrap_or(arena_base + offset as u64);
+                for &(step, arg, at) in &bound.uses {
+                    state.addresses[step][arg] = base + at;
+                }
             }
         }
         for (i, step) in self.steps.iter().enumerate() {
@@ -688,8 +720,11 @@ impl<B: Backend> CompiledGraph<B> {
                 Step::Kernel { kernel, .. } => {
                     // SAFETY: the addresses were computed for this state's arena and the
                     // constant arena, both alive for the call, and passed `check_args` when
-                    // the state was created; the memory plan gives simultaneously live
-                    // buffers disjoint bytes, and the arena is owned by this run alone.
+                    // the state was created; a bound input's arguments point instead into
+                    // the caller's tensor, borrowed for this run, of the size `check_args`
+                    // saw (dtype and shape were checked), and only read. The memory plan
+                    // gives simultaneously live buffers disjoint bytes, and the arena is
+                    // owned by this run alone.
                     unsafe {
                         self.backend
                             .launch(&self.module, *kernel, &state.addresses[i])?
@@ -820,4 +855,44 @@ impl<B: Backend> CompiledGraph<B> {
         }
         Ok(())
     }
+}
+
+/// The inputs kernels may read in place (see [`BoundInput`]), given each value's root buffer
+/// and byte offset in it.
+fn bind_inputs(
+    inputs: &[ValueId],
+    outputs: &[ValueId],
+    steps: &[Step],
+    root: &[usize],
+    at: &[usize],
+) -> Vec<BoundInput> {
+    let host_roots: HashSet<usize> = steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Host {
+                inputs, outputs, ..
+            } => Some(inputs.iter().chain(outputs).flatten().map(|v| root[v.0])),
+            Step::Kernel { .. } => None,
+        })
+        .flatten()
+        .chain(outputs.iter().map(|v| root[v.0]))
+        .collect();
+    inputs
+        .iter()
+        .filter(|v| root[v.0] == v.0 && at[v.0] == 0 && !host_roots.contains(&v.0))
+        .map(|v| {
+            let mut uses = Vec::new();
+            for (i, step) in steps.iter().enumerate() {
+                if let Step::Kernel { args, .. } = step {
+                    for (j, (a, written)) in args.iter().enumerate() {
+                        if root[a.0] == v.0 {
+                            debug_assert!(!written, "no kernel writes a graph input's buffer");
+                            uses.push((i, j, at[a.0] as u64));
+                        }
+                    }
+                }
+            }
+            BoundInput { input: *v, uses }
+        })
+        .collect()
 }
