@@ -17,9 +17,15 @@ Cases:
 It also measures the machine's FMA peak (`cargo run --release -p hidet-cpu
 --example fma_peak`) and reports each compute-bound case's GFLOP/s against it.
 
+With `--tuned LEVEL`, a second hidet engine, `hidet-tuned`, runs every case with the
+results of `hidet tune MODEL --level LEVEL` (tuned once before the rounds, into its own
+cache under `target/bench-tune/`), beside `hidet` at level 0 (a cache under
+`target/bench-level0/` that holds compiled kernels but never tuning results).
+
 Usage:
   .venv/bin/python scripts/bench_peers.py [--threads 2] [--rounds 5] [--runs 20]
       [--only SUBSTR ...] [--no-models] [--no-ops] [--markdown] [--hidet-bin PATH]
+      [--tuned LEVEL]
 """
 
 from __future__ import annotations
@@ -129,14 +135,32 @@ def default_hidet_bin() -> Path:
     raise SystemExit("no hidet binary: run `cargo build --release -p hidet` (or pass --hidet-bin)")
 
 
-def run_hidet(bin_path: Path, case: Case, threads: int, runs: int, warmup: int, input_dir: Path) -> float:
-    args = [str(bin_path), "bench", str(case.model), "--threads", str(threads),
-            "--runs", str(runs), "--warmup", str(warmup), "--json"]
-    for name, value in case.inputs.items():
-        path = input_dir / f"{case.name}.{len(args)}.npy"
+def input_args(case: Case, input_dir: Path) -> list[str]:
+    args = []
+    for i, (name, value) in enumerate(case.inputs.items()):
+        path = input_dir / f"{case.name}.{i}.npy"
         np.save(path, value)
         args += ["--input", f"{name}={path}"]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=3600)
+    return args
+
+
+def tune_hidet(bin_path: Path, case: Case, threads: int, level: int, input_dir: Path, cache: Path) -> None:
+    """`hidet tune` the case into `cache` (tasks already tuned there are reused)."""
+    args = [str(bin_path), "tune", str(case.model), "--threads", str(threads), "--level", str(level)]
+    env = dict(os.environ, HIDET_CACHE_DIR=str(cache))
+    proc = subprocess.run(args + input_args(case, input_dir), capture_output=True, text=True,
+                          timeout=7200, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError((proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["hidet tune failed"])
+
+
+def run_hidet(bin_path: Path, case: Case, threads: int, runs: int, warmup: int, input_dir: Path,
+              cache: Path) -> float:
+    args = [str(bin_path), "bench", str(case.model), "--threads", str(threads),
+            "--runs", str(runs), "--warmup", str(warmup), "--json"]
+    args += input_args(case, input_dir)
+    env = dict(os.environ, HIDET_CACHE_DIR=str(cache))
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=3600, env=env)
     if proc.returncode != 0:
         raise RuntimeError((proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["hidet failed"])
     last = proc.stdout.strip().splitlines()[-1]
@@ -203,6 +227,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     p.add_argument("--hidet-bin", type=Path)
     p.add_argument("--tract", default=shutil.which("tract"), help="tract CLI (default: on PATH)")
+    p.add_argument("--tuned", type=int, choices=[0, 1, 2], metavar="LEVEL",
+                   help="also run hidet tuned at this level (engine `hidet-tuned`)")
     args = p.parse_args(argv)
 
     rng = np.random.default_rng(0)
@@ -215,7 +241,18 @@ def main(argv: list[str]) -> int:
         print("no cases", file=sys.stderr)
         return 2
     hidet = args.hidet_bin or default_hidet_bin()
-    engines = ["hidet", "onnxruntime"] + (["tract"] if args.tract else [])
+    engines = (["hidet"] + (["hidet-tuned"] if args.tuned is not None else [])
+               + ["onnxruntime"] + (["tract"] if args.tract else []))
+    caches = {"hidet": ROOT / "target" / "bench-level0", "hidet-tuned": ROOT / "target" / "bench-tune"}
+    if args.tuned is not None:
+        for case in cases:
+            started = time.perf_counter()
+            try:
+                tune_hidet(hidet, case, args.threads, args.tuned, work, caches["hidet-tuned"])
+            except Exception as e:  # noqa: BLE001 - a failed tuning skips that engine only
+                case.errors["hidet-tuned"] = str(e)
+            print(f"tuned {case.name} at level {args.tuned} in {time.perf_counter() - started:.0f} s",
+                  file=sys.stderr)
     sessions = {}
     for case in cases:
         try:
@@ -229,8 +266,9 @@ def main(argv: list[str]) -> int:
                 if engine in case.errors:
                     continue
                 try:
-                    if engine == "hidet":
-                        ms = run_hidet(hidet, case, args.threads, args.runs, args.warmup, work)
+                    if engine in caches:
+                        ms = run_hidet(hidet, case, args.threads, args.runs, args.warmup, work,
+                                       caches[engine])
                     elif engine == "onnxruntime":
                         ms = time_ort(sessions[case.name], case, args.runs, args.warmup)
                     else:
@@ -246,11 +284,14 @@ def main(argv: list[str]) -> int:
         med = {e: statistics.median(t) for e, t in case.times.items() if t}
         h, o = med.get("hidet"), med.get("onnxruntime")
         ratio = f"{h / o:.2f}" if h and o else "-"
+        ht = med.get("hidet-tuned")
+        tuned_ratio = [f"{ht / o:.2f}" if ht and o else "-"] if args.tuned is not None else []
         gflops = f"{case.flops / (h * 1e6):.1f}" if case.flops and h else "-"
         of_peak = f"{100 * case.flops / (h * 1e6) / peak:.0f}%" if case.flops and h and peak else "-"
         cells = [case.name] + [f"{med[e]:.3f}" if e in med else f"error: {case.errors.get(e, '?')[:60]}" for e in engines]
-        rows.append(cells + [ratio, gflops, of_peak])
-    header = ["case"] + [f"{e} ms" for e in engines] + ["hidet/ORT", "hidet GFLOP/s", "of FMA peak"]
+        rows.append(cells + [ratio] + tuned_ratio + [gflops, of_peak])
+    header = (["case"] + [f"{e} ms" for e in engines] + ["hidet/ORT"]
+              + (["tuned/ORT"] if args.tuned is not None else []) + ["hidet GFLOP/s", "of FMA peak"])
     if args.markdown:
         print("| " + " | ".join(header) + " |")
         print("|" + "---|" * len(header))
