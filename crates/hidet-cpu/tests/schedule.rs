@@ -634,3 +634,31 @@ fn padded_windows_match_the_reference() {
     }
     check_all(&defs, 11);
 }
+
+/// Softmax computes each exponential once: the sum's fold stores `exp(x - max)` into the
+/// output, whose pass only divides (no store of `y` computes an exponential), and the
+/// results still match float64 loops on rows that are not a multiple of the SIMD width
+/// (vector chunks, single vectors and a scalar tail).
+#[test]
+fn softmax_stores_its_exponentials_in_the_sum_pass() {
+    let def = softmax(2, 3, 133);
+    let f = schedule(&def, "softmax", CpuTarget::host(), 2).expect("schedules");
+    let y = f.params.last().expect("y is the last parameter").clone();
+    let (mut stores_of_y, mut exp_stores) = (0, 0);
+    f.body.visit(&mut |s| {
+        if let Stmt::Store { tensor, value, .. } = s {
+            if *tensor == y {
+                stores_of_y += 1;
+                value.visit(&mut |x| {
+                    exp_stores += usize::from(matches!(x.kind(), ExprKind::Math(MathFunc::Exp, _)));
+                });
+            }
+        }
+    });
+    assert!(
+        stores_of_y >= 2,
+        "the fold's tail and the output pass store y"
+    );
+    assert_eq!(exp_stores, 0, "no store of y computes an exponential");
+    check_all(&[def, softmax(1, 2, 16), softmax(1, 3, 5)], 17);
+}

@@ -50,6 +50,7 @@ mod params;
 mod plan;
 mod rowwise;
 mod select;
+mod stash;
 mod threads;
 mod vectorize;
 

@@ -11,6 +11,7 @@ use super::guards;
 use super::params::Kernel;
 use super::plan::{RowOutput, RowPlan};
 use super::select::selects_for_min_max;
+use super::stash::{self, Stash};
 use super::threads::{bind_all, parallel_items, product, unravel};
 use super::vectorize::vectorize;
 use crate::signature::eval_index;
@@ -46,17 +47,22 @@ pub(crate) fn emit_rows(
     parallel_items(fb, &rows, threads, |fb, item| {
         bind_all(fb, "i", &unravel(&item, &domain), |fb, row| {
             let mut accs: HashMap<Var, Expr> = HashMap::new();
+            let mut stashes: Vec<Stash> = Vec::new();
             for &k in &plan.reduces {
                 let (var, node) = &def.nodes[k];
-                match reduce_row(fb, kernel, node, var, &row, &accs, lanes) {
-                    Ok(acc) => {
+                let stash = stash::find(kernel, def, plan, (var, node), &row, &accs)
+                    .filter(|s| stashes.iter().all(|t| t.output != s.output));
+                match reduce_row(fb, kernel, node, var, &row, &accs, lanes, stash.as_ref()) {
+                    Ok((acc, stashed)) => {
                         accs.insert(var.clone(), acc);
+                        stashes.extend(stash.filter(|_| stashed));
                     }
                     Err(e) => failure = Some(e),
                 }
             }
-            for out in &plan.outputs {
-                write_output(fb, kernel, def, out, &row, &accs);
+            for (n, out) in plan.outputs.iter().enumerate() {
+                let stash = stashes.iter().find(|s| s.output == n);
+                write_output(fb, kernel, def, out, &row, &accs, stash);
             }
         });
     })?;
@@ -442,7 +448,7 @@ fn lane_loop(
             accs.insert(var.clone(), cast_to(acc.expr(), dtype));
         }
         for out in &plan.outputs {
-            write_output(fb, kernel, def, out, &row, &accs);
+            write_output(fb, kernel, def, out, &row, &accs, None);
         }
     });
     failure.map_or(Ok(()), Err)
@@ -544,7 +550,9 @@ fn cast_to(e: Expr, dtype: DataType) -> Expr {
 }
 
 /// Folds reduce `node` for `row` into a fresh register; returns the
-/// reduction's value as the node's dtype.
+/// reduction's value as the node's dtype, and whether the fold also stored every folded
+/// value into `stash` (only the vector fold of a sum does; see [`stash`]).
+#[allow(clippy::too_many_arguments)]
 fn reduce_row(
     fb: &mut FunctionBuilder,
     kernel: &Kernel,
@@ -553,7 +561,8 @@ fn reduce_row(
     row: &[Expr],
     accs: &HashMap<Var, Expr>,
     lanes: u16,
-) -> Result<Expr, ScheduleError> {
+    stash: Option<&Stash>,
+) -> Result<(Expr, bool), ScheduleError> {
     let ComputeNode::Reduce {
         axes,
         reduce_axes,
@@ -575,6 +584,7 @@ fn reduce_row(
     let acc = fb.var("acc", kind.identity(acc_t));
     let body_value = |env: &HashMap<Var, Expr>| cast_to(kernel.rename(value, env, accs), acc_t);
     let per_lane = matches!(kind, ReduceKind::Max | ReduceKind::Min);
+    let mut stashed = false;
     let vector_body = contiguous_fold(
         kernel,
         value,
@@ -618,6 +628,26 @@ fn reduce_row(
             });
         }
         Some((lane, scalar)) => {
+            stashed = stash.is_some();
+            // `fold(fb, v, at)` folds the vector or scalar `v` of position `at` into `into`
+            // (and stores it into the stash first).
+            let fold = |fb: &mut FunctionBuilder,
+                        v: Expr,
+                        at: Expr,
+                        into: &dyn Fn(&mut FunctionBuilder, Expr)| {
+                let Some(s) = stash else {
+                    return into(fb, v);
+                };
+                fb.let_in("e", v, |fb, v| {
+                    if v.dtype().is_some_and(|d| d.is_vector()) {
+                        let dst = s.param.at(s.index(at)).address();
+                        fb.call(Intrinsic::VectorStore, vec![dst, v.clone()]);
+                    } else {
+                        fb.store(&s.param, s.index(at), v.clone());
+                    }
+                    into(fb, v);
+                });
+            };
             let vec_t = DataType::F32.with_lanes(lanes);
             let vacc = fb.register_tensor("vacc", vec_t, row_major([ACCUMULATORS]));
             let each = repeat_unrolled([ACCUMULATORS])?;
@@ -645,18 +675,26 @@ fn reduce_row(
                         let u = &u[0];
                         let base = (&b * ACCUMULATORS + u) * w;
                         let v = step(&base, &map);
-                        fb.store(&vacc, [u.clone()], kind.combine(vacc.at([u.clone()]), v));
+                        fold(fb, v, base, &|fb, v| {
+                            fb.store(&vacc, [u.clone()], kind.combine(vacc.at([u.clone()]), v));
+                        });
                     });
                 });
                 let done = (n_last / chunk) * ACCUMULATORS;
                 fb.for_range("c", n_last / w - &done, |fb, c| {
-                    let v = step(&((&done + c) * w), &map);
-                    fb.store(&vacc, [0], kind.combine(vacc.at([0]), v));
+                    let base = (&done + c) * w;
+                    let v = step(&base, &map);
+                    fold(fb, v, base, &|fb, v| {
+                        fb.store(&vacc, [0], kind.combine(vacc.at([0]), v));
+                    });
                 });
                 fb.for_range("r", n_last - (n_last / w) * w, |fb, r| {
-                    map.insert(lane.clone(), (n_last / w) * w + r);
+                    let at = (n_last / w) * w + r;
+                    map.insert(lane.clone(), at.clone());
                     let v = selects_for_min_max(&scalar.substitute(&map));
-                    fb.assign(&acc, combine_scalar(kind, acc.expr(), v));
+                    fold(fb, v, at, &|fb, v| {
+                        fb.assign(&acc, combine_scalar(kind, acc.expr(), v));
+                    });
                 });
             });
             let folded = (1..ACCUMULATORS).fold(vacc.at([0]), |a, u| kind.combine(a, vacc.at([u])));
@@ -679,7 +717,7 @@ fn reduce_row(
             });
         }
     }
-    Ok(cast_to(acc.expr(), dtype))
+    Ok((cast_to(acc.expr(), dtype), stashed))
 }
 
 /// Serial loops over `shape`, calling `body` with the index.
@@ -716,6 +754,7 @@ fn write_output(
     out: &RowOutput,
     row: &[Expr],
     accs: &HashMap<Var, Expr>,
+    stash: Option<&Stash>,
 ) {
     let (var, node) = &def.nodes[out.node];
     let param = &kernel.outputs[out.position];
@@ -727,14 +766,7 @@ fn write_output(
         }
         ComputeNode::Grid { axes, value } => {
             let shape = tensor_shape(var);
-            let mut index: Vec<Option<Expr>> = (0..axes.len())
-                .map(|a| (kernel.extent(&shape[a]).as_int() == Some(1)).then(|| Expr::int(0)))
-                .collect();
-            for (d, b) in out.binding.iter().enumerate() {
-                if let Some(axis) = b {
-                    index[*axis] = Some(row[d].clone());
-                }
-            }
+            let index = stash::row_index(kernel, &shape, out, row);
             let free: Vec<usize> = (0..axes.len()).filter(|&a| index[a].is_none()).collect();
             let extents: Vec<Expr> = free.iter().map(|&a| kernel.extent(&shape[a])).collect();
             inner_nest(fb, &extents, Vec::new(), &mut |fb, loops| {
@@ -748,10 +780,11 @@ fn write_output(
                     .collect();
                 let env: HashMap<Var, Expr> =
                     axes.iter().cloned().zip(full.iter().cloned()).collect();
-                let v = cast_to(
-                    selects_for_min_max(&kernel.rename(value, &env, accs)),
-                    dtype,
-                );
+                let mut v = kernel.rename(value, &env, accs);
+                if let (Some(s), [j]) = (stash, loops) {
+                    v = s.reuse(kernel, accs, j, &v);
+                }
+                let v = cast_to(selects_for_min_max(&v), dtype);
                 fb.store(param, full, v);
             });
         }
