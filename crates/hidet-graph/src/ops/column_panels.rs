@@ -137,24 +137,11 @@ impl Operator for ColumnPanels {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribute::{Attribute, Attributes};
+    use crate::ops::common::build_op;
+    use crate::attribute::Attribute;
 
     fn build(columns: i64) -> Result<Box<dyn Operator>, OpError> {
-        let mut a = Attributes::new();
-        a.insert("columns", Attribute::Int(columns));
-        let mut r = Registry::new();
-        register(&mut r);
-        let ctx = OpContext {
-            domain: HIDET_DOMAIN,
-            op_type: OP_TYPE,
-            opset: 1,
-            attrs: &a,
-            num_inputs: 1,
-            num_outputs: 1,
-        };
-        r.lookup(HIDET_DOMAIN, OP_TYPE, 1)
-            .expect("registered above")
-            .build(&ctx)
+        build_op(HIDET_DOMAIN, OP_TYPE, 1, &[("columns", Attribute::Int(columns))], 1, 1)
     }
 
     #[test]

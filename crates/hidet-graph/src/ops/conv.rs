@@ -381,7 +381,8 @@ fn add_bias(y: &mut [f64], b: &[f64], channels: usize, plane: usize) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribute::{Attribute, Attributes};
+    use crate::ops::common::build_op;
+    use crate::attribute::Attribute;
 
     struct Rng(u64);
     impl Rng {
@@ -406,28 +407,12 @@ mod tests {
     }
 
     fn build(kind: Kind, attrs: &[(&str, Attribute)]) -> Result<Box<dyn Operator>, OpError> {
-        let mut a = Attributes::new();
-        for (k, v) in attrs {
-            a.insert(*k, v.clone());
-        }
-        let mut r = Registry::new();
-        register(&mut r);
         let name = match kind {
             Kind::Float => "Conv",
             Kind::Integer => "ConvInteger",
             Kind::QLinear => "QLinearConv",
         };
-        let ctx = OpContext {
-            domain: "",
-            op_type: name,
-            opset: 17,
-            attrs: &a,
-            num_inputs: 3,
-            num_outputs: 1,
-        };
-        r.lookup("", name, 17)
-            .expect("registered above")
-            .build(&ctx)
+        build_op("", name, 17, attrs, 3, 1)
     }
 
     /// Direct 2-D definition in f64 with explicit pads.

@@ -354,26 +354,11 @@ impl Gemm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribute::{Attribute, Attributes};
+    use crate::ops::common::build_op;
+    use crate::attribute::Attribute;
 
     fn build(opset: i64, attrs: &[(&str, Attribute)]) -> Result<Box<dyn Operator>, OpError> {
-        let mut a = Attributes::new();
-        for (k, v) in attrs {
-            a.insert(*k, v.clone());
-        }
-        let mut r = Registry::new();
-        register(&mut r);
-        let ctx = OpContext {
-            domain: "",
-            op_type: "Gemm",
-            opset,
-            attrs: &a,
-            num_inputs: 3,
-            num_outputs: 1,
-        };
-        r.lookup("", "Gemm", opset)
-            .expect("registered above")
-            .build(&ctx)
+        build_op("", "Gemm", opset, attrs, 3, 1)
     }
 
     fn pseudo(n: usize, seed: u64) -> Vec<f32> {

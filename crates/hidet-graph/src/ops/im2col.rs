@@ -137,26 +137,11 @@ impl Operator for Im2Col {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribute::{Attribute, Attributes};
+    use crate::ops::common::build_op;
+    use crate::attribute::Attribute;
 
     fn build(attrs: &[(&str, Attribute)]) -> Result<Box<dyn Operator>, OpError> {
-        let mut a = Attributes::new();
-        for (k, v) in attrs {
-            a.insert(*k, v.clone());
-        }
-        let mut r = Registry::new();
-        register(&mut r);
-        let ctx = OpContext {
-            domain: HIDET_DOMAIN,
-            op_type: "Im2Col",
-            opset: 1,
-            attrs: &a,
-            num_inputs: 1,
-            num_outputs: 1,
-        };
-        r.lookup(HIDET_DOMAIN, "Im2Col", 1)
-            .expect("registered above")
-            .build(&ctx)
+        build_op(HIDET_DOMAIN, "Im2Col", 1, attrs, 1, 1)
     }
 
     #[test]

@@ -466,26 +466,11 @@ impl Operator for GlobalPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribute::{Attribute, Attributes};
+    use crate::ops::common::build_op;
+    use crate::attribute::Attribute;
 
     fn build(name: &str, attrs: &[(&str, Attribute)]) -> Result<Box<dyn Operator>, OpError> {
-        let mut a = Attributes::new();
-        for (k, v) in attrs {
-            a.insert(*k, v.clone());
-        }
-        let mut r = Registry::new();
-        register(&mut r);
-        let ctx = OpContext {
-            domain: "",
-            op_type: name,
-            opset: 19,
-            attrs: &a,
-            num_inputs: 1,
-            num_outputs: 2,
-        };
-        r.lookup("", name, 19)
-            .expect("registered above")
-            .build(&ctx)
+        build_op("", name, 19, attrs, 1, 2)
     }
 
     fn pseudo(n: usize, seed: u64) -> Vec<f32> {

@@ -375,30 +375,15 @@ impl Operator for Resize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribute::{Attribute, Attributes};
+    use crate::ops::common::build_op;
+    use crate::attribute::Attribute;
 
     fn build(
         name: &str,
         opset: i64,
         attrs: &[(&str, Attribute)],
     ) -> Result<Box<dyn Operator>, OpError> {
-        let mut a = Attributes::new();
-        for (k, v) in attrs {
-            a.insert(*k, v.clone());
-        }
-        let mut r = Registry::new();
-        register(&mut r);
-        let ctx = OpContext {
-            domain: "",
-            op_type: name,
-            opset,
-            attrs: &a,
-            num_inputs: 4,
-            num_outputs: 1,
-        };
-        r.lookup("", name, opset)
-            .expect("registered above")
-            .build(&ctx)
+        build_op("", name, opset, attrs, 4, 1)
     }
 
     fn s(v: &str) -> Attribute {
