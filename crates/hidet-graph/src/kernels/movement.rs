@@ -10,6 +10,51 @@ use crate::dtype::DType;
 use crate::operator::OpError;
 use crate::tensor::{checked_numel, Element, Tensor};
 
+/// The values of an index tensor (the operator's input 1) as `i64`; a dtype error naming
+/// input 1 unless it is int32 or int64.
+pub fn index_values(t: &Tensor) -> Result<Vec<i64>, OpError> {
+    if !is_index_dtype(t.dtype()) {
+        return Err(OpError::DType {
+            index: 1,
+            dtype: t.dtype(),
+        });
+    }
+    Ok(t.to_i64_vec())
+}
+
+/// The flat offsets into a tensor of `shape` that `op` (GatherElements, ScatterElements)
+/// addresses: for each element of `indices` in row-major order, its own position with the
+/// coordinate along `axis` replaced by its value (negative values count from the end).
+/// Requires `indices` to have `shape`'s rank. Errors, naming `op`: `indices` longer than
+/// `shape` along another axis, a non-index dtype, an index out of range.
+pub fn element_offsets(
+    op: &str,
+    shape: &[usize],
+    indices: &Tensor,
+    axis: usize,
+) -> Result<Vec<usize>, OpError> {
+    for (d, (&n, &m)) in shape.iter().zip(indices.shape()).enumerate() {
+        if d != axis && m > n {
+            return Err(OpError::Shape(format!(
+                "{op}: indices dimension {d} ({m}) exceeds data's ({n})"
+            )));
+        }
+    }
+    let idx = index_values(indices)?;
+    let st = strides(shape);
+    let dim = shape[axis];
+    let mut k = 0usize;
+    offsets(indices.shape(), |o| {
+        let j = wrap_index(idx[k], dim, op)?;
+        k += 1;
+        Ok(o.iter()
+            .zip(&st)
+            .enumerate()
+            .map(|(d, (&i, &s))| if d == axis { j * s } else { i * s })
+            .sum())
+    })
+}
+
 /// Row-major strides (in elements) of `shape`. Saturates instead of overflowing; callers
 /// check the element count of the shapes they allocate with [`numel`].
 pub fn strides(shape: &[usize]) -> Vec<usize> {

@@ -2,7 +2,9 @@
 //! index, along an axis) and GatherND (index tuples into the leading dimensions).
 //! Negative indices count from the end; out-of-range indices are errors.
 
-use crate::kernels::movement::{is_index_dtype, offsets, strides, take, wrap_index};
+use crate::kernels::movement::{
+    element_offsets, index_values, is_index_dtype, offsets, strides, take, wrap_index,
+};
 use crate::operator::{arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
 use crate::ops::common::norm_axis;
 use crate::ops::compute_util::{grid_def, input, placeholders, wrap_index as wrap_expr};
@@ -84,16 +86,6 @@ fn check_compute_indices(
         )));
     }
     Ok(())
-}
-
-fn index_values(t: &Tensor) -> Result<Vec<i64>, OpError> {
-    if !is_index_dtype(t.dtype()) {
-        return Err(OpError::DType {
-            index: 1,
-            dtype: t.dtype(),
-        });
-    }
-    Ok(t.to_i64_vec())
 }
 
 impl Operator for Gather {
@@ -185,26 +177,7 @@ impl Operator for GatherElements {
             )));
         }
         let a = norm_axis(self.axis, x.rank())?;
-        for (d, (&n, &m)) in x.shape().iter().zip(ind.shape()).enumerate() {
-            if d != a && m > n {
-                return Err(OpError::Shape(format!(
-                    "GatherElements: indices dimension {d} ({m}) exceeds data's ({n})"
-                )));
-            }
-        }
-        let idx = index_values(ind)?;
-        let st = strides(x.shape());
-        let dim = x.shape()[a];
-        let mut k = 0usize;
-        let src = offsets(ind.shape(), |o| {
-            let j = wrap_index(idx[k], dim, "GatherElements")?;
-            k += 1;
-            Ok(o.iter()
-                .zip(&st)
-                .enumerate()
-                .map(|(d, (&i, &s))| if d == a { j * s } else { i * s })
-                .sum())
-        })?;
+        let src = element_offsets("GatherElements", x.shape(), ind, a)?;
         Ok(vec![take(x, ind.shape().to_vec(), &src)?])
     }
 

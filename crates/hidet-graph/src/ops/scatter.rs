@@ -2,7 +2,10 @@
 //! `reduction` attribute (`add`/`mul` from opset 16, `max`/`min` from opset 18). Updates are
 //! applied in row-major order of the indices, so with `none` the last duplicate wins.
 
-use crate::kernels::movement::{is_index_dtype, offsets, scatter, strides, wrap_index, Reduction};
+use crate::kernels::movement::{
+    element_offsets, index_values, is_index_dtype, offsets, scatter, strides, wrap_index,
+    Reduction,
+};
 use crate::operator::{arg, infer_arg, InferInput, OpContext, OpError, Operator};
 use crate::ops::common::norm_axis;
 use crate::registry::{Registry, LATEST_OPSET};
@@ -86,16 +89,6 @@ fn infer_scatter(inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, O
     Ok(vec![x.ty.clone()])
 }
 
-fn index_values(t: &Tensor) -> Result<Vec<i64>, OpError> {
-    if !is_index_dtype(t.dtype()) {
-        return Err(OpError::DType {
-            index: 1,
-            dtype: t.dtype(),
-        });
-    }
-    Ok(t.to_i64_vec())
-}
-
 impl Operator for ScatterElements {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
         infer_scatter(inputs)
@@ -113,26 +106,7 @@ impl Operator for ScatterElements {
             )));
         }
         let a = norm_axis(self.axis, x.rank())?;
-        for (d, (&n, &m)) in x.shape().iter().zip(ind.shape()).enumerate() {
-            if d != a && m > n {
-                return Err(OpError::Shape(format!(
-                    "ScatterElements: indices dimension {d} ({m}) exceeds data's ({n})"
-                )));
-            }
-        }
-        let idx = index_values(ind)?;
-        let st = strides(x.shape());
-        let dim = x.shape()[a];
-        let mut k = 0usize;
-        let dst = offsets(ind.shape(), |o| {
-            let j = wrap_index(idx[k], dim, "ScatterElements")?;
-            k += 1;
-            Ok(o.iter()
-                .zip(&st)
-                .enumerate()
-                .map(|(d, (&i, &s))| if d == a { j * s } else { i * s })
-                .sum())
-        })?;
+        let dst = element_offsets("ScatterElements", x.shape(), ind, a)?;
         Ok(vec![scatter(x, upd, &dst, self.reduction)?])
     }
 }
