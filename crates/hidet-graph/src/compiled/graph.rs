@@ -87,7 +87,8 @@ enum Step {
 /// A graph input that kernels read where the caller keeps it (when the backend can, see
 /// [`Backend::host_address`]) instead of from a copy in the run arena: every kernel argument
 /// inside its buffer, as (step, argument, byte offset in the input). Only inputs that no host
-/// step reads and that no graph output aliases are bound, since those read the arena copy.
+/// step reads and that no graph output aliases are bound, since those read the arena copy
+/// (and none that a kernel writes).
 struct BoundInput {
     input: ValueId,
     uses: Vec<(usize, usize, u64)>,
@@ -866,27 +867,31 @@ fn bind_inputs(
     root: &[usize],
     at: &[usize],
 ) -> Vec<BoundInput> {
-    let host_roots: HashSet<usize> = steps
-        .iter()
-        .filter_map(|s| match s {
+    // Roots that must stay in the arena: read by a host step or a graph output, or written
+    // by a kernel (never an input's, by the memory plan; checked rather than assumed, since
+    // a bound input is the caller's immutable tensor).
+    let mut kept: HashSet<usize> = outputs.iter().map(|v| root[v.0]).collect();
+    for step in steps {
+        match step {
             Step::Host {
                 inputs, outputs, ..
-            } => Some(inputs.iter().chain(outputs).flatten().map(|v| root[v.0])),
-            Step::Kernel { .. } => None,
-        })
-        .flatten()
-        .chain(outputs.iter().map(|v| root[v.0]))
-        .collect();
+            } => kept.extend(inputs.iter().chain(outputs).flatten().map(|v| root[v.0])),
+            Step::Kernel { args, .. } => kept.extend(
+                args.iter()
+                    .filter(|(_, written)| *written)
+                    .map(|(v, _)| root[v.0]),
+            ),
+        }
+    }
     inputs
         .iter()
-        .filter(|v| root[v.0] == v.0 && at[v.0] == 0 && !host_roots.contains(&v.0))
+        .filter(|v| root[v.0] == v.0 && at[v.0] == 0 && !kept.contains(&v.0))
         .map(|v| {
             let mut uses = Vec::new();
             for (i, step) in steps.iter().enumerate() {
                 if let Step::Kernel { args, .. } = step {
-                    for (j, (a, written)) in args.iter().enumerate() {
+                    for (j, (a, _)) in args.iter().enumerate() {
                         if root[a.0] == v.0 {
-                            debug_assert!(!written, "no kernel writes a graph input's buffer");
                             uses.push((i, j, at[a.0] as u64));
                         }
                     }
