@@ -8,6 +8,7 @@
 
 use super::params::Kernel;
 use super::plan::{RowOutput, RowPlan};
+use super::vectorize::is_contiguous_read;
 use hidet_ir::compute::{tensor_dtype, tensor_shape, ComputeDef, ComputeNode, ReduceKind};
 use hidet_ir::dtype::DataType;
 use hidet_ir::expr::{Expr, ExprKind, Var};
@@ -80,7 +81,8 @@ pub(crate) fn row_index(
 /// The stash of reduce node `node` (named `var`) of `plan` for `row`, if it has one: an
 /// `f32` sum over one axis whose folded value calls a math function (an exponential, say;
 /// a plain read is not worth a store), and an `f32` grid output looped over its innermost
-/// axis alone, of the same extent, whose value contains the folded value at each point.
+/// axis alone, of the same extent and contiguous along it, whose value contains the folded
+/// value at each point.
 pub(crate) fn find(
     kernel: &Kernel,
     def: &ComputeDef,
@@ -152,9 +154,12 @@ pub(crate) fn find(
         kernel
             .rename(ovalue, &oenv, accs)
             .visit(&mut |x| contains |= *x == folded);
-        contains.then(|| Stash {
+        let param = &kernel.outputs[out.position];
+        // The fold stores whole vectors at consecutive positions.
+        let contiguous = is_contiguous_read(param, &at, &probe);
+        (contains && contiguous).then(|| Stash {
             output: n,
-            param: kernel.outputs[out.position].clone(),
+            param: param.clone(),
             index: at,
             axis,
             value: stash.value.clone(),
