@@ -87,14 +87,28 @@ fn nchw(shape: &[usize], what: &str) -> Result<[usize; 4], OpError> {
         .map_err(|_| OpError::Shape(format!("{what}: input {shape:?} is not 4-D")))
 }
 
+/// The output type of `what` for a 4-D input and block size `b`: DepthToSpace (`to_space`)
+/// divides the channels by `b²` and multiplies height and width by `b`, SpaceToDepth the
+/// reverse.
 fn infer4(
     inputs: &[Option<InferInput<'_>>],
     what: &str,
-    f: impl Fn(&[Dim]) -> Result<Vec<Dim>, OpError>,
+    b: usize,
+    to_space: bool,
 ) -> Result<Vec<TensorType>, OpError> {
     let x = infer_arg(inputs, 0)?;
     let shape = match &x.ty.shape {
-        Some(d) if d.len() == 4 => f(d)?,
+        Some(d) if d.len() == 4 => {
+            let bb = b
+                .checked_mul(b)
+                .ok_or_else(|| OpError::Shape(format!("{what}: blocksize overflow")))?;
+            vec![
+                d[0].clone(),
+                scale(&d[1], bb, !to_space, what)?,
+                scale(&d[2], b, to_space, what)?,
+                scale(&d[3], b, to_space, what)?,
+            ]
+        }
         Some(d) => {
             return Err(OpError::Shape(format!(
                 "{what}: input of rank {} is not 4-D",
@@ -111,18 +125,7 @@ fn infer4(
 
 impl Operator for DepthToSpace {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
-        let b = self.block;
-        infer4(inputs, "DepthToSpace", |d| {
-            let bb = b
-                .checked_mul(b)
-                .ok_or_else(|| OpError::Shape("DepthToSpace: blocksize overflow".into()))?;
-            Ok(vec![
-                d[0].clone(),
-                scale(&d[1], bb, false, "DepthToSpace")?,
-                scale(&d[2], b, true, "DepthToSpace")?,
-                scale(&d[3], b, true, "DepthToSpace")?,
-            ])
-        })
+        infer4(inputs, "DepthToSpace", self.block, true)
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
@@ -196,18 +199,7 @@ impl Operator for DepthToSpace {
 
 impl Operator for SpaceToDepth {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
-        let b = self.block;
-        infer4(inputs, "SpaceToDepth", |d| {
-            let bb = b
-                .checked_mul(b)
-                .ok_or_else(|| OpError::Shape("SpaceToDepth: blocksize overflow".into()))?;
-            Ok(vec![
-                d[0].clone(),
-                scale(&d[1], bb, true, "SpaceToDepth")?,
-                scale(&d[2], b, false, "SpaceToDepth")?,
-                scale(&d[3], b, false, "SpaceToDepth")?,
-            ])
-        })
+        infer4(inputs, "SpaceToDepth", self.block, false)
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
