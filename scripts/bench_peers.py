@@ -55,6 +55,7 @@ class Case:
     flops: float | None = None
     times: dict[str, list[float]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    input_args: list[str] | None = None
 
 
 def op_cases(out_dir: Path, rng: np.random.Generator) -> list[Case]:
@@ -136,12 +137,14 @@ def default_hidet_bin() -> Path:
 
 
 def input_args(case: Case, input_dir: Path) -> list[str]:
-    args = []
-    for i, (name, value) in enumerate(case.inputs.items()):
-        path = input_dir / f"{case.name}.{i}.npy"
-        np.save(path, value)
-        args += ["--input", f"{name}={path}"]
-    return args
+    """`--input NAME=FILE.npy` for every input of `case`; the files are written on first use."""
+    if case.input_args is None:
+        case.input_args = []
+        for i, (name, value) in enumerate(case.inputs.items()):
+            path = input_dir / f"{case.name}.{i}.npy"
+            np.save(path, value)
+            case.input_args += ["--input", f"{name}={path}"]
+    return case.input_args
 
 
 def tune_hidet(bin_path: Path, case: Case, threads: int, level: int, input_dir: Path, cache: Path) -> None:

@@ -480,11 +480,9 @@ impl Backend for CpuBackend {
     }
 
     fn host_address(&self, tensor: &Tensor) -> Option<u64> {
-        let start: *const u8 = hidet_graph::dispatch_all!(tensor.dtype(), T => match tensor.as_slice::<T>() {
-            Ok(s) => s.as_ptr().cast::<u8>(),
-            Err(_) => return None,
-        });
-        Some(start as usize as u64)
+        arena::element_bytes(tensor)
+            .ok()
+            .map(|start| start as usize as u64)
     }
 
     fn upload(

@@ -71,10 +71,7 @@ impl CpuArena {
     pub fn write(&mut self, offset: usize, tensor: &Tensor) -> Result<(), BackendError> {
         let len = tensor.size_in_bytes();
         self.check(offset, len)?;
-        let src: *const u8 = hidet_graph::dispatch_all!(tensor.dtype(), T => match tensor.as_slice::<T>() {
-            Ok(s) => s.as_ptr().cast::<u8>(),
-            Err(e) => return Err(BackendError::Memory(e.to_string())),
-        });
+        let src = element_bytes(tensor)?;
         let dst = (self.base as usize + offset) as *mut u8;
         // SAFETY: `check` keeps `[offset, offset + len)` inside this arena, which `&mut self`
         // borrows exclusively; the source is the tensor's element buffer of exactly `len`
@@ -117,4 +114,14 @@ impl CpuArena {
             I8: i8, I16: i16, I32: i32, I64: i64, U8: u8, U16: u16, U32: u32, U64: u64);
         tensor.map_err(|e| BackendError::Memory(e.to_string()))
     }
+}
+
+/// The first byte of `tensor`'s element buffer (`size_in_bytes()` bytes of plain data).
+pub fn element_bytes(tensor: &Tensor) -> Result<*const u8, BackendError> {
+    Ok(
+        hidet_graph::dispatch_all!(tensor.dtype(), T => match tensor.as_slice::<T>() {
+            Ok(s) => s.as_ptr().cast::<u8>(),
+            Err(e) => return Err(BackendError::Memory(e.to_string())),
+        }),
+    )
 }

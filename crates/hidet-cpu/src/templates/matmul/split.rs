@@ -13,8 +13,8 @@ use hidet_ir::prelude::*;
 /// thread almost a whole panel over an even share and the last one short.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PanelSplit {
-    pub panels: i64,
-    pub parts: i64,
+    panels: i64,
+    parts: i64,
     unit: i64,
     granules: i64,
     per: i64,
