@@ -426,6 +426,30 @@ impl Dialect for CDialect {
         Some(format!("{name}({ptr}, {offset}, {cond}, {other})"))
     }
 
+    fn guard_select(
+        &self,
+        cond: &str,
+        a: &str,
+        b: &str,
+        dtype: DataType,
+        uses: &mut Uses,
+    ) -> Option<String> {
+        if dtype != DataType::F32 {
+            return None;
+        }
+        let name = "hidet_guard_select_f32";
+        uses.require_helper(name, || {
+            format!(
+                "static inline float {name}(bool c, float a, float b) {{\n    \
+                 union {{ float f; uint32_t u; }} x = {{ a }}, y = {{ b }};\n    \
+                 uint32_t keep = -(uint32_t)c;\n    \
+                 x.u = (x.u & keep) | (y.u & ~keep);\n    \
+                 return x.f;\n}}"
+            )
+        });
+        Some(format!("{name}({cond}, {a}, {b})"))
+    }
+
     fn helper_qualifier(&self) -> &'static str {
         "static inline"
     }

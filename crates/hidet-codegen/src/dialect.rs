@@ -178,6 +178,22 @@ pub trait Dialect {
         None
     }
 
+    /// `cond ? a : b` for a scalar `dtype` select on index guards (comparisons of integers
+    /// only) between values that are already computed, written so that C compilers
+    /// vectorize it without if-converting the guard (GCC 12 fails to if-convert a sum of
+    /// several such selects on AVX2, and then leaves the whole loop scalar). `None` (the
+    /// default) keeps [`Dialect::select`].
+    fn guard_select(
+        &self,
+        _cond: &str,
+        _a: &str,
+        _b: &str,
+        _dtype: DataType,
+        _uses: &mut Uses,
+    ) -> Option<String> {
+        None
+    }
+
     /// `true` / `false`.
     fn bool_literal(&self, v: bool) -> String {
         if v { "true" } else { "false" }.to_string()

@@ -676,12 +676,18 @@ impl<'a> FunctionEmitter<'a> {
                 if let Some(text) = self.guarded_gather(c, a, b, dtype)? {
                     return Ok(text);
                 }
+                let guard_select = is_index_guard(c) && reads_nothing(a) && reads_nothing(b);
                 let c = if reads_nothing(c) {
                     self.eager_condition(c)?
                 } else {
                     self.expr(c)?
                 };
                 let (a, b) = (self.expr(a)?, self.expr(b)?);
+                if guard_select {
+                    if let Some(text) = self.d.guard_select(&c, &a, &b, dtype, self.uses) {
+                        return Ok(text);
+                    }
+                }
                 self.d
                     .select(&c, &a, &b, dtype, self.uses)
                     .map_err(|u| self.unsupported(u))
@@ -819,6 +825,20 @@ fn element_offset(layout: &hidet_ir::layout::Layout, indices: &[Expr]) -> Expr {
 /// Whether `e` neither reads memory, calls an intrinsic nor divides by a non-constant:
 /// evaluating it can neither fault nor have an effect, whatever an enclosing condition
 /// decided.
+/// Whether `cond` is built of `&&`, `||` and `!` over comparisons of integers only (bounds
+/// guards), reading nothing.
+fn is_index_guard(cond: &Expr) -> bool {
+    match cond.kind() {
+        ExprKind::Binary(op, a, b) if op.is_logical() => is_index_guard(a) && is_index_guard(b),
+        ExprKind::Unary(UnaryOp::Not, a) => is_index_guard(a),
+        ExprKind::Binary(op, a, b) if op.is_comparison() => {
+            let integer = |e: &Expr| e.dtype().is_some_and(|t| t.is_integer() && !t.is_vector());
+            integer(a) && integer(b) && reads_nothing(a) && reads_nothing(b)
+        }
+        _ => false,
+    }
+}
+
 fn reads_nothing(e: &Expr) -> bool {
     let mut pure = true;
     e.visit(&mut |x| {

@@ -236,3 +236,32 @@ fn guarded_gathers_load_unconditionally() {
     assert!(c.contains(") & ("), "the guard has no short-circuit: {c}");
     assert!(!c.contains("&&"), "{c}");
 }
+
+/// A select on index guards between values already computed is a bitwise blend (C compilers
+/// vectorize it without if-converting the guard); a select on a float comparison, or one
+/// whose arm reads memory, keeps `?:`.
+#[test]
+fn guard_selects_between_computed_values_are_bitwise_blends() {
+    let mut fb = FunctionBuilder::cpu_kernel("k");
+    let x = fb.tensor_param("x", DataType::F32, [40]);
+    let out = fb.tensor_param("out", DataType::F32, [3, 40]);
+    fb.for_range("r", 3, |fb, r| {
+        fb.for_range_with("j", 40, LoopKind::Vectorize, |fb, j| {
+            let v = fb.var("v", x.at([j.clone()]));
+            let inside = (r.clone() - 1).ge(0).and(r.clone().lt(2));
+            let guarded = Expr::select(inside, v.expr(), Expr::f32(f32::NEG_INFINITY));
+            let relu = Expr::select(v.expr().lt(Expr::f32(0.0)), Expr::f32(0.0), v.expr());
+            fb.store(&out, [r.clone(), j.clone()], guarded + relu);
+        });
+    });
+    let c = emit(fb.finish()).expect("emits");
+    assert!(
+        c.contains("static inline float hidet_guard_select_f32(bool c,"),
+        "{c}"
+    );
+    assert_eq!(c.matches("hidet_guard_select_f32(").count(), 2, "{c}");
+    assert!(
+        c.contains("? 0e0f : v)"),
+        "the float comparison keeps ?: {c}"
+    );
+}

@@ -399,3 +399,58 @@ fn bf16_and_f16_storage_with_an_internal_helper() {
         assert!(rel <= 1.0 / 2048.0, "f16 at {i}: {value} vs {}", xv[i]);
     }
 }
+
+/// Guard selects written as bitwise blends return either operand bit for bit: infinities,
+/// NaN, negative zero, and fills other than zero.
+#[test]
+fn guard_selects_keep_every_bit_of_the_chosen_value() {
+    let len = 37i64;
+    let mut fb = FunctionBuilder::cpu_kernel("blend");
+    let x = fb.tensor_param("x", DataType::F32, [len]);
+    let y = fb.tensor_param("y", DataType::F32, [len]);
+    let out = fb.tensor_param("out", DataType::F32, [3, len]);
+    fb.for_range("r", 3, |fb, r| {
+        fb.for_range_with("j", len, LoopKind::Vectorize, |fb, j| {
+            let a = fb.var("a", x.at([j.clone()]));
+            let b = fb.var("b", y.at([j.clone()]));
+            let inside = r.clone().ge(1).and((j.clone() % 3).ne(0));
+            fb.store(
+                &out,
+                [r.clone(), j.clone()],
+                Expr::select(inside, a.expr(), b.expr()),
+            );
+        });
+    });
+    let source = emit(fb.finish());
+    assert!(source.contains("hidet_guard_select_f32("), "{source}");
+    let lib = compile(&source);
+    let special = [
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -0.0,
+        0.0,
+        f32::MIN_POSITIVE / 2.0,
+    ];
+    let mut rng = Rng::new(11);
+    let n = len as usize;
+    let mut xs: Vec<f32> = (0..n)
+        .map(|i| special.get(i).copied().unwrap_or_else(|| rng.f32_nonzero()))
+        .collect();
+    let mut ys: Vec<f32> = (0..n)
+        .map(|i| {
+            special
+                .get(n - 1 - i)
+                .copied()
+                .unwrap_or_else(|| rng.f32_nonzero())
+        })
+        .collect();
+    let mut got = vec![1.0f32; 3 * n];
+    lib.call("blend", &mut [ptr(&mut xs), ptr(&mut ys), ptr(&mut got)]);
+    for r in 0..3 {
+        for j in 0..n {
+            let want = if r >= 1 && j % 3 != 0 { xs[j] } else { ys[j] };
+            assert_eq!(got[r * n + j].to_bits(), want.to_bits(), "r {r} j {j}");
+        }
+    }
+}

@@ -1,8 +1,9 @@
 //! The machine's single-precision FMA peak, measured with a register-only
-//! kernel: every thread runs `ITERS` iterations of `CHAINS` independent
+//! kernel: every thread runs `ITERS` iterations of [`chains`] independent
 //! vector FMAs (`acc[r] = acc[r] · x + y`, fully unrolled, enough chains to
-//! cover the FMA latency on every pipe), then stores the sum of its
-//! accumulators so nothing is optimized away.
+//! cover the FMA latency on every pipe, few enough that they, `x` and `y` stay in
+//! the vector registers), then stores the sum of its accumulators so nothing is
+//! optimized away.
 //!
 //! Run with `cargo run --release -p hidet-cpu --example fma_peak`. It
 //! prints the median of `RUNS` timed runs for 1 and 2 threads as
@@ -15,7 +16,11 @@ use std::error::Error;
 use std::process::ExitCode;
 use std::time::Instant;
 
-const CHAINS: i64 = 16;
+/// Independent FMA chains per thread: as many as the registers hold beside `x`, `y` and
+/// two spare, at most 16 (two FMA pipes of latency up to 8).
+fn chains(target: &CpuTarget) -> i64 {
+    (target.vector_registers() as i64 - 4).min(16)
+}
 const ITERS: i64 = 4_000_000;
 const RUNS: usize = 15;
 
@@ -30,14 +35,14 @@ fn main() -> ExitCode {
 }
 
 /// `fma_peak(xy: f32[2], out: f32[threads])`.
-fn peak_kernel(lanes: u16, threads: i64) -> Function {
+fn peak_kernel(lanes: u16, chains: i64, threads: i64) -> Function {
     let vec_t = DataType::vector(ScalarType::F32, lanes);
     let mut fb = FunctionBuilder::cpu_kernel("fma_peak");
     let xy = fb.tensor_param("xy", DataType::F32, [2]);
     let out = fb.tensor_param("out", DataType::F32, [threads]);
     fb.for_range_with("t", threads, LoopKind::Parallel, |fb, t| {
-        let acc = fb.register_tensor("acc", vec_t, row_major([CHAINS]));
-        let chains = repeat_unrolled([CHAINS]).expect("CHAINS is positive");
+        let acc = fb.register_tensor("acc", vec_t, row_major([chains]));
+        let chains = repeat_unrolled([chains]).expect("every target has more than 4 registers");
         let x = xy.at([0]).broadcast(lanes);
         let y = xy.at([1]).broadcast(lanes);
         fb.for_each(chains.on(0), |fb, r| {
@@ -71,7 +76,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     println!("host: {target}");
     for threads in [1i64, 2] {
         let module = IRModule::new(format!("fma_peak_{threads}t"), Target::Cpu)
-            .with(peak_kernel(lanes, threads));
+            .with(peak_kernel(lanes, chains(target), threads));
         let compiled = build(module, &BuildOptions::default())?;
         compiled.set_num_threads(threads as usize)?;
         let kernel = compiled.kernel("fma_peak")?;
@@ -91,7 +96,7 @@ fn run() -> Result<(), Box<dyn Error>> {
             times.push(start.elapsed().as_secs_f64());
         }
         times.sort_by(f64::total_cmp);
-        let flops = (threads * ITERS * CHAINS * i64::from(lanes) * 2) as f64;
+        let flops = (threads * ITERS * chains(target) * i64::from(lanes) * 2) as f64;
         println!(
             "peak_gflops_{threads}t {:.1}",
             flops / times[times.len() / 2] / 1e9

@@ -126,6 +126,19 @@ impl CpuTarget {
         }
     }
 
+    /// The SIMD registers a kernel may keep live: 32 with AVX-512 or NEON, 16 with AVX or
+    /// SSE (x86-64 without AVX-512), 8 otherwise.
+    pub fn vector_registers(&self) -> usize {
+        let f = &self.features;
+        if f.avx512f || f.neon {
+            32
+        } else if self.arch == Arch::X86_64 {
+            16
+        } else {
+            8
+        }
+    }
+
     /// Whether fused multiply-add is a single instruction on this CPU.
     pub fn has_fma(&self) -> bool {
         self.features.fma || self.features.neon
