@@ -75,8 +75,11 @@ fn run() -> Result<(), Box<dyn Error>> {
     let lanes = target.f32_lanes();
     println!("host: {target}");
     for threads in [1i64, 2] {
-        let module = IRModule::new(format!("fma_peak_{threads}t"), Target::Cpu)
-            .with(peak_kernel(lanes, chains(target), threads));
+        let module = IRModule::new(format!("fma_peak_{threads}t"), Target::Cpu).with(peak_kernel(
+            lanes,
+            chains(target),
+            threads,
+        ));
         let compiled = build(module, &BuildOptions::default())?;
         compiled.set_num_threads(threads as usize)?;
         let kernel = compiled.kernel("fma_peak")?;

@@ -173,7 +173,10 @@ impl CpuTarget {
 
     /// The complete flags to compile a kernel source into a shared library:
     /// optimization, position-independent shared output, OpenMP, FMA
-    /// contraction and the ISA flags of [`CpuTarget::isa_flags`].
+    /// contraction, loops kept as loops (GCC would otherwise turn a short copy loop
+    /// whose length is not constant, such as a segment of an im2col row in a packing
+    /// loop, into an inline `rep movs` that costs tens of cycles to start) and the ISA
+    /// flags of [`CpuTarget::isa_flags`].
     pub fn cflags(&self) -> Vec<String> {
         let mut flags: Vec<String> = [
             "-O3",
@@ -183,6 +186,7 @@ impl CpuTarget {
             "-fopenmp",
             "-ffp-contract=fast",
             "-fno-math-errno",
+            "-fno-tree-loop-distribute-patterns",
         ]
         .iter()
         .map(|s| s.to_string())

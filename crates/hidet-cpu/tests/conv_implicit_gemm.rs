@@ -246,6 +246,22 @@ fn unpadded_convolutions_with_few_channels_are_direct() {
     }
 }
 
+/// A direct convolution with more output channels than the level-0 register tile is wide
+/// (40: wider than every AVX2 tile, narrower than AVX-512's 64) packs its gathered rows
+/// instead of reading them in place once per column panel; either way the result is exact.
+#[test]
+fn direct_convolutions_wider_than_the_register_tile_pack_their_rows() {
+    for (seed, stride, hw) in [(22, 1, 23), (23, 2, 29)] {
+        let win = Window {
+            kernel: 3,
+            stride,
+            pad: 0,
+        };
+        let epilogues = check(seed, 5, hw, 40, win, false);
+        assert!(epilogues.contains("Transpose"), "{epilogues}");
+    }
+}
+
 /// A padded convolution with few output channels and a short window (`C·∏k` = 5·9 = 45)
 /// is direct too: its input is zero-padded once by a kernel of its own (a `Pad` marked
 /// `hidet_materialize`), which the product then reads without guards.

@@ -157,7 +157,10 @@ pub enum TemplateOutcome {
     Refused(String),
 }
 
-/// The matmul-template kernel of `task` (see [`TemplateOutcome`]).
+/// The matmul-template kernel of `task` (see [`TemplateOutcome`]). A guard-free gather
+/// ([`ALayout::InPlace`]) is read in place only when one register tile spans every column
+/// (`schedule.nr >= n`); otherwise each element would be gathered again, with its address
+/// arithmetic, by every column panel, and it is packed instead.
 pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOutcome {
     let Some(anchor) = &task.anchor else {
         return TemplateOutcome::NotApplicable;
@@ -176,7 +179,13 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
         panels(anchor.operands.first(), 0),
         panels(anchor.operands.get(1), 1),
     );
-    let a_layout = operand_a_layout(def, anchor.operands.first());
+    let a_layout = match operand_a_layout(def, anchor.operands.first()) {
+        ALayout::InPlace if schedule.nr < n => match anchor.operands.first() {
+            Some(Some(AnchorOperand::Prologue { axes, value })) => prologue_layout(axes, value),
+            _ => ALayout::RowMajor,
+        },
+        layout => layout,
+    };
     let b_layout = match b_panels {
         Some(_) => BLayout::Panels,
         None => BLayout::RowMajor,

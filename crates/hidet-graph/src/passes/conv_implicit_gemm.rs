@@ -138,8 +138,10 @@ const SHORT_DEPTH: usize = 320;
 /// Whether a windowed convolution with few output channels and a short window (`K = C·∏k`)
 /// takes the channels-last product so that it runs as a direct convolution: with the pixels
 /// as rows, the matrix product broadcasts the im2col elements where they are in the input
-/// (the CPU backend's in-place `A`, with a register tile as wide as the output channels),
-/// instead of packing `K` rows of columns that few output channels would reuse. A padded
+/// (the CPU backend's in-place `A`, with a register tile as wide as the output channels;
+/// where the target has no tile that wide, as with AVX2 past 24 channels, the backend
+/// packs those rows instead), rather than packing `K` rows of columns that few output
+/// channels would reuse. A padded
 /// input is first padded into memory (see [`padded_input`]). Measured on the paper's
 /// models: faster for Inception-V3's first three convolutions (`K` = 27, 288 and 288
 /// padded) and ResNet-50's padded stem (147); slower for ResNet-50's 64-channel 3×3
