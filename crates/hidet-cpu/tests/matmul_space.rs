@@ -240,3 +240,20 @@ fn level_zero_covers_the_columns_of_a_gathered_product() {
     let narrow = heuristic_for_gathered_rows(avx512, 2, 32).expect("a 32-wide tile");
     assert_eq!((narrow.mr, narrow.nr), (14, 32));
 }
+
+/// The graph passes make a convolution direct only up to the widest register tile of the
+/// target: 64 output channels with AVX-512, 24 with AVX2.
+#[test]
+fn direct_convolutions_are_bounded_by_the_widest_tile() {
+    use hidet_cpu::graph_backend::pass_options;
+    for target in targets() {
+        let widest = micro_kernels(&target)
+            .into_iter()
+            .map(|(_, nr)| nr as usize)
+            .max()
+            .expect("every target has micro-kernels");
+        assert_eq!(pass_options(&target).direct_conv_max_channels, widest);
+    }
+    assert_eq!(pass_options(&targets()[1]).direct_conv_max_channels, 24);
+    assert_eq!(pass_options(&targets()[2]).direct_conv_max_channels, 64);
+}

@@ -93,7 +93,7 @@ fn check_block(seed: u64, xs: [usize; 4], ws: [usize; 4], c: Conv2d, expect_im2c
     let rs = [1, ws[0], oh, ow];
     let r = rng.f32s(&rs);
     let before = block(xs, &w, &b, &c, &rs);
-    let after = ConvToImplicitGemm
+    let after = ConvToImplicitGemm::default()
         .run(before.clone())
         .expect("pass succeeds");
     assert_eq!(count(&after, "Conv"), 0, "{:?}", ops(&after));
@@ -180,7 +180,7 @@ fn auto_pad_and_a_computed_bias_are_rewritten() {
     ));
     g.output("y");
     let before = build(g);
-    let after = ConvToImplicitGemm.run(before.clone()).unwrap();
+    let after = ConvToImplicitGemm::default().run(before.clone()).unwrap();
     assert_eq!(count(&after, "Conv"), 0, "{:?}", ops(&after));
     let inputs = vec![("x".to_string(), x), ("b".to_string(), b)];
     assert_same_outputs(&before, &after, &inputs, 1e-5);
@@ -216,7 +216,7 @@ fn batched_grouped_and_dynamic_weight_convolutions_stay() {
         ));
         g.output("y");
         let before = build(g);
-        let after = ConvToImplicitGemm.run(before.clone()).unwrap();
+        let after = ConvToImplicitGemm::default().run(before.clone()).unwrap();
         assert_eq!(ops(&after), vec!["Conv"], "{xs:?} {ws:?} group {group}");
     }
 }
@@ -323,4 +323,36 @@ fn a_bottleneck_on_few_pixels_stays_channels_last() {
     }
     let inputs = vec![("x".to_string(), rng.f32s(&[1, c, 9, 9]))];
     assert_same_outputs(&before, &after, &inputs, 1e-4);
+}
+
+/// A padded convolution with 32 output channels and a short window is made a direct one
+/// (its input padded into memory by a `Pad` node, the product channels-last) only when the
+/// backend's widest register tile, `direct_max_channels`, spans its output channels; the
+/// values are the same either way.
+#[test]
+fn direct_convolutions_are_bounded_by_the_backends_widest_tile() {
+    let mut rng = Rng::new(9);
+    let (x, w) = (rng.f32s(&[1, 3, 19, 17]), rng.f32s(&[32, 3, 3, 3]));
+    let mut g = GraphBuilder::new("stem");
+    g.input("x", f32_input(&[1, 3, 19, 17]));
+    g.initializer("w", w);
+    g.node(node(
+        "Conv",
+        17,
+        &["x", "w"],
+        &["y"],
+        attrs(vec![("pads", ints(&[1, 1, 1, 1]))]),
+    ));
+    g.output("y");
+    let before = build(g);
+    let inputs = vec![("x".to_string(), x)];
+    for (widest, direct) in [(64, true), (32, true), (24, false)] {
+        let pass = ConvToImplicitGemm {
+            direct_max_channels: widest,
+        };
+        let after = pass.run(before.clone()).unwrap();
+        assert_eq!(count(&after, "Conv"), 0, "{:?}", ops(&after));
+        assert_eq!(count(&after, "Pad") == 1, direct, "{widest}: {:?}", ops(&after));
+        assert_same_outputs(&before, &after, &inputs, 1e-5);
+    }
 }

@@ -5,9 +5,10 @@
 
 use std::path::Path;
 
-use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
+use hidet_cpu::graph_backend::{pass_options, CpuBackend, CpuBackendOptions};
+use hidet_cpu::CpuTarget;
 use hidet_graph::compiled::{CompileOptions, CompiledError, CompiledModel};
-use hidet_graph::passes::{default_passes, run_passes};
+use hidet_graph::passes::{passes_for, run_passes, GraphPass};
 use hidet_graph::{
     run_reference as reference_executor, run_reference_data as reference_executor_data, Datum,
     ExecError, GraphError, Tensor,
@@ -30,11 +31,17 @@ pub enum PipelineError {
     Compiled(#[from] CompiledError),
 }
 
-/// Imports `path` and applies the default graph passes.
+/// Imports `path` and applies the default graph passes ([`default_passes`]).
 pub fn load(path: &Path) -> Result<OnnxModel, PipelineError> {
     let mut m = hidet_onnx::load_model(path)?;
     m.graph = run_passes(m.graph, &default_passes())?;
     Ok(m)
+}
+
+/// The default graph passes, with the options of the CPU backend on this host
+/// ([`hidet_cpu::graph_backend::pass_options`]).
+pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
+    passes_for(&pass_options(CpuTarget::host()))
 }
 
 /// The compiled CPU model of `model`. Nothing is compiled until the first run (or

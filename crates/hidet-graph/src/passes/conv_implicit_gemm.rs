@@ -47,10 +47,25 @@ use std::collections::HashSet;
 ///
 /// The product is stored channels-last when the convolution's output feeds a `to_last`
 /// transpose, when it is windowed with few output pixels (`pixels_as_rows`) or few output
-/// channels and a short window (`direct`), or when it is
+/// channels and a short window ([`ConvToImplicitGemm::direct`]), or when it is
 /// pointwise and its input comes from a `to_first` transpose or from a convolution this pass
 /// stored channels-last.
-pub struct ConvToImplicitGemm;
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvToImplicitGemm {
+    /// Output channels up to which a convolution with a short window is made a direct one
+    /// (see [`ConvToImplicitGemm::direct`]): the widest register tile of the backend's matrix product, whose
+    /// in-place read of the gathered pixels needs one tile to span every output channel.
+    pub direct_max_channels: usize,
+}
+
+impl Default for ConvToImplicitGemm {
+    /// [`FEW_CHANNELS`], the widest AVX-512 tile of the CPU backend.
+    fn default() -> Self {
+        ConvToImplicitGemm {
+            direct_max_channels: FEW_CHANNELS,
+        }
+    }
+}
 
 impl GraphPass for ConvToImplicitGemm {
     fn name(&self) -> &'static str {
@@ -67,14 +82,14 @@ impl GraphPass for ConvToImplicitGemm {
             let g = rw.graph();
             plan.channels_last = feeds_channels_last(g, plan.y)
                 || pixels_as_rows(&plan.geometry)
-                || direct(&plan.geometry, plan.channels, plan.weight.shape()[0])
+                || self.direct(&plan.geometry, plan.channels, plan.weight.shape()[0])
                 || (is_pointwise(&plan.geometry)
                     && channels_last_source(g, plan.x, &channels_last));
             if plan.channels_last {
                 channels_last.insert(plan.y);
             }
             rw.focus(NodeId(i));
-            let out = rewrite(&mut rw, &plan)?;
+            let out = rewrite(&mut rw, &plan, self)?;
             rw.replace(plan.y, out);
             rw.remove_node(NodeId(i));
         }
@@ -130,9 +145,9 @@ fn pixels_as_rows(g: &Geometry) -> bool {
     !is_pointwise(g) && pixels < FEW_PIXELS && !pixels.is_multiple_of(16)
 }
 
-/// Output channels at most this many, and a window of at most this many elements
-/// (`C·∏k`), make a windowed convolution a direct one.
-const FEW_CHANNELS: usize = 64;
+/// Output channels at most this many (by default, see [`ConvToImplicitGemm`]), and a
+/// window of at most this many elements (`C·∏k`), make a windowed convolution a direct one.
+pub const FEW_CHANNELS: usize = 64;
 const SHORT_DEPTH: usize = 320;
 
 /// Whether a windowed convolution with few output channels and a short window (`K = C·∏k`)
@@ -146,8 +161,13 @@ const SHORT_DEPTH: usize = 320;
 /// models: faster for Inception-V3's first three convolutions (`K` = 27, 288 and 288
 /// padded) and ResNet-50's padded stem (147); slower for ResNet-50's 64-channel 3×3
 /// convolutions (576), whose packed columns the GEMM form amortizes.
-fn direct(g: &Geometry, channels: usize, out_ch: usize) -> bool {
-    !is_pointwise(g) && out_ch <= FEW_CHANNELS && channels * g.kernel_size() <= SHORT_DEPTH
+impl ConvToImplicitGemm {
+    /// Whether a windowed convolution is made a direct one (see the constants above).
+    fn direct(&self, g: &Geometry, channels: usize, out_ch: usize) -> bool {
+        !is_pointwise(g)
+            && out_ch <= self.direct_max_channels
+            && channels * g.kernel_size() <= SHORT_DEPTH
+    }
 }
 
 fn is_padded(g: &Geometry) -> bool {
@@ -190,7 +210,7 @@ fn is_pointwise(g: &Geometry) -> bool {
 
 /// Adds the implicit-GEMM nodes of `p`; returns the value that replaces the convolution's
 /// output.
-fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
+fn rewrite(rw: &mut Rewriter, p: &Plan, pass: &ConvToImplicitGemm) -> Result<ValueId, GraphError> {
     let g = &p.geometry;
     let out_ch = p.weight.shape()[0];
     let rows = p.channels * g.kernel_size();
@@ -208,7 +228,7 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     let col = if is_pointwise(g) {
         let shape = shape_const(rw, &[p.channels, cols]).map_err(|e| node_error(p, e))?;
         rw.add_op("Reshape", Attributes::new(), &[p.x, shape])?
-    } else if p.channels_last && direct(g, p.channels, out_ch) && is_padded(g) {
+    } else if p.channels_last && pass.direct(g, p.channels, out_ch) && is_padded(g) {
         let (x, unpadded) = padded_input(rw, p)?;
         rw.add_domain_op(HIDET_DOMAIN, "Im2Col", unpadded.explicit_attrs(), &[x])?
     } else {

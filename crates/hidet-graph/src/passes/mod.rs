@@ -21,7 +21,7 @@ mod simplify;
 pub use batchnorm_fold::BatchNormFolding;
 pub use channels_last::{DepthwiseChannelsLast, SinkTransposes};
 pub use constant_fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
-pub use conv_implicit_gemm::ConvToImplicitGemm;
+pub use conv_implicit_gemm::{ConvToImplicitGemm, FEW_CHANNELS};
 pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
 pub use panel_weights::PanelConstantWeights;
@@ -40,8 +40,32 @@ pub trait GraphPass {
     fn run(&self, graph: Graph) -> Result<Graph, GraphError>;
 }
 
-/// The default pass pipeline, in order. New passes are added here.
+/// What the default passes may assume of the backend that will run the graph; the
+/// rewritten graph computes the same values whatever the options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PassOptions {
+    /// Output channels up to which a convolution with a short window becomes a direct
+    /// one ([`ConvToImplicitGemm::direct_max_channels`]).
+    pub direct_conv_max_channels: usize,
+}
+
+impl Default for PassOptions {
+    /// The options of a CPU with AVX-512 ([`FEW_CHANNELS`]).
+    fn default() -> Self {
+        PassOptions {
+            direct_conv_max_channels: FEW_CHANNELS,
+        }
+    }
+}
+
+/// The default pass pipeline for the default [`PassOptions`].
 pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
+    passes_for(&PassOptions::default())
+}
+
+/// The default pass pipeline, in order, for a backend described by `options`. New passes
+/// are added here.
+pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
     vec![
         // Input-independent nodes → initializers (shape arithmetic of static exports, masks).
         Box::new(ConstantFolding),
@@ -56,7 +80,9 @@ pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
         // Single-image f32 depthwise Conv → hidet::DepthwiseConvNhwc between transposes.
         Box::new(DepthwiseChannelsLast),
         // Single-image f32 Conv with a constant weight → Im2Col + MatMul + bias + Reshape.
-        Box::new(ConvToImplicitGemm),
+        Box::new(ConvToImplicitGemm {
+            direct_max_channels: options.direct_conv_max_channels,
+        }),
         // MaxPool/AveragePool over a 2-D window → a pooling along rows, then one along columns.
         Box::new(SeparablePool),
         // Channels-first transposes moved below element-wise operators, toward the

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hidet::graph::passes::{default_passes, run_passes};
+use hidet::graph::passes::run_passes;
 use hidet::onnx::OnnxModel;
 use hidet::pipeline::{self, PipelineError};
 use hidet::zoo;
@@ -26,7 +26,8 @@ pub fn load(spec: &str) -> Result<Loaded, CliError> {
     let model = match zoo::strip_prefix(spec) {
         Some(name) => {
             let graph = zoo::build(name)?;
-            let graph = run_passes(graph, &default_passes()).map_err(PipelineError::from)?;
+            let graph =
+                run_passes(graph, &pipeline::default_passes()).map_err(PipelineError::from)?;
             OnnxModel {
                 graph,
                 ir_version: 8,
