@@ -352,7 +352,12 @@ fn direct_convolutions_are_bounded_by_the_backends_widest_tile() {
         };
         let after = pass.run(before.clone()).unwrap();
         assert_eq!(count(&after, "Conv"), 0, "{:?}", ops(&after));
-        assert_eq!(count(&after, "Pad") == 1, direct, "{widest}: {:?}", ops(&after));
+        assert_eq!(
+            count(&after, "Pad") == 1,
+            direct,
+            "{widest}: {:?}",
+            ops(&after)
+        );
         assert_same_outputs(&before, &after, &inputs, 1e-5);
     }
 }
