@@ -181,8 +181,9 @@ pub trait Dialect {
     /// `cond ? a : b` for a scalar `dtype` select on index guards (comparisons of integers
     /// only) between values that are already computed, written so that C compilers
     /// vectorize it without if-converting the guard (GCC 12 fails to if-convert a sum of
-    /// several such selects on AVX2, and then leaves the whole loop scalar). `None` (the
-    /// default) keeps [`Dialect::select`].
+    /// several such selects on AVX2, and then leaves the whole loop scalar). Both `a` and
+    /// `b` may be evaluated: the emitter passes only operands that read nothing and cannot
+    /// fault. `None` (the default) keeps [`Dialect::select`].
     fn guard_select(
         &self,
         _cond: &str,

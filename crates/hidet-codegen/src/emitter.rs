@@ -822,9 +822,6 @@ fn element_offset(layout: &hidet_ir::layout::Layout, indices: &[Expr]) -> Expr {
     simplify_expr(&layout.offset(indices), &VarRanges::default())
 }
 
-/// Whether `e` neither reads memory, calls an intrinsic nor divides by a non-constant:
-/// evaluating it can neither fault nor have an effect, whatever an enclosing condition
-/// decided.
 /// Whether `cond` is built of `&&`, `||` and `!` over comparisons of integers only (bounds
 /// guards), reading nothing.
 fn is_index_guard(cond: &Expr) -> bool {
@@ -839,6 +836,9 @@ fn is_index_guard(cond: &Expr) -> bool {
     }
 }
 
+/// Whether `e` neither reads memory, calls an intrinsic nor divides by a non-constant:
+/// evaluating it can neither fault nor have an effect, whatever an enclosing condition
+/// decided.
 fn reads_nothing(e: &Expr) -> bool {
     let mut pure = true;
     e.visit(&mut |x| {
