@@ -257,3 +257,38 @@ fn direct_convolutions_are_bounded_by_the_widest_tile() {
     assert_eq!(pass_options(&targets()[1]).direct_conv_max_channels, 24);
     assert_eq!(pass_options(&targets()[2]).direct_conv_max_channels, 64);
 }
+
+/// Level 0 keeps the default tile unless the second register tile computes at least 8% less
+/// padded work: on AVX2, 32 rows take 4×24 (8 whole tiles instead of 5 and a 2-row edge)
+/// while 128 rows (3% less) and 1024 keep 6×16; every pick is a schedule of the space and
+/// never computes more padded work than the default.
+#[test]
+fn level_zero_spares_short_products_a_thin_edge_tile() {
+    use hidet_cpu::templates::matmul::heuristic_for_product;
+    let avx2 = &targets()[1];
+    let default = MatmulSchedule::for_target(avx2, 2);
+    let tile = |m, n| {
+        let s = heuristic_for_product(avx2, 2, m, n);
+        (s.mr, s.nr)
+    };
+    assert_eq!(tile(32, 21609), (4, 24));
+    assert_eq!(tile(16, 12544), (4, 24));
+    assert_eq!(tile(128, 768), (default.mr, default.nr));
+    assert_eq!(tile(1024, 1024), (default.mr, default.nr));
+    for target in targets() {
+        let default = MatmulSchedule::for_target(&target, 2);
+        let padded = |s: &MatmulSchedule, m: i64, n: i64| {
+            (m + s.mr - 1) / s.mr * s.mr * ((n + s.nr - 1) / s.nr * s.nr)
+        };
+        for m in [default.mr, 16, 32, 49, 64, 80, 128, 1000] {
+            for n in [1, 49, 196, 768, 3136] {
+                let s = heuristic_for_product(&target, 2, m, n);
+                s.validate().expect("a valid schedule");
+                assert!(matmul_space(&target, 2).contains(&s), "{m}×{n}: {s:?}");
+                if m >= default.mr {
+                    assert!(padded(&s, m, n) <= padded(&default, m, n), "{m}×{n}: {s:?}");
+                }
+            }
+        }
+    }
+}

@@ -15,8 +15,8 @@ use super::fingerprint::fingerprint;
 use crate::graph_backend::anchor::{a_layout, matmul_kernel, matmul_shape, TemplateOutcome};
 use crate::target::CpuTarget;
 use crate::templates::matmul::{
-    heuristic_for_gathered_rows, heuristic_for_rows, matmul_candidates, matmul_f32, matmul_space,
-    ALayout, MatmulSchedule, MatmulShape, ThreadSplit,
+    heuristic_for_gathered_rows, heuristic_for_product, matmul_candidates, matmul_f32,
+    matmul_space, ALayout, MatmulSchedule, MatmulShape, ThreadSplit,
 };
 
 /// The name of the matmul template's schedule space.
@@ -249,7 +249,9 @@ impl Tunable for MatmulTask {
             _ => None,
         };
         MatmulCandidate(
-            gathered.unwrap_or_else(|| heuristic_for_rows(&self.target, self.threads, self.m)),
+            gathered.unwrap_or_else(|| {
+                heuristic_for_product(&self.target, self.threads, self.m, self.n)
+            }),
         )
     }
 

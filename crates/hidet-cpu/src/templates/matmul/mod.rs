@@ -42,7 +42,8 @@ pub use schedule::{
     PARALLEL_K_MAX_ELEMENTS,
 };
 pub use space::{
-    heuristic_for_gathered_rows, heuristic_for_rows, matmul_candidates, matmul_space, micro_kernels,
+    heuristic_for_gathered_rows, heuristic_for_product, heuristic_for_rows, matmul_candidates,
+    matmul_space, micro_kernels,
 };
 
 use crate::error::TemplateError;

@@ -82,6 +82,42 @@ pub fn heuristic_for_rows(target: &CpuTarget, threads: i64, m: i64) -> MatmulSch
     )
 }
 
+/// Padded work, in percent of the first tile's, at or below which level 0 takes the second
+/// register tile of [`micro_kernels`] instead of the first.
+const SECOND_TILE_MAX_WORK_PERCENT: i64 = 92;
+
+/// The level-0 schedule for an `m × n` product: [`heuristic_for_rows`] for products shorter
+/// than the default tile; otherwise the default, unless the second register tile of
+/// [`micro_kernels`] (the first two fill the register file alike) computes at least 8% less
+/// padded work, `⌈m / MR⌉·MR × ⌈n / NR⌉·NR`: then that tile with the default's blocks. (32
+/// rows are 5⅓ tiles of 6 but 8 of 4: on AVX2, 4×24 spares a 2-row edge tile whose
+/// multiply-adds per load are a third of a full tile's. Smaller savings, such as 128 rows,
+/// measured even.) The pick is a schedule of [`matmul_space`].
+pub fn heuristic_for_product(target: &CpuTarget, threads: i64, m: i64, n: i64) -> MatmulSchedule {
+    let default = MatmulSchedule::for_target(target, threads);
+    if m < default.mr {
+        return heuristic_for_rows(target, threads, m);
+    }
+    let padded = |(mr, nr): (i64, i64)| round_up(m, mr) * round_up(n.max(1), nr);
+    let kernels = micro_kernels(target);
+    let (Some(&first), Some(&second)) = (kernels.first(), kernels.get(1)) else {
+        return default;
+    };
+    if first != (default.mr, default.nr)
+        || padded(second) * 100 > padded(first) * SECOND_TILE_MAX_WORK_PERCENT
+    {
+        return default;
+    }
+    let (mr, nr) = second;
+    MatmulSchedule {
+        mr,
+        nr,
+        mc: round_up(default.mc, mr),
+        nc: round_up(default.nc, nr),
+        ..default
+    }
+}
+
 /// The level-0 schedule for a product of `n` columns whose left operand is gathered in place
 /// (a direct convolution, [`super::ALayout::InPlace`]): the micro-kernel of
 /// [`micro_kernels`] with the narrowest tile that covers `n` (the most rows among equals),
