@@ -94,17 +94,21 @@ fn prologue_layout(axes: &[Var], value: &Expr) -> ALayout {
 /// convolution) a register tile as wide as the product, so the gather is read once.
 pub fn a_layout(task: &FusedTask) -> Option<ALayout> {
     let anchor = task.anchor.as_ref()?;
-    Some(operand_a_layout(&task.def, anchor.operands.first()))
+    Some(operand_a_layout(&task.def, anchor.operands.first(), true))
 }
 
 /// The layout of a left operand read through `operand`: panels, a guard-free gather read in
-/// place, or the order its prologue reads memory in.
-fn operand_a_layout(def: &ComputeDef, operand: Option<&Option<AnchorOperand>>) -> ALayout {
+/// place (only when `in_place` allows it), or the order its prologue reads memory in.
+fn operand_a_layout(
+    def: &ComputeDef,
+    operand: Option<&Option<AnchorOperand>>,
+    in_place: bool,
+) -> ALayout {
     match operand {
         Some(Some(AnchorOperand::Prologue { axes, value })) if axes.len() == 2 => {
             if panels_input(def, &axes[0], &axes[1], value).is_some() {
                 ALayout::Panels
-            } else if is_unguarded_gather(value) {
+            } else if in_place && is_unguarded_gather(value) {
                 ALayout::InPlace
             } else {
                 prologue_layout(axes, value)
@@ -179,13 +183,7 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
         panels(anchor.operands.first(), 0),
         panels(anchor.operands.get(1), 1),
     );
-    let a_layout = match operand_a_layout(def, anchor.operands.first()) {
-        ALayout::InPlace if schedule.nr < n => match anchor.operands.first() {
-            Some(Some(AnchorOperand::Prologue { axes, value })) => prologue_layout(axes, value),
-            _ => ALayout::RowMajor,
-        },
-        layout => layout,
-    };
+    let a_layout = operand_a_layout(def, anchor.operands.first(), schedule.nr >= n);
     let b_layout = match b_panels {
         Some(_) => BLayout::Panels,
         None => BLayout::RowMajor,

@@ -218,6 +218,17 @@ impl MatmulSchedule {
         MatmulSchedule::new(mr, nr, lanes, mc, nc, kc, threads)
     }
 
+    /// This schedule with an `mr × nr` register tile, its cache blocks rounded up to the tile.
+    pub fn with_tile(self, mr: i64, nr: i64) -> MatmulSchedule {
+        MatmulSchedule {
+            mr,
+            nr,
+            mc: round_up(self.mc, mr),
+            nc: round_up(self.nc, nr),
+            ..self
+        }
+    }
+
     /// Checks the schedule's constraints: positive sizes, `nr` a multiple
     /// of `lanes`, `mc` of `mr`, `nc` of `nr`, and `lanes` a power of two.
     pub fn validate(&self) -> Result<(), TemplateError> {

@@ -108,14 +108,7 @@ pub fn heuristic_for_product(target: &CpuTarget, threads: i64, m: i64, n: i64) -
     {
         return default;
     }
-    let (mr, nr) = second;
-    MatmulSchedule {
-        mr,
-        nr,
-        mc: round_up(default.mc, mr),
-        nc: round_up(default.nc, nr),
-        ..default
-    }
+    default.with_tile(second.0, second.1)
 }
 
 /// The level-0 schedule for a product of `n` columns whose left operand is gathered in place
@@ -133,13 +126,7 @@ pub fn heuristic_for_gathered_rows(
         .into_iter()
         .filter(|&(_, nr)| nr >= n)
         .min_by_key(|&(mr, nr)| (nr, -mr))?;
-    Some(MatmulSchedule {
-        mr,
-        nr,
-        mc: round_up(default.mc, mr),
-        nc: round_up(default.nc, nr),
-        ..default
-    })
+    Some(default.with_tile(mr, nr))
 }
 
 /// Every schedule of the space for `target` and `threads` (tuning level 2),
@@ -151,13 +138,7 @@ pub fn matmul_space(target: &CpuTarget, threads: i64) -> Vec<MatmulSchedule> {
     let mut space = vec![default];
     // The default's blocks with every micro-kernel (heuristic_for_gathered_rows).
     for (mr, nr) in micro_kernels(target) {
-        let s = MatmulSchedule {
-            mr,
-            nr,
-            mc: round_up(default.mc, mr),
-            nc: round_up(default.nc, nr),
-            ..default
-        };
+        let s = default.with_tile(mr, nr);
         if !space.contains(&s) {
             space.push(s);
         }
