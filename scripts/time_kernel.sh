@@ -13,7 +13,8 @@
 # pseudo-random floats in [-0.5, 0.5) instead: the default pattern is predictable, and hides
 # branch mispredictions (GCC leaves scalar, branchy `max` selects inside some strided pooling
 # loops, 2-3x slower on random data). Synthetic data hides data-dependent costs (branches on signs, denormals): confirm a
-# finding with `hidet bench MODEL --profile`.
+# finding with `hidet bench MODEL --profile`. BIN_OUT=PATH also keeps the driver binary there,
+# to alternate two variants of a kernel (`OMP_NUM_THREADS=2 PATH`) on a noisy host.
 set -euo pipefail
 src=${1:?usage: time_kernel.sh KERNEL.src [THREADS]}
 threads=${2:-2}
@@ -65,4 +66,5 @@ C
 flags=(-O3 -std=gnu11 -fopenmp -ffp-contract=fast -fno-math-errno -fno-tree-loop-distribute-patterns ${ISA:--march=native})
 if grep -q avx512f /proc/cpuinfo 2>/dev/null; then flags+=(-mprefer-vector-width=512); fi
 gcc "${flags[@]}" -DENTRY="$entry" -DENTRY_NAME="\"$entry\"" -I"$work" "$work/driver.c" -o "$work/driver" -lm
+if [ -n "${BIN_OUT:-}" ]; then cp "$work/driver" "$BIN_OUT"; fi
 OMP_NUM_THREADS=$threads "$work/driver"

@@ -10,11 +10,13 @@ pub mod bounds;
 pub mod lower_task_mappings;
 pub mod simplify;
 pub mod split_divided_loops;
+pub mod split_guarded_loops;
 
 pub use bounds::{bound_of, is_non_negative, Interval, VarRanges};
 pub use lower_task_mappings::LowerTaskMappings;
 pub use simplify::{simplify_expr, Simplify};
 pub use split_divided_loops::SplitDividedLoops;
+pub use split_guarded_loops::SplitGuardedLoops;
 
 use crate::function::{Function, IRModule};
 use crate::stmt::Stmt;
@@ -69,12 +71,16 @@ pub trait FunctionPass {
 /// The passes every function goes through before code generation, in order:
 /// task mappings become loops, the arithmetic is simplified, vectorized loops
 /// that divide their variable are cut at row boundaries (on simplified
-/// indices), and the cut loops' bounds and indices are simplified again.
+/// indices), vectorized loops whose store reads under an affine guard are cut
+/// where the guard holds, and the cut loops' bounds and indices are simplified
+/// again.
 pub fn lowering_passes() -> Vec<Box<dyn FunctionPass>> {
     vec![
         Box::new(LowerTaskMappings),
         Box::new(Simplify),
         Box::new(SplitDividedLoops),
+        Box::new(Simplify),
+        Box::new(SplitGuardedLoops),
         Box::new(Simplify),
     ]
 }
