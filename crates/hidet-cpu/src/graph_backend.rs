@@ -4,7 +4,7 @@
 //! identical kernels are compiled once and reused across models.
 //!
 //! How a task becomes a kernel:
-//! - an anchored task whose anchor is a 2-D f32 matmul uses the matmul template, with its
+//! - an anchored task whose anchor is an f32 matmul or batch matmul uses the matmul template, with its
 //!   prologues and epilogue fused by [`hidet_ir::fusion::fuse`]; when `fuse` refuses, the
 //!   task is refused ([`BackendError::Refused`]) and the graph layer splits it into separate
 //!   kernels — never a wrong result;
@@ -192,7 +192,7 @@ fn build_in_parallel(
 pub struct CpuBackendOptions {
     /// How modules are compiled (cache, target, kept sources).
     pub build: BuildOptions,
-    /// Use the matmul template for 2-D f32 matmul anchors (else the scheduler).
+    /// Use the matmul template for f32 matmul and batch-matmul anchors (else the scheduler).
     pub matmul_template: bool,
     /// Compiler invocations run concurrently; `None` = one per core.
     pub compile_jobs: Option<usize>,

@@ -1,5 +1,6 @@
-//! Anchored tasks whose anchor is a 2-D f32 matmul: the matmul template, with the task's
-//! prologues and epilogue fused into it by [`hidet_ir::fusion::fuse`].
+//! Anchored tasks whose anchor is an f32 matmul (2-D) or batch matmul (3-D): the matmul
+//! template, with the task's prologues and epilogue fused into it by
+//! [`hidet_ir::fusion::fuse`].
 
 use std::collections::HashMap;
 
@@ -11,12 +12,15 @@ use hidet_ir::function::Function;
 use hidet_ir::fusion::{fuse, Epilogue, Prologue};
 
 use crate::templates::matmul::{
-    matmul_f32_with_layouts, ALayout, BLayout, MatmulSchedule, B_PANEL_WIDTH,
+    batch_matmul_f32_with_layout, matmul_f32_with_layouts, ALayout, BLayout, MatmulSchedule,
+    MatmulShape, B_PANEL_WIDTH,
 };
 
-/// `(m, n, k)` when `def` is exactly `C[i, j] = Σ_r A[i, r] · B[r, j]` over f32 with inputs
-/// `(A, B)` in that order.
-pub fn matmul_shape(def: &ComputeDef) -> Option<(i64, i64, i64)> {
+/// The sizes of `def` when it is exactly `C[i, j] = Σ_r A[i, r] · B[r, j]` over f32 with
+/// inputs `(A, B)` in that order (batch 1), or its batched form `C[b, i, j] = Σ_r A[b', i, r]
+/// · B[b'', r, j]` where each operand's batch index `b'`, `b''` is `b` or, for an operand of
+/// batch 1 (broadcast), the constant 0.
+pub fn matmul_shape(def: &ComputeDef) -> Option<MatmulShape> {
     let ([a, b], [(c, node)], [out]) = (
         def.inputs.as_slice(),
         def.nodes.as_slice(),
@@ -37,8 +41,13 @@ pub fn matmul_shape(def: &ComputeDef) -> Option<(i64, i64, i64)> {
     else {
         return None;
     };
-    let ([i, j], [r]) = (axes.as_slice(), reduce_axes.as_slice()) else {
+    let [r] = reduce_axes.as_slice() else {
         return None;
+    };
+    let (batch_axis, i, j) = match axes.as_slice() {
+        [i, j] => (None, i, j),
+        [bv, i, j] => (Some(bv), i, j),
+        _ => return None,
     };
     if [a, b, c]
         .iter()
@@ -49,37 +58,68 @@ pub fn matmul_shape(def: &ComputeDef) -> Option<(i64, i64, i64)> {
     let shape =
         |v: &Var| -> Option<Vec<i64>> { tensor_shape(v).iter().map(Expr::as_int).collect() };
     let (sa, sb, sc) = (shape(a)?, shape(b)?, shape(c)?);
-    let ([m, k], [k2, n], [m2, n2]) = (sa.as_slice(), sb.as_slice(), sc.as_slice()) else {
-        return None;
-    };
+    let (batch, (a_batch, m, k), (b_batch, k2, n), (m2, n2)) =
+        match (sa.as_slice(), sb.as_slice(), sc.as_slice()) {
+            ([m, k], [k2, n], [m2, n2]) => (1, (1, *m, *k), (1, *k2, *n), (*m2, *n2)),
+            ([ab, m, k], [bb, k2, n], [batch, m2, n2]) if batch_axis.is_some() => {
+                (*batch, (*ab, *m, *k), (*bb, *k2, *n), (*m2, *n2))
+            }
+            _ => return None,
+        };
     if k != k2 || m != m2 || n != n2 {
         return None;
     }
     let ExprKind::Binary(BinaryOp::Mul, x, y) = value.kind() else {
         return None;
     };
-    let is_read = |e: &Expr, t: &Var, idx: [&Var; 2]| match e.kind() {
+    // The operand's batch index: the batch axis, or 0 for a broadcast operand of batch 1.
+    let batch_index = |e: &Expr, operand_batch: i64| match batch_axis {
+        Some(bv) if operand_batch == batch => e.as_var() == Some(bv),
+        Some(_) => operand_batch == 1 && e.as_int() == Some(0),
+        None => false,
+    };
+    let is_read = |e: &Expr, t: &Var, operand_batch: i64, idx: [&Var; 2]| match e.kind() {
         ExprKind::TensorElement { tensor, indices } => {
+            let (lead, tail) = indices.split_at(indices.len().saturating_sub(2));
             tensor == t
-                && indices.len() == 2
-                && indices[0].as_var() == Some(idx[0])
-                && indices[1].as_var() == Some(idx[1])
+                && tail.len() == 2
+                && tail[0].as_var() == Some(idx[0])
+                && tail[1].as_var() == Some(idx[1])
+                && match lead {
+                    [] => batch_axis.is_none(),
+                    [e] => batch_index(e, operand_batch),
+                    _ => false,
+                }
         }
         _ => false,
     };
-    let ordered = is_read(x, a, [i, r]) && is_read(y, b, [r, j]);
-    let swapped = is_read(y, a, [i, r]) && is_read(x, b, [r, j]);
-    (ordered || swapped).then_some((*m, *n, *k))
+    let ordered = is_read(x, a, a_batch, [i, r]) && is_read(y, b, b_batch, [r, j]);
+    let swapped = is_read(y, a, a_batch, [i, r]) && is_read(x, b, b_batch, [r, j]);
+    (ordered || swapped).then_some(MatmulShape {
+        batch,
+        a_batch,
+        b_batch,
+        m,
+        n,
+        k,
+    })
 }
 
-/// The layout of the operand a prologue `value` over `axes = [row, column]` computes:
-/// column-major when it reads a tensor whose innermost index is the row axis itself (a
-/// transposed matrix, such as a convolution weight stored `[K, M]`), else row-major.
+/// Whether `shape` needs the rank-3 (batched) form of the template.
+pub fn is_batched(shape: &MatmulShape) -> bool {
+    shape.batch != 1 || shape.a_batch != 1 || shape.b_batch != 1
+}
+
+/// The layout of the operand a prologue `value` over `axes = [(batch,) row, column]`
+/// computes: column-major when it reads a tensor whose innermost index is the row axis
+/// itself (a transposed matrix, such as a convolution weight stored `[K, M]`), else
+/// row-major.
 fn prologue_layout(axes: &[Var], value: &Expr) -> ALayout {
+    let row = axes.len().checked_sub(2).and_then(|at| axes.get(at));
     let mut innermost_is_row = false;
     value.visit(&mut |e| {
         if let ExprKind::TensorElement { indices, .. } = e.kind() {
-            innermost_is_row |= indices.last().and_then(Expr::as_var) == axes.first();
+            innermost_is_row |= row.is_some() && indices.last().and_then(Expr::as_var) == row;
         }
     });
     if innermost_is_row {
@@ -114,6 +154,7 @@ fn operand_a_layout(
                 prologue_layout(axes, value)
             }
         }
+        Some(Some(AnchorOperand::Prologue { axes, value })) => prologue_layout(axes, value),
         _ => ALayout::RowMajor,
     }
 }
@@ -153,7 +194,7 @@ fn panels_input(def: &ComputeDef, split: &Var, k: &Var, value: &Expr) -> Option<
 /// Why the template path does not apply or the fusion was refused.
 #[derive(Debug)]
 pub enum TemplateOutcome {
-    /// The anchor is not a 2-D f32 matmul: use the scheduler.
+    /// The anchor is not an f32 matmul or batch matmul: use the scheduler.
     NotApplicable,
     /// The fused kernel, or the template alone when nothing is fused.
     Kernel(Box<Function>),
@@ -169,9 +210,11 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
     let Some(anchor) = &task.anchor else {
         return TemplateOutcome::NotApplicable;
     };
-    let Some((m, n, k)) = matmul_shape(&anchor.def) else {
+    let Some(shape) = matmul_shape(&anchor.def) else {
         return TemplateOutcome::NotApplicable;
     };
+    let (m, n, k) = (shape.m, shape.n, shape.k);
+    let batched = is_batched(&shape);
     let def = &task.def;
     let panels = |operand: Option<&Option<AnchorOperand>>, split: usize| match operand {
         Some(Some(AnchorOperand::Prologue { axes, value })) if axes.len() == 2 => {
@@ -188,11 +231,16 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
         Some(_) => BLayout::Panels,
         None => BLayout::RowMajor,
     };
-    let template = match matmul_f32_with_layouts(&task.name, m, n, k, a_layout, b_layout, schedule)
-    {
+    let template = if batched {
+        batch_matmul_f32_with_layout(&task.name, &shape, a_layout, schedule)
+    } else {
+        matmul_f32_with_layouts(&task.name, m, n, k, a_layout, b_layout, schedule)
+    };
+    let template = match template {
         Ok(f) => f,
         Err(e) => return TemplateOutcome::Refused(format!("matmul template: {e}")),
     };
+    let operand_rank = if batched { 3 } else { 2 };
     let [ta, tb, tc] = template.params.as_slice() else {
         return TemplateOutcome::Refused("the matmul template does not take (A, B, C)".into());
     };
@@ -216,7 +264,7 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
                 params[*i] = param.clone();
             }
             Some(AnchorOperand::Input(i)) => {
-                let axes: Vec<Var> = (0..2)
+                let axes: Vec<Var> = (0..operand_rank)
                     .map(|d| Var::new(format!("p{d}"), DataType::I32))
                     .collect();
                 let value = def.inputs[*i].at(axes.iter().map(Var::expr));

@@ -90,7 +90,8 @@ pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
         Box::new(SinkTransposes),
         // Structurally identical nodes (and equal small constants) merged.
         Box::new(CommonSubexpressionElimination),
-        // MatMul of a batched input by a constant 2-D weight → 2-D MatMul between Reshapes.
+        // MatMul of a batched input by a constant 2-D weight → 2-D MatMul between Reshapes;
+        // MatMul of two operands with the same batch axes → one batch axis between Reshapes.
         Box::new(FlattenBatchedMatMul),
         // The Reshapes added above merged with their neighbours.
         Box::new(SimplifyChains),

@@ -137,8 +137,11 @@ fn node_error(node: &str, source: crate::operator::OpError) -> GraphError {
 
 /// `MatMul(A, W)` with a constant 2-D `W` `[K, N]` and a batched `A` `[d…, M, K]` (rank ≥ 3,
 /// static shape) → `Reshape(MatMul(Reshape(A, [d…·M, K]), W), [d…, M, N])`, so a plain 2-D
-/// matmul kernel with the weight as its right operand applies. Only views are added; no value
-/// changes.
+/// matmul kernel with the weight as its right operand applies; and `MatMul(A, B)` with `A`
+/// `[d…, M, K]` and `B` `[d…, K, N]` of the same batch axes `d…` (two or more of them,
+/// static shapes; attention's per-head products) → `Reshape(MatMul(Reshape(A, [∏d, M, K]),
+/// Reshape(B, [∏d, K, N])), [d…, M, N])`, a batch matmul with one batch axis. Only views are
+/// added; no value changes.
 pub struct FlattenBatchedMatMul;
 
 impl GraphPass for FlattenBatchedMatMul {
@@ -165,6 +168,9 @@ impl GraphPass for FlattenBatchedMatMul {
                 continue;
             };
             let Some(wt) = rw.constant(w) else {
+                if let Some(b_shape) = g.value(w).ty.fixed_shape() {
+                    merge_batch_axes(&mut rw, NodeId(i), [a, w, y], [&shape, &b_shape])?;
+                }
                 continue;
             };
             if shape.len() < 3 || wt.rank() != 2 {
@@ -191,6 +197,40 @@ impl GraphPass for FlattenBatchedMatMul {
         }
         rw.finish()
     }
+}
+
+/// The batch-matmul half of [`FlattenBatchedMatMul`] on node `at` (`y = MatMul(a, b)`); does
+/// nothing unless both operands have the same two or more batch axes.
+fn merge_batch_axes(
+    rw: &mut Rewriter,
+    at: NodeId,
+    [a, b, y]: [ValueId; 3],
+    [sa, sb]: [&[usize]; 2],
+) -> Result<(), GraphError> {
+    let (ra, rb) = (sa.len(), sb.len());
+    if ra < 4 || ra != rb || sa[..ra - 2] != sb[..rb - 2] || sa[ra - 1] != sb[rb - 2] {
+        return Ok(());
+    }
+    let dims = |d: &[usize]| d.iter().map(|&v| v as i64).collect::<Vec<i64>>();
+    let batch: usize = sa[..ra - 2].iter().product();
+    let (m, k, n) = (sa[ra - 2], sa[ra - 1], sb[rb - 1]);
+    if [batch, m, k, n].contains(&0) {
+        return Ok(());
+    }
+    let mut out_shape = dims(&sa[..ra - 2]);
+    out_shape.extend([m as i64, n as i64]);
+    let name = rw.graph().nodes()[at.0].name.clone();
+    rw.focus(at);
+    let a3 = shape_const(rw, dims(&[batch, m, k]), &name)?;
+    let b3 = shape_const(rw, dims(&[batch, k, n]), &name)?;
+    let back = shape_const(rw, out_shape, &name)?;
+    let a3 = rw.add_op("Reshape", Attributes::new(), &[a, a3])?;
+    let b3 = rw.add_op("Reshape", Attributes::new(), &[b, b3])?;
+    let y3 = rw.add_op("MatMul", Attributes::new(), &[a3, b3])?;
+    let out = rw.add_op("Reshape", Attributes::new(), &[y3, back])?;
+    rw.replace(y, out);
+    rw.remove_node(at);
+    Ok(())
 }
 
 fn shape_const(rw: &mut Rewriter, dims: Vec<i64>, node: &str) -> Result<ValueId, GraphError> {

@@ -1,5 +1,5 @@
-//! The matmul template as a [`Tunable`]: a task is a 2-D f32 matmul `M × N × K` on a number
-//! of threads, either alone or with the prologues and epilogue of a fused task inlined into
+//! The matmul template as a [`Tunable`]: a task is an f32 matmul `M × N × K` (or a batch of
+//! them, keyed with its batch sizes) on a number of threads, either alone or with the prologues and epilogue of a fused task inlined into
 //! every candidate (post-scheduling fusion).
 
 use std::collections::{HashMap, HashSet};
@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::fingerprint::fingerprint;
-use crate::graph_backend::anchor::{a_layout, matmul_kernel, matmul_shape, TemplateOutcome};
+use crate::graph_backend::anchor::{
+    a_layout, is_batched, matmul_kernel, matmul_shape, TemplateOutcome,
+};
 use crate::target::CpuTarget;
 use crate::templates::matmul::{
     heuristic_for_gathered_rows, heuristic_for_product, matmul_candidates, matmul_f32,
@@ -158,9 +160,7 @@ enum Work {
 #[derive(Clone, Debug)]
 pub struct MatmulTask {
     work: Work,
-    m: i64,
-    n: i64,
-    k: i64,
+    shape: MatmulShape,
     threads: i64,
     target: CpuTarget,
     key: String,
@@ -168,11 +168,11 @@ pub struct MatmulTask {
 }
 
 impl MatmulTask {
-    /// The task of `task` when its anchor is a 2-D f32 matmul the template implements;
-    /// `None` otherwise.
+    /// The task of `task` when its anchor is an f32 matmul or batch matmul the template
+    /// implements; `None` otherwise.
     pub fn from_fused(task: &FusedTask, target: &CpuTarget, threads: i64) -> Option<MatmulTask> {
         let anchor = task.anchor.as_ref()?;
-        let (m, n, k) = matmul_shape(&anchor.def)?;
+        let shape = matmul_shape(&anchor.def)?;
         let fusion = if task.nodes.len() == 1 && task.def.inputs.len() == 2 {
             "plain".to_string()
         } else {
@@ -180,12 +180,10 @@ impl MatmulTask {
         };
         Some(MatmulTask {
             work: Work::Fused(Box::new(task.clone())),
-            m,
-            n,
-            k,
+            shape,
             threads,
             target: target.clone(),
-            key: task_key(m, n, k, threads, &fusion),
+            key: task_key(&shape, threads, &fusion),
             limit: None,
         })
     }
@@ -193,14 +191,13 @@ impl MatmulTask {
     /// `C[m, n] = A[m, k] · B[k, n]` alone, with the same key as an unfused matmul task of
     /// a graph with these sizes.
     pub fn plain(m: i64, n: i64, k: i64, target: &CpuTarget, threads: i64) -> MatmulTask {
+        let shape = MatmulShape::plain(m, n, k);
         MatmulTask {
             work: Work::Plain,
-            m,
-            n,
-            k,
+            shape,
             threads,
             target: target.clone(),
-            key: task_key(m, n, k, threads, "plain"),
+            key: task_key(&shape, threads, "plain"),
             limit: None,
         }
     }
@@ -212,9 +209,9 @@ impl MatmulTask {
         MatmulTask { limit, ..self }
     }
 
-    /// `(m, n, k)`.
+    /// `(m, n, k)` of one product of the batch.
     pub fn shape(&self) -> (i64, i64, i64) {
-        (self.m, self.n, self.k)
+        (self.shape.m, self.shape.n, self.shape.k)
     }
 
     pub fn threads(&self) -> i64 {
@@ -222,8 +219,23 @@ impl MatmulTask {
     }
 }
 
-fn task_key(m: i64, n: i64, k: i64, threads: i64, fusion: &str) -> String {
-    format!("matmul_f32 m={m} n={n} k={k} threads={threads} fusion={fusion}")
+/// The task's name in the tuning cache; a batch matmul names its batches too (a plain
+/// matmul keeps the key it had before batches were tuned).
+fn task_key(shape: &MatmulShape, threads: i64, fusion: &str) -> String {
+    let MatmulShape {
+        batch,
+        a_batch,
+        b_batch,
+        m,
+        n,
+        k,
+    } = *shape;
+    let plain = format!("m={m} n={n} k={k} threads={threads} fusion={fusion}");
+    if is_batched(shape) {
+        format!("batch_matmul_f32 batch={batch} a_batch={a_batch} b_batch={b_batch} {plain}")
+    } else {
+        format!("matmul_f32 {plain}")
+    }
 }
 
 impl Tunable for MatmulTask {
@@ -244,15 +256,13 @@ impl Tunable for MatmulTask {
     fn heuristic(&self) -> MatmulCandidate {
         let gathered = match &self.work {
             Work::Fused(task) if a_layout(task) == Some(ALayout::InPlace) => {
-                heuristic_for_gathered_rows(&self.target, self.threads, self.n)
+                heuristic_for_gathered_rows(&self.target, self.threads, self.shape.n)
             }
             _ => None,
         };
-        MatmulCandidate(
-            gathered.unwrap_or_else(|| {
-                heuristic_for_product(&self.target, self.threads, self.m, self.n)
-            }),
-        )
+        MatmulCandidate(gathered.unwrap_or_else(|| {
+            heuristic_for_product(&self.target, self.threads, self.shape.m, self.shape.n)
+        }))
     }
 
     fn candidates(&self, level: TuneLevel) -> Vec<MatmulCandidate> {
@@ -266,7 +276,7 @@ impl Tunable for MatmulTask {
         }
         // Schedules that differ only in a split yielding the same thread grid for this shape
         // build the same kernel: keep the first of each.
-        let shape = MatmulShape::plain(self.m, self.n, self.k);
+        let shape = self.shape;
         let mut seen = HashSet::new();
         schedules
             .into_iter()
@@ -292,7 +302,8 @@ impl Tunable for MatmulTask {
     fn function(&self, s: &MatmulCandidate, name: &str) -> Result<Function, String> {
         match &self.work {
             Work::Plain => {
-                matmul_f32(name, self.m, self.n, self.k, &s.0).map_err(|e| e.to_string())
+                let MatmulShape { m, n, k, .. } = self.shape;
+                matmul_f32(name, m, n, k, &s.0).map_err(|e| e.to_string())
             }
             Work::Fused(task) => match matmul_kernel(task, &s.0) {
                 TemplateOutcome::Kernel(f) => {
@@ -302,7 +313,7 @@ impl Tunable for MatmulTask {
                 }
                 TemplateOutcome::Refused(reason) => Err(reason),
                 TemplateOutcome::NotApplicable => {
-                    Err("the task's anchor is not a 2-D f32 matmul".into())
+                    Err("the task's anchor is not an f32 matmul or batch matmul".into())
                 }
             },
         }

@@ -105,11 +105,22 @@ pub fn batch_matmul_f32(
     shape: &MatmulShape,
     schedule: &MatmulSchedule,
 ) -> Result<Function, TemplateError> {
-    plan::build(
-        name,
-        shape,
-        true,
-        (ALayout::RowMajor, BLayout::RowMajor),
-        schedule,
-    )
+    batch_matmul_f32_with_layout(name, shape, ALayout::RowMajor, schedule)
+}
+
+/// [`batch_matmul_f32`] for an `A` whose memory layout is `a_layout`: only the packing
+/// orders [`ALayout::RowMajor`] and [`ALayout::ColumnMajor`] apply to a batch; the others
+/// are refused.
+pub fn batch_matmul_f32_with_layout(
+    name: &str,
+    shape: &MatmulShape,
+    a_layout: ALayout,
+    schedule: &MatmulSchedule,
+) -> Result<Function, TemplateError> {
+    if !matches!(a_layout, ALayout::RowMajor | ALayout::ColumnMajor) {
+        return Err(TemplateError::InvalidShape(format!(
+            "a batch matmul packs A; {a_layout:?} needs a rank-2 product"
+        )));
+    }
+    plan::build(name, shape, true, (a_layout, BLayout::RowMajor), schedule)
 }
