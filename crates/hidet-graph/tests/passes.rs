@@ -1117,29 +1117,47 @@ mod resolve {
         assert_same_outputs(&before, &after, &inputs, 1e-5);
     }
 
-    /// A batched input times a constant 2-D weight becomes a 2-D MatMul between Reshapes.
+    /// A batched input times a constant 2-D weight becomes a 2-D MatMul between Reshapes; two
+    /// activations with the same batch axes become a batch matmul with one batch axis; a
+    /// product that already has one batch axis, or whose batch axes differ (broadcast), stays.
     #[test]
     fn batched_matmul_by_weight_is_flattened() {
         let mut rng = Rng::new(41);
         let mut b = GraphBuilder::new("g");
         b.input("x", f32_input(&[2, 3, 5, 7]));
         b.input("y", f32_input(&[2, 3, 7, 4]));
+        b.input("z", f32_input(&[1, 3, 7, 4]));
+        b.input("u", f32_input(&[3, 7, 4]));
         b.initializer("w", rng.f32s(&[7, 6]));
         b.node(node("MatMul", 17, &["x", "w"], &["o1"], Attributes::new()));
         b.node(node("MatMul", 17, &["x", "y"], &["o2"], Attributes::new()));
+        b.node(node("MatMul", 17, &["x", "z"], &["o3"], Attributes::new()));
+        b.node(node("MatMul", 17, &["x", "u"], &["o4"], Attributes::new()));
         b.output("o1");
         b.output("o2");
+        b.output("o3");
+        b.output("o4");
         let before = build(b);
         let after = run_then_dce(&FlattenBatchedMatMul, before.clone());
-        assert_eq!(ops(&after), vec!["Reshape", "MatMul", "Reshape", "MatMul"]);
-        let mm = &after.nodes()[1];
         assert_eq!(
-            after.value(mm.inputs[0].unwrap()).ty.fixed_shape(),
-            Some(vec![30, 7])
+            ops(&after),
+            vec![
+                "Reshape", "MatMul", "Reshape", "Reshape", "Reshape", "MatMul", "Reshape",
+                "MatMul", "MatMul"
+            ]
         );
+        let shape_of = |node: usize, input: usize| {
+            let mm = &after.nodes()[node];
+            after.value(mm.inputs[input].unwrap()).ty.fixed_shape()
+        };
+        assert_eq!(shape_of(1, 0), Some(vec![30, 7]));
+        assert_eq!(shape_of(5, 0), Some(vec![6, 5, 7]));
+        assert_eq!(shape_of(5, 1), Some(vec![6, 7, 4]));
         let inputs = vec![
             ("x".to_string(), rng.f32s(&[2, 3, 5, 7])),
             ("y".to_string(), rng.f32s(&[2, 3, 7, 4])),
+            ("z".to_string(), rng.f32s(&[1, 3, 7, 4])),
+            ("u".to_string(), rng.f32s(&[3, 7, 4])),
         ];
         assert_same_outputs(&before, &after, &inputs, 1e-6);
     }
