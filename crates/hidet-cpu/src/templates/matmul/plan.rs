@@ -296,7 +296,7 @@ impl Plan {
                     fb.register_tensor(
                         "partial",
                         self.vec_t,
-                        row_major([self.mcp, self.ncp, self.mr, self.nr / self.w]),
+                        row_major([self.ncp, self.mcp, self.mr, self.nr / self.w]),
                     )
                 }),
                 scratch: scratch.clone(),
@@ -590,7 +590,7 @@ impl Plan {
                 fb.store(&acc, ij.to_vec(), Expr::zero(self.vec_t));
             });
         };
-        let partial_at = |ij: &[Expr]| vec![p.clone(), q.clone(), ij[0].clone(), ij[1].clone()];
+        let partial_at = |ij: &[Expr]| vec![q.clone(), p.clone(), ij[0].clone(), ij[1].clone()];
         match &bufs.partial {
             Some(partial) => fb.if_then_else(at.kb.eq(0), zero, |fb| {
                 fb.for_each(registers.on(0), |fb, ij| {
