@@ -676,7 +676,8 @@ impl<'a> FunctionEmitter<'a> {
                 if let Some(text) = self.guarded_gather(c, a, b, dtype)? {
                     return Ok(text);
                 }
-                let guard_select = is_index_guard(c) && reads_nothing(a) && reads_nothing(b);
+                let guard_select =
+                    (is_index_guard(c) || is_mask_read(c)) && reads_nothing(a) && reads_nothing(b);
                 let c = if reads_nothing(c) {
                     self.eager_condition(c)?
                 } else {
@@ -836,7 +837,21 @@ fn is_index_guard(cond: &Expr) -> bool {
     }
 }
 
-/// Whether `e` neither reads memory, calls an intrinsic nor divides by a non-constant:
+/// Whether `cond` is one element of a `bool` tensor at indices that read nothing (a mask, such
+/// as attention's causal mask): the condition is read whichever value it picks, so a pick
+/// between values that read nothing can be a bitwise blend, which the C compiler vectorizes
+/// where a `?:` on a loaded byte stays a branch per element.
+fn is_mask_read(cond: &Expr) -> bool {
+    match cond.kind() {
+        ExprKind::TensorElement { indices, .. } => {
+            cond.dtype() == Some(DataType::BOOL) && indices.iter().all(reads_nothing)
+        }
+        _ => false,
+    }
+}
+
+/// Whether `e` neither reads memory, calls an intrinsic nor divides integers by a
+/// non-constant:
 /// evaluating it can neither fault nor have an effect, whatever an enclosing condition
 /// decided.
 fn reads_nothing(e: &Expr) -> bool {
@@ -845,7 +860,7 @@ fn reads_nothing(e: &Expr) -> bool {
         pure &= match x.kind() {
             ExprKind::TensorElement { .. } | ExprKind::Call(..) => false,
             ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, _, d) => {
-                d.as_int().is_some_and(|d| d != 0)
+                x.dtype().is_some_and(|t| t.is_float()) || d.as_int().is_some_and(|d| d != 0)
             }
             _ => true,
         }

@@ -241,6 +241,28 @@ fn guarded_gathers_load_unconditionally() {
 /// vectorize it without if-converting the guard); a select on a float comparison, or one
 /// whose arm reads memory, keeps `?:`.
 #[test]
+fn selects_on_a_mask_element_are_bitwise_blends() {
+    let mut fb = FunctionBuilder::cpu_kernel("k");
+    let x = fb.tensor_param("x", DataType::F32, [40]);
+    let mask = fb.tensor_param("mask", DataType::BOOL, [40]);
+    let out = fb.tensor_param("out", DataType::F32, [2, 40]);
+    fb.for_range_with("j", 40, LoopKind::Vectorize, |fb, j| {
+        let v = fb.var("v", x.at([j.clone()]));
+        let v = v.expr() / Expr::f32(8.0);
+        let masked = Expr::select(mask.at([j.clone()]), v, Expr::f32(f32::MIN));
+        fb.store(&out, [Expr::int(0), j.clone()], masked);
+        let read = Expr::select(mask.at([j.clone()]), x.at([j.clone()]), Expr::f32(0.0));
+        fb.store(&out, [Expr::int(1), j.clone()], read);
+    });
+    let c = emit(fb.finish()).expect("emits");
+    assert_eq!(c.matches("hidet_guard_select_f32(mask[").count(), 1, "{c}");
+    assert!(
+        c.contains("? x["),
+        "a branch that reads keeps ?: (it may be what the mask guards): {c}"
+    );
+}
+
+#[test]
 fn guard_selects_between_computed_values_are_bitwise_blends() {
     let mut fb = FunctionBuilder::cpu_kernel("k");
     let x = fb.tensor_param("x", DataType::F32, [40]);
