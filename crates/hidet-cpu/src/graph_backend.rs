@@ -4,8 +4,8 @@
 //! identical kernels are compiled once and reused across models.
 //!
 //! How a task becomes a kernel:
-//! - an anchored task whose anchor is an f32 matmul or batch matmul uses the matmul template, with its
-//!   prologues and epilogue fused by [`hidet_ir::fusion::fuse`]; when `fuse` refuses, the
+//! - an anchored task whose anchor is an f32 matmul or batch matmul uses the matmul template,
+//!   with its prologues and epilogue fused by [`hidet_ir::fusion::fuse`]; when `fuse` refuses, the
 //!   task is refused ([`BackendError::Refused`]) and the graph layer splits it into separate
 //!   kernels — never a wrong result;
 //! - every other task goes through the rule-based scheduler ([`crate::schedule::schedule`]);

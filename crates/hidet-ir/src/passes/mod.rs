@@ -18,8 +18,10 @@ pub use simplify::{simplify_expr, Simplify};
 pub use split_divided_loops::SplitDividedLoops;
 pub use split_guarded_loops::SplitGuardedLoops;
 
+use crate::dtype::DataType;
+use crate::expr::{Expr, Var};
 use crate::function::{Function, IRModule};
-use crate::stmt::Stmt;
+use crate::stmt::{LoopKind, Stmt};
 
 /// Why a pass rejected a function. Every variant names the function; those
 /// about one statement show it (its mapping and worker).
@@ -57,6 +59,25 @@ pub enum PassError {
         mapping: String,
         worker: String,
     },
+}
+
+/// `(variable, extent, body, variable type)` when `s` is a vectorized loop over a scalar
+/// integer variable: what the loop-splitting passes rewrite.
+pub(crate) fn vectorized_loop(s: &Stmt) -> Option<(&Var, &Expr, &Stmt, DataType)> {
+    let Stmt::For {
+        var,
+        extent,
+        kind: LoopKind::Vectorize,
+        body,
+    } = s
+    else {
+        return None;
+    };
+    let ty = var
+        .ty()
+        .as_data()
+        .filter(|t| t.is_integer() && t.lanes == 1)?;
+    Some((var, extent, body, ty))
 }
 
 /// A rewrite of one function.

@@ -20,7 +20,7 @@
 //! `w >= MIN_ROW`: shorter rows would make segments shorter than a vector,
 //! where the gather is the better code.
 
-use super::{simplify_expr, FunctionPass, PassError, VarRanges};
+use super::{simplify_expr, vectorized_loop, FunctionPass, PassError, VarRanges};
 use crate::dtype::DataType;
 use crate::expr::{BinaryOp, Expr, ExprKind, Var};
 use crate::function::Function;
@@ -45,20 +45,7 @@ impl FunctionPass for SplitDividedLoops {
 
 /// `s` split if it is an innermost vectorized loop of the form the module describes.
 fn split_loop(s: Stmt) -> Stmt {
-    let Stmt::For {
-        var,
-        extent,
-        kind: LoopKind::Vectorize,
-        body,
-    } = &s
-    else {
-        return s;
-    };
-    let Some(ty) = var
-        .ty()
-        .as_data()
-        .filter(|t| t.is_integer() && t.lanes == 1)
-    else {
+    let Some((var, extent, body, ty)) = vectorized_loop(&s) else {
         return s;
     };
     if has_loop(body) {

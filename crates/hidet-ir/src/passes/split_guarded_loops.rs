@@ -20,7 +20,7 @@
 //! same order within each part; bounds are computed on non-negative numerators
 //! only, so they hold under any rounding of the division.
 
-use super::{FunctionPass, PassError};
+use super::{vectorized_loop, FunctionPass, PassError};
 use crate::dtype::DataType;
 use crate::expr::{BinaryOp, Expr, ExprKind, Var};
 use crate::function::Function;
@@ -56,27 +56,14 @@ struct Guard {
 
 /// `s` split if it is a vectorized loop of the form the module describes.
 fn split_loop(s: Stmt) -> Stmt {
-    let Stmt::For {
-        var,
-        extent,
-        kind: LoopKind::Vectorize,
-        body,
-    } = &s
-    else {
-        return s;
-    };
-    let Some(ty) = var
-        .ty()
-        .as_data()
-        .filter(|t| t.is_integer() && t.lanes == 1)
-    else {
+    let Some((var, extent, body, ty)) = vectorized_loop(&s) else {
         return s;
     };
     let Stmt::Store {
         tensor,
         indices,
         value,
-    } = body.as_ref()
+    } = body
     else {
         return s;
     };
