@@ -47,7 +47,8 @@ struct AffineFact {
     rest: Expr,
 }
 
-/// The conjuncts of a guard, sorted: the range of `j` they allow.
+/// The conjuncts of a guard: those affine in the loop variable (which bound its range) and
+/// those free of it (a uniform test).
 #[derive(Default)]
 struct Guard {
     affine: Vec<AffineFact>,
