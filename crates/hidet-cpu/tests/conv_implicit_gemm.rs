@@ -118,11 +118,30 @@ fn assert_close(got: &Tensor, want: &[f64], what: &str) {
     }
 }
 
-/// Compiles the block after the default passes; checks one fused template kernel with Im2Col
-/// as a prologue (or no gather at all for `pointwise`) and the outputs. Returns the line of
-/// the kernel's epilogues.
-fn check(seed: u64, c: usize, hw: usize, oc: usize, win: Window, pointwise: bool) -> String {
-    check_kernels(seed, c, hw, oc, win, pointwise, 1)
+/// How the product reads the image.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Gather {
+    /// The input itself (a pointwise convolution): no gather.
+    None,
+    /// `hidet::Im2Col`, packed by the matrix product.
+    Im2Col,
+    /// `hidet::OffsetGather`, a direct convolution: the product broadcasts the pixels where
+    /// they are, with nothing packed.
+    Direct,
+}
+
+/// What [`check`] saw of the fused kernel.
+struct Checked {
+    /// The partition's line of the kernel's epilogues.
+    epilogues: String,
+    /// The C sources of every kernel.
+    source: String,
+}
+
+/// Compiles the block after the default passes; checks one fused template kernel with the
+/// `gather` as a prologue, and the outputs.
+fn check(seed: u64, c: usize, hw: usize, oc: usize, win: Window, gather: Gather) -> Checked {
+    check_kernels(seed, c, hw, oc, win, gather, 1)
 }
 
 /// [`check`], expecting `kernels` kernels (a direct convolution's padded input is one more).
@@ -132,10 +151,11 @@ fn check_kernels(
     hw: usize,
     oc: usize,
     win: Window,
-    pointwise: bool,
+    gather: Gather,
     kernels: usize,
-) -> String {
+) -> Checked {
     let dir = tempfile::tempdir().unwrap();
+    let sources = tempfile::tempdir().unwrap();
     let mut rng = Rng::new(seed);
     let bl = block(&mut rng, c, hw, oc, win);
     let want = block_f64(&bl);
@@ -148,11 +168,15 @@ fn check_kernels(
 
     let graph = run_passes(bl.graph.clone(), &default_passes()).unwrap();
     let o = win.out(hw);
+    let options = CompileOptions {
+        emit_source_dir: Some(sources.path().to_path_buf()),
+        ..CompileOptions::default()
+    };
     let compiled = CompiledGraph::compile(
         &graph,
         &[vec![1, c, hw, hw], vec![1, oc, o, o]],
         Arc::new(cpu_backend(dir.path(), true)),
-        &CompileOptions::default(),
+        &options,
     )
     .unwrap();
     let report = compiled.report();
@@ -162,13 +186,11 @@ fn check_kernels(
     let dump = &report.partition;
     assert!(dump.contains("[anchored] MatMul"), "{dump}");
     let prologue_line = dump.lines().find(|l| l.contains("prologues:"));
-    if pointwise {
-        assert!(!dump.contains("Im2Col"), "{dump}");
-    } else {
-        assert!(
-            prologue_line.is_some_and(|l| l.contains("Im2Col")),
-            "{dump}"
-        );
+    let reads = |op: &str| prologue_line.is_some_and(|l| l.contains(op));
+    match gather {
+        Gather::None => assert!(!reads("Im2Col") && !reads("OffsetGather"), "{dump}"),
+        Gather::Im2Col => assert!(reads("Im2Col"), "{dump}"),
+        Gather::Direct => assert!(reads("OffsetGather") && !reads("Im2Col"), "{dump}"),
     }
     let epilogues = dump
         .lines()
@@ -180,7 +202,15 @@ fn check_kernels(
     let out = compiled.run(&inputs).unwrap();
     assert_eq!(out[0].0, "y");
     assert_close(&out[0].1, &want, "compiled");
-    epilogues.to_string()
+    let mut source = String::new();
+    for entry in std::fs::read_dir(sources.path()).unwrap() {
+        source += &std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    }
+    assert!(!source.is_empty(), "no kernel source was emitted");
+    Checked {
+        epilogues: epilogues.to_string(),
+        source,
+    }
 }
 
 #[test]
@@ -190,7 +220,7 @@ fn conv_bias_relu_add_stride_1_is_one_fused_matmul_kernel() {
         stride: 1,
         pad: 1,
     };
-    check(11, 37, 17, 19, win, false);
+    check(11, 37, 17, 19, win, Gather::Im2Col);
 }
 
 #[test]
@@ -200,7 +230,7 @@ fn conv_bias_relu_add_stride_2_is_one_fused_matmul_kernel() {
         stride: 2,
         pad: 1,
     };
-    check(12, 37, 17, 10, win, false);
+    check(12, 37, 17, 10, win, Gather::Im2Col);
 }
 
 #[test]
@@ -210,7 +240,7 @@ fn pointwise_conv_block_is_one_fused_matmul_kernel() {
         stride: 1,
         pad: 0,
     };
-    check(13, 13, 17, 7, win, true);
+    check(13, 13, 17, 7, win, Gather::None);
 }
 
 /// Unpadded windows read the image through `p / width`: the packing loops are cut at output
@@ -224,15 +254,34 @@ fn unpadded_convolutions_whose_packs_cross_output_rows() {
             stride,
             pad: 0,
         };
-        let epilogues = check(seed, 5, hw, 67, win, false);
+        let epilogues = check(seed, 5, hw, 67, win, Gather::Im2Col).epilogues;
         assert!(!epilogues.contains("Transpose"), "{epilogues}");
     }
 }
 
+/// The kernel of a direct convolution packs nothing, and its micro-kernel broadcasts the
+/// input at an address made of two table reads, `in0[rows[i] + window[k]]`, with no division.
+fn assert_direct(source: &str) {
+    assert!(!source.contains("packed_a"), "{source}");
+    let broadcasts: Vec<&str> = source
+        .lines()
+        .filter(|l| l.contains("hidet_broadcast_f32x8(in0["))
+        .collect();
+    assert!(!broadcasts.is_empty(), "{source}");
+    for line in broadcasts {
+        let address = &line[line.find("hidet_broadcast_f32x8(in0[").unwrap()..];
+        let address = &address[..address.find("]) *").unwrap_or(address.len())];
+        for division in [" / ", " % ", "floordiv", "floormod"] {
+            assert!(!address.contains(division), "{address}");
+        }
+    }
+}
+
 /// Unpadded windows with few output channels run as direct convolutions: pixels as rows,
-/// the im2col elements broadcast where they are in the input (nothing packed), the
-/// channels-last product transposed back in the stores. 19 and 17 output pixels per row
-/// make register tiles that straddle output rows; 11 channels are not a whole vector.
+/// the im2col elements broadcast where they are in the input (nothing packed, addresses from
+/// offset tables), the channels-last product transposed back in the stores. 19 and 17 output
+/// pixels per row make register tiles that straddle output rows; 11 channels are not a whole
+/// vector.
 #[test]
 fn unpadded_convolutions_with_few_channels_are_direct() {
     for (seed, stride, kernel, hw) in [(17, 1, 3, 21), (18, 2, 3, 39), (19, 2, 5, 38)] {
@@ -241,24 +290,35 @@ fn unpadded_convolutions_with_few_channels_are_direct() {
             stride,
             pad: 0,
         };
-        let epilogues = check(seed, 5, hw, 11, win, false);
-        assert!(epilogues.contains("Transpose"), "{epilogues}");
+        let checked = check(seed, 5, hw, 11, win, Gather::Direct);
+        assert!(
+            checked.epilogues.contains("Transpose"),
+            "{}",
+            checked.epilogues
+        );
+        assert_direct(&checked.source);
     }
 }
 
-/// A direct convolution with more output channels than the level-0 register tile is wide
-/// (40: wider than every AVX2 tile, narrower than AVX-512's 64) packs its gathered rows
-/// instead of reading them in place once per column panel; either way the result is exact.
+/// A direct convolution with more output channels than a register tile is wide (40: wider
+/// than every AVX2 tile; 64, the most a direct convolution takes) still reads its gathered
+/// pixels in place, once per column panel, each address one offset-table read: nothing is
+/// packed, and the result is exact.
 #[test]
-fn direct_convolutions_wider_than_the_register_tile_pack_their_rows() {
-    for (seed, stride, hw) in [(22, 1, 23), (23, 2, 29)] {
+fn direct_convolutions_wider_than_the_register_tile_read_pixels_in_place() {
+    for (seed, stride, hw, oc) in [(22, 1, 23, 40), (23, 2, 29, 40), (24, 1, 13, 64)] {
         let win = Window {
             kernel: 3,
             stride,
             pad: 0,
         };
-        let epilogues = check(seed, 5, hw, 40, win, false);
-        assert!(epilogues.contains("Transpose"), "{epilogues}");
+        let checked = check(seed, 5, hw, oc, win, Gather::Direct);
+        assert!(
+            checked.epilogues.contains("Transpose"),
+            "{}",
+            checked.epilogues
+        );
+        assert_direct(&checked.source);
     }
 }
 
@@ -273,8 +333,13 @@ fn padded_convolutions_with_short_windows_are_direct_over_a_padded_copy() {
             stride,
             pad: 1,
         };
-        let epilogues = check_kernels(seed, 5, hw, 11, win, false, 2);
-        assert!(epilogues.contains("Transpose"), "{epilogues}");
+        let checked = check_kernels(seed, 5, hw, 11, win, Gather::Direct, 2);
+        assert!(
+            checked.epilogues.contains("Transpose"),
+            "{}",
+            checked.epilogues
+        );
+        assert_direct(&checked.source);
     }
 }
 
@@ -287,6 +352,6 @@ fn a_conv_on_few_pixels_is_a_transposed_product_in_one_kernel() {
         stride: 1,
         pad: 1,
     };
-    let epilogues = check(16, 37, 7, 37, win, false);
+    let epilogues = check(16, 37, 7, 37, win, Gather::Im2Col).epilogues;
     assert!(epilogues.contains("Transpose"), "{epilogues}");
 }

@@ -1243,14 +1243,13 @@ fn default_pipeline_on_a_small_model() {
     let after = run_passes(before.clone(), &default_passes()).unwrap();
     // The convolution (with the BN folded into it; 4 output channels over a 27-element
     // window) becomes a direct convolution: its input padded once (`Pad`), the product
-    // pixels as rows (`Transpose(Im2Col)`) stored channels-last, and the transpose back to
-    // channels-first sunk below the element-wise operators.
+    // pixels as rows (`OffsetGather`, through offset tables) stored channels-last, and the
+    // transpose back to channels-first sunk below the element-wise operators.
     assert_eq!(
         ops(&after),
         vec![
             "Pad",
-            "Im2Col",
-            "Transpose",
+            "OffsetGather",
             "MatMul",
             "Add",
             "Reshape",

@@ -171,10 +171,28 @@ fn is_unguarded_gather(value: &Expr) -> bool {
     let mut guarded = false;
     value.visit(&mut |e| match e.kind() {
         ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, ..) => divides = true,
+        ExprKind::TensorElement { .. } if e != value && is_offset_read(e) => {}
         ExprKind::Select(..) | ExprKind::TensorElement { .. } if e != value => guarded = true,
         _ => {}
     });
     divides && !guarded && !indices.is_empty()
+}
+
+/// Whether `e` reads an element of an integer tensor (an offset table).
+fn is_offset_read(e: &Expr) -> bool {
+    matches!(e.kind(), ExprKind::TensorElement { .. }) && e.dtype().is_some_and(|t| t.is_integer())
+}
+
+/// Whether a gathered operand (see [`is_unguarded_gather`]) finds its addresses in offset
+/// tables (`hidet::OffsetGather`, a direct convolution's form): then each column panel
+/// re-reads an element at the cost of a table read, cheaper than packing it.
+fn reads_offset_tables(operand: Option<&Option<AnchorOperand>>) -> bool {
+    let Some(Some(AnchorOperand::Prologue { value, .. })) = operand else {
+        return false;
+    };
+    let mut tables = false;
+    value.visit(&mut |e| tables |= e != value && is_offset_read(e));
+    tables
 }
 
 /// The position among `def`'s inputs of the tensor an operand prologue reads as 16-wide
@@ -203,9 +221,10 @@ pub enum TemplateOutcome {
 }
 
 /// The matmul-template kernel of `task` (see [`TemplateOutcome`]). A guard-free gather
-/// ([`ALayout::InPlace`]) is read in place only when one register tile spans every column
-/// (`schedule.nr >= n`); otherwise each element would be gathered again, with its address
-/// arithmetic, by every column panel, and it is packed instead.
+/// ([`ALayout::InPlace`]) is read in place when one register tile spans every column
+/// (`schedule.nr >= n`) or when its addresses come from offset tables; otherwise each
+/// element would be gathered again, with its address arithmetic, by every column panel,
+/// and it is packed instead.
 pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOutcome {
     let Some(anchor) = &task.anchor else {
         return TemplateOutcome::NotApplicable;
@@ -226,7 +245,8 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
         panels(anchor.operands.first(), 0),
         panels(anchor.operands.get(1), 1),
     );
-    let a_layout = operand_a_layout(def, anchor.operands.first(), schedule.nr >= n);
+    let in_place = schedule.nr >= n || reads_offset_tables(anchor.operands.first());
+    let a_layout = operand_a_layout(def, anchor.operands.first(), in_place);
     let b_layout = match b_panels {
         Some(_) => BLayout::Panels,
         None => BLayout::RowMajor,

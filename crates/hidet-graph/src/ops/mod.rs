@@ -60,6 +60,7 @@ families! {
     quantize,
     resize,
     im2col,
+    offset_gather,
     depthwise_nhwc,
     column_panels,
     loss,

@@ -9,8 +9,9 @@
 //!
 //! The product has the pixels as rows and is stored channels-last, `Transpose(Reshape(
 //! Add(MatMul(Xl, WmatT), B[1, OC]), [1, o…, OC]), to_first)`, where `Xl` is
-//! `Transpose(ColT)`, or for a pointwise kernel `Reshape(Transpose(X, to_last), [∏d, C])`,
-//! in four cases: next to channels-last depthwise convolutions ([`super::channels_last`]);
+//! `Transpose(ColT)`, for a direct convolution `hidet::OffsetGather(X, pixel offsets,
+//! window offsets)` (the same matrix, addressed through two offset tables), or for a
+//! pointwise kernel `Reshape(Transpose(X, to_last), [∏d, C])`, in four cases: next to channels-last depthwise convolutions ([`super::channels_last`]);
 //! for windowed convolutions with few output pixels (ResNet-50's last stage, 7×7, see
 //! `pixels_as_rows`); for windowed convolutions with few output channels and short windows, which
 //! then run as direct convolutions (Inception-V3's first three and ResNet-50's stem, see
@@ -31,6 +32,7 @@ use crate::fusion::MATERIALIZE;
 use crate::graph::{Graph, GraphError, NodeId, ValueId};
 use crate::kernels::window::Geometry;
 use crate::ops::im2col::HIDET_DOMAIN;
+use crate::ops::offset_gather::OP_TYPE as OFFSET_GATHER;
 use crate::passes::channels_last::{
     channels_last_source, feeds_channels_last, perm_attrs, to_first, to_last,
 };
@@ -53,13 +55,12 @@ use std::collections::HashSet;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConvToImplicitGemm {
     /// Output channels up to which a convolution with a short window is made a direct one
-    /// (see [`ConvToImplicitGemm::direct`]): the widest register tile of the backend's matrix product, whose
-    /// in-place read of the gathered pixels needs one tile to span every output channel.
+    /// (see [`ConvToImplicitGemm::direct`]).
     pub direct_max_channels: usize,
 }
 
 impl Default for ConvToImplicitGemm {
-    /// [`FEW_CHANNELS`], the widest AVX-512 tile of the CPU backend.
+    /// [`FEW_CHANNELS`].
     fn default() -> Self {
         ConvToImplicitGemm {
             direct_max_channels: FEW_CHANNELS,
@@ -152,15 +153,13 @@ const SHORT_DEPTH: usize = 320;
 
 /// Whether a windowed convolution with few output channels and a short window (`K = C·∏k`)
 /// takes the channels-last product so that it runs as a direct convolution: with the pixels
-/// as rows, the matrix product broadcasts the im2col elements where they are in the input
-/// (the CPU backend's in-place `A`, with a register tile as wide as the output channels;
-/// where the target has no tile that wide, as with AVX2 past 24 channels, the backend
-/// packs those rows instead), rather than packing `K` rows of columns that few output
-/// channels would reuse. A padded
-/// input is first padded into memory (see [`padded_input`]). Measured on the paper's
-/// models: faster for Inception-V3's first three convolutions (`K` = 27, 288 and 288
-/// padded) and ResNet-50's padded stem (147); slower for ResNet-50's 64-channel 3×3
-/// convolutions (576), whose packed columns the GEMM form amortizes.
+/// as rows, gathered by `hidet::OffsetGather` (see [`window_offsets`]), the matrix product
+/// broadcasts the im2col elements where they are in the input, each address two table reads
+/// (the CPU backend's in-place `A`), rather than packing `K` rows of columns that few output
+/// channels would reuse. A padded input is first padded into memory (see [`padded_input`]).
+/// Measured on the paper's models with AVX2: faster for Inception-V3's first three
+/// convolutions (`K` = 27, 288 and 288 padded; 32, 32 and 64 channels) and ResNet-50's padded
+/// stem (147, 64 channels).
 impl ConvToImplicitGemm {
     /// Whether a windowed convolution is made a direct one (see the constants above).
     fn direct(&self, g: &Geometry, channels: usize, out_ch: usize) -> bool {
@@ -201,6 +200,43 @@ fn padded_input(rw: &mut Rewriter, p: &Plan) -> Result<(ValueId, Geometry), Grap
     Ok((x, unpadded))
 }
 
+/// The offset tables of a direct convolution's pixels-as-rows operand over an unpadded
+/// geometry `g` of a `[1, channels, d…]` input (see [`crate::ops::offset_gather`]): the flat
+/// offset of each output pixel's window origin, row-major over the output, and of each
+/// window element `(c, k…)` from the origin, row-major over the channel and the kernel
+/// position (the row order of `Im2Col`); `None` when an offset does not fit `i32`.
+fn window_offsets(g: &Geometry, channels: usize) -> Option<(Vec<i32>, Vec<i32>)> {
+    let n = g.input.len();
+    let mut strides = vec![1usize; n];
+    for d in (0..n.saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1].checked_mul(g.input[d + 1])?;
+    }
+    let plane = strides.first()?.checked_mul(*g.input.first()?)?;
+    i32::try_from(plane.checked_mul(channels)?).ok()?;
+    let offsets = |extents: &[usize], step: &dyn Fn(usize) -> usize| -> Option<Vec<i32>> {
+        let count: usize = extents.iter().product();
+        (0..count)
+            .map(|mut i| {
+                let mut off = 0usize;
+                for d in (0..extents.len()).rev() {
+                    let digit = i % extents[d];
+                    i /= extents[d];
+                    off = off.checked_add(digit.checked_mul(step(d))?)?;
+                }
+                i32::try_from(off).ok()
+            })
+            .collect()
+    };
+    let pixels = offsets(&g.output, &|d| g.strides[d] * strides[d])?;
+    let mut extents = vec![channels];
+    extents.extend(&g.kernel);
+    let window = offsets(&extents, &|d| match d {
+        0 => plane,
+        d => g.dilations[d - 1] * strides[d - 1],
+    })?;
+    Some((pixels, window))
+}
+
 /// True when the columns are the input itself: a 1×1 window at stride 1 without padding.
 fn is_pointwise(g: &Geometry) -> bool {
     g.kernel.iter().all(|&k| k == 1)
@@ -225,12 +261,35 @@ fn rewrite(rw: &mut Rewriter, p: &Plan, pass: &ConvToImplicitGemm) -> Result<Val
         let y = rw.add_op("MatMul", Attributes::new(), &[pixels, wmat_t])?;
         return finish_channels_last(rw, p, y, out_ch);
     }
+    if p.channels_last && pass.direct(g, p.channels, out_ch) {
+        let (x, unpadded) = if is_padded(g) {
+            padded_input(rw, p)?
+        } else {
+            (p.x, g.clone())
+        };
+        let rows = match window_offsets(&unpadded, p.channels) {
+            Some((pixels, window)) => {
+                let pixels =
+                    Tensor::new(vec![pixels.len()], pixels).map_err(|e| node_error(p, e))?;
+                let window =
+                    Tensor::new(vec![window.len()], window).map_err(|e| node_error(p, e))?;
+                let pixels = rw.add_constant("conv_pixel_offsets", pixels);
+                let window = rw.add_constant("conv_window_offsets", window);
+                let inputs = [x, pixels, window];
+                rw.add_domain_op(HIDET_DOMAIN, OFFSET_GATHER, Attributes::new(), &inputs)?
+            }
+            None => {
+                let attrs = unpadded.explicit_attrs();
+                let col = rw.add_domain_op(HIDET_DOMAIN, "Im2Col", attrs, &[x])?;
+                rw.add_op("Transpose", swap(false), &[col])?
+            }
+        };
+        let y = rw.add_op("MatMul", Attributes::new(), &[rows, wmat_t])?;
+        return finish_channels_last(rw, p, y, out_ch);
+    }
     let col = if is_pointwise(g) {
         let shape = shape_const(rw, &[p.channels, cols]).map_err(|e| node_error(p, e))?;
         rw.add_op("Reshape", Attributes::new(), &[p.x, shape])?
-    } else if p.channels_last && pass.direct(g, p.channels, out_ch) && is_padded(g) {
-        let (x, unpadded) = padded_input(rw, p)?;
-        rw.add_domain_op(HIDET_DOMAIN, "Im2Col", unpadded.explicit_attrs(), &[x])?
     } else {
         rw.add_domain_op(HIDET_DOMAIN, "Im2Col", g.explicit_attrs(), &[p.x])?
     };

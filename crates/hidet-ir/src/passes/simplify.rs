@@ -739,30 +739,41 @@ impl Linear {
         }
     }
 
-    /// Replaces a pair `m·c·(x / c) + m·(x % c)` (`c > 0`) by `m·x`; whether one was found.
+    /// Replaces a pair `m·c·(x / c) + m·(x % c)` (`c > 0`) by `m·x`, or more generally
+    /// `m·c·(x / (d·c)) + m·((x / d) % c)` (`c, d > 0`, the outer two digits of a row-major
+    /// unravel of `x`) by `m·(x / d)`; whether one was found. Both are exact for floor
+    /// semantics, since `x / (d·c) = (x / d) / c`.
     fn recombine_one(&mut self) -> Option<bool> {
         for i in 0..self.terms.len() {
             let (div, a) = &self.terms[i];
-            let ExprKind::Binary(BinaryOp::Div, x, c) = div.kind() else {
+            let ExprKind::Binary(BinaryOp::Div, x, outer) = div.kind() else {
                 continue;
             };
-            let Some(c) = c.as_int().filter(|&c| c > 0) else {
+            let Some(outer) = outer.as_int().filter(|&c| c > 0) else {
                 continue;
             };
-            if a % c != 0 {
-                continue;
-            }
-            let m = a / c;
-            let modulo = self.terms.iter().position(|(e, coeff)| {
-                *coeff == m
-                    && matches!(e.kind(), ExprKind::Binary(BinaryOp::Mod, y, k) if y == x && k.as_int() == Some(c))
+            let modulo = self.terms.iter().enumerate().find_map(|(j, (e, coeff))| {
+                let ExprKind::Binary(BinaryOp::Mod, y, c) = e.kind() else {
+                    return None;
+                };
+                let c = c.as_int().filter(|&c| c > 0)?;
+                if *coeff == 0 || coeff.checked_mul(c)? != *a {
+                    return None;
+                }
+                if y == x && c == outer {
+                    return Some((j, x.clone(), *coeff));
+                }
+                let ExprKind::Binary(BinaryOp::Div, z, d) = y.kind() else {
+                    return None;
+                };
+                let d = d.as_int().filter(|&d| d > 0)?;
+                (z == x && d.checked_mul(c)? == outer).then(|| (j, y.clone(), *coeff))
             });
-            if let Some(j) = modulo {
-                let x = x.clone();
+            if let Some((j, whole, m)) = modulo {
                 let (first, second) = (i.max(j), i.min(j));
                 self.terms.remove(first);
                 self.terms.remove(second);
-                self.add(&x, m)?;
+                self.add(&whole, m)?;
                 self.terms.retain(|(_, coeff)| *coeff != 0);
                 return Some(true);
             }
@@ -1090,5 +1101,37 @@ mod tests {
         // Without the matching modulo term, nothing is recombined.
         let partial = &n.expr() / 56 * 56 + &n.expr() % 28;
         assert_eq!(simplify_expr(&partial, &r), partial);
+    }
+
+    /// A row-major unravel of a flat offset `f = a + b` (opaque terms, as the two table
+    /// reads of a separable gather are) into `[C, H, W]`, `f/(H·W)·H·W + (f/W % H)·W + f % W`,
+    /// recombines into `f`: the load reads at `f`, with no division left.
+    #[test]
+    fn unravelled_offsets_recombine_into_the_flat_offset() {
+        let r = VarRanges::new();
+        let (a, b) = (Var::new("a", DataType::I32), Var::new("b", DataType::I32));
+        let f = a.expr() + b.expr();
+        let (h, w) = (149, 151);
+        let offset = &f / (h * w) * (h * w) + (&f / w % h) * w + &f % w;
+        let e = simplify_expr(&offset, &r);
+        let mut divides = false;
+        e.visit(&mut |x| {
+            divides |= matches!(
+                x.kind(),
+                ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, ..)
+            )
+        });
+        assert!(!divides, "no division left in {e:?}");
+        for (av, bv) in [(0, 0), (5, 151), (-7, 3), (22499, 1), (100_000, 77)] {
+            let env = HashMap::from([(a.clone(), av), (b.clone(), bv)]);
+            assert_eq!(eval(&e, &env), eval(&offset, &env), "a={av} b={bv}");
+        }
+        // Digits that are not the outer two of one unravel stay as they are.
+        let skewed = &f / (h * w) * (h * w) + (&f / w % (h + 1)) * w;
+        let mut still_divides = false;
+        simplify_expr(&skewed, &r).visit(&mut |x| {
+            still_divides |= matches!(x.kind(), ExprKind::Binary(BinaryOp::Div, ..))
+        });
+        assert!(still_divides);
     }
 }

@@ -1,0 +1,172 @@
+//! `hidet::OffsetGather`: a matrix gathered from a tensor at separable flat offsets.
+//!
+//! `OffsetGather(X, R, C)` with `R` and `C` 1-D `int32` tensors gives `Y` of shape
+//! `[len(R), len(C)]` with `Y[i, j] = X_flat[R[i] + C[j]]`, where `X_flat` is `X` read in
+//! row-major order; every offset must lie inside `X` (an error otherwise).
+//!
+//! The operator is internal (domain [`HIDET_DOMAIN`]): the implicit-GEMM pass gives a direct
+//! convolution's pixels-as-rows operand this form, `R` the offsets of the output pixels'
+//! window origins and `C` those of the window elements, so a matrix-product kernel that
+//! broadcasts the operand where it is finds each address as one table read per row and one
+//! per column, with no division (the flat offset's row-major unravel recombines in the
+//! emitted address, see `hidet_ir::passes::simplify`).
+
+use crate::dispatch_float;
+use crate::dtype::DType;
+use crate::operator::{
+    arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
+};
+use crate::ops::common::check_dtype;
+use crate::ops::compute_util::{grid_def, input, placeholders, unravel};
+use crate::ops::im2col::HIDET_DOMAIN;
+use crate::ops::window_compute::fits_i32;
+use crate::registry::{Registry, LATEST_OPSET};
+use crate::shape::{Dim, TensorType};
+use crate::tensor::{Element, Tensor};
+
+/// The operator's name in [`HIDET_DOMAIN`].
+pub const OP_TYPE: &str = "OffsetGather";
+
+/// An `OffsetGather` node (see the module docs).
+#[derive(Debug)]
+struct OffsetGather;
+
+/// Registers `hidet::OffsetGather` (every opset of the domain).
+pub fn register(r: &mut Registry) {
+    r.register(HIDET_DOMAIN, OP_TYPE, 1..=LATEST_OPSET, |_: &OpContext<'_>| {
+        Ok(Box::new(OffsetGather))
+    });
+}
+
+/// The length of offset table `index` of shape `shape`, or a shape error.
+fn table_len(index: usize, shape: &[usize]) -> Result<usize, OpError> {
+    match *shape {
+        [n] => Ok(n),
+        _ => Err(OpError::Shape(format!(
+            "OffsetGather needs input {index} to be a 1-D offset table, got shape {shape:?}"
+        ))),
+    }
+}
+
+impl Operator for OffsetGather {
+    fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
+        let x = infer_arg(inputs, 0)?;
+        check_dtype(0, x.ty.dtype, DType::is_float)?;
+        let mut shape = Vec::with_capacity(2);
+        for index in [1, 2] {
+            let t = infer_arg(inputs, index)?;
+            check_dtype(index, t.ty.dtype, |d| d == DType::I32)?;
+            shape.push(match t.ty.fixed_shape() {
+                Some(s) => Dim::Fixed(table_len(index, &s)?),
+                None => Dim::Unknown,
+            });
+        }
+        Ok(vec![TensorType {
+            dtype: x.ty.dtype,
+            shape: Some(shape),
+        }])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+        let x = arg(inputs, 0)?;
+        check_dtype(0, x.dtype(), DType::is_float)?;
+        let mut tables = Vec::with_capacity(2);
+        for index in [1, 2] {
+            let t = arg(inputs, index)?;
+            check_dtype(index, t.dtype(), |d| d == DType::I32)?;
+            table_len(index, t.shape())?;
+            tables.push(t.to_i64_vec());
+        }
+        let (rows, cols) = (&tables[0], &tables[1]);
+        let n = x.numel();
+        let mut at = Vec::with_capacity(rows.len() * cols.len());
+        for &r in rows {
+            for &c in cols {
+                let offset = usize::try_from(r + c).ok().filter(|&o| o < n).ok_or_else(|| {
+                    OpError::Shape(format!(
+                        "OffsetGather offset {r} + {c} is outside X of {n} elements"
+                    ))
+                })?;
+                at.push(offset);
+            }
+        }
+        let shape = vec![rows.len(), cols.len()];
+        let xv = x.to_f64_vec();
+        let dtype = x.dtype();
+        let out = dispatch_float!(dtype,
+            T => Tensor::new(shape, at.iter().map(|&o| T::from_f64(xv[o])).collect::<Vec<T>>())?,
+            else return Err(OpError::DType { index: 0, dtype }));
+        Ok(vec![out])
+    }
+
+    /// `Y[i, j] = X[unravel(R[i] + C[j])]` (row-major over `X`'s shape).
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        check_dtype(0, x.dtype, DType::is_float)?;
+        let (r, c) = (input(inputs, 1)?, input(inputs, 2)?);
+        let shape = [table_len(1, r.shape)?, table_len(2, c.shape)?];
+        if !fits_i32(&[x.shape, &shape]) {
+            return Ok(None);
+        }
+        let vars = placeholders(inputs);
+        let (vx, vr, vc) = (vars[0].clone(), vars[1].clone(), vars[2].clone());
+        let dims = x.shape.to_vec();
+        grid_def(vars, x.dtype.to_ir(), &shape, |i| {
+            let flat = vr.at([i[0].clone()]) + vc.at([i[1].clone()]);
+            vx.at(unravel(&flat, &dims))
+        })
+        .map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::common::build_op;
+
+    fn op() -> Box<dyn Operator> {
+        build_op(HIDET_DOMAIN, OP_TYPE, 1, &[], 3, 1).unwrap()
+    }
+
+    #[test]
+    fn rows_and_columns_add_their_offsets() {
+        let xv: Vec<f32> = (0..24).map(|i| 0.5 * i as f32 - 2.7).collect();
+        let x = Tensor::new(vec![2, 3, 4], xv.clone()).unwrap();
+        let r = Tensor::new(vec![3], vec![0i32, 5, 13]).unwrap();
+        let c = Tensor::new(vec![2], vec![1i32, 10]).unwrap();
+        let y = op().eval(&[Some(&x), Some(&r), Some(&c)]).unwrap().remove(0);
+        assert_eq!(y.shape(), &[3, 2]);
+        let want: Vec<f32> = [1, 10, 6, 15, 14, 23].iter().map(|&o| xv[o]).collect();
+        assert_eq!(y.as_slice::<f32>().unwrap(), want.as_slice());
+        let ty = |dtype, shape: &[usize]| TensorType::fixed(dtype, shape);
+        let (tx, tr, tc) = (ty(DType::F32, &[2, 3, 4]), ty(DType::I32, &[3]), ty(DType::I32, &[2]));
+        let inputs: Vec<_> = [&tx, &tr, &tc]
+            .into_iter()
+            .map(|ty| Some(InferInput { ty, value: None }))
+            .collect();
+        let inferred = op().infer(&inputs).unwrap();
+        assert_eq!(inferred[0], ty(DType::F32, &[3, 2]));
+    }
+
+    #[test]
+    fn offsets_outside_the_input_and_bad_tables_are_errors() {
+        let x = Tensor::new(vec![2, 3], vec![1.0f32; 6]).unwrap();
+        let r = Tensor::new(vec![2], vec![0i32, 4]).unwrap();
+        let past = Tensor::new(vec![1], vec![2i32]).unwrap();
+        let before = Tensor::new(vec![1], vec![-1i32]).unwrap();
+        for c in [&past, &before] {
+            let err = op().eval(&[Some(&x), Some(&r), Some(c)]).unwrap_err();
+            assert!(matches!(err, OpError::Shape(_)), "{err:?}");
+        }
+        let wide = Tensor::new(vec![1, 1], vec![0i32]).unwrap();
+        assert!(matches!(
+            op().eval(&[Some(&x), Some(&r), Some(&wide)]),
+            Err(OpError::Shape(_))
+        ));
+        let int64 = Tensor::new(vec![1], vec![0i64]).unwrap();
+        assert!(matches!(
+            op().eval(&[Some(&x), Some(&r), Some(&int64)]),
+            Err(OpError::DType { .. })
+        ));
+    }
+}
