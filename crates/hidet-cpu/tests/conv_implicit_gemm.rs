@@ -213,24 +213,25 @@ fn check_kernels(
     }
 }
 
+/// A padded 3×3 convolution block (37 channels, `K` = 333) is a direct convolution: one
+/// kernel pads the input, one fused kernel broadcasts its pixels in place and stores the
+/// product back channels-first with the bias, ReLU and residual add.
 #[test]
-fn conv_bias_relu_add_stride_1_is_one_fused_matmul_kernel() {
-    let win = Window {
-        kernel: 3,
-        stride: 1,
-        pad: 1,
-    };
-    check(11, 37, 17, 19, win, Gather::Im2Col);
-}
-
-#[test]
-fn conv_bias_relu_add_stride_2_is_one_fused_matmul_kernel() {
-    let win = Window {
-        kernel: 3,
-        stride: 2,
-        pad: 1,
-    };
-    check(12, 37, 17, 10, win, Gather::Im2Col);
+fn padded_conv_bias_relu_add_is_a_pad_and_one_fused_direct_kernel() {
+    for (seed, stride, oc) in [(11, 1, 19), (12, 2, 10)] {
+        let win = Window {
+            kernel: 3,
+            stride,
+            pad: 1,
+        };
+        let checked = check_kernels(seed, 37, 17, oc, win, Gather::Direct, 2);
+        assert!(
+            checked.epilogues.contains("Transpose"),
+            "{}",
+            checked.epilogues
+        );
+        assert_direct(&checked.source);
+    }
 }
 
 #[test]
@@ -344,14 +345,28 @@ fn padded_convolutions_with_short_windows_are_direct_over_a_padded_copy() {
 }
 
 /// A 7×7 output makes the product transposed (pixels as rows, output channels as vector
-/// lanes): the outer transpose is one more epilogue of the same kernel.
+/// lanes): the outer transpose is one more epilogue of the same kernel. Unpadded (a 9×9
+/// input, `K` = 333: no direct convolution) the gathered rows are packed; padded, the
+/// convolution is direct.
 #[test]
 fn a_conv_on_few_pixels_is_a_transposed_product_in_one_kernel() {
-    let win = Window {
+    let unpadded = Window {
+        kernel: 3,
+        stride: 1,
+        pad: 0,
+    };
+    let epilogues = check(15, 37, 9, 37, unpadded, Gather::Im2Col).epilogues;
+    assert!(epilogues.contains("Transpose"), "{epilogues}");
+    let padded = Window {
         kernel: 3,
         stride: 1,
         pad: 1,
     };
-    let epilogues = check(16, 37, 7, 37, win, Gather::Im2Col).epilogues;
-    assert!(epilogues.contains("Transpose"), "{epilogues}");
+    let checked = check_kernels(16, 37, 7, 37, padded, Gather::Direct, 2);
+    assert!(
+        checked.epilogues.contains("Transpose"),
+        "{}",
+        checked.epilogues
+    );
+    assert_direct(&checked.source);
 }

@@ -328,24 +328,17 @@ fn a_bottleneck_on_few_pixels_stays_channels_last() {
     assert_same_outputs(&before, &after, &inputs, 1e-4);
 }
 
-/// A padded convolution with 32 output channels and a short window is made a direct one
-/// (its input padded into memory by a `Pad` node, the product channels-last) only when the
-/// backend's widest register tile, `direct_max_channels`, spans its output channels; the
-/// values are the same either way.
+/// An unpadded convolution with 32 output channels and a short window is made a direct one
+/// (its pixels gathered as rows by `OffsetGather`, the product channels-last) only up to
+/// `direct_max_channels` output channels; the values are the same either way.
 #[test]
-fn direct_convolutions_are_bounded_by_the_backends_widest_tile() {
+fn short_direct_convolutions_are_bounded_by_direct_max_channels() {
     let mut rng = Rng::new(9);
     let (x, w) = (rng.f32s(&[1, 3, 19, 17]), rng.f32s(&[32, 3, 3, 3]));
     let mut g = GraphBuilder::new("stem");
     g.input("x", f32_input(&[1, 3, 19, 17]));
     g.initializer("w", w);
-    g.node(node(
-        "Conv",
-        17,
-        &["x", "w"],
-        &["y"],
-        attrs(vec![("pads", ints(&[1, 1, 1, 1]))]),
-    ));
+    g.node(node("Conv", 17, &["x", "w"], &["y"], Attributes::new()));
     g.output("y");
     let before = build(g);
     let inputs = vec![("x".to_string(), x)];
@@ -356,11 +349,68 @@ fn direct_convolutions_are_bounded_by_the_backends_widest_tile() {
         let after = pass.run(before.clone()).unwrap();
         assert_eq!(count(&after, "Conv"), 0, "{:?}", ops(&after));
         assert_eq!(
-            count(&after, "Pad") == 1,
+            count(&after, "OffsetGather") == 1,
             direct,
             "{widest}: {:?}",
             ops(&after)
         );
+        assert_eq!(count(&after, "Im2Col") == 1, !direct, "{:?}", ops(&after));
         assert_same_outputs(&before, &after, &inputs, 1e-5);
+    }
+}
+
+/// A padded convolution whose window rows are at least 3 long is direct whatever its
+/// channels and depth (80 output channels, `K` = 40·9 = 360): a `Pad` copy of the input
+/// read by `OffsetGather`, the product stored back channels-first, so the pointwise
+/// convolution after it stays channels-first. A column window
+/// (`7×1`) keeps the im2col product.
+#[test]
+fn padded_convolutions_are_direct_unless_their_window_rows_are_short() {
+    let mut rng = Rng::new(31);
+    let (c, oc, hw) = (40usize, 80usize, 11usize);
+    for (kernel, pads, direct) in [([3, 3], [1, 1, 1, 1], true), ([7, 1], [3, 0, 3, 0], false)] {
+        let mut g = GraphBuilder::new("padded");
+        g.input("x", f32_input(&[1, c, hw, hw]));
+        g.initializer("w", rng.f32s(&[oc, c, kernel[0], kernel[1]]));
+        g.initializer("w2", rng.f32s(&[7, oc, 1, 1]));
+        let window = attrs(vec![("pads", ints(&pads))]);
+        g.node(node("Conv", 17, &["x", "w"], &["c1"], window));
+        g.node(node("Relu", 17, &["c1"], &["a1"], Attributes::new()));
+        g.node(node("Conv", 17, &["a1", "w2"], &["y"], Attributes::new()));
+        g.output("y");
+        let before = build(g);
+        let after = run_passes(before.clone(), &default_passes()).unwrap();
+        assert_eq!(count(&after, "Conv"), 0, "{:?}", ops(&after));
+        let want = |op: &str, n: usize| assert_eq!(count(&after, op), n, "{op}: {:?}", ops(&after));
+        if direct {
+            want("Pad", 1);
+            want("OffsetGather", 1);
+            want("Im2Col", 0);
+            // The pointwise product reads its input channels-first, through a reshape.
+            let producer = |v: Option<hidet_graph::ValueId>| {
+                let v = v.expect("a MatMul has two operands");
+                after
+                    .value(v)
+                    .producer
+                    .map(|(n, _)| after.nodes()[n.0].op_type.as_str())
+            };
+            let pointwise = after
+                .nodes()
+                .iter()
+                .find(|n| n.op_type == "MatMul" && producer(n.inputs[0]) != Some("OffsetGather"))
+                .expect("the pointwise product");
+            assert_eq!(
+                producer(pointwise.inputs[1]),
+                Some("Reshape"),
+                "{:?}",
+                ops(&after)
+            );
+        } else {
+            want("Pad", 0);
+            want("OffsetGather", 0);
+            want("Im2Col", 1);
+        }
+        let inputs = vec![("x".to_string(), rng.f32s(&[1, c, hw, hw]))];
+        assert_same_outputs(&before, &after, &inputs, 1e-4);
     }
 }
