@@ -11,13 +11,15 @@
 //! Add(MatMul(Xl, WmatT), B[1, OC]), [1, o…, OC]), to_first)`, where `Xl` is
 //! `Transpose(ColT)`, for a direct convolution `hidet::OffsetGather(X, pixel offsets,
 //! window offsets)` (the same matrix, addressed through two offset tables), or for a
-//! pointwise kernel `Reshape(Transpose(X, to_last), [∏d, C])`, in four cases: next to channels-last depthwise convolutions ([`super::channels_last`]);
-//! for windowed convolutions with few output pixels (ResNet-50's last stage, 7×7, see
-//! `pixels_as_rows`); for windowed convolutions with few output channels and short windows, which
-//! then run as direct convolutions (Inception-V3's first three and ResNet-50's stem, see
-//! `direct`); and for the
-//! pointwise convolutions that read any of these, through element-wise operators and
-//! residual adds. The transposes then cancel with their
+//! pointwise kernel `Reshape(Transpose(X, to_last), [∏d, C])`, in four cases: next to
+//! channels-last depthwise convolutions ([`super::channels_last`]); for windowed
+//! convolutions with few output pixels (ResNet-50's last stage, 7×7, see `pixels_as_rows`);
+//! for direct convolutions (see `ConvToImplicitGemm::direct`: few output channels and a
+//! short window, as Inception-V3's first three and ResNet-50's stem, or any padding and
+//! window rows of 3 or more, as every other 3×3); and for the pointwise convolutions that
+//! read any of these, through element-wise operators and residual adds, except those that
+//! read a convolution that is channels-last only for being padded and direct (its product
+//! is stored back channels-first by its own kernel). The transposes then cancel with their
 //! neighbours', so a whole late stage runs channels-last.
 //!
 //! The weight is stored transposed (`[C·∏k, OC]`) so that the matrix product, which packs
