@@ -14,9 +14,9 @@
 //! pointwise kernel `Reshape(Transpose(X, to_last), [∏d, C])`, in four cases: next to
 //! channels-last depthwise convolutions ([`super::channels_last`]); for windowed
 //! convolutions with few output pixels (ResNet-50's last stage, 7×7, see `pixels_as_rows`);
-//! for direct convolutions (see `ConvToImplicitGemm::direct`: few output channels and a
-//! short window, as Inception-V3's first three and ResNet-50's stem, or any padding and
-//! window rows of 3 or more, as every other 3×3); and for the pointwise convolutions that
+//! for direct convolutions (`ConvToImplicitGemm::short_direct`: few output channels and a
+//! short window, as Inception-V3's first three and ResNet-50's stem; `padded_direct`: any
+//! padding and window rows of 3 or more, as every other 3×3); and for the pointwise convolutions that
 //! read any of these, through element-wise operators and residual adds, except those that
 //! read a convolution that is channels-last only for being padded and direct (its product
 //! is stored back channels-first by its own kernel). The transposes then cancel with their
@@ -50,14 +50,15 @@ use std::collections::HashSet;
 /// (batched, grouped or depthwise, non-constant weights, other dtypes) are kept.
 ///
 /// The product is stored channels-last when the convolution's output feeds a `to_last`
-/// transpose, when it is windowed with few output pixels (`pixels_as_rows`) or few output
-/// channels and a short window ([`ConvToImplicitGemm::direct`]), or when it is
+/// transpose, when it is windowed with few output pixels (`pixels_as_rows`), when it is a
+/// direct convolution (few output channels and a short window,
+/// `ConvToImplicitGemm::short_direct`, or padded, `padded_direct`), or when it is
 /// pointwise and its input comes from a `to_first` transpose or from a convolution this pass
 /// stored channels-last.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConvToImplicitGemm {
     /// Output channels up to which a convolution with a short window is made a direct one
-    /// (see [`ConvToImplicitGemm::direct`]).
+    /// (see `ConvToImplicitGemm::short_direct`).
     pub direct_max_channels: usize,
 }
 
@@ -90,13 +91,13 @@ impl GraphPass for ConvToImplicitGemm {
                 || short_direct
                 || (is_pointwise(&plan.geometry)
                     && channels_last_source(g, plan.x, &channels_last));
-            let padded_direct = padded_direct(&plan.geometry);
-            plan.channels_last = other_reason || padded_direct;
+            plan.direct = short_direct || padded_direct(&plan.geometry);
+            plan.channels_last = other_reason || plan.direct;
             if other_reason {
                 channels_last.insert(plan.y);
             }
             rw.focus(NodeId(i));
-            let out = rewrite(&mut rw, &plan, self)?;
+            let out = rewrite(&mut rw, &plan)?;
             rw.replace(plan.y, out);
             rw.remove_node(NodeId(i));
         }
@@ -115,6 +116,9 @@ struct Plan {
     geometry: Geometry,
     /// Store the product channels-last, `[1, o…, OC]`, behind a `to_first` transpose.
     channels_last: bool,
+    /// Run it as a direct convolution ([`ConvToImplicitGemm::short_direct`] or
+    /// [`padded_direct`]; implies `channels_last`).
+    direct: bool,
 }
 
 /// The plan for node `n`, when the rewrite applies to it: a single-image convolution
@@ -133,6 +137,7 @@ fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
         weight: conv.weight,
         geometry: conv.geometry,
         channels_last: false,
+        direct: false,
     })
 }
 
@@ -158,21 +163,16 @@ pub const FEW_CHANNELS: usize = 64;
 const SHORT_DEPTH: usize = 320;
 
 /// Whether a windowed convolution with few output channels and a short window (`K = C·∏k`),
-/// or any padded one (see [`padded_direct`]),
+/// or any padded one (see `padded_direct`),
 /// takes the channels-last product so that it runs as a direct convolution: with the pixels
-/// as rows, gathered by `hidet::OffsetGather` (see [`window_offsets`]), the matrix product
+/// as rows, gathered by `hidet::OffsetGather` (see `window_offsets`), the matrix product
 /// broadcasts the im2col elements where they are in the input, each address two table reads
 /// (the CPU backend's in-place `A`), rather than packing `K` rows of columns that few output
-/// channels would reuse. A padded input is first padded into memory (see [`padded_input`]).
+/// channels would reuse. A padded input is first padded into memory (see `padded_input`).
 /// Measured on the paper's models with AVX2: faster for Inception-V3's first three
 /// convolutions (`K` = 27, 288 and 288 padded; 32, 32 and 64 channels) and ResNet-50's padded
 /// stem (147, 64 channels).
 impl ConvToImplicitGemm {
-    /// Whether a windowed convolution is made a direct one (see above).
-    fn direct(&self, g: &Geometry, channels: usize, out_ch: usize) -> bool {
-        self.short_direct(g, channels, out_ch) || padded_direct(g)
-    }
-
     /// Whether a windowed convolution has few output channels and a short window (see the
     /// constants above).
     fn short_direct(&self, g: &Geometry, channels: usize, out_ch: usize) -> bool {
@@ -236,36 +236,21 @@ fn padded_input(rw: &mut Rewriter, p: &Plan) -> Result<(ValueId, Geometry), Grap
 /// geometry `g` of a `[1, channels, d…]` input (see [`crate::ops::offset_gather`]): the flat
 /// offset of each output pixel's window origin, row-major over the output, and of each
 /// window element `(c, k…)` from the origin, row-major over the channel and the kernel
-/// position (the row order of `Im2Col`); `None` when an offset does not fit `i32`.
+/// position (the row order of `Im2Col`); both read off [`Geometry::offsets`] (kernel
+/// position 0 for the pixels, output position 0 for the window). `None` when an offset does
+/// not fit `i32`.
 fn window_offsets(g: &Geometry, channels: usize) -> Option<(Vec<i32>, Vec<i32>)> {
-    let n = g.input.len();
-    let mut strides = vec![1usize; n];
-    for d in (0..n.saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1].checked_mul(g.input[d + 1])?;
-    }
-    let plane = strides.first()?.checked_mul(*g.input.first()?)?;
+    let plane = g.input_size();
     i32::try_from(plane.checked_mul(channels)?).ok()?;
-    let offsets = |extents: &[usize], step: &dyn Fn(usize) -> usize| -> Option<Vec<i32>> {
-        let count: usize = extents.iter().product();
-        (0..count)
-            .map(|mut i| {
-                let mut off = 0usize;
-                for d in (0..extents.len()).rev() {
-                    let digit = i % extents[d];
-                    i /= extents[d];
-                    off = off.checked_add(digit.checked_mul(step(d))?)?;
-                }
-                i32::try_from(off).ok()
-            })
-            .collect()
-    };
-    let pixels = offsets(&g.output, &|d| g.strides[d] * strides[d])?;
-    let mut extents = vec![channels];
-    extents.extend(&g.kernel);
-    let window = offsets(&extents, &|d| match d {
-        0 => plane,
-        d => g.dilations[d - 1] * strides[d - 1],
-    })?;
+    let offsets = g.offsets().ok()?;
+    let (nk, no) = (g.kernel_size(), g.output_size());
+    let pixels = offsets[..no].iter().map(|&o| i32::try_from(o).ok());
+    let pixels = pixels.collect::<Option<Vec<i32>>>()?;
+    let origin: Vec<usize> = (0..nk).map(|k| offsets[k * no]).collect();
+    let window = (0..channels)
+        .flat_map(|c| origin.iter().map(move |&o| c * plane + o))
+        .map(|o| i32::try_from(o).ok())
+        .collect::<Option<Vec<i32>>>()?;
     Some((pixels, window))
 }
 
@@ -278,7 +263,7 @@ fn is_pointwise(g: &Geometry) -> bool {
 
 /// Adds the implicit-GEMM nodes of `p`; returns the value that replaces the convolution's
 /// output.
-fn rewrite(rw: &mut Rewriter, p: &Plan, pass: &ConvToImplicitGemm) -> Result<ValueId, GraphError> {
+fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     let g = &p.geometry;
     let out_ch = p.weight.shape()[0];
     let rows = p.channels * g.kernel_size();
@@ -293,7 +278,7 @@ fn rewrite(rw: &mut Rewriter, p: &Plan, pass: &ConvToImplicitGemm) -> Result<Val
         let y = rw.add_op("MatMul", Attributes::new(), &[pixels, wmat_t])?;
         return finish_channels_last(rw, p, y, out_ch);
     }
-    if p.channels_last && pass.direct(g, p.channels, out_ch) {
+    if p.direct {
         let (x, unpadded) = if is_padded(g) {
             padded_input(rw, p)?
         } else {
