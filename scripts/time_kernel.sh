@@ -14,7 +14,9 @@
 # branch mispredictions (GCC leaves scalar, branchy `max` selects inside some strided pooling
 # loops, 2-3x slower on random data). Synthetic data hides data-dependent costs (branches on signs, denormals): confirm a
 # finding with `hidet bench MODEL --profile`. BIN_OUT=PATH also keeps the driver binary there,
-# to alternate two variants of a kernel (`OMP_NUM_THREADS=2 PATH`) on a noisy host.
+# to alternate two variants of a kernel (`OMP_NUM_THREADS=2 PATH`) on a noisy host. The driver
+# runs the kernel's parallel loops through an OpenMP launcher (`schedule(dynamic)`, OMP_NUM_THREADS
+# threads), standing in for hidet's own thread pool (crates/hidet-cpu/src/parallel.rs).
 set -euo pipefail
 src=${1:?usage: time_kernel.sh KERNEL.src [THREADS]}
 threads=${2:-2}
@@ -27,10 +29,16 @@ cat > "$work/driver.c" <<'C'
 #include <stdlib.h>
 #include <stdio.h>
 #include <time.h>
+#include <omp.h>
 #include "kernel.c"
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 static int by_value(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+static void omp_launch(hidet_task_fn task, void *env, int32_t tasks, int32_t threads) {
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int32_t t = 0; t < tasks; t++) task(env, t);
+}
 int main(void) {
+    hidet_set_launcher(omp_launch, omp_get_max_threads());
     void *args[16];
     for (int i = 0; i < 16; i++) {
         float *p = aligned_alloc(64, (size_t)64 << 20);

@@ -242,6 +242,18 @@ pub trait Dialect {
     /// A barrier statement (without the trailing `;`).
     fn barrier(&self, barrier: Barrier) -> Result<String, Unsupported>;
 
+    /// How a `LoopKind::Parallel` loop runs. `None` (the default): as a `for` loop under
+    /// [`Dialect::loop_pragma`]. `Some(launch)`: the emitter outlines the loop body into a
+    /// task function `static void TASK(void *env, int32_t task)`, whose `env` is a struct
+    /// of the variables the body uses from outside (tensors by pointer, scalars by value),
+    /// and the loop becomes the statement `launch(TASK, &env, extent);`, which must run
+    /// `TASK(&env, t)` once for every `t` in `0..extent`, in any order and on any threads,
+    /// and return when all have finished. The dialect makes `launch` available (a helper
+    /// recorded in `uses`).
+    fn parallel_launch(&self, _uses: &mut Uses) -> Result<Option<String>, Unsupported> {
+        Ok(None)
+    }
+
     /// The pragma line placed before a `for` loop of `kind`, if any.
     /// `extent` is the trip count when it is a constant.
     fn loop_pragma(

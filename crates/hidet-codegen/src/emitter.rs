@@ -27,7 +27,7 @@ use hidet_ir::intrinsic::Intrinsic;
 use hidet_ir::passes::bounds::{bound_of, Interval, VarRanges};
 use hidet_ir::passes::simplify_expr;
 use hidet_ir::print::Printer;
-use hidet_ir::stmt::{Scope, Stmt};
+use hidet_ir::stmt::{LoopKind, Scope, Stmt};
 use hidet_ir::ty::Type;
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -54,8 +54,9 @@ pub fn emit_module(module: &IRModule, dialect: &dyn Dialect) -> Result<String, C
             .function_head(f, &ret, &params)
             .map_err(|u| fe.unsupported_at(None, u))?;
         let body = fe.body()?;
+        let tasks = std::mem::take(&mut fe.tasks);
         heads.push(head);
-        bodies.push(body);
+        bodies.push((tasks, body));
         emitted.push(EmittedFunction {
             function: f,
             params,
@@ -95,13 +96,14 @@ pub fn emit_module(module: &IRModule, dialect: &dyn Dialect) -> Result<String, C
         }
     }
     out.push('\n');
-    for ((head, body), guard) in heads.iter().zip(&bodies).zip(&guards) {
+    for ((head, (tasks, body)), guard) in heads.iter().zip(&bodies).zip(&guards) {
+        let tasks: String = tasks.iter().map(|t| format!("{t}\n")).collect();
         match guard {
             Some(cond) => {
-                let _ = writeln!(out, "#if {cond}\n{head} {{\n{body}}}\n#endif\n");
+                let _ = writeln!(out, "#if {cond}\n{tasks}{head} {{\n{body}}}\n#endif\n");
             }
             None => {
-                let _ = writeln!(out, "{head} {{\n{body}}}\n");
+                let _ = writeln!(out, "{tasks}{head} {{\n{body}}}\n");
             }
         }
     }
@@ -141,6 +143,9 @@ struct FunctionEmitter<'a> {
     cur: Option<&'a Stmt>,
     /// The variable of the innermost enclosing loop.
     innermost: Option<Var>,
+    /// Task functions outlined from parallel loops (see [`Dialect::parallel_launch`]),
+    /// complete definitions in the order they must appear (inner loops first).
+    tasks: Vec<String>,
 }
 
 type R<T> = Result<T, CodegenError>;
@@ -162,6 +167,7 @@ impl<'a> FunctionEmitter<'a> {
             indent: 1,
             cur: None,
             innermost: None,
+            tasks: Vec::new(),
         }
     }
 
@@ -334,6 +340,15 @@ impl<'a> FunctionEmitter<'a> {
             Stmt::For {
                 var,
                 extent,
+                kind: LoopKind::Parallel,
+                body,
+            } if self.parallel_launch()?.is_some() => {
+                let launch = self.parallel_launch()?.expect("checked by the guard");
+                self.parallel_for(var, extent, body, &launch)
+            }
+            Stmt::For {
+                var,
+                extent,
                 kind,
                 body,
             } => {
@@ -445,6 +460,118 @@ impl<'a> FunctionEmitter<'a> {
                 Ok(())
             }
         }
+    }
+
+    fn parallel_launch(&mut self) -> R<Option<String>> {
+        self.d
+            .parallel_launch(self.uses)
+            .map_err(|u| self.unsupported(u))
+    }
+
+    /// A parallel loop as a task function and a call of `launch` (see
+    /// [`Dialect::parallel_launch`]). The body may not assign a scalar declared outside it
+    /// (each task sees its own copy); tensors it reads and writes are shared.
+    fn parallel_for(&mut self, var: &Var, extent: &Expr, body: &'a Stmt, launch: &str) -> R<()> {
+        let ext = self.expr(extent)?;
+        let task = format!("hidet_{}_task{}", self.f.name, self.tasks.len());
+        let assigned = body.assigned_vars();
+        let captured: Vec<Var> = body.free_vars().into_iter().filter(|v| v != var).collect();
+        let arrays = self.local_arrays();
+        let mut fields = Vec::new();
+        let mut bindings = Vec::new();
+        let mut inits = Vec::new();
+        for v in &captured {
+            if assigned.contains(v) {
+                return Err(self.unsupported(Unsupported::new(format!(
+                    "a parallel loop assigning `{}`, declared outside it",
+                    v.name()
+                ))));
+            }
+            let name = self.names.name(v);
+            let ty = self.c_type(&v.ty().clone())?;
+            let unaliased = self.f.params.contains(v) || arrays.contains(v);
+            let local = match v.ty() {
+                Type::Data(_) => format!("const {ty} {name}"),
+                _ if unaliased => format!("{ty} __restrict__ {name}"),
+                _ => format!("{ty} const {name}"),
+            };
+            fields.push(format!("    {ty} {name};\n"));
+            bindings.push(format!("{local} = hidet_env->{name};"));
+            inits.push(name);
+        }
+        let index_ty = self.c_type(&var.ty().clone())?;
+        let index = self.names.name(var);
+
+        let outer_out = std::mem::take(&mut self.out);
+        let outer_indent = std::mem::replace(&mut self.indent, 1);
+        let struct_name = format!("{task}_env");
+        if captured.is_empty() {
+            self.line("(void)hidet_env_ptr;");
+        } else {
+            self.line(&format!(
+                "const struct {struct_name} *hidet_env = (const struct {struct_name} *)hidet_env_ptr;"
+            ));
+        }
+        for b in &bindings {
+            self.line(b);
+        }
+        self.line(&format!("const {index_ty} {index} = hidet_task;"));
+        if !body.free_vars().contains(var) {
+            self.line(&format!("(void){index};"));
+        }
+        let hi = bound_of(extent, &self.ranges).hi.map(|h| h - 1);
+        let previous = self.ranges.set(var, Interval { lo: Some(0), hi });
+        let outer_innermost = self.innermost.replace(var.clone());
+        let r = self.stmt(body);
+        self.innermost = outer_innermost;
+        self.ranges.restore(var, previous);
+        let task_body = std::mem::replace(&mut self.out, outer_out);
+        self.indent = outer_indent;
+        r?;
+
+        let mut definition = String::new();
+        if !captured.is_empty() {
+            let _ = write!(
+                definition,
+                "struct {struct_name} {{\n{}}};\n",
+                fields.concat()
+            );
+        }
+        let _ = write!(
+            definition,
+            "static void {task}(void *hidet_env_ptr, int32_t hidet_task) {{\n{task_body}}}\n"
+        );
+        self.tasks.push(definition);
+        if captured.is_empty() {
+            self.line(&format!("{launch}({task}, NULL, {ext});"));
+        } else {
+            self.line("{");
+            self.indent += 1;
+            self.line(&format!(
+                "struct {struct_name} hidet_args = {{ {} }};",
+                inits.join(", ")
+            ));
+            self.line(&format!("{launch}({task}, &hidet_args, {ext});"));
+            self.indent -= 1;
+            self.line("}");
+        }
+        Ok(())
+    }
+
+    /// Tensors of the function declared with storage of their own (arrays, not views).
+    fn local_arrays(&self) -> HashSet<Var> {
+        let mut arrays = HashSet::new();
+        self.f.body.visit(&mut |s| {
+            if let Stmt::Declare {
+                var, init: None, ..
+            } = s
+            {
+                if matches!(var.ty(), Type::Tensor(_)) {
+                    arrays.insert(var.clone());
+                }
+            }
+        });
+        arrays
     }
 
     fn declare(&mut self, var: &Var, scope: Scope, init: Option<&Expr>) -> R<()> {

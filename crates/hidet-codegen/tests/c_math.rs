@@ -19,7 +19,7 @@ const BACKEND_FLAGS: &[&str] = &[
     "-std=gnu11",
     "-O3",
     "-march=native",
-    "-fopenmp",
+    "-fopenmp-simd",
     "-ffp-contract=fast",
     "-fno-math-errno",
     "-shared",

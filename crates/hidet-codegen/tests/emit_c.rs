@@ -48,7 +48,7 @@ fn no_floor_helpers_when_nothing_needs_them() {
 }
 
 #[test]
-fn loop_kinds_become_pragmas() {
+fn loop_kinds_become_pragmas_and_parallel_loops_tasks() {
     let mut fb = FunctionBuilder::cpu_kernel("k");
     let out = fb.tensor_param("out", DataType::F32, [6, 8, 4]);
     fb.for_range_with("i", 6, LoopKind::Parallel, |fb, i| {
@@ -62,7 +62,11 @@ fn loop_kinds_become_pragmas() {
     });
     let c = emit(fb.finish()).expect("emits");
     for needle in [
-        "#pragma omp parallel for schedule(static)\n    for (int32_t i = 0; i < 6; i++) {",
+        "static void hidet_k_task0(void *hidet_env_ptr, int32_t hidet_task) {",
+        "float* __restrict__ out = hidet_env->out;",
+        "const int32_t i = hidet_task;",
+        "struct hidet_k_task0_env hidet_args = { out };",
+        "hidet_parallel_for(hidet_k_task0, &hidet_args, 6);",
         "#pragma omp simd",
         "#pragma GCC unroll 4",
         "#pragma GCC unroll 2",
@@ -70,6 +74,19 @@ fn loop_kinds_become_pragmas() {
     ] {
         assert!(c.contains(needle), "missing `{needle}` in\n{c}");
     }
+}
+
+#[test]
+fn a_parallel_loop_may_not_assign_a_scalar_declared_outside_it() {
+    let mut fb = FunctionBuilder::cpu_kernel("k");
+    let out = fb.tensor_param("out", DataType::F32, [4]);
+    let total = fb.var("total", Expr::f32(0.0));
+    fb.for_range_with("i", 4, LoopKind::Parallel, |fb, i| {
+        fb.assign(&total, &total + Expr::f32(1.0));
+        fb.store(&out, [i], Expr::f32(2.0));
+    });
+    let err = emit(fb.finish()).expect_err("a race on `total`");
+    assert!(err.to_string().contains("assigning `total`"), "{err}");
 }
 
 #[test]
@@ -89,7 +106,7 @@ fn abi_symbols_and_visibility() {
         "HIDET_EXPORT void scale__packed(void *const *args) {\n    scale((float*)args[0], *(const double*)args[1]);"
     ), "{c}");
     assert_eq!(
-        c.matches("HIDET_EXPORT int hidet_set_num_threads(int n)")
+        c.matches("HIDET_EXPORT int hidet_set_launcher(hidet_launch_fn launch, int threads)")
             .count(),
         1
     );

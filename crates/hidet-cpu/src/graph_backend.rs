@@ -231,7 +231,6 @@ pub struct CpuGraphModule {
     /// `(unit, handle index)` of kernel `i`.
     index: Vec<(usize, usize)>,
     origins: Vec<KernelOrigin>,
-    threads: Option<usize>,
 }
 
 impl CpuGraphModule {
@@ -392,12 +391,16 @@ impl Backend for CpuBackend {
                 }
             }
         }
+        let threads = self.threads(opts);
+        for module in &built {
+            // A library without parallel loops may lack the setter; its kernels are serial.
+            let _ = module.set_num_threads(threads);
+        }
         Ok((
             CpuGraphModule {
                 units: built,
                 index,
                 origins,
-                threads: opts.threads,
             },
             report,
         ))
@@ -457,12 +460,7 @@ impl Backend for CpuBackend {
         kernel: usize,
         args: &[u64],
     ) -> Result<(), BackendError> {
-        let (unit, handle) = module.handle(kernel)?;
-        if let Some(n) = module.threads {
-            // The library exports the setter whenever it was compiled with OpenMP; without
-            // it kernels are serial anyway.
-            let _ = unit.set_num_threads(n);
-        }
+        let (_, handle) = module.handle(kernel)?;
         const INLINE: usize = 32;
         let mut inline = [std::ptr::null_mut::<c_void>(); INLINE];
         let heap: Vec<*mut c_void>;

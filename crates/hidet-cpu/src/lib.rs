@@ -13,6 +13,7 @@ pub mod error;
 pub mod graph_backend;
 pub mod module;
 pub mod options;
+pub mod parallel;
 pub mod pipeline;
 pub mod schedule;
 pub mod signature;

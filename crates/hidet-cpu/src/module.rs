@@ -4,11 +4,13 @@
 //! each CPU kernel `NAME` the library exports `void NAME__packed(void *const
 //! *args)`, where `args[i]` is the data pointer of a tensor parameter or a
 //! pointer to the value of a scalar parameter; the library may also export
-//! `int hidet_set_num_threads(int)`.
+//! `int hidet_set_launcher(hidet_launch_fn, int)`, through which it receives
+//! [`crate::parallel::launch`] to run its parallel loops.
 
 use crate::arg::{KernelArg, ScalarSlot};
 use crate::cache::{CacheOutcome, CachedLibrary};
 use crate::error::CpuError;
+use crate::parallel::{launcher, LaunchFn};
 use crate::signature::KernelSignature;
 use hidet_ir::function::{FunctionKind, IRModule};
 use libloading::Library;
@@ -17,15 +19,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 type PackedEntry = unsafe extern "C" fn(*const *mut c_void);
-type SetNumThreads = unsafe extern "C" fn(c_int) -> c_int;
+type SetLauncher = unsafe extern "C" fn(LaunchFn, c_int) -> c_int;
 
 /// The symbol of the packed entry point of kernel `name`.
 pub fn packed_symbol(name: &str) -> String {
     format!("{name}__packed")
 }
 
-/// The exported function that sets the OpenMP thread count.
-pub const SET_NUM_THREADS_SYMBOL: &str = "hidet_set_num_threads";
+/// The exported function that installs the task launcher and the thread count.
+pub const SET_LAUNCHER_SYMBOL: &str = "hidet_set_launcher";
 
 /// One callable CPU kernel of a loaded library.
 pub struct KernelHandle {
@@ -106,15 +108,15 @@ impl std::fmt::Debug for KernelHandle {
 }
 
 /// A loaded kernel library with a handle for each CPU kernel of its module.
-/// The library stays loaded while the module or any handle lives (and, since
-/// OpenMP runtimes cannot be safely unloaded, for the rest of the process).
+/// The library stays loaded for the rest of the process (a pool worker may still
+/// hold the description of a launch that has ended, with a task function of it).
 pub struct CompiledModule {
     name: String,
     library_path: PathBuf,
     source_path: Option<PathBuf>,
     outcome: Option<CacheOutcome>,
     kernels: Vec<KernelHandle>,
-    set_num_threads: Option<SetNumThreads>,
+    set_launcher: Option<SetLauncher>,
     _library: Arc<Library>,
 }
 
@@ -161,19 +163,18 @@ impl CompiledModule {
                 _library: Arc::clone(&library),
             });
         }
-        // SAFETY: when present, `hidet_set_num_threads` has the C type
-        // `int (int)`, matching `SetNumThreads`.
-        let set_num_threads =
-            unsafe { library.get::<SetNumThreads>(SET_NUM_THREADS_SYMBOL.as_bytes()) }
-                .ok()
-                .map(|s| *s);
+        // SAFETY: when present, `hidet_set_launcher` has the C type
+        // `int (hidet_launch_fn, int)`, matching `SetLauncher`.
+        let set_launcher = unsafe { library.get::<SetLauncher>(SET_LAUNCHER_SYMBOL.as_bytes()) }
+            .ok()
+            .map(|s| *s);
         Ok(CompiledModule {
             name: module.name.clone(),
             library_path: library_path.to_path_buf(),
             source_path: None,
             outcome: None,
             kernels,
-            set_num_threads,
+            set_launcher,
             _library: library,
         })
     }
@@ -221,27 +222,30 @@ impl CompiledModule {
             .ok_or_else(|| CpuError::NoSuchKernel(name.to_string()))
     }
 
-    /// Sets the number of OpenMP threads for parallel loops of this
-    /// library's kernels started afterwards from the calling thread (OpenMP
-    /// keeps this setting per calling thread). Returns the previous value.
-    /// Fails when the library exports no `hidet_set_num_threads`.
+    /// Installs the pool's launcher ([`crate::parallel::launch`]) into this library
+    /// and lets its parallel loops use up to `threads` threads (the calling thread
+    /// included; 1 runs them on the calling thread). The setting belongs to the
+    /// library, so it holds for every caller of its kernels, and a library
+    /// loaded twice in one process (same path) shares it. Until this is called,
+    /// parallel loops run on the calling thread. Returns the previous count.
+    /// Fails when the library exports no `hidet_set_launcher`.
     pub fn set_num_threads(&self, threads: usize) -> Result<usize, CpuError> {
-        let f = self.set_num_threads.ok_or_else(|| {
+        let f = self.set_launcher.ok_or_else(|| {
             CpuError::Unsupported(format!(
-                "module `{}` does not export `{SET_NUM_THREADS_SYMBOL}`",
+                "module `{}` does not export `{SET_LAUNCHER_SYMBOL}`",
                 self.name
             ))
         })?;
         let n = c_int::try_from(threads.max(1)).unwrap_or(c_int::MAX);
         // SAFETY: `f` was resolved from the loaded library (kept alive by
-        // `_library`) with the matching C type; it takes any int.
-        let previous = unsafe { f(n) };
+        // `_library`) with the matching C type; it takes any launcher and int.
+        let previous = unsafe { f(launcher(), n) };
         Ok(usize::try_from(previous).unwrap_or(0))
     }
 }
 
-/// Opens a library without ever unloading it: libraries linked with an
-/// OpenMP runtime crash if unloaded while its worker threads live.
+/// Opens a library without ever unloading it: a pool worker may hold the
+/// description of a launch that has ended, which names a task function of it.
 fn open_library(path: &Path) -> Result<Library, CpuError> {
     let load_error = |source| CpuError::Load {
         what: "library".to_string(),
@@ -258,8 +262,8 @@ fn open_library(path: &Path) -> Result<Library, CpuError> {
         #[cfg(not(any(target_os = "linux", target_os = "macos")))]
         const RTLD_NODELETE: c_int = 0;
         // SAFETY: loading runs the library's initializers; kernel libraries
-        // generated by hidet have none beyond those of the C runtime and
-        // OpenMP, which are safe to run at any time.
+        // generated by hidet have none beyond those of the C runtime, which
+        // are safe to run at any time.
         unsafe { UnixLibrary::open(Some(path), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) }
             .map(Library::from)
             .map_err(load_error)

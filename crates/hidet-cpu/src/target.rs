@@ -172,7 +172,8 @@ impl CpuTarget {
     }
 
     /// The complete flags to compile a kernel source into a shared library:
-    /// optimization, position-independent shared output, OpenMP, FMA
+    /// optimization, position-independent shared output, `omp simd` pragmas
+    /// (no OpenMP runtime: [`crate::parallel`] runs the parallel loops), FMA
     /// contraction, loops kept as loops (GCC would otherwise turn a short copy loop
     /// whose length is not constant, such as a segment of an im2col row in a packing
     /// loop, into an inline `rep movs` that costs tens of cycles to start) and the ISA
@@ -183,7 +184,7 @@ impl CpuTarget {
             "-std=gnu11",
             "-shared",
             "-fPIC",
-            "-fopenmp",
+            "-fopenmp-simd",
             "-ffp-contract=fast",
             "-fno-math-errno",
             "-fno-tree-loop-distribute-patterns",
@@ -250,7 +251,7 @@ mod tests {
         let host = CpuTarget::host();
         assert!(host.cores >= 1);
         let flags = host.cflags();
-        assert!(flags.contains(&"-fopenmp".to_string()));
+        assert!(flags.contains(&"-fopenmp-simd".to_string()));
         if host.arch == Arch::X86_64 {
             for name in host.features.names() {
                 if name != "sse2" && name != "neon" {

@@ -29,25 +29,31 @@ fn axpy_module(dir: &std::path::Path) -> CompiledModule {
         .with(probe);
     let source = r#"
 #include <stdint.h>
-#include <omp.h>
 static void axpy(const float *x, float *y, int32_t n, float alpha) {
     for (int32_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 void axpy__packed(void *const *args) {
     axpy((const float *)args[2], (float *)args[3], *(const int32_t *)args[0], *(const float *)args[1]);
 }
+typedef void (*task_fn)(void *env, int32_t task);
+typedef void (*launch_fn)(task_fn task, void *env, int32_t tasks, int32_t threads);
+static launch_fn launcher;
+static int threads = 1;
+int hidet_set_launcher(launch_fn launch, int n) {
+    int previous = threads;
+    launcher = launch;
+    threads = n;
+    return previous;
+}
+static void mark(void *env, int32_t t) { ((int32_t *)env)[t] = t + 1; }
 void probe_threads__packed(void *const *args) {
     int32_t *out = (int32_t *)args[0];
-    #pragma omp parallel
-    {
-        #pragma omp single
-        out[0] = omp_get_num_threads();
-    }
-}
-int hidet_set_num_threads(int n) {
-    int previous = omp_get_max_threads();
-    omp_set_num_threads(n);
-    return previous;
+    int32_t marks[64] = {0};
+    if (launcher && threads > 1) launcher(mark, marks, 64, threads);
+    else for (int32_t t = 0; t < 64; t++) mark(marks, t);
+    int ok = 1;
+    for (int32_t t = 0; t < 64; t++) ok &= marks[t] == t + 1;
+    out[0] = ok ? threads : -1;
 }
 "#;
     build_from_source(&module, source, &options_in(dir)).expect("hand-written module builds")

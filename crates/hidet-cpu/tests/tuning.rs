@@ -108,7 +108,7 @@ fn tiny_matmul_tunes_persists_and_hits_the_cache() {
         .function(&tuned.winner, "winner")
         .expect("winner builds");
     let module = build(IRModule::new("winner_check", Target::Cpu).with(f), &opts).expect("builds");
-    module.set_num_threads(2).expect("OpenMP setter exported");
+    module.set_num_threads(2).expect("launcher setter exported");
     let mut rng = Rng::new(11);
     let (a, b) = (rng.vec_f32(m * k), rng.vec_f32(k * n));
     let mut c = vec![f32::NAN; m * n];

@@ -1,6 +1,6 @@
 //! Statements.
 
-use crate::expr::{Expr, Var};
+use crate::expr::{Expr, ExprKind, Var};
 use crate::mapping::TaskMapping;
 
 /// Where a declared variable lives.
@@ -173,6 +173,52 @@ impl Stmt {
             Stmt::Return(e) => e.iter().collect(),
             Stmt::Seq(_) | Stmt::Barrier(_) => vec![],
         }
+    }
+
+    /// The variables this statement (with everything nested in it) mentions but does
+    /// not define, in order of first mention: what a body lifted out of its
+    /// function must be given. A variable is defined by `Declare`, `Let`, `For` and
+    /// `ForMapping`; it is mentioned by an expression, a `Store`'s tensor or an
+    /// `Assign`'s target. Relies on variables being unique (identity by id), so a
+    /// variable defined anywhere inside is never free.
+    pub fn free_vars(&self) -> Vec<Var> {
+        let mut defined = std::collections::HashSet::new();
+        let mut mentioned = Vec::new();
+        self.visit(&mut |s| {
+            match s {
+                Stmt::Declare { var, .. } | Stmt::Let { var, .. } | Stmt::For { var, .. } => {
+                    defined.insert(var.clone());
+                }
+                Stmt::ForMapping { vars, .. } => defined.extend(vars.iter().cloned()),
+                Stmt::Store { tensor, .. } => mentioned.push(tensor.clone()),
+                Stmt::Assign { var, .. } => mentioned.push(var.clone()),
+                _ => {}
+            }
+            for e in s.exprs() {
+                e.visit(&mut |e| match e.kind() {
+                    ExprKind::Var(v) | ExprKind::TensorElement { tensor: v, .. } => {
+                        mentioned.push(v.clone())
+                    }
+                    _ => {}
+                });
+            }
+        });
+        let mut seen = std::collections::HashSet::new();
+        mentioned
+            .into_iter()
+            .filter(|v| !defined.contains(v) && seen.insert(v.clone()))
+            .collect()
+    }
+
+    /// The variables this statement (with everything nested in it) assigns with `Assign`.
+    pub fn assigned_vars(&self) -> std::collections::HashSet<Var> {
+        let mut assigned = std::collections::HashSet::new();
+        self.visit(&mut |s| {
+            if let Stmt::Assign { var, .. } = s {
+                assigned.insert(var.clone());
+            }
+        });
+        assigned
     }
 
     /// Visits this statement and every nested one in pre-order.

@@ -9,8 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// A compiled and loaded module; the temp dir lives as long as the library.
-/// The library is never unloaded: unloading a module built with `-fopenmp`
-/// can unmap libgomp while its idle worker threads still run in it.
+/// The library is never unloaded (a test may leak a handle to it).
 pub struct Compiled {
     lib: std::mem::ManuallyDrop<libloading::Library>,
     pub dir: tempfile::TempDir,
@@ -21,7 +20,7 @@ pub const CFLAGS: &[&str] = &[
     "-std=gnu11",
     "-O2",
     "-march=native",
-    "-fopenmp",
+    "-fopenmp-simd",
     "-ffp-contract=fast",
     "-shared",
     "-fPIC",
@@ -57,7 +56,7 @@ pub fn compile_with(source: &str, flags: &[&str]) -> Compiled {
         String::from_utf8_lossy(&out.stderr)
     );
     // SAFETY: the library is our own freshly compiled module; its
-    // initializers are those of the C runtime and OpenMP only.
+    // initializers are those of the C runtime only.
     let lib = unsafe { libloading::Library::new(&so_path) }.expect("load compiled module");
     Compiled {
         lib: std::mem::ManuallyDrop::new(lib),
@@ -78,15 +77,17 @@ impl Compiled {
         }
     }
 
-    /// Calls `hidet_set_num_threads(n)`.
+    /// Calls `hidet_set_launcher(test_launch, n)`: the module's parallel loops then run
+    /// on `n` threads (see [`test_launch`]). Returns the previous thread count.
     pub fn set_num_threads(&self, n: i32) -> i32 {
+        type Launch = unsafe extern "C" fn(TaskFn, *mut c_void, i32, i32);
         // SAFETY: emitted once per module with this signature.
         unsafe {
-            let f: libloading::Symbol<unsafe extern "C" fn(i32) -> i32> = self
+            let f: libloading::Symbol<unsafe extern "C" fn(Launch, i32) -> i32> = self
                 .lib
-                .get(b"hidet_set_num_threads")
-                .expect("hidet_set_num_threads");
-            f(n)
+                .get(b"hidet_set_launcher")
+                .expect("hidet_set_launcher");
+            f(test_launch, n)
         }
     }
 
@@ -95,6 +96,32 @@ impl Compiled {
         // SAFETY: only looks the symbol up; never calls it.
         unsafe { self.lib.get::<*const c_void>(symbol.as_bytes()).is_ok() }
     }
+}
+
+/// A task function of a module: `task(env, index)`.
+pub type TaskFn = unsafe extern "C" fn(*mut c_void, i32);
+
+/// Runs the tasks of a parallel loop on `threads` scoped threads, each claiming
+/// tasks from a shared counter (the contract of the C dialect's `hidet_launch_fn`).
+///
+/// # Safety
+/// `task` must be callable with `env` and every index in `0..tasks` from any thread.
+pub unsafe extern "C" fn test_launch(task: TaskFn, env: *mut c_void, tasks: i32, threads: i32) {
+    use std::sync::atomic::{AtomicI32, Ordering};
+    let next = AtomicI32::new(0);
+    let env = env as usize;
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| loop {
+                let t = next.fetch_add(1, Ordering::Relaxed);
+                if t >= tasks {
+                    break;
+                }
+                // SAFETY: the caller's contract covers every index in `0..tasks`.
+                unsafe { task(env as *mut c_void, t) };
+            });
+        }
+    });
 }
 
 /// A pointer argument for `NAME__packed`.

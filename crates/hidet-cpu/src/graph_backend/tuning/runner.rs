@@ -13,7 +13,7 @@ use crate::module::CompiledModule;
 use crate::options::BuildOptions;
 use crate::signature::{KernelSignature, ParamKind};
 
-/// Compiles and runs candidate kernels on the host CPU with `threads` OpenMP threads.
+/// Compiles and runs candidate kernels on the host CPU on `threads` threads.
 #[derive(Debug, Clone)]
 pub struct CpuTuneBackend {
     pub build: BuildOptions,
@@ -178,7 +178,7 @@ impl TuneBackend for CpuTuneBackend {
                 return Err(fail("a parameter is larger than its buffer".into()));
             }
         }
-        // Libraries built without OpenMP do not export the setter; their kernels are serial.
+        // A library without parallel loops may lack the setter; its kernels are serial.
         let _ = unit.set_num_threads(self.threads);
         let pointers: Vec<*mut c_void> = workload
             .pointers
