@@ -26,6 +26,7 @@ use hidet_graph::compiled::{
 };
 use hidet_graph::fusion::FusedTask;
 use hidet_graph::passes::PassOptions;
+use hidet_graph::tensor::Element;
 use hidet_graph::{DType, Tensor};
 use hidet_ir::function::{Function, IRModule, Target};
 
@@ -492,6 +493,35 @@ impl Backend for CpuBackend {
         arena::element_bytes(tensor)
             .ok()
             .map(|start| start as usize as u64)
+    }
+
+    fn output_in_place(&self, dtype: DType, shape: &[usize]) -> Option<(Tensor, u64)> {
+        fn fresh<T: Element>(shape: &[usize]) -> Option<(Tensor, u64)> {
+            let n = hidet_graph::tensor::checked_numel(shape)?;
+            // `vec![0; n]` of a primitive zero is one zeroed allocation (fresh pages for
+            // large outputs, touched first by the kernels that write them).
+            let mut data = vec![T::default(); n];
+            let address = data.as_mut_ptr() as usize as u64;
+            // The elements stay where they are when the vector moves into the tensor.
+            let tensor = Tensor::new(shape.to_vec(), data).ok()?;
+            Some((tensor, address))
+        }
+        match dtype {
+            DType::F32 => fresh::<f32>(shape),
+            DType::F64 => fresh::<f64>(shape),
+            DType::F16 => fresh::<hidet_graph::half::f16>(shape),
+            DType::BF16 => fresh::<hidet_graph::half::bf16>(shape),
+            DType::I8 => fresh::<i8>(shape),
+            DType::I16 => fresh::<i16>(shape),
+            DType::I32 => fresh::<i32>(shape),
+            DType::I64 => fresh::<i64>(shape),
+            DType::U8 => fresh::<u8>(shape),
+            DType::U16 => fresh::<u16>(shape),
+            DType::U32 => fresh::<u32>(shape),
+            DType::U64 => fresh::<u64>(shape),
+            DType::Bool => fresh::<bool>(shape),
+            _ => None,
+        }
     }
 
     fn upload(

@@ -539,3 +539,71 @@ fn graph_inputs_are_read_in_place_unless_an_output_aliases_them() {
         }
     }
 }
+
+type Outputs = Vec<(String, Tensor)>;
+
+/// Kernels write a graph output straight into the tensor the run returns, also when a later
+/// kernel reads it; outputs sharing one buffer (an output and its `Flatten`) are copied out
+/// of the arena instead. Tensors handed out by a run are never written by a later run.
+#[test]
+fn graph_outputs_are_written_in_place_unless_they_share_a_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(29);
+    let mut flatten = Attributes::new();
+    flatten.insert("axis", Attribute::Int(0));
+    let build = |shared: bool| {
+        let mut g = GraphBuilder::new("bound_outputs");
+        g.input("x", TensorType::fixed(DType::F32, &[6, 11]));
+        g.node(node("Exp", &["x"], "e", Attributes::new()));
+        g.node(node("ReduceSum", &["e"], "s", Attributes::new()));
+        g.node(node("Neg", &["x"], "n", Attributes::new()));
+        g.node(node("Flatten", &["n"], "flat", flatten.clone()));
+        g.output("e");
+        g.output("s");
+        g.output("flat");
+        if shared {
+            g.output("n");
+        }
+        g.build(Registry::global()).unwrap()
+    };
+    for shared in [false, true] {
+        let compiled = compile(&build(shared), &[vec![6, 11]], dir.path(), true);
+        assert_eq!(
+            compiled.report().outputs_in_place,
+            if shared { 2 } else { 3 },
+            "{}",
+            compiled.report().partition
+        );
+        // The first run's outputs and a copy of their values.
+        let mut first: Option<(Outputs, Vec<Vec<f32>>)> = None;
+        for round in 0..3 {
+            let x = random(&mut rng, &[6, 11]);
+            let xs = f32s(&x);
+            let out = compiled.run(&[("x".to_string(), x)]).unwrap();
+            let what = format!("shared {shared}, round {round}");
+            let exp: Vec<f64> = xs.iter().map(|v| (*v as f64).exp()).collect();
+            let neg: Vec<f64> = xs.iter().map(|v| -(*v as f64)).collect();
+            assert_close(&f32s(&out[0].1), &exp, &what);
+            assert_close(&f32s(&out[1].1), &[exp.iter().sum()], &what);
+            assert_close(&f32s(&out[2].1), &neg, &what);
+            assert_eq!(out[2].1.shape(), &[1, 66]);
+            if shared {
+                assert_close(&f32s(&out[3].1), &neg, &what);
+                assert_eq!(out[3].1.shape(), &[6, 11]);
+            }
+            match &first {
+                None => {
+                    let values = out.iter().map(|(_, t)| f32s(t)).collect();
+                    first = Some((out, values));
+                }
+                Some((kept, values)) => {
+                    let now: Vec<Vec<f32>> = kept.iter().map(|(_, t)| f32s(t)).collect();
+                    assert_eq!(
+                        &now, values,
+                        "{what}: the first run's outputs are unchanged"
+                    );
+                }
+            }
+        }
+    }
+}

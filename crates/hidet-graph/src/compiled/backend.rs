@@ -171,6 +171,17 @@ pub trait Backend: Send + Sync + fmt::Debug {
         None
     }
 
+    /// A fresh host tensor of `dtype` and `shape` that kernels may write where it is, and
+    /// the kernel-visible address of its elements: the compiled graph then has kernels
+    /// write a graph output there instead of into the arena, and returns it without a
+    /// copy. `Some` promises that kernels may read and write the tensor's
+    /// `size_in_bytes()` bytes at the address until it is handed to the caller. The
+    /// default, `None`, always copies.
+    fn output_in_place(&self, dtype: DType, shape: &[usize]) -> Option<(Tensor, u64)> {
+        let _ = (dtype, shape);
+        None
+    }
+
     /// Copies `tensor`'s elements to `offset` in `arena`.
     fn upload(
         &self,

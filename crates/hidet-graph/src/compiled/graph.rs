@@ -28,7 +28,7 @@ use crate::fusion::{
 };
 use crate::graph::{Graph, ValueId};
 use crate::operator::{OpError, Operator};
-use crate::tensor::Tensor;
+use crate::tensor::{checked_numel, Tensor};
 use crate::value::{Datum, ValueKind};
 
 /// Errors of compiling or running a compiled graph.
@@ -84,6 +84,17 @@ enum Step {
     },
 }
 
+/// A graph output that kernels write straight into the tensor returned to the caller (when
+/// the backend can, see [`Backend::output_in_place`]) instead of into the run arena, from
+/// which it would be copied: every kernel argument inside its buffer, as (step, argument,
+/// byte offset in the output). Only outputs that span their whole buffer, that no host
+/// step reads or writes, that are not graph inputs and that share their buffer with no
+/// other output are bound.
+struct BoundOutput {
+    output: ValueId,
+    uses: Vec<(usize, usize, u64)>,
+}
+
 /// A graph input that kernels read where the caller keeps it (when the backend can, see
 /// [`Backend::host_address`]) instead of from a copy in the run arena: every kernel argument
 /// inside its buffer, as (step, argument, byte offset in the input). Only inputs that no host
@@ -122,6 +133,9 @@ pub struct CompileReport {
     /// Graph inputs that kernels read where the caller keeps them, without a copy into the
     /// run arena, when the backend allows it (see [`Backend::host_address`]).
     pub inputs_in_place: usize,
+    /// Graph outputs that kernels write into the returned tensor, without a copy out of
+    /// the run arena, when the backend allows it (see [`Backend::output_in_place`]).
+    pub outputs_in_place: usize,
     /// Every fused task a backend refused, with its reason (each was split and retried).
     pub refusals: Vec<String>,
     /// Peak bytes of the run arena (inputs, intermediates, outputs) after reuse.
@@ -177,6 +191,7 @@ pub struct CompiledGraph<B: Backend> {
     steps: Vec<Step>,
     inputs: Vec<ValueId>,
     bound_inputs: Vec<BoundInput>,
+    bound_outputs: Vec<BoundOutput>,
     outputs: Vec<ValueId>,
     run_bytes: usize,
     host_slots: usize,
@@ -482,6 +497,9 @@ impl<B: Backend> CompiledGraph<B> {
         }
         let bound_inputs = bind_inputs(graph.inputs(), graph.outputs(), &steps, &root, &at);
         report.inputs_in_place = bound_inputs.len();
+        let bound_outputs =
+            bind_outputs(graph.inputs(), graph.outputs(), &steps, &root, &at, &values);
+        report.outputs_in_place = bound_outputs.len();
         let mut consts = backend.alloc(const_bytes)?;
         for (r, offset) in &const_layout {
             backend.upload(&mut consts, *offset, &const_tensors[&ValueId(*r)])?;
@@ -499,6 +517,7 @@ impl<B: Backend> CompiledGraph<B> {
             steps,
             inputs: graph.inputs().to_vec(),
             bound_inputs,
+            bound_outputs,
             outputs: graph.outputs().to_vec(),
             run_bytes: plan.arena_bytes,
             host_slots,
@@ -715,6 +734,26 @@ impl<B: Backend> CompiledGraph<B> {
                 }
             }
         }
+        let mut placed: HashMap<ValueId, Tensor> = HashMap::new();
+        for bound in &self.bound_outputs {
+            let slot = &self.values[bound.output.0];
+            let Loc::Run(offset) = slot.loc else {
+                continue;
+            };
+            let shape = slot.shape.as_deref().unwrap_or(&[]);
+            let base = match self.backend.output_in_place(slot.dtype, shape) {
+                Some((tensor, address)) => {
+                    placed.insert(bound.output, tensor);
+                    address
+                }
+                None => arena_base + offset as u64,
+            };
+            // Every run rewrites a bound output's arguments, so none keeps pointing at the
+            // tensor handed out by an earlier run.
+            for &(step, arg, at) in &bound.uses {
+                state.addresses[step][arg] = base + at;
+            }
+        }
         for (i, step) in self.steps.iter().enumerate() {
             let started = times.is_some().then(Instant::now);
             match step {
@@ -745,7 +784,13 @@ impl<B: Backend> CompiledGraph<B> {
         }
         self.outputs
             .iter()
-            .map(|v| Ok((self.values[v.0].name.clone(), self.read(state, inputs, *v)?)))
+            .map(|v| {
+                let value = match placed.get(v) {
+                    Some(t) => Datum::Tensor(t.clone()),
+                    None => self.read(state, inputs, *v)?,
+                };
+                Ok((self.values[v.0].name.clone(), value))
+            })
             .collect()
     }
 
@@ -856,6 +901,62 @@ impl<B: Backend> CompiledGraph<B> {
         }
         Ok(())
     }
+}
+
+/// The outputs kernels may write in place (see [`BoundOutput`]), given each value's root
+/// buffer and byte offset in it.
+fn bind_outputs(
+    inputs: &[ValueId],
+    outputs: &[ValueId],
+    steps: &[Step],
+    root: &[usize],
+    at: &[usize],
+    values: &[ValueSlot],
+) -> Vec<BoundOutput> {
+    let bytes = |v: usize| {
+        let slot = &values[v];
+        slot.shape
+            .as_deref()
+            .and_then(checked_numel)
+            .and_then(|n| n.checked_mul(slot.dtype.size_in_bytes()))
+    };
+    let mut kept: HashSet<usize> = inputs.iter().map(|v| root[v.0]).collect();
+    for step in steps {
+        if let Step::Host {
+            inputs, outputs, ..
+        } = step
+        {
+            kept.extend(inputs.iter().chain(outputs).flatten().map(|v| root[v.0]));
+        }
+    }
+    let mut outputs_of_root: HashMap<usize, usize> = HashMap::new();
+    for v in outputs {
+        *outputs_of_root.entry(root[v.0]).or_default() += 1;
+    }
+    outputs
+        .iter()
+        .filter(|v| {
+            let r = root[v.0];
+            matches!(values[v.0].loc, Loc::Run(_))
+                && at[v.0] == 0
+                && outputs_of_root[&r] == 1
+                && !kept.contains(&r)
+                && bytes(v.0).is_some_and(|b| b > 0 && Some(b) == bytes(r))
+        })
+        .map(|v| {
+            let mut uses = Vec::new();
+            for (i, step) in steps.iter().enumerate() {
+                if let Step::Kernel { args, .. } = step {
+                    for (j, (a, _)) in args.iter().enumerate() {
+                        if root[a.0] == root[v.0] {
+                            uses.push((i, j, at[a.0] as u64));
+                        }
+                    }
+                }
+            }
+            BoundOutput { output: *v, uses }
+        })
+        .collect()
 }
 
 /// The inputs kernels may read in place (see [`BoundInput`]), given each value's root buffer
