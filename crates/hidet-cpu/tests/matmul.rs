@@ -116,6 +116,14 @@ fn small_blocks_exercise_every_edge_and_k_slice() {
             &schedule,
             31 + threads as u64,
         );
+        // One `K`-slice and several row blocks: `B` is packed once per column block.
+        check(
+            29,
+            3 * i64::from(lanes) + 5,
+            13,
+            &schedule,
+            37 + threads as u64,
+        );
     }
     check(1, 1, 1, &small_schedule(lanes, 2), 41);
     check(7, 2, 40, &small_schedule(lanes, 2), 43);

@@ -371,10 +371,35 @@ impl Plan {
         col_blocks: &TaskMapping,
         row_blocks: &TaskMapping,
     ) {
+        // With one `KC`-slice the packed `B` block is the same for every row block: pack it
+        // once per column block instead of once per tile.
+        let hoisted_b = bufs
+            .packed_b
+            .as_ref()
+            .filter(|_| ceil_div(self.ck, self.kc) == 1 && ceil_div(self.cm, self.mcp) > 1);
         fb.for_each(col_blocks.on(0), |fb, nb| {
             let qb0 = cp0 + &nb[0] * self.ncp;
             fb.if_then(qb0.lt(cp1), |fb| {
                 fb.let_in("nq", Expr::int(self.ncp).min(cp1 - &qb0), |fb, nq| {
+                    let slice_at = |pb0: Expr, np: Expr, kb: Expr, kc_len: Expr| At {
+                        pk: pk.clone(),
+                        batch: batch.clone(),
+                        k_len: k_len.clone(),
+                        pb0,
+                        qb0: qb0.clone(),
+                        np,
+                        nq: nq.clone(),
+                        k0: pk * self.ck + &kb * self.kc,
+                        kb,
+                        kc_len,
+                    };
+                    if let Some(packed_b) = hoisted_b {
+                        let kc_len = Expr::int(self.kc).min(k_len.clone());
+                        fb.let_in("kc", kc_len, |fb, kc_len| {
+                            let at = slice_at(Expr::int(0), Expr::int(0), Expr::int(0), kc_len);
+                            self.pack_b(fb, packed_b, &at);
+                        });
+                    }
                     fb.for_each(row_blocks.on(0), |fb, mb| {
                         let pb0 = rp0 + &mb[0] * self.mcp;
                         fb.if_then(pb0.lt(rp1), |fb| {
@@ -385,23 +410,13 @@ impl Plan {
                                     guarded(fb, guard.into_iter().collect(), |fb| {
                                         let kc_len = Expr::int(self.kc).min(k_len - &kofs);
                                         fb.let_in("kc", kc_len, |fb, kc_len| {
-                                            let k0 = pk * self.ck + &kofs;
-                                            let at = At {
-                                                pk: pk.clone(),
-                                                batch: batch.clone(),
-                                                k_len: k_len.clone(),
-                                                pb0: pb0.clone(),
-                                                qb0: qb0.clone(),
-                                                np: np.clone(),
-                                                nq: nq.clone(),
-                                                k0,
-                                                kb,
-                                                kc_len,
-                                            };
+                                            let at = slice_at(pb0.clone(), np.clone(), kb, kc_len);
                                             if let Some(packed_a) = &bufs.packed_a {
                                                 self.pack_a(fb, packed_a, &at);
                                             }
-                                            if let Some(packed_b) = &bufs.packed_b {
+                                            if let (Some(packed_b), None) =
+                                                (&bufs.packed_b, hoisted_b)
+                                            {
                                                 self.pack_b(fb, packed_b, &at);
                                             }
                                             self.macro_kernel(fb, bufs, &at);
