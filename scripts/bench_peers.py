@@ -24,7 +24,7 @@ cache under `target/bench-tune/`), beside `hidet` at level 0 (a cache under
 
 Usage:
   .venv/bin/python scripts/bench_peers.py [--threads 2] [--rounds 5] [--runs 20]
-      [--only SUBSTR ...] [--no-models] [--no-ops] [--markdown] [--hidet-bin PATH]
+      [--only SUBSTR (repeatable)] [--no-models] [--no-ops] [--markdown] [--hidet-bin PATH]
       [--tuned LEVEL]
 """
 
