@@ -11,7 +11,8 @@
 //!
 //! and, once per module, `int hidet_set_launcher(hidet_launch_fn launch, int threads)`,
 //! exported, which installs the runtime's task launcher and the number of threads
-//! its parallel loops may use, and returns the previous number. Everything else is
+//! its parallel loops may use (atomically: kernels may be running), and returns the
+//! previous number. Everything else is
 //! `static`.
 //!
 //! # Parallel loops
@@ -570,9 +571,9 @@ impl Dialect for CDialect {
         }
         out.push_str(
             "HIDET_EXPORT int hidet_set_launcher(hidet_launch_fn launch, int threads) {\n    \
-             int previous = hidet_threads;\n    \
-             hidet_launcher = launch;\n    \
-             hidet_threads = threads > 0 ? threads : 1;\n    \
+             int previous = __atomic_exchange_n(&hidet_threads, threads > 0 ? threads : 1, \
+             __ATOMIC_RELAXED);\n    \
+             __atomic_store_n(&hidet_launcher, launch, __ATOMIC_RELEASE);\n    \
              return previous;\n}\n",
         );
         Ok(out)
@@ -583,8 +584,10 @@ impl Dialect for CDialect {
         uses.require_helper(name, || {
             format!(
                 "static void {name}(hidet_task_fn task, void *env, int32_t tasks) {{\n    \
-                 if (hidet_launcher != NULL && hidet_threads > 1 && tasks > 1) {{\n        \
-                 hidet_launcher(task, env, tasks, hidet_threads);\n    \
+                 hidet_launch_fn launch = __atomic_load_n(&hidet_launcher, __ATOMIC_ACQUIRE);\n    \
+                 int32_t threads = __atomic_load_n(&hidet_threads, __ATOMIC_RELAXED);\n    \
+                 if (launch != NULL && threads > 1 && tasks > 1) {{\n        \
+                 launch(task, env, tasks, threads);\n    \
                  }} else {{\n        \
                  for (int32_t t = 0; t < tasks; t++) task(env, t);\n    \
                  }}\n}}"
