@@ -146,6 +146,8 @@ struct FunctionEmitter<'a> {
     /// Task functions outlined from parallel loops (see [`Dialect::parallel_launch`]),
     /// complete definitions in the order they must appear (inner loops first).
     tasks: Vec<String>,
+    /// Task functions named so far (a nested loop is named before its enclosing one is done).
+    task_names: usize,
 }
 
 type R<T> = Result<T, CodegenError>;
@@ -168,6 +170,7 @@ impl<'a> FunctionEmitter<'a> {
             cur: None,
             innermost: None,
             tasks: Vec::new(),
+            task_names: 0,
         }
     }
 
@@ -473,7 +476,8 @@ impl<'a> FunctionEmitter<'a> {
     /// (each task sees its own copy); tensors it reads and writes are shared.
     fn parallel_for(&mut self, var: &Var, extent: &Expr, body: &'a Stmt, launch: &str) -> R<()> {
         let ext = self.expr(extent)?;
-        let task = format!("hidet_{}_task{}", self.f.name, self.tasks.len());
+        let task = format!("hidet_{}_task{}", self.f.name, self.task_names);
+        self.task_names += 1;
         let assigned = body.assigned_vars();
         let captured: Vec<Var> = body.free_vars().into_iter().filter(|v| v != var).collect();
         let arrays = self.local_arrays();

@@ -125,6 +125,37 @@ fn parallel_tasks_capture_scalars_and_share_outer_arrays() {
     assert!(err < 1e-6, "max rel err {err}");
 }
 
+/// A parallel loop inside a parallel loop becomes a task function of its own (named apart
+/// from the enclosing one) launched from inside the enclosing task.
+#[test]
+fn nested_parallel_loops_are_outlined_separately() {
+    let (m, n) = (4i64, 7i64);
+    let mut fb = FunctionBuilder::cpu_kernel("nested");
+    let a = fb.tensor_param("a", DataType::F32, [m, n]);
+    let out = fb.tensor_param("out", DataType::F32, [m, n]);
+    fb.for_range_with("i", m, LoopKind::Parallel, |fb, i| {
+        fb.for_range_with("j", n, LoopKind::Parallel, |fb, j| {
+            let idx = [i.clone(), j.clone()];
+            let v = a.at(idx.clone()) * Expr::f32(3.0) + i.cast(DataType::F32);
+            fb.store(&out, idx, v);
+        });
+    });
+    let source = emit(fb.finish());
+    assert!(source.contains("hidet_nested_task0") && source.contains("hidet_nested_task1"));
+    let lib = compile(&source);
+    lib.set_num_threads(3);
+    let mut rng = Rng::new(12);
+    let (mu, nu) = (m as usize, n as usize);
+    let mut av = rng.vec_f32(mu * nu);
+    let mut outv = vec![0.0f32; mu * nu];
+    lib.call("nested", &mut [ptr(&mut av), ptr(&mut outv)]);
+    let want: Vec<f64> = (0..mu * nu)
+        .map(|k| av[k] as f64 * 3.0 + (k / nu) as f64)
+        .collect();
+    let err = max_rel_err(&outv, &want);
+    assert!(err < 1e-6, "max rel err {err}");
+}
+
 /// `C[3, 16] = A[3, K] · B[K, 16]` with a register tile of 3×2 `f32x8`
 /// accumulators, broadcast `A` elements and vector FMA.
 fn microkernel(k: i64) -> Function {
