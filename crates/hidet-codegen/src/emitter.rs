@@ -343,18 +343,14 @@ impl<'a> FunctionEmitter<'a> {
             Stmt::For {
                 var,
                 extent,
-                kind: LoopKind::Parallel,
-                body,
-            } if self.parallel_launch()?.is_some() => {
-                let launch = self.parallel_launch()?.expect("checked by the guard");
-                self.parallel_for(var, extent, body, &launch)
-            }
-            Stmt::For {
-                var,
-                extent,
                 kind,
                 body,
             } => {
+                if *kind == LoopKind::Parallel {
+                    if let Some(launch) = self.parallel_launch()? {
+                        return self.parallel_for(var, extent, body, &launch);
+                    }
+                }
                 let ext = self.expr(extent)?;
                 let ty = self.c_type(&var.ty().clone())?;
                 let name = self.names.name(var);
@@ -479,7 +475,9 @@ impl<'a> FunctionEmitter<'a> {
         let task = format!("hidet_{}_task{}", self.f.name, self.task_names);
         self.task_names += 1;
         let assigned = body.assigned_vars();
-        let captured: Vec<Var> = body.free_vars().into_iter().filter(|v| v != var).collect();
+        let free = body.free_vars();
+        let uses_index = free.contains(var);
+        let captured: Vec<Var> = free.into_iter().filter(|v| v != var).collect();
         let arrays = self.local_arrays();
         let mut fields = Vec::new();
         let mut bindings = Vec::new();
@@ -520,7 +518,7 @@ impl<'a> FunctionEmitter<'a> {
             self.line(b);
         }
         self.line(&format!("const {index_ty} {index} = hidet_task;"));
-        if !body.free_vars().contains(var) {
+        if !uses_index {
             self.line(&format!("(void){index};"));
         }
         let hi = bound_of(extent, &self.ranges).hi.map(|h| h - 1);

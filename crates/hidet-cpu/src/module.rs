@@ -10,7 +10,7 @@
 use crate::arg::{KernelArg, ScalarSlot};
 use crate::cache::{CacheOutcome, CachedLibrary};
 use crate::error::CpuError;
-use crate::parallel::{launcher, LaunchFn};
+use crate::parallel::{launch, LaunchFn};
 use crate::signature::KernelSignature;
 use hidet_ir::function::{FunctionKind, IRModule};
 use libloading::Library;
@@ -239,7 +239,7 @@ impl CompiledModule {
         let n = c_int::try_from(threads.max(1)).unwrap_or(c_int::MAX);
         // SAFETY: `f` was resolved from the loaded library (kept alive by
         // `_library`) with the matching C type; it takes any launcher and int.
-        let previous = unsafe { f(launcher(), n) };
+        let previous = unsafe { f(launch, n) };
         Ok(usize::try_from(previous).unwrap_or(0))
     }
 }

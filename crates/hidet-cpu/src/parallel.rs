@@ -54,11 +54,6 @@ pub unsafe extern "C" fn launch(task: TaskFn, env: *mut c_void, tasks: i32, thre
     pool().run(task, env, tasks, workers);
 }
 
-/// The launcher as the C type a kernel library installs.
-pub fn launcher() -> LaunchFn {
-    launch
-}
-
 /// The most workers the pool starts (a thread count above 256 uses 256 threads).
 const MAX_WORKERS: usize = 255;
 
@@ -87,18 +82,16 @@ unsafe impl Send for Job {}
 unsafe impl Sync for Job {}
 
 impl Job {
-    /// Claims and runs tasks until none is left; returns how many it ran.
-    fn work(&self) -> i32 {
-        let mut ran = 0;
+    /// Claims and runs tasks until none is left.
+    fn work(&self) {
         loop {
             let t = self.next.fetch_add(1, Ordering::AcqRel);
             if t >= self.tasks {
-                return ran;
+                return;
             }
             // SAFETY: `t` is in `0..tasks` and was claimed once; the launch is still
             // running (it waits for `done == tasks`), so `launch`'s contract holds.
             unsafe { (self.task)(self.env, t) };
-            ran += 1;
             self.done.fetch_add(1, Ordering::AcqRel);
         }
     }

@@ -84,24 +84,21 @@ enum Step {
     },
 }
 
-/// A graph output that kernels write straight into the tensor returned to the caller (when
-/// the backend can, see [`Backend::output_in_place`]) instead of into the run arena, from
-/// which it would be copied: every kernel argument inside its buffer, as (step, argument,
-/// byte offset in the output). Only outputs that span their whole buffer, that no host
-/// step reads or writes, that are not graph inputs and that share their buffer with no
-/// other output are bound.
-struct BoundOutput {
-    output: ValueId,
-    uses: Vec<(usize, usize, u64)>,
-}
-
-/// A graph input that kernels read where the caller keeps it (when the backend can, see
-/// [`Backend::host_address`]) instead of from a copy in the run arena: every kernel argument
-/// inside its buffer, as (step, argument, byte offset in the input). Only inputs that no host
+/// A graph input or output that kernels use where the caller has it instead of in the run
+/// arena: every kernel argument inside its buffer, as (step, argument, byte offset in the
+/// value).
+///
+/// An input is read where the caller keeps it (when the backend can, see
+/// [`Backend::host_address`]) instead of from a copy in the arena. Only inputs that no host
 /// step reads and that no graph output aliases are bound, since those read the arena copy
 /// (and none that a kernel writes).
-struct BoundInput {
-    input: ValueId,
+///
+/// An output is written straight into the tensor returned to the caller (when the backend
+/// can, see [`Backend::output_in_place`]) instead of into the arena, from which it would be
+/// copied. Only outputs that span their whole buffer, that no host step reads or writes,
+/// that are not graph inputs and that share their buffer with no other output are bound.
+struct Bound {
+    value: ValueId,
     uses: Vec<(usize, usize, u64)>,
 }
 
@@ -190,8 +187,8 @@ pub struct CompiledGraph<B: Backend> {
     values: Vec<ValueSlot>,
     steps: Vec<Step>,
     inputs: Vec<ValueId>,
-    bound_inputs: Vec<BoundInput>,
-    bound_outputs: Vec<BoundOutput>,
+    bound_inputs: Vec<Bound>,
+    bound_outputs: Vec<Bound>,
     outputs: Vec<ValueId>,
     run_bytes: usize,
     host_slots: usize,
@@ -720,7 +717,7 @@ impl<B: Backend> CompiledGraph<B> {
                 Some(Datum::Tensor(t)) => Some(t),
                 _ => None,
             };
-            let bound = self.bound_inputs.iter().find(|b| b.input == *v);
+            let bound = self.bound_inputs.iter().find(|b| b.value == *v);
             let in_place = bound.and(given).and_then(|t| self.backend.host_address(t));
             if let (None, Some(t)) = (in_place, given) {
                 self.backend.upload(&mut state.arena, offset, t)?;
@@ -736,14 +733,14 @@ impl<B: Backend> CompiledGraph<B> {
         }
         let mut placed: HashMap<ValueId, Tensor> = HashMap::new();
         for bound in &self.bound_outputs {
-            let slot = &self.values[bound.output.0];
+            let slot = &self.values[bound.value.0];
             let Loc::Run(offset) = slot.loc else {
                 continue;
             };
             let shape = slot.shape.as_deref().unwrap_or(&[]);
             let base = match self.backend.output_in_place(slot.dtype, shape) {
                 Some((tensor, address)) => {
-                    placed.insert(bound.output, tensor);
+                    placed.insert(bound.value, tensor);
                     address
                 }
                 None => arena_base + offset as u64,
@@ -903,7 +900,23 @@ impl<B: Backend> CompiledGraph<B> {
     }
 }
 
-/// The outputs kernels may write in place (see [`BoundOutput`]), given each value's root
+/// Every kernel argument inside the buffer of root `r`, as (step, argument, byte offset in
+/// the buffer).
+fn kernel_uses(steps: &[Step], root: &[usize], at: &[usize], r: usize) -> Vec<(usize, usize, u64)> {
+    let mut uses = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        if let Step::Kernel { args, .. } = step {
+            for (j, (a, _)) in args.iter().enumerate() {
+                if root[a.0] == r {
+                    uses.push((i, j, at[a.0] as u64));
+                }
+            }
+        }
+    }
+    uses
+}
+
+/// The outputs kernels may write in place (see [`Bound`]), given each value's root
 /// buffer and byte offset in it.
 fn bind_outputs(
     inputs: &[ValueId],
@@ -912,7 +925,7 @@ fn bind_outputs(
     root: &[usize],
     at: &[usize],
     values: &[ValueSlot],
-) -> Vec<BoundOutput> {
+) -> Vec<Bound> {
     let bytes = |v: usize| {
         let slot = &values[v];
         slot.shape
@@ -943,23 +956,14 @@ fn bind_outputs(
                 && !kept.contains(&r)
                 && bytes(v.0).is_some_and(|b| b > 0 && Some(b) == bytes(r))
         })
-        .map(|v| {
-            let mut uses = Vec::new();
-            for (i, step) in steps.iter().enumerate() {
-                if let Step::Kernel { args, .. } = step {
-                    for (j, (a, _)) in args.iter().enumerate() {
-                        if root[a.0] == root[v.0] {
-                            uses.push((i, j, at[a.0] as u64));
-                        }
-                    }
-                }
-            }
-            BoundOutput { output: *v, uses }
+        .map(|v| Bound {
+            value: *v,
+            uses: kernel_uses(steps, root, at, root[v.0]),
         })
         .collect()
 }
 
-/// The inputs kernels may read in place (see [`BoundInput`]), given each value's root buffer
+/// The inputs kernels may read in place (see [`Bound`]), given each value's root buffer
 /// and byte offset in it.
 fn bind_inputs(
     inputs: &[ValueId],
@@ -967,7 +971,7 @@ fn bind_inputs(
     steps: &[Step],
     root: &[usize],
     at: &[usize],
-) -> Vec<BoundInput> {
+) -> Vec<Bound> {
     // Roots that must stay in the arena: read by a host step or a graph output, or written
     // by a kernel (never an input's, by the memory plan; checked rather than assumed, since
     // a bound input is the caller's immutable tensor).
@@ -987,18 +991,9 @@ fn bind_inputs(
     inputs
         .iter()
         .filter(|v| root[v.0] == v.0 && at[v.0] == 0 && !kept.contains(&v.0))
-        .map(|v| {
-            let mut uses = Vec::new();
-            for (i, step) in steps.iter().enumerate() {
-                if let Step::Kernel { args, .. } = step {
-                    for (j, (a, _)) in args.iter().enumerate() {
-                        if root[a.0] == v.0 {
-                            uses.push((i, j, at[a.0] as u64));
-                        }
-                    }
-                }
-            }
-            BoundInput { input: *v, uses }
+        .map(|v| Bound {
+            value: *v,
+            uses: kernel_uses(steps, root, at, v.0),
         })
         .collect()
 }
