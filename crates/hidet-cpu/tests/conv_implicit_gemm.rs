@@ -261,16 +261,25 @@ fn unpadded_convolutions_whose_packs_cross_output_rows() {
 }
 
 /// The kernel of a direct convolution packs nothing, and its micro-kernel broadcasts the
-/// input at an address made of two table reads, `in0[rows[i] + window[k]]`, with no division.
+/// input at an address made of two table reads, `in0[rows[i] + window[k]]`, with no division:
+/// through a pointer per tile row declared before the loop (`in0_row = &in0[rows[i]]`, see
+/// `hidet_ir::passes::hoist_gather_bases`) and read at `in0_row[window[k]]`.
 fn assert_direct(source: &str) {
     assert!(!source.contains("packed_a"), "{source}");
     let broadcasts: Vec<&str> = source
         .lines()
-        .filter(|l| l.contains("hidet_broadcast_f32x8(in0["))
+        .filter(|l| l.contains("hidet_broadcast_f32x8(in0"))
         .collect();
     assert!(!broadcasts.is_empty(), "{source}");
-    for line in broadcasts {
-        let address = &line[line.find("hidet_broadcast_f32x8(in0[").unwrap()..];
+    assert!(
+        broadcasts
+            .iter()
+            .any(|l| l.contains("hidet_broadcast_f32x8(in0_row")),
+        "{source}"
+    );
+    let row_pointers = source.lines().filter(|l| l.contains("float* in0_row"));
+    for line in broadcasts.iter().copied().chain(row_pointers) {
+        let address = &line[line.find("in0").unwrap()..];
         let address = &address[..address.find("]) *").unwrap_or(address.len())];
         for division in [" / ", " % ", "floordiv", "floormod"] {
             assert!(!address.contains(division), "{address}");

@@ -7,12 +7,14 @@
 //! `Stmt::ForMapping` remains and every expression is simplified.
 
 pub mod bounds;
+pub mod hoist_gather_bases;
 pub mod lower_task_mappings;
 pub mod simplify;
 pub mod split_divided_loops;
 pub mod split_guarded_loops;
 
 pub use bounds::{bound_of, is_non_negative, Interval, VarRanges};
+pub use hoist_gather_bases::HoistGatherBases;
 pub use lower_task_mappings::LowerTaskMappings;
 pub use simplify::{simplify_expr, Simplify};
 pub use split_divided_loops::SplitDividedLoops;
@@ -94,7 +96,8 @@ pub trait FunctionPass {
 /// that divide their variable are cut at row boundaries (on simplified
 /// indices), vectorized loops whose store reads under an affine guard are cut
 /// where the guard holds, and the cut loops' bounds and indices are simplified
-/// again.
+/// again; last, loads that gather through a loop-invariant table read get base pointers
+/// declared before their loop.
 pub fn lowering_passes() -> Vec<Box<dyn FunctionPass>> {
     vec![
         Box::new(LowerTaskMappings),
@@ -103,6 +106,7 @@ pub fn lowering_passes() -> Vec<Box<dyn FunctionPass>> {
         Box::new(Simplify),
         Box::new(SplitGuardedLoops),
         Box::new(Simplify),
+        Box::new(HoistGatherBases),
     ]
 }
 
