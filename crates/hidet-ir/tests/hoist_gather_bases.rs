@@ -26,11 +26,11 @@ fn kernel(guard: bool, write_table: bool) -> Function {
     let cols = fb.tensor_param("cols", DataType::I32, [COLS]);
     let out = fb.tensor_param("out", DataType::F32, [ROWS]);
     let acc = fb.register_tensor("acc", DataType::F32, row_major([ROWS]));
-    fb.for_range_with("i", ROWS, LoopKind::Unroll(Some(4)), |fb, i| {
+    fb.for_range_with("i", ROWS, LoopKind::Unroll(None), |fb, i| {
         fb.store(&acc, [i.clone()], Expr::f32(0.0));
     });
     fb.for_range("kk", n.expr(), |fb, kk| {
-        fb.for_range_with("i", ROWS, LoopKind::Unroll(Some(4)), |fb, i| {
+        fb.for_range_with("i", ROWS, LoopKind::Unroll(None), |fb, i| {
             let read = x.at([rows.at([p0.expr() + &i]) + cols.at([kk.clone()])]);
             let weight = (&kk + 1).cast(DataType::F32);
             let sum = acc.at([i.clone()]) + read * weight;
@@ -44,7 +44,7 @@ fn kernel(guard: bool, write_table: bool) -> Function {
             fb.store(&rows, [Expr::int(0)], rows.at([Expr::int(0)]));
         }
     });
-    fb.for_range_with("i", ROWS, LoopKind::Unroll(Some(4)), |fb, i| {
+    fb.for_range_with("i", ROWS, LoopKind::Unroll(None), |fb, i| {
         fb.store(&out, [i.clone()], acc.at([i.clone()]));
     });
     fb.finish()

@@ -17,9 +17,10 @@
 //!
 //! A load is rewritten when the terms of its flat offset split into a part that depends on
 //! nothing the loop binds or writes and that reads a tensor (the table), and a part that
-//! varies. Unrolled loops with constant extents inside the loop whose variables the invariant
-//! part mentions are unrolled first (their bodies must bind nothing), so that each row gets
-//! its own pointer. Only serial loops without conditions inside are rewritten (a hoisted read
+//! varies. Fully unrolled loops with constant extents inside the loop whose variables the
+//! invariant part mentions are unrolled first (their bodies must bind nothing), so that each
+//! row gets its own pointer. Only serial loops and loops unrolled by a factor are rewritten,
+//! and only those without conditions inside (a hoisted read
 //! must be one the loop makes unconditionally), and the pointers read their tables only when
 //! the loop runs at least once.
 
@@ -54,7 +55,7 @@ fn hoist_in_loop(s: Stmt) -> Stmt {
     let Stmt::For {
         var,
         extent,
-        kind: LoopKind::Serial,
+        kind: kind @ (LoopKind::Serial | LoopKind::Unroll(Some(_))),
         body,
     } = &s
     else {
@@ -86,7 +87,7 @@ fn hoist_in_loop(s: Stmt) -> Stmt {
     stmts.push(Stmt::For {
         var: var.clone(),
         extent: extent.clone(),
-        kind: LoopKind::Serial,
+        kind: *kind,
         body: Box::new(body),
     });
     Stmt::seq(stmts)
@@ -109,7 +110,7 @@ impl Inside {
         body.visit(&mut |s| match s {
             Stmt::For {
                 var,
-                kind: LoopKind::Unroll(_),
+                kind: LoopKind::Unroll(None),
                 ..
             } => {
                 inside.bound.insert(var.clone());
@@ -280,7 +281,7 @@ impl Hoisted {
     }
 }
 
-/// `body` with every unrolled loop of constant extent that binds nothing inside replaced by
+/// `body` with every fully unrolled loop of constant extent that binds nothing inside replaced by
 /// its copies, innermost first, while the copies stay within [`MAX_UNROLLED_COPIES`].
 fn unroll_constant_loops(body: &Stmt) -> Stmt {
     body.rewrite(
@@ -288,7 +289,7 @@ fn unroll_constant_loops(body: &Stmt) -> Stmt {
             Stmt::For {
                 var,
                 extent,
-                kind: LoopKind::Unroll(_),
+                kind: LoopKind::Unroll(None),
                 body,
             } => match extent.as_int() {
                 Some(n) if (1..=MAX_UNROLLED_COPIES).contains(&n) && binds_nothing(body) => {
