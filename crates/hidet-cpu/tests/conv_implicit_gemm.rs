@@ -245,13 +245,14 @@ fn pointwise_conv_block_is_one_fused_matmul_kernel() {
 }
 
 /// Unpadded windows read the image through `p / width`: the packing loops are cut at output
-/// rows (`split_divided_loops`), 19 pixels wide, so that a pack crosses rows mid-vector.
-/// (67 output channels: more than a direct convolution takes.)
+/// rows (`split_divided_loops`), 20 and 19 pixels wide, so that a pack crosses rows
+/// mid-vector. (2×2 windows: rows too short for a direct convolution; 67 output channels:
+/// more than a short direct one takes.)
 #[test]
 fn unpadded_convolutions_whose_packs_cross_output_rows() {
     for (seed, stride, hw) in [(14, 1, 21), (15, 2, 39)] {
         let win = Window {
-            kernel: 3,
+            kernel: 2,
             stride,
             pad: 0,
         };
@@ -354,18 +355,31 @@ fn padded_convolutions_with_short_windows_are_direct_over_a_padded_copy() {
 }
 
 /// A 7×7 output makes the product transposed (pixels as rows, output channels as vector
-/// lanes): the outer transpose is one more epilogue of the same kernel. Unpadded (a 9×9
-/// input, `K` = 333: no direct convolution) the gathered rows are packed; padded, the
-/// convolution is direct.
+/// lanes): the outer transpose is one more epilogue of the same kernel. With 2×2 windows
+/// (rows too short for a direct convolution, 7×7 outputs, more than 64 output channels) the
+/// gathered rows are packed; with
+/// 3×3 windows, unpadded (a 9×9 input) or padded, the convolution is direct.
 #[test]
 fn a_conv_on_few_pixels_is_a_transposed_product_in_one_kernel() {
+    let short = Window {
+        kernel: 2,
+        stride: 1,
+        pad: 0,
+    };
+    let epilogues = check(14, 37, 8, 67, short, Gather::Im2Col).epilogues;
+    assert!(epilogues.contains("Transpose"), "{epilogues}");
     let unpadded = Window {
         kernel: 3,
         stride: 1,
         pad: 0,
     };
-    let epilogues = check(15, 37, 9, 37, unpadded, Gather::Im2Col).epilogues;
-    assert!(epilogues.contains("Transpose"), "{epilogues}");
+    let checked = check(15, 37, 9, 37, unpadded, Gather::Direct);
+    assert!(
+        checked.epilogues.contains("Transpose"),
+        "{}",
+        checked.epilogues
+    );
+    assert_direct(&checked.source);
     let padded = Window {
         kernel: 3,
         stride: 1,
