@@ -53,6 +53,29 @@ def random_feeds(session, int_high, seed):
     return feeds
 
 
+def node_medians(model, threads, warmup, runs, int_high=2, seed=0):
+    """`{(node, op type): median ms}` of every node's kernel time over `runs` runs after
+    `warmup` (ONNX Runtime's profiler, `threads` intra-op threads, inputs from
+    `random_feeds`), in execution order."""
+    with tempfile.TemporaryDirectory() as tmp:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(tmp, "ort")
+        session = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+        feeds = random_feeds(session, int_high, seed)
+        for _ in range(warmup + runs):
+            session.run(None, feeds)
+        with open(session.end_profiling()) as f:
+            events = json.load(f)
+    times = collections.defaultdict(list)
+    for e in events:
+        name = e.get("name", "")
+        if e.get("cat") == "Node" and name.endswith("_kernel_time"):
+            times[(name[: -len("_kernel_time")], e["args"].get("op_name", "?"))].append(e["dur"])
+    return {key: float(np.median(d[warmup:] or d)) / 1000.0 for key, d in times.items()}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model")
@@ -69,27 +92,8 @@ def main():
     if not os.path.isfile(args.model):
         sys.exit(f"no such model file: {args.model}")
 
-    with tempfile.TemporaryDirectory() as tmp:
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = args.threads
-        so.enable_profiling = True
-        so.profile_file_prefix = os.path.join(tmp, "ort")
-        session = ort.InferenceSession(args.model, so, providers=["CPUExecutionProvider"])
-        feeds = random_feeds(session, args.int_high, args.seed)
-        for _ in range(args.warmup + args.runs):
-            session.run(None, feeds)
-        with open(session.end_profiling()) as f:
-            events = json.load(f)
-
-    times = collections.defaultdict(list)
-    for e in events:
-        name = e.get("name", "")
-        if e.get("cat") == "Node" and name.endswith("_kernel_time"):
-            times[(name[: -len("_kernel_time")], e["args"].get("op_name", "?"))].append(e["dur"])
-    rows = []
-    for (node, op), durations in times.items():
-        timed = durations[args.warmup:] or durations
-        rows.append((float(np.median(timed)) / 1000.0, op, node))
+    medians = node_medians(args.model, args.threads, args.warmup, args.runs, args.int_high, args.seed)
+    rows = [(ms, op, node) for (node, op), ms in medians.items()]
     rows.sort(reverse=True)
     total = sum(r[0] for r in rows)
     print(f"{args.model}: {len(rows)} nodes, {total:.3f} ms in nodes "
