@@ -20,9 +20,8 @@
 //! varies. Fully unrolled loops with constant extents inside the loop whose variables the
 //! invariant part mentions are unrolled first (their bodies must bind nothing), so that each
 //! row gets its own pointer. Only serial loops and loops unrolled by a factor are rewritten,
-//! and only those without conditions inside (a hoisted read
-//! must be one the loop makes unconditionally), and the pointers read their tables only when
-//! the loop runs at least once.
+//! and only those without conditions inside (a hoisted read must be one the loop makes
+//! unconditionally); the pointers read their tables only when the loop runs at least once.
 
 use std::collections::{HashMap, HashSet};
 
@@ -50,7 +49,8 @@ impl FunctionPass for HoistGatherBases {
     }
 }
 
-/// `s` with base pointers for its gathering loads, if it is a serial loop that has some.
+/// `s` with base pointers for its gathering loads, if it is a serial (or factor-unrolled) loop
+/// that has some; the body's unrolled loops are unrolled only when that makes a load gather.
 fn hoist_in_loop(s: Stmt) -> Stmt {
     let Stmt::For {
         var,
@@ -65,15 +65,18 @@ fn hoist_in_loop(s: Stmt) -> Stmt {
         return s;
     }
     let inside = Inside::of(var, body);
-    let body = if inside.gathers(body, true) && !inside.gathers(body, false) {
-        unroll_constant_loops(body)
+    let (body, inside) = if inside.gathers(body, false) {
+        (body.as_ref().clone(), inside)
+    } else if inside.gathers(body, true) {
+        let unrolled = unroll_constant_loops(body);
+        let inside = Inside::of(var, &unrolled);
+        if !inside.gathers(&unrolled, false) {
+            return s;
+        }
+        (unrolled, inside)
     } else {
-        body.as_ref().clone()
-    };
-    let inside = Inside::of(var, &body);
-    if !inside.gathers(&body, false) {
         return s;
-    }
+    };
     let mut hoisted = Hoisted {
         runs: extent.gt(Expr::int_of(0, extent.dtype().unwrap_or(DataType::I32))),
         declarations: Vec::new(),
