@@ -2,10 +2,12 @@
 """A/B of two hidet binaries on the same models, interleaved, kernel by kernel.
 
 Runs `BINARY bench MODEL --threads T --runs R --profile --json` for each binary in turn,
-ROUNDS times, and reports for each binary the minimum over the rounds of the whole-model
-median and the sum over kernels of each kernel's minimum (over rounds) median. On a noisy
-host the minimum of interleaved medians is the steadiest measure of a code change; ONNX
-Runtime is not involved (see scripts/bench_peers.py for that).
+ROUNDS times (ABBA order), and reports for each binary the minimum over the rounds of the
+whole-model median and the sum over kernels of each kernel's minimum (over rounds) median,
+and the median (with quartiles) of the per-round ratios new/base. On a noisy host whose
+speed drifts between phases, the paired ratios compare runs made seconds apart, and the
+minimum of interleaved medians compares the quiet phases; ONNX Runtime is not involved (see
+scripts/bench_peers.py for that).
 
 Usage:
   .venv/bin/python scripts/ab_binaries.py BASE_BINARY NEW_BINARY MODEL.onnx [MODEL.onnx ...]
@@ -24,6 +26,7 @@ the pairs after it: read the labels).
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 
@@ -56,8 +59,12 @@ def main():
     for model in args.models:
         totals = {k: [] for k in binaries}
         kernels = {k: {} for k in binaries}
-        for _ in range(args.rounds):
-            for side, binary in binaries.items():
+        for r in range(args.rounds):
+            # ABBA order: a drift in the machine's speed hits both sides alike.
+            order = list(binaries.items())
+            if r % 2:
+                order.reverse()
+            for side, binary in order:
                 total, per_kernel = bench(binary, model, args)
                 totals[side].append(total)
                 for step, (ms, label) in per_kernel.items():
@@ -68,6 +75,10 @@ def main():
         print(f"{model}: whole model min of medians base {best['base']:.2f} ms, new {best['new']:.2f} ms "
               f"(ratio {best['new'] / best['base']:.3f}); sum of per-kernel mins base {sums['base']:.2f}, "
               f"new {sums['new']:.2f} (ratio {sums['new'] / sums['base']:.3f})")
+        paired = sorted(n / b for b, n in zip(totals["base"], totals["new"]))
+        q = lambda f: paired[min(len(paired) - 1, int(f * len(paired)))]
+        print(f"  paired ratios new/base over {len(paired)} rounds: median {statistics.median(paired):.3f} "
+              f"(quartiles {q(0.25):.3f} .. {q(0.75):.3f})")
         if args.kernels:
             for step in sorted(set(kernels["base"]) | set(kernels["new"])):
                 a, la = kernels["base"].get(step, (None, ""))
