@@ -196,11 +196,16 @@ fn batch_matmul_with_and_without_broadcast() {
     check_shape(attention, true, &MatmulSchedule::for_target(host, 2), 151);
 }
 
-/// `matrix` (`rows × cols`, row-major) as 16-wide panels along `rows` when `by_rows`, else
-/// along `cols`: `P[r / 16][c][r % 16]` or `P[c / 16][r][c % 16]`, the padding NaN so that
+/// `matrix` (`rows × cols`, row-major) as `w`-wide panels along `rows` when `by_rows`, else
+/// along `cols`: `P[r / w][c][r % w]` or `P[c / w][r][c % w]`, the padding NaN so that
 /// reading it into a stored element would show.
-fn panels(matrix: &[f32], rows: usize, cols: usize, by_rows: bool) -> (Vec<f32>, Vec<usize>) {
-    let w = B_PANEL_WIDTH as usize;
+fn panels(
+    matrix: &[f32],
+    rows: usize,
+    cols: usize,
+    by_rows: bool,
+    w: usize,
+) -> (Vec<f32>, Vec<usize>) {
     let (split, other) = if by_rows { (rows, cols) } else { (cols, rows) };
     let count = split.div_ceil(w);
     let mut p = vec![f32::NAN; count * other * w];
@@ -213,7 +218,7 @@ fn panels(matrix: &[f32], rows: usize, cols: usize, by_rows: bool) -> (Vec<f32>,
     (p, vec![count, other, w])
 }
 
-/// `A` given as 16-row panels or row-major and read as it is ([`ALayout::InPlace`]), and/or
+/// `A` given as panels of a few rows or row-major and read as it is ([`ALayout::InPlace`]), and/or
 /// `B` as 16-column panels: operands the micro-kernel reads in place.
 fn check_panels(m: i64, n: i64, k: i64, layouts: (ALayout, BLayout), schedule: &MatmulSchedule) {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -229,11 +234,11 @@ fn check_panels(m: i64, n: i64, k: i64, layouts: (ALayout, BLayout), schedule: &
     let a = rng.vec_f32(mu * ku);
     let b = rng.vec_f32(ku * nu);
     let (ap, ad) = match layouts.0 {
-        ALayout::Panels => panels(&a, mu, ku, true),
+        ALayout::Panels { rows } => panels(&a, mu, ku, true, rows as usize),
         _ => (a.clone(), vec![mu, ku]),
     };
     let (bp, bd) = match layouts.1 {
-        BLayout::Panels => panels(&b, ku, nu, false),
+        BLayout::Panels => panels(&b, ku, nu, false, B_PANEL_WIDTH as usize),
         BLayout::RowMajor => (b.clone(), vec![ku, nu]),
     };
     let mut c = vec![f32::NAN; mu * nu];
@@ -255,10 +260,15 @@ fn check_panels(m: i64, n: i64, k: i64, layouts: (ALayout, BLayout), schedule: &
 fn operands_in_panels_are_read_in_place() {
     let host = CpuTarget::host();
     let lanes = host.f32_lanes().max(4);
+    // Left panels as tall as the default tile, the 16 rows of earlier versions, and 5 rows
+    // (tiles straddling panels).
+    let tile_rows = MatmulSchedule::for_target(host, 1).mr;
     let all = [
         (ALayout::RowMajor, BLayout::Panels),
-        (ALayout::Panels, BLayout::RowMajor),
-        (ALayout::Panels, BLayout::Panels),
+        (ALayout::Panels { rows: tile_rows }, BLayout::RowMajor),
+        (ALayout::Panels { rows: 16 }, BLayout::RowMajor),
+        (ALayout::Panels { rows: 5 }, BLayout::Panels),
+        (ALayout::Panels { rows: tile_rows }, BLayout::Panels),
         (ALayout::InPlace, BLayout::Panels),
         (ALayout::InPlace, BLayout::RowMajor),
     ];
@@ -330,6 +340,13 @@ fn invalid_schedules_and_shapes_are_errors() {
         batch_matmul_f32("mm", &bad_broadcast, &good),
         Err(TemplateError::InvalidShape(_))
     ));
+    for rows in [0, 65] {
+        let layouts = (ALayout::Panels { rows }, BLayout::RowMajor);
+        assert!(matches!(
+            matmul_f32_with_layouts("mm", 8, 8, 8, layouts.0, layouts.1, &good),
+            Err(TemplateError::InvalidShape(_))
+        ));
+    }
     let err: CpuError = TemplateError::InvalidShape("x".into()).into();
     assert!(err.to_string().contains("invalid shape"));
 }

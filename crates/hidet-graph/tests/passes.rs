@@ -765,7 +765,8 @@ mod panel_weights {
 
     /// A constant right operand at least 16 columns wide, and a constant left operand at
     /// least 16 rows high (given as such or as the transpose of a constant), are stored as
-    /// panels read through `hidet::ColumnPanels`; a narrower one, and products of two
+    /// panels read through `hidet::ColumnPanels` (16 columns of the right operand, the
+    /// pass's `left_panel_rows` rows of a left one); a narrower one, and products of two
     /// non-constant operands, stay.
     #[test]
     fn constant_operands_become_panels() {
@@ -819,14 +820,28 @@ mod panel_weights {
             b.output(out);
         }
         let before = build(b);
-        let after = run_then_dce(&PanelConstantWeights, before.clone());
-        assert_eq!(count(&after, "ColumnPanels"), 3, "{:?}", ops(&after));
-        assert_eq!(count(&after, "MatMul"), 6, "{:?}", ops(&after));
         let inputs = vec![
             ("x".to_string(), rng.f32s(&[5, 7])),
             ("z".to_string(), rng.f32s(&[37, 3])),
         ];
-        assert_same_outputs(&before, &after, &inputs, 0.0);
+        for left_panel_rows in [16, 6] {
+            let pass = PanelConstantWeights { left_panel_rows };
+            let after = run_then_dce(&pass, before.clone());
+            assert_eq!(count(&after, "ColumnPanels"), 3, "{:?}", ops(&after));
+            assert_eq!(count(&after, "MatMul"), 6, "{:?}", ops(&after));
+            // The right operand's panels are 16 wide, the two left operands' as asked.
+            let mut widths: Vec<i64> = after
+                .nodes()
+                .iter()
+                .filter(|n| n.op_type == "ColumnPanels")
+                .map(|n| n.attrs.int_or("width", 16).unwrap())
+                .collect();
+            widths.sort();
+            let mut want = vec![16, left_panel_rows as i64, left_panel_rows as i64];
+            want.sort();
+            assert_eq!(widths, want);
+            assert_same_outputs(&before, &after, &inputs, 0.0);
+        }
     }
 }
 

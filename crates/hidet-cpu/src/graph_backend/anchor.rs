@@ -146,8 +146,8 @@ fn operand_a_layout(
 ) -> ALayout {
     match operand {
         Some(Some(AnchorOperand::Prologue { axes, value })) if axes.len() == 2 => {
-            if panels_input(def, &axes[0], &axes[1], value).is_some() {
-                ALayout::Panels
+            if let Some((_, rows)) = panels_input(def, &axes[0], &axes[1], value) {
+                ALayout::Panels { rows }
             } else if in_place && is_unguarded_gather(value) {
                 ALayout::InPlace
             } else {
@@ -195,18 +195,23 @@ fn reads_offset_tables(operand: Option<&Option<AnchorOperand>>) -> bool {
     tables
 }
 
-/// The position among `def`'s inputs of the tensor an operand prologue reads as 16-wide
-/// panels along its `split` axis (a constant weight prepacked by the graph pass
-/// `PanelConstantWeights`): `value` is exactly `P[split / 16, k, split % 16]`, with `split`
-/// the columns of `B` (`axes = [k, j]`) or the rows of `A` (`axes = [i, k]`).
-fn panels_input(def: &ComputeDef, split: &Var, k: &Var, value: &Expr) -> Option<usize> {
+/// The position among `def`'s inputs of the tensor an operand prologue reads as panels along
+/// its `split` axis (a constant weight prepacked by the graph pass `PanelConstantWeights`),
+/// and the panels' width: `value` is exactly `P[split / w, k, split % w]` for a constant `w`,
+/// with `split` the columns of `B` (`axes = [k, j]`) or the rows of `A` (`axes = [i, k]`).
+fn panels_input(def: &ComputeDef, split: &Var, k: &Var, value: &Expr) -> Option<(usize, i64)> {
     let ExprKind::TensorElement { tensor, indices } = value.kind() else {
         return None;
     };
-    let width = Expr::int(B_PANEL_WIDTH);
-    let want = [split.expr() / width.clone(), k.expr(), split.expr() % width];
+    let width = match indices.last().map(Expr::kind) {
+        Some(ExprKind::Binary(BinaryOp::Mod, _, w)) => w.as_int()?,
+        _ => return None,
+    };
+    let w = Expr::int(width);
+    let want = [split.expr() / w.clone(), k.expr(), split.expr() % w];
     (indices.as_slice() == want).then_some(())?;
-    def.inputs.iter().position(|v| v == tensor)
+    let position = def.inputs.iter().position(|v| v == tensor)?;
+    Some((position, width))
 }
 
 /// Why the template path does not apply or the fusion was refused.
@@ -242,8 +247,10 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
         _ => None,
     };
     let (a_panels, b_panels) = (
-        panels(anchor.operands.first(), 0),
-        panels(anchor.operands.get(1), 1),
+        panels(anchor.operands.first(), 0).map(|(i, _)| i),
+        panels(anchor.operands.get(1), 1)
+            .filter(|&(_, width)| width == B_PANEL_WIDTH)
+            .map(|(i, _)| i),
     );
     let in_place = schedule.nr >= n || reads_offset_tables(anchor.operands.first());
     let a_layout = operand_a_layout(def, anchor.operands.first(), in_place);

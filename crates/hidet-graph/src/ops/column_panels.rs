@@ -1,14 +1,17 @@
-//! `hidet::ColumnPanels`: a matrix stored as panels of [`PANEL_WIDTH`] columns.
+//! `hidet::ColumnPanels`: a matrix stored as panels of a few columns.
 //!
-//! `ColumnPanels(P; columns = N)` with `P` of shape `[⌈N / 16⌉, K, 16]` gives the matrix `B`
-//! of shape `[K, N]` with `B[k, j] = P[j / 16, k, j % 16]`: panel `p` holds columns
-//! `16·p .. 16·p + 16` row after row (the last panel's columns past `N` are padding).
+//! `ColumnPanels(P; columns = N, width = W)` with `P` of shape `[⌈N / W⌉, K, W]` gives the
+//! matrix `B` of shape `[K, N]` with `B[k, j] = P[j / W, k, j % W]`: panel `p` holds columns
+//! `W·p .. W·p + W` row after row (the last panel's columns past `N` are padding). `width`
+//! defaults to [`PANEL_WIDTH`].
 //!
 //! The operator is internal (domain [`HIDET_DOMAIN`]): the weight-prepacking pass
-//! ([`crate::passes::PanelConstantWeights`]) stores a constant right operand of a matrix
-//! product this way, once, at compile time. Each row of a panel is one 64-byte line, and a
-//! matrix-product kernel whose micro-kernel is a whole number of panels wide reads them in
-//! place, row after row, where it would otherwise copy (pack) the operand on every call.
+//! ([`crate::passes::PanelConstantWeights`]) stores a constant operand of a matrix product
+//! this way, once, at compile time. A right operand's panels are [`PANEL_WIDTH`] wide, so each
+//! row of a panel is one 64-byte line; a left operand is stored transposed, as panels as wide
+//! as the CPU micro-kernel's register tile is tall, so each tile reads one contiguous panel.
+//! A matrix-product kernel reads the panels in place, row after row, where it would
+//! otherwise copy (pack) the operand on every call.
 
 use crate::dtype::DType;
 use crate::operator::{
@@ -26,14 +29,18 @@ use hidet_ir::expr::Expr;
 /// The operator's name in [`HIDET_DOMAIN`].
 pub const OP_TYPE: &str = "ColumnPanels";
 
-/// Columns per panel: one 64-byte line of `f32`, a whole number of SIMD vectors of 4, 8 or
-/// 16 lanes.
+/// Columns per panel by default: one 64-byte line of `f32`, a whole number of SIMD vectors of
+/// 4, 8 or 16 lanes.
 pub const PANEL_WIDTH: usize = 16;
+
+/// The widest panels the operator accepts.
+pub const MAX_PANEL_WIDTH: usize = 64;
 
 /// A `ColumnPanels` node (see the module docs).
 #[derive(Debug)]
 struct ColumnPanels {
     columns: usize,
+    width: usize,
 }
 
 /// Registers `hidet::ColumnPanels` (every opset of the domain).
@@ -48,36 +55,50 @@ pub fn register(r: &mut Registry) {
                 .ok()
                 .filter(|&n| n > 0)
                 .ok_or_else(|| OpError::attr("columns", format!("must be >= 1, got {columns}")))?;
-            Ok(Box::new(ColumnPanels { columns }))
+            let width = c.attrs.int_or("width", PANEL_WIDTH as i64)?;
+            let width = usize::try_from(width)
+                .ok()
+                .filter(|w| (1..=MAX_PANEL_WIDTH).contains(w))
+                .ok_or_else(|| {
+                    OpError::attr(
+                        "width",
+                        format!("must be in 1..={MAX_PANEL_WIDTH}, got {width}"),
+                    )
+                })?;
+            Ok(Box::new(ColumnPanels { columns, width }))
         },
     );
 }
 
-/// `b` as panels `[⌈N / 16⌉, K, 16]`, padded with zeros; `None` unless `b` is an `f32`
-/// matrix `[K, N]`.
-pub fn to_panels(b: &Tensor) -> Option<Tensor> {
+/// `b` as panels `[⌈N / width⌉, K, width]`, padded with zeros; `None` unless `b` is an
+/// `f32` matrix `[K, N]` and `width` is in `1..=MAX_PANEL_WIDTH`.
+pub fn to_panels(b: &Tensor, width: usize) -> Option<Tensor> {
     let [k, n] = *b.shape() else {
         return None;
     };
+    if !(1..=MAX_PANEL_WIDTH).contains(&width) {
+        return None;
+    }
     let values = b.as_slice::<f32>().ok()?;
-    let panels = n.div_ceil(PANEL_WIDTH);
-    let mut data = vec![0f32; panels * k * PANEL_WIDTH];
+    let panels = n.div_ceil(width);
+    let mut data = vec![0f32; panels * k * width];
     for (row, chunk) in values.chunks(n.max(1)).enumerate().take(k) {
         for (j, v) in chunk.iter().enumerate() {
-            data[((j / PANEL_WIDTH) * k + row) * PANEL_WIDTH + j % PANEL_WIDTH] = *v;
+            data[((j / width) * k + row) * width + j % width] = *v;
         }
     }
-    Tensor::new(vec![panels, k, PANEL_WIDTH], data).ok()
+    Tensor::new(vec![panels, k, width], data).ok()
 }
 
 impl ColumnPanels {
     /// `K` for panels of shape `ps`, after checking them against `columns`.
     fn rows(&self, ps: &[usize]) -> Result<usize, OpError> {
-        let want = self.columns.div_ceil(PANEL_WIDTH);
+        let width = self.width;
+        let want = self.columns.div_ceil(width);
         match *ps {
-            [p, k, w] if p == want && w == PANEL_WIDTH => Ok(k),
+            [p, k, w] if p == want && w == width => Ok(k),
             _ => Err(OpError::Shape(format!(
-                "ColumnPanels of {} columns needs P of shape [{want}, K, {PANEL_WIDTH}], got {ps:?}",
+                "ColumnPanels of {} columns needs P of shape [{want}, K, {width}], got {ps:?}",
                 self.columns
             ))),
         }
@@ -109,20 +130,20 @@ impl Operator for ColumnPanels {
         let data: Vec<f32> = (0..k * n)
             .map(|i| {
                 let (row, j) = (i / n, i % n);
-                values[((j / PANEL_WIDTH) * k + row) * PANEL_WIDTH + j % PANEL_WIDTH]
+                values[((j / self.width) * k + row) * self.width + j % self.width]
             })
             .collect();
         Ok(vec![Tensor::new(vec![k, n], data)?])
     }
 
-    /// `B[k, j] = P[j / 16, k, j % 16]`.
+    /// `B[k, j] = P[j / W, k, j % W]`.
     fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
         let p = input(inputs, 0)?;
         check_dtype(0, p.dtype, |d| d == DType::F32)?;
         let k = self.rows(p.shape)?;
         let vars = placeholders(inputs);
         let vp = vars[0].clone();
-        let width = Expr::int(PANEL_WIDTH as i64);
+        let width = Expr::int(self.width as i64);
         grid_def(vars, DataType::F32, &[k, self.columns], |i| {
             vp.at([
                 i[1].clone() / width.clone(),
@@ -144,12 +165,20 @@ mod tests {
         build_op(HIDET_DOMAIN, OP_TYPE, 1, &[("columns", Attribute::Int(columns))], 1, 1)
     }
 
+    fn build_width(columns: i64, width: i64) -> Result<Box<dyn Operator>, OpError> {
+        let attrs = [
+            ("columns", Attribute::Int(columns)),
+            ("width", Attribute::Int(width)),
+        ];
+        build_op(HIDET_DOMAIN, OP_TYPE, 1, &attrs, 1, 1)
+    }
+
     #[test]
     fn panels_round_trip_and_pad_with_zeros() {
         let (k, n) = (5usize, 37usize);
         let values: Vec<f32> = (0..k * n).map(|i| i as f32 * 0.5 - 7.25).collect();
         let b = Tensor::new(vec![k, n], values.clone()).unwrap();
-        let panels = to_panels(&b).unwrap();
+        let panels = to_panels(&b, PANEL_WIDTH).unwrap();
         assert_eq!(panels.shape(), &[3, k, PANEL_WIDTH]);
         let p = panels.as_slice::<f32>().unwrap();
         assert_eq!(p[(2 * k + 4) * PANEL_WIDTH + 4], values[4 * n + 36]);
@@ -163,11 +192,33 @@ mod tests {
     }
 
     #[test]
+    fn narrow_panels_round_trip() {
+        let (k, n, width) = (7usize, 23usize, 6usize);
+        let values: Vec<f32> = (0..k * n).map(|i| (i as f32).sin() + 0.25).collect();
+        let b = Tensor::new(vec![k, n], values.clone()).unwrap();
+        let panels = to_panels(&b, width).unwrap();
+        assert_eq!(panels.shape(), &[4, k, width]);
+        let p = panels.as_slice::<f32>().unwrap();
+        assert_eq!(p[(3 * k + 2) * width + 4], values[2 * n + 22]);
+        assert_eq!(p[(3 * k + 2) * width + 5], 0.0);
+        let op = build_width(n as i64, width as i64).unwrap();
+        let back = op.eval(&[Some(&panels)]).unwrap().remove(0);
+        assert_eq!(back.as_slice::<f32>().unwrap(), values.as_slice());
+    }
+
+    #[test]
     fn wrong_panel_shapes_and_column_counts_are_errors() {
         let op = build(20).unwrap();
         let p = Tensor::new(vec![1, 3, 16], vec![1f32; 48]).unwrap();
         assert!(matches!(op.eval(&[Some(&p)]), Err(OpError::Shape(_))));
         assert!(matches!(build(0), Err(OpError::Attribute { .. })));
-        assert!(to_panels(&Tensor::new(vec![4], vec![1f32; 4]).unwrap()).is_none());
+        assert!(to_panels(&Tensor::new(vec![4], vec![1f32; 4]).unwrap(), 16).is_none());
+        let b = Tensor::new(vec![2, 3], vec![1f32; 6]).unwrap();
+        assert!(to_panels(&b, 0).is_none() && to_panels(&b, MAX_PANEL_WIDTH + 1).is_none());
+        assert!(matches!(build_width(20, 0), Err(OpError::Attribute { .. })));
+        assert!(matches!(build_width(20, 65), Err(OpError::Attribute { .. })));
+        let sixteen_wide = Tensor::new(vec![2, 3, 16], vec![1f32; 96]).unwrap();
+        let op = build_width(20, 6).unwrap();
+        assert!(matches!(op.eval(&[Some(&sixteen_wide)]), Err(OpError::Shape(_))));
     }
 }

@@ -47,13 +47,17 @@ pub struct PassOptions {
     /// Output channels up to which a convolution with a short window becomes a direct
     /// one ([`ConvToImplicitGemm::direct_max_channels`]).
     pub direct_conv_max_channels: usize,
+    /// Rows per panel of a constant left operand of a matrix product stored as panels
+    /// ([`PanelConstantWeights::left_panel_rows`]): the rows of the backend's register tile.
+    pub left_panel_rows: usize,
 }
 
 impl Default for PassOptions {
-    /// The options of a CPU with AVX-512 ([`FEW_CHANNELS`]).
+    /// [`FEW_CHANNELS`] and 16-row panels ([`crate::ops::column_panels::PANEL_WIDTH`]).
     fn default() -> Self {
         PassOptions {
             direct_conv_max_channels: FEW_CHANNELS,
+            left_panel_rows: crate::ops::column_panels::PANEL_WIDTH,
         }
     }
 }
@@ -95,9 +99,12 @@ pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
         Box::new(FlattenBatchedMatMul),
         // The Reshapes added above merged with their neighbours.
         Box::new(SimplifyChains),
-        // Constant right operands of MatMul stored as 16-column panels the CPU template
-        // reads in place instead of packing them on every run.
-        Box::new(PanelConstantWeights),
+        // Constant operands of MatMul stored as panels (16 columns of a right operand, a
+        // register tile's rows of a left one) the CPU template reads in place instead of
+        // packing them on every run.
+        Box::new(PanelConstantWeights {
+            left_panel_rows: options.left_panel_rows,
+        }),
         // Nodes no output depends on, and initializers nothing reads, removed.
         Box::new(DeadCodeElimination),
     ]

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! MatMul(A, W[K, N])  →  MatMul(A, hidet::ColumnPanels(W'[⌈N/16⌉, K, 16]; columns = N))
-//! MatMul(Transpose(Wᵀ[K, M]), B)  →  MatMul(Transpose(hidet::ColumnPanels(panels of Wᵀ)), B)
+//! MatMul(Transpose(Wᵀ[K, M]), B)  →  MatMul(Transpose(hidet::ColumnPanels(
+//!     Wᵀ'[⌈M/R⌉, K, R]; columns = M, width = R)), B)     (R = left_panel_rows)
 //! ```
 //!
 //! The CPU matrix product copies its operands into panels of a few rows (left) or columns
@@ -11,7 +12,8 @@
 //! computed with the pixels as rows) that copy is the same on every run, and for the
 //! matrix-vector products of small batches it is most of the memory traffic. Stored as
 //! [`ColumnPanels`](crate::ops::column_panels) (for a left operand, its transpose: panels of
-//! 16 rows), the operand is read in place: the
+//! as many rows as the micro-kernel's register tile, so that each tile reads one contiguous
+//! panel rather than a few rows of every line of a wider one), the operand is read in place: the
 //! `ColumnPanels` node (marked [`KEEP_LAYOUT`], so that specialization does not fold the
 //! panels back into the matrix) becomes a prologue whose index map the CPU template recognizes
 //! (see `hidet_cpu::graph_backend::anchor`); other consumers of the prologue read through it.
@@ -31,10 +33,25 @@ use crate::Attribute;
 /// Rewrites default-domain 2-D `f32` `MatMul` nodes with one constant operand at least
 /// [`PANEL_WIDTH`] wide along its output axis (the columns of a right operand, the rows of
 /// a left one) and one non-constant operand: the constant is stored as panels (see the
-/// module docs). A constant left operand may be given transposed, `Transpose(Wᵀ)` (as the
-/// implicit-GEMM pass stores convolution weights); it becomes
-/// `Transpose(ColumnPanels(panels of Wᵀ))`, its rows read from 16-row panels.
-pub struct PanelConstantWeights;
+/// module docs), [`PANEL_WIDTH`] columns wide for a right operand. A constant left operand
+/// may be given transposed, `Transpose(Wᵀ)` (as the implicit-GEMM pass stores convolution
+/// weights); it becomes `Transpose(ColumnPanels(panels of Wᵀ))`, its rows read from panels of
+/// `left_panel_rows` rows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PanelConstantWeights {
+    /// Rows per panel of a left operand: the rows of the backend's register tile (at most
+    /// [`column_panels::MAX_PANEL_WIDTH`]).
+    pub left_panel_rows: usize,
+}
+
+impl Default for PanelConstantWeights {
+    /// [`PANEL_WIDTH`] rows per left panel.
+    fn default() -> Self {
+        PanelConstantWeights {
+            left_panel_rows: PANEL_WIDTH,
+        }
+    }
+}
 
 impl GraphPass for PanelConstantWeights {
     fn name(&self) -> &'static str {
@@ -57,7 +74,7 @@ impl GraphPass for PanelConstantWeights {
                 continue;
             };
             let (a, b, y) = (*a, *b, *y);
-            let Some(plan) = plan(&rw, a, b) else {
+            let Some(plan) = plan(&rw, a, b, self.left_panel_rows) else {
                 continue;
             };
             rw.focus(NodeId(i));
@@ -65,6 +82,7 @@ impl GraphPass for PanelConstantWeights {
             let panels = rw.add_constant("weight_panels", panels);
             let mut attrs = Attributes::new();
             attrs.insert("columns", Attribute::Int(columns as i64));
+            attrs.insert("width", Attribute::Int(plan.width as i64));
             attrs.insert(KEEP_LAYOUT, Attribute::Int(1));
             let matrix =
                 rw.add_domain_op(HIDET_DOMAIN, column_panels::OP_TYPE, attrs, &[panels])?;
@@ -89,12 +107,14 @@ struct Plan {
     left: bool,
     /// Columns of the panels' matrix.
     columns: usize,
+    /// Columns per panel.
+    width: usize,
     panels: Tensor,
 }
 
 /// The plan for `MatMul(a, b)`, when one operand is a wide enough constant and the other a
-/// non-constant `f32` matrix.
-fn plan(rw: &Rewriter, a: ValueId, b: ValueId) -> Option<Plan> {
+/// non-constant `f32` matrix; a left operand's panels are `left_rows` wide.
+fn plan(rw: &Rewriter, a: ValueId, b: ValueId, left_rows: usize) -> Option<Plan> {
     let g = rw.graph();
     let is_matrix = |v: ValueId| {
         let ty = &g.value(v).ty;
@@ -107,7 +127,8 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId) -> Option<Plan> {
         return Some(Plan {
             left: false,
             columns: w.shape()[1],
-            panels: to_panels(w)?,
+            width: PANEL_WIDTH,
+            panels: to_panels(w, PANEL_WIDTH)?,
         });
     }
     if !is_matrix(b) {
@@ -135,6 +156,7 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId) -> Option<Plan> {
     Some(Plan {
         left: true,
         columns: w_t.shape()[1],
-        panels: to_panels(&w_t)?,
+        width: left_rows,
+        panels: to_panels(&w_t, left_rows)?,
     })
 }

@@ -26,10 +26,14 @@ pub(super) fn build(
             "a rank-2 matmul has batch 1, got {shape:?}"
         )));
     }
-    if a_layout == ALayout::Panels && rank3 {
-        return Err(TemplateError::InvalidShape(
-            "A in row panels needs a rank-2 product".into(),
-        ));
+    if let ALayout::Panels { rows } = a_layout {
+        if rank3 || !(1..=MAX_A_PANEL_ROWS).contains(&rows) {
+            return Err(TemplateError::InvalidShape(format!(
+                "A in panels of {rows} rows needs a rank-2 product and 1 to \
+                 {MAX_A_PANEL_ROWS} rows, got rank {}",
+                if rank3 { 3 } else { 2 }
+            )));
+        }
     }
     let panels = b_layout == BLayout::Panels;
     if panels && (rank3 || B_PANEL_WIDTH % i64::from(schedule.lanes) != 0) {
@@ -50,9 +54,8 @@ pub(super) fn build(
             fb.tensor_param("C", f32_, [s.batch, s.m, s.n]),
         )
     } else {
-        let a = if a_layout == ALayout::Panels {
-            let count = ceil_div(s.m, B_PANEL_WIDTH);
-            fb.tensor_param("A", f32_, [count, s.k, B_PANEL_WIDTH])
+        let a = if let ALayout::Panels { rows } = a_layout {
+            fb.tensor_param("A", f32_, [ceil_div(s.m, rows), s.k, rows])
         } else {
             fb.tensor_param("A", f32_, [s.m, s.k])
         };
@@ -160,6 +163,9 @@ struct At {
     kc_len: Expr,
 }
 
+/// The tallest panels of [`ALayout::Panels`] the template takes.
+const MAX_A_PANEL_ROWS: i64 = 64;
+
 /// Reduction steps per iteration of the micro-kernel's loop, as the C compiler unrolls it: the
 /// loop's counter update and branch are shared by that many steps' multiply-adds, so the loop
 /// issues fewer instructions per multiply-add (the front end is what a busy sibling hyperthread
@@ -219,9 +225,9 @@ impl Plan {
     }
 
     fn a_at(&self, batch: &Expr, row: Expr, col: Expr) -> Expr {
-        if self.a_layout == ALayout::Panels {
-            let width = Expr::int(B_PANEL_WIDTH);
-            return self.a.at([&row / width.clone(), col, row % width]);
+        if let ALayout::Panels { rows } = self.a_layout {
+            let rows = Expr::int(rows);
+            return self.a.at([&row / rows.clone(), col, row % rows]);
         }
         if self.rank3 {
             let b = if self.s.a_batch == 1 {
@@ -457,7 +463,7 @@ impl Plan {
                     });
                 });
             }),
-            ALayout::Panels | ALayout::InPlace => {}
+            ALayout::Panels { .. } | ALayout::InPlace => {}
             ALayout::ColumnMajor => fb.for_range("kk", &at.kc_len, |fb, kk| {
                 fb.for_each(panels.on(0), |fb, pv| {
                     let p = &pv[0];

@@ -33,11 +33,12 @@ pub enum ALayout {
     /// `A[i, k]` and `A[i + 1, k]` are adjacent (`A` is read through a
     /// transpose): packed column by column.
     ColumnMajor,
-    /// Panels of [`B_PANEL_WIDTH`] rows, `Ap[⌈M / 16⌉, K, 16]` with `A[i, k] =
-    /// Ap[i / 16, k, i % 16]` (constant weights prepacked at compile time): the
-    /// micro-kernel broadcasts its elements in place and nothing is packed. Rank-2
-    /// products only.
-    Panels,
+    /// Panels of `rows` rows, `Ap[⌈M / rows⌉, K, rows]` with `A[i, k] = Ap[i / rows, k,
+    /// i % rows]` (constant weights prepacked at compile time): the micro-kernel broadcasts
+    /// its elements in place and nothing is packed. Panels as tall as the register tile
+    /// (`rows = MR`) give each tile one contiguous panel; any `rows` from 1 to 64 is correct.
+    /// Rank-2 products only.
+    Panels { rows: i64 },
     /// `A[i, k]` as it is, read by the micro-kernel's broadcasts one element at a time:
     /// nothing is packed. Meant for an `A` that a fused prologue gathers without guards
     /// (a convolution's pixels-as-rows im2col over an unpadded input), where the
@@ -59,7 +60,7 @@ pub enum BLayout {
     Panels,
 }
 
-/// Columns per panel of [`BLayout::Panels`], rows per panel of [`ALayout::Panels`].
+/// Columns per panel of [`BLayout::Panels`].
 pub const B_PANEL_WIDTH: i64 = 16;
 
 /// The largest number of `f32` partial sums (`K`-parts × batch × padded
