@@ -5,7 +5,9 @@ Every case runs on every engine in the same process run, interleaved: round r
 runs case 1 on hidet, ONNX Runtime, tract, then case 2, ... so that machine
 noise hits every engine alike. Each engine reports the median latency of
 `--runs` runs per round; the table shows the median over rounds and the ratio
-hidet / ONNX Runtime (< 1.0: hidet is faster).
+hidet / ONNX Runtime (< 1.0: hidet is faster), then `paired`, the median over rounds
+of each round's ratio (the two engines ran seconds apart, in the same phase of a host
+whose speed drifts), and `best`, the ratio of the fastest rounds.
 
 Cases:
   - the five paper models, where `models/<name>/model.onnx` exists
@@ -287,13 +289,17 @@ def main(argv: list[str]) -> int:
         med = {e: statistics.median(t) for e, t in case.times.items() if t}
         h, o = med.get("hidet"), med.get("onnxruntime")
         ratio = f"{h / o:.2f}" if h and o else "-"
+        hs, os_ = case.times.get("hidet", []), case.times.get("onnxruntime", [])
+        pairs = [a / b for a, b in zip(hs, os_)] if len(hs) == len(os_) else []
+        paired = f"{statistics.median(pairs):.2f}" if pairs else "-"
+        best = f"{min(hs) / min(os_):.2f}" if hs and os_ else "-"
         ht = med.get("hidet-tuned")
         tuned_ratio = [f"{ht / o:.2f}" if ht and o else "-"] if args.tuned is not None else []
         gflops = f"{case.flops / (h * 1e6):.1f}" if case.flops and h else "-"
         of_peak = f"{100 * case.flops / (h * 1e6) / peak:.0f}%" if case.flops and h and peak else "-"
         cells = [case.name] + [f"{med[e]:.3f}" if e in med else f"error: {case.errors.get(e, '?')[:60]}" for e in engines]
-        rows.append(cells + [ratio] + tuned_ratio + [gflops, of_peak])
-    header = (["case"] + [f"{e} ms" for e in engines] + ["hidet/ORT"]
+        rows.append(cells + [ratio, paired, best] + tuned_ratio + [gflops, of_peak])
+    header = (["case"] + [f"{e} ms" for e in engines] + ["hidet/ORT", "paired", "best"]
               + (["tuned/ORT"] if args.tuned is not None else []) + ["hidet GFLOP/s", "of FMA peak"])
     if args.markdown:
         print("| " + " | ".join(header) + " |")
