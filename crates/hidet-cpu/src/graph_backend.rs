@@ -40,8 +40,9 @@ pub use arena::CpuArena;
 /// The graph-pass options for running on `target`: the defaults, except that a constant left
 /// operand is stored in panels as tall as the target's level-0 register tile
 /// ([`MatmulSchedule::for_target`]), so each tile of the micro-kernel broadcasts from one
-/// contiguous panel (measured on AVX2, 6-row tiles: 6-row panels against 16-row ones,
-/// ResNet-50 and Inception-V3 about 4% faster in paired runs). A direct convolution's
+/// contiguous panel (measured on AVX2, 6-row tiles: 6-row panels against 16-row ones, in
+/// paired runs ResNet-50 1.7% and Inception-V3 0.5% faster on a quiet host, both about 4.5%
+/// when a busy neighbour shares the cores). A direct convolution's
 /// gathered pixels are read in place through offset tables (`hidet::OffsetGather`), one
 /// table read per element and column panel, so its output channels need not fit one register
 /// tile (measured on AVX2: ResNet-50's 64-channel stem 2.2 → 1.4 ms and Inception-V3's 147²
