@@ -241,12 +241,19 @@ pub struct CpuGraphModule {
     /// `(unit, handle index)` of kernel `i`.
     index: Vec<(usize, usize)>,
     origins: Vec<KernelOrigin>,
+    tunables: Vec<Option<std::sync::Arc<tuning::MatmulTask>>>,
 }
 
 impl CpuGraphModule {
     /// How each kernel was produced, in kernel order.
     pub fn origins(&self) -> &[KernelOrigin] {
         &self.origins
+    }
+
+    /// The matmul task behind kernel `kernel`, when the module was built with a measuring
+    /// tuning level and the kernel is a template kernel.
+    pub fn tunable(&self, kernel: usize) -> Option<&tuning::MatmulTask> {
+        self.tunables.get(kernel)?.as_deref()
     }
 
     fn handle(
@@ -362,6 +369,7 @@ impl Backend for CpuBackend {
         let start = Instant::now();
         let kernels = tuning::tune_kernels(self, kernels)?;
         let origins: Vec<KernelOrigin> = kernels.iter().map(|k| k.origin).collect();
+        let tunables = kernels.iter().map(|k| k.tunable.clone()).collect();
         let names: Vec<String> = kernels.iter().map(|k| k.function.name.clone()).collect();
         let jobs = self
             .options
@@ -411,6 +419,7 @@ impl Backend for CpuBackend {
                 units: built,
                 index,
                 origins,
+                tunables,
             },
             report,
         ))

@@ -210,6 +210,38 @@ impl fmt::Display for CpuTarget {
     }
 }
 
+/// The size in bytes of the host's largest (last-level) data or unified cache, as Linux
+/// reports it under `/sys/devices/system/cpu/cpu0/cache`; `None` where it does not.
+pub fn last_level_cache_bytes() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|entry| {
+        let path = entry.ok()?.path();
+        let kind = std::fs::read_to_string(path.join("type")).ok()?;
+        if kind.trim() == "Instruction" {
+            return None;
+        }
+        parse_cache_size(&std::fs::read_to_string(path.join("size")).ok()?)
+    })
+    .max()
+}
+
+/// `"32768K"`, `"32M"` or `"512"` as bytes.
+fn parse_cache_size(text: &str) -> Option<usize> {
+    let text = text.trim();
+    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => text.split_at(i),
+        None => (text, ""),
+    };
+    let scale = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    };
+    digits.parse::<usize>().ok()?.checked_mul(scale)
+}
+
 fn detect_model_name() -> Option<String> {
     let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
     info.lines().find_map(|line| {
@@ -223,6 +255,15 @@ fn detect_model_name() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_sizes_parse_with_their_units() {
+        assert_eq!(parse_cache_size("32768K\n"), Some(32 << 20));
+        assert_eq!(parse_cache_size("32M"), Some(32 << 20));
+        assert_eq!(parse_cache_size("512"), Some(512));
+        assert_eq!(parse_cache_size("12Q"), None);
+        assert_eq!(parse_cache_size("K"), None);
+    }
 
     #[test]
     fn lanes_follow_the_widest_feature() {

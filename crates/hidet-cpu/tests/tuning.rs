@@ -2,7 +2,9 @@
 //! of candidates picks its measured-fastest candidate, persists every measurement, and a
 //! second session hits the cache without invoking the compiler; in a compiled graph,
 //! tuning rebuilds the fused kernel with the winner (still correct) and a later compilation
-//! without tuning lowers with the cached winner; a corrupt record is ignored with a warning.
+//! without tuning lowers with the cached winner; a corrupt record is ignored with a warning;
+//! the in-model check times the winner against the heuristic inside the graph, records it
+//! once, and later compilations lower with the faster.
 
 mod common;
 
@@ -10,7 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use common::{options_in, Rng};
 use hidet_cpu::graph_backend::tuning::matmul::schedule_label;
-use hidet_cpu::graph_backend::tuning::matmul_choice;
+use hidet_cpu::graph_backend::tuning::model_check::check_in_model;
+use hidet_cpu::graph_backend::tuning::{matmul_choice, tuning_cache};
 use hidet_cpu::graph_backend::tuning::{CpuTuneBackend, CpuTuning, MatmulCandidate, MatmulTask};
 use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
 use hidet_cpu::{build, compiler_invocations, CpuTarget, KernelArg};
@@ -22,8 +25,8 @@ use hidet_graph::{
 use hidet_ir::function::{IRModule, Target};
 use hidet_tune::observer::ResultSource;
 use hidet_tune::{
-    CandidateOutcome, Lookup, MeasureConfig, TaskIdentity, Tunable, TuneConfig, TuneEvent,
-    TuneLevel, TuneObserver, Tuner, TuningCache,
+    CandidateOutcome, Lookup, MeasureConfig, TaskIdentity, Tunable, TuneBackend, TuneConfig,
+    TuneEvent, TuneLevel, TuneObserver, Tuner, TuningCache,
 };
 
 /// Tests that count compiler invocations (a process-wide counter) run one at a time.
@@ -49,6 +52,30 @@ fn reference(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> {
         }
     }
     c
+}
+
+#[test]
+fn workloads_rotate_cold_copies_of_the_read_only_inputs() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (m, n, k) = (45i64, 67i64, 83i64);
+    let task = MatmulTask::plain(m, n, k, CpuTarget::host(), 2);
+    let function = task
+        .function(&task.heuristic(), "cold_probe")
+        .expect("the heuristic builds");
+    let opts = options_in(dir.path());
+    let read_only = |elements: i64| ((elements * 4) as usize).next_multiple_of(64);
+    let inputs = read_only(m * k) + read_only(k * n);
+    let cold = CpuTuneBackend::new(&opts, 2).with_cold_bytes(1 << 20);
+    let mut workload = cold.workload(&function).expect("a workload");
+    assert_eq!(workload.copies(), (1usize << 20).div_ceil(inputs));
+    let unit = cold
+        .compile("cold_probe_unit", vec![function.clone()])
+        .expect("compiles");
+    for _ in 0..workload.copies() + 2 {
+        cold.run(&unit, "cold_probe", &mut workload).expect("runs");
+    }
+    let warm = CpuTuneBackend::new(&opts, 2).with_cold_bytes(0);
+    assert_eq!(warm.workload(&function).expect("a workload").copies(), 1);
 }
 
 #[test]
@@ -162,9 +189,14 @@ fn random(rng: &mut Rng, shape: &[usize]) -> Tensor {
 
 /// `y = relu(x · w + b)`: the bias and ReLU are fused into the matmul template's stores.
 fn dense(rng: &mut Rng) -> (Graph, Tensor, Tensor, Tensor) {
+    dense_with_rows(rng, M)
+}
+
+/// [`dense`] with `rows` rows of `x`.
+fn dense_with_rows(rng: &mut Rng, rows: usize) -> (Graph, Tensor, Tensor, Tensor) {
     let (w, b) = (random(rng, &[K, N]), random(rng, &[N]));
     let mut g = GraphBuilder::new("dense");
-    g.input("x", TensorType::fixed(DType::F32, &[M, K]));
+    g.input("x", TensorType::fixed(DType::F32, &[rows, K]));
     g.initializer("w", w.clone());
     g.initializer("b", b.clone());
     g.node(node("MatMul", &["x", "w"], "xw"));
@@ -172,7 +204,7 @@ fn dense(rng: &mut Rng) -> (Graph, Tensor, Tensor, Tensor) {
     g.node(node("Relu", &["biased"], "y"));
     g.output("y");
     let graph = g.build(Registry::global()).expect("valid graph");
-    (graph, random(rng, &[M, K]), w, b)
+    (graph, random(rng, &[rows, K]), w, b)
 }
 
 fn backend(dir: &std::path::Path, tuning: CpuTuning) -> Arc<CpuBackend> {
@@ -347,4 +379,123 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+#[test]
+fn in_model_check_records_the_faster_schedule_once() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut rng = Rng::new(9);
+    let (graph, x, w, b) = dense(&mut rng);
+    let inputs = vec![("x".to_string(), x.clone())];
+    let shapes = [vec![M, K]];
+    let opts = CompileOptions {
+        threads: Some(2),
+        ..CompileOptions::default()
+    };
+    let subset = || CpuTuning {
+        level: Some(TuneLevel::Subset),
+        candidate_limit: Some(3),
+        measure: Some(quick_measure()),
+        ..CpuTuning::default()
+    };
+    CompiledGraph::compile(&graph, &shapes, backend(dir.path(), subset()), &opts)
+        .expect("compiles with tuning");
+
+    // Make the second candidate the recorded winner, so the check has two schedules to
+    // compare whatever the measurements said.
+    let records = walk(&dir.path().join("tuning"));
+    assert_eq!(records.len(), 1, "{records:?}");
+    let text = std::fs::read_to_string(&records[0]).expect("record");
+    let mut record: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(record["heuristic"], 0);
+    record["winner"] = 1.into();
+    record["candidates"][1]["outcome"] = serde_json::json!({
+        "measured": {"median": 1e-9, "min": 1e-9, "max": 1e-9, "mad": 0.0, "runs": 5}
+    });
+    std::fs::write(&records[0], record.to_string()).expect("rewrite");
+
+    let tuned_backend = backend(dir.path(), subset());
+    let cache = tuning_cache(&tuned_backend);
+    let build = tuned_backend.options.build.clone();
+    let tuned = CompiledGraph::compile(&graph, &shapes, tuned_backend, &opts).expect("tuned");
+    let heuristic_tuning = CpuTuning {
+        ignore_cache: true,
+        ..CpuTuning::default()
+    };
+    let heuristic = CompiledGraph::compile(
+        &graph,
+        &shapes,
+        backend(dir.path(), heuristic_tuning),
+        &opts,
+    )
+    .expect("heuristic");
+    check_output(&tuned.run(&inputs).expect("runs"), &x, &w, &b);
+    check_output(&heuristic.run(&inputs).expect("runs"), &x, &w, &b);
+
+    let report =
+        check_in_model(&tuned, &heuristic, &inputs, &build, &cache, 5, "dense").expect("checks");
+    assert_eq!((report.runs, report.tasks.len()), (5, 1), "{report:?}");
+    let t = &report.tasks[0];
+    assert_eq!(t.kernels, 1);
+    let check = &t.check;
+    assert!(
+        check.winner_seconds > 0.0 && check.heuristic_seconds > 0.0,
+        "{check:?}"
+    );
+    let faster = check.winner_seconds.min(check.heuristic_seconds);
+    let expected_chosen = report.tuned_seconds - (check.winner_seconds - faster);
+    assert!(
+        (report.chosen_seconds - expected_chosen).abs() < 1e-12,
+        "{report:?}"
+    );
+
+    let identity = hidet_cpu::graph_backend::tuning::task_identity(
+        &build,
+        tuned.module().tunable(0).expect("the kernel's task"),
+    )
+    .expect("identity");
+    let Lookup::Hit(stored) = cache.lookup::<MatmulCandidate>(&identity) else {
+        panic!("the checked record is readable");
+    };
+    assert_eq!(stored.in_model.as_deref(), Some(check));
+    let chosen = stored.chosen().expect("a chosen candidate").label.clone();
+    let expected = if check.prefers_heuristic() { 0 } else { 1 };
+    assert_eq!(chosen, stored.candidates[expected].label);
+
+    // Checked once: a second check finds nothing to do.
+    let again =
+        check_in_model(&tuned, &heuristic, &inputs, &build, &cache, 5, "dense").expect("checks");
+    assert!(again.tasks.is_empty() && again.runs == 0, "{again:?}");
+
+    // Later compilations lower with the chosen schedule.
+    let spec_shapes: Vec<_> = graph
+        .inputs()
+        .iter()
+        .copied()
+        .zip(shapes.iter().cloned())
+        .collect();
+    let spec = Specialization::new(&graph, &spec_shapes).expect("specializes");
+    let part = partition_with(&graph, &spec, true);
+    let group = part
+        .groups
+        .iter()
+        .find(|g| g.kind == GroupKind::Anchored)
+        .expect("an anchored group");
+    let task = FusedTask::new(&graph, &spec, group, 0).expect("a task");
+    let choice = matmul_choice(&backend(dir.path(), CpuTuning::default()), &task, 2);
+    assert_eq!(schedule_label(&choice.schedule), chosen);
+
+    // Builds of different graphs are refused.
+    let (other, ..) = dense_with_rows(&mut rng, M + 5);
+    let other = CompiledGraph::compile(
+        &other,
+        &[vec![M + 5, K]],
+        backend(dir.path(), CpuTuning::default()),
+        &opts,
+    )
+    .expect("compiles");
+    let err = check_in_model(&tuned, &other, &inputs, &build, &cache, 5, "dense")
+        .expect_err("different graphs");
+    assert!(err.to_string().contains("differ"), "{err}");
 }

@@ -245,11 +245,24 @@ mod tests {
             ],
             tuning_seconds: 0.123_456_789,
             created_unix: 1_700_000_000,
+            in_model: Some(Box::new(crate::record::InModelCheck {
+                winner_seconds: 2.5e-4,
+                heuristic_seconds: 2.25e-4,
+                runs: 20,
+                model: "resnet50".into(),
+            })),
         };
         let path = cache.store(&record).expect("stored");
         assert!(path.starts_with(dir.path().join("tuning").join("cpu_matmul_f32")));
         match cache.lookup::<Vec<u32>>(&identity()) {
-            Lookup::Hit(back) => assert_eq!(back, record),
+            Lookup::Hit(back) => {
+                assert_eq!(back, record);
+                assert_eq!(
+                    back.chosen_index(),
+                    0,
+                    "the in-model check preferred the heuristic"
+                );
+            }
             other => panic!("{other:?}"),
         }
         // A schedule of another type does not parse: reported, not a crash.

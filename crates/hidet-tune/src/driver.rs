@@ -277,7 +277,7 @@ impl<'a, B: TuneBackend> Tuner<'a, B> {
         let cache = self.config.cache.as_ref().filter(|_| self.config.reuse)?;
         match cache.lookup::<T::Schedule>(identity) {
             Lookup::Hit(record) if record.level >= self.config.level => {
-                let winner = record.winner()?.schedule.clone();
+                let winner = record.chosen()?.schedule.clone();
                 let summary = summarize(task, &record, ResultSource::Cache);
                 Some(TaskResult {
                     winner,
@@ -569,6 +569,7 @@ impl<'a, B: TuneBackend> Tuner<'a, B> {
             created_unix: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            in_model: None,
         };
         if let Some(cache) = &self.config.cache {
             if let Err(e) = cache.store(&record) {

@@ -113,6 +113,11 @@ enum Command {
         /// Measure again even where the tuning cache has a result.
         #[arg(long)]
         retune: bool,
+        /// Runs of the model with the tuned winners and with the heuristics, interleaved,
+        /// that decide per task which schedule later builds use (0: no check; winners are
+        /// then used as measured alone).
+        #[arg(long, value_name = "N", default_value_t = 20)]
+        model_check_runs: usize,
         /// Print one JSON object (per-task summaries) as the last stdout line.
         #[arg(long)]
         json: bool,
@@ -181,6 +186,7 @@ fn main() -> ExitCode {
             inputs,
             max_candidates,
             retune,
+            model_check_runs,
             json,
         } => cli::tune::run(&cli::tune::TuneArgs {
             model,
@@ -189,6 +195,7 @@ fn main() -> ExitCode {
             threads,
             max_candidates,
             retune,
+            model_check_runs,
             json,
         }),
     };

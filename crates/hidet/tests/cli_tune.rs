@@ -76,6 +76,21 @@ fn tune_stores_results_that_later_sessions_and_compiles_reuse() {
     let distinct: std::collections::HashSet<&str> =
         tasks.iter().filter_map(|t| t["task"].as_str()).collect();
     assert_eq!(records(&cache.path().join("tuning")), distinct.len());
+    // The in-model check ran on every tuned task whose winner is not its heuristic.
+    let check = &v["model_check"];
+    let checked = check["tasks"].as_array().expect("model_check.tasks");
+    assert!(checked.len() <= distinct.len(), "{check}");
+    for t in checked {
+        assert!(distinct.contains(t["task"].as_str().unwrap_or("")), "{t}");
+        assert!(t["winner_seconds"].as_f64().is_some_and(|s| s > 0.0), "{t}");
+        assert!(
+            t["heuristic_seconds"].as_f64().is_some_and(|s| s > 0.0),
+            "{t}"
+        );
+        assert!(t["keeps"] == "winner" || t["keeps"] == "heuristic", "{t}");
+    }
+    let runs = if checked.is_empty() { 0 } else { 20 };
+    assert_eq!(check["runs"], runs, "{check}");
 
     let second = hidet(cache.path(), &args);
     assert!(second.status.success(), "{}", text(&second.stderr));

@@ -10,6 +10,7 @@
 
 pub mod fingerprint;
 pub mod matmul;
+pub mod model_check;
 pub mod runner;
 
 use std::fmt;
@@ -18,11 +19,12 @@ use std::sync::Arc;
 use hidet_graph::compiled::BackendError;
 use hidet_graph::fusion::FusedTask;
 use hidet_tune::{
-    Lookup, MeasureConfig, TaskIdentity, Tunable, TuneConfig, TuneEvent, TuneLevel, TuneObserver,
-    Tuner, TuningCache,
+    Lookup, MeasureConfig, TaskIdentity, Tunable, TuneConfig, TuneError, TuneEvent, TuneLevel,
+    TuneObserver, Tuner, TuningCache,
 };
 
 use super::{CpuBackend, CpuKernel};
+use crate::options::BuildOptions;
 use crate::templates::matmul::MatmulSchedule;
 pub use matmul::{MatmulCandidate, MatmulTask, MATMUL_SPACE};
 pub use runner::CpuTuneBackend;
@@ -68,7 +70,8 @@ pub struct MatmulChoice {
     pub tunable: Option<Arc<MatmulTask>>,
 }
 
-fn tuning_cache(backend: &CpuBackend) -> TuningCache {
+/// The tuning cache `backend` reads and writes.
+pub fn tuning_cache(backend: &CpuBackend) -> TuningCache {
     backend
         .tuning
         .cache
@@ -83,7 +86,18 @@ fn warn(backend: &CpuBackend, message: &str) {
     }
 }
 
-/// The schedule for `task` on `threads` threads: the cached winner when the cache has one
+/// The identity `task`'s tuning record is stored under when built with `build`.
+pub fn task_identity(build: &BuildOptions, task: &MatmulTask) -> Result<TaskIdentity, TuneError> {
+    Ok(TaskIdentity {
+        task: task.key(),
+        space: task.space(),
+        template_version: task.template_version(),
+        environment: runner::environment(build)?,
+    })
+}
+
+/// The schedule for `task` on `threads` threads: the cached choice (the winner, or the
+/// heuristic where an in-model check found it faster) when the cache has one
 /// (a corrupt record is reported as a warning and ignored), else the heuristic. The task is
 /// returned for tuning when it is a matmul task and a measuring level is requested.
 pub fn matmul_choice(backend: &CpuBackend, task: &FusedTask, threads: i64) -> MatmulChoice {
@@ -97,27 +111,19 @@ pub fn matmul_choice(backend: &CpuBackend, task: &FusedTask, threads: i64) -> Ma
     };
     let mut schedule = matmul.heuristic().0;
     if !backend.tuning.ignore_cache {
-        match runner::environment(&backend.options.build) {
-            Ok(environment) => {
-                let identity = TaskIdentity {
-                    task: matmul.key(),
-                    space: matmul.space(),
-                    template_version: matmul.template_version(),
-                    environment,
-                };
-                match tuning_cache(backend).lookup::<MatmulCandidate>(&identity) {
-                    Lookup::Hit(record) => {
-                        if let Some(w) = record.winner() {
-                            schedule = w.schedule.0;
-                        }
+        match task_identity(&backend.options.build, &matmul) {
+            Ok(identity) => match tuning_cache(backend).lookup::<MatmulCandidate>(&identity) {
+                Lookup::Hit(record) => {
+                    if let Some(c) = record.chosen() {
+                        schedule = c.schedule.0;
                     }
-                    Lookup::Miss => {}
-                    Lookup::Corrupt { path, reason } => warn(
-                        backend,
-                        &format!("ignoring the tuning record {}: {reason}", path.display()),
-                    ),
                 }
-            }
+                Lookup::Miss => {}
+                Lookup::Corrupt { path, reason } => warn(
+                    backend,
+                    &format!("ignoring the tuning record {}: {reason}", path.display()),
+                ),
+            },
             Err(e) => warn(backend, &format!("tuning cache not consulted: {e}")),
         }
     }

@@ -596,6 +596,23 @@ impl<B: Backend> CompiledGraph<B> {
         Ok((outputs, times))
     }
 
+    /// The backend's module of this graph's kernels.
+    pub fn module(&self) -> &B::Module {
+        &self.module
+    }
+
+    /// For each step of the launch list (in [`CompiledGraph::steps`] order), the index in
+    /// [`CompiledGraph::module`] of the kernel it launches; `None` for a host step.
+    pub fn step_kernels(&self) -> Vec<Option<usize>> {
+        self.steps
+            .iter()
+            .map(|step| match step {
+                Step::Kernel { kernel, .. } => Some(*kernel),
+                Step::Host { .. } => None,
+            })
+            .collect()
+    }
+
     /// The launch list, in run order.
     pub fn steps(&self) -> Vec<StepInfo> {
         self.steps

@@ -2,6 +2,11 @@
 //! with a progress bar (stderr, hidden when not a terminal), then print a summary table and
 //! the total time. Results go to the tuning cache (`$HIDET_CACHE_DIR/tuning`), so later
 //! `hidet run`, `bench` and `compile` use the winners.
+//!
+//! Then the in-model check (`--model-check-runs`, see
+//! [`hidet_cpu::graph_backend::tuning::model_check`]): the model built with the winners and
+//! built with the heuristics run interleaved, and each newly tuned task keeps whichever
+//! schedule was faster inside the model.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,7 +17,8 @@ use hidet::graph::Tensor;
 use hidet::pipeline::PipelineError;
 use hidet::zoo::inputs::complete_inputs;
 use hidet::zoo::SEED;
-use hidet_cpu::graph_backend::tuning::CpuTuning;
+use hidet_cpu::graph_backend::tuning::model_check::{check_in_model, ModelCheckReport};
+use hidet_cpu::graph_backend::tuning::{tuning_cache, CpuTuning};
 use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
 use hidet_tune::report::{format_seconds, render_table};
 use hidet_tune::{ProgressReporter, TuneLevel};
@@ -32,6 +38,8 @@ pub struct TuneArgs {
     pub max_candidates: Option<usize>,
     /// Measure again even where the tuning cache has a result.
     pub retune: bool,
+    /// Interleaved runs of each build for the in-model check (0: no check).
+    pub model_check_runs: usize,
     /// Print one JSON object (the task summaries) as the last stdout line.
     pub json: bool,
 }
@@ -55,10 +63,11 @@ pub fn run(args: &TuneArgs) -> Result<(), CliError> {
         .iter()
         .map(|(name, path): &(String, PathBuf)| Ok((name.clone(), npy::read(path)?)))
         .collect::<Result<_, CliError>>()?;
-    let shapes: Vec<Vec<usize>> = complete_inputs(graph, &given, SEED)?
+    let inputs: Vec<(String, Tensor)> = complete_inputs(graph, &given, SEED)?
         .into_iter()
-        .map(|(_, t, _)| t.shape().to_vec())
+        .map(|(name, t, _)| (name, t))
         .collect();
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, t)| t.shape().to_vec()).collect();
 
     let reporter = Arc::new(ProgressReporter::new());
     let tuning = CpuTuning {
@@ -69,21 +78,53 @@ pub fn run(args: &TuneArgs) -> Result<(), CliError> {
         ..CpuTuning::default()
     };
     let backend = CpuBackend::new(CpuBackendOptions::default()).with_tuning(tuning);
+    let cache = tuning_cache(&backend);
+    let build = backend.options.build.clone();
     let opts = CompileOptions {
         threads: args.threads,
         ..CompileOptions::default()
     };
-    let model = CompiledModel::new(graph.clone(), backend, opts);
+    let model = CompiledModel::new(graph.clone(), backend, opts.clone());
     let compiled = model.compiled(&shapes);
     reporter.finish();
     let compiled = compiled.map_err(PipelineError::from)?;
+    let check = if level.measures() && args.model_check_runs > 0 {
+        if !args.json {
+            eprintln!(
+                "checking the tuned schedules in the model ({} runs with the winners, {} with the heuristics)",
+                args.model_check_runs, args.model_check_runs
+            );
+        }
+        let heuristic_backend =
+            CpuBackend::new(CpuBackendOptions::default()).with_tuning(CpuTuning {
+                ignore_cache: true,
+                ..CpuTuning::default()
+            });
+        let heuristic = CompiledModel::new(graph.clone(), heuristic_backend, opts)
+            .compiled(&shapes)
+            .map_err(PipelineError::from)?;
+        Some(
+            check_in_model(
+                &compiled,
+                &heuristic,
+                &inputs,
+                &build,
+                &cache,
+                args.model_check_runs,
+                &loaded.label,
+            )
+            .map_err(|e| CliError::Other(format!("in-model check: {e}")))?,
+        )
+    } else {
+        None
+    };
     let total = start.elapsed().as_secs_f64();
     let summaries = reporter.summaries();
     let tuned: f64 = summaries
         .iter()
         .filter(|s| s.source == hidet_tune::observer::ResultSource::Tuned)
         .map(|s| s.seconds)
-        .sum();
+        .fold(0.0, |a, b| a + b);
     if args.json {
         let obj = serde_json::json!({
             "model": loaded.label,
@@ -91,6 +132,7 @@ pub fn run(args: &TuneArgs) -> Result<(), CliError> {
             "kernels": compiled.report().kernels,
             "total_seconds": total,
             "tasks": summaries,
+            "model_check": check.as_ref().map(check_json),
         });
         println!("{obj}");
         return Ok(());
@@ -107,10 +149,90 @@ pub fn run(args: &TuneArgs) -> Result<(), CliError> {
     } else {
         print!("{}", render_table(&summaries));
     }
+    if let Some(check) = &check {
+        print!("{}", render_check(check));
+    }
     println!(
         "total {} (tuning {}, of which the rest is loading, lowering and building)",
         format_seconds(total),
         format_seconds(tuned)
     );
     Ok(())
+}
+
+fn check_json(check: &ModelCheckReport) -> serde_json::Value {
+    serde_json::json!({
+        "runs": check.runs,
+        "tuned_seconds": check.tuned_seconds,
+        "heuristic_seconds": check.heuristic_seconds,
+        "chosen_seconds": check.chosen_seconds,
+        "tasks": check.tasks.iter().map(|t| serde_json::json!({
+            "task": t.task,
+            "kernels": t.kernels,
+            "winner": t.winner,
+            "heuristic": t.heuristic,
+            "winner_seconds": t.check.winner_seconds,
+            "heuristic_seconds": t.check.heuristic_seconds,
+            "keeps": if t.check.prefers_heuristic() { "heuristic" } else { "winner" },
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The in-model check as a table and a summary line.
+fn render_check(check: &ModelCheckReport) -> String {
+    if check.tasks.is_empty() {
+        return "in-model check: no newly tuned task differs from its heuristic\n".into();
+    }
+    let mut out = String::from("in-model check (time per run in the task's kernels):\n");
+    let mut table = vec![["task", "kernels", "winner", "heuristic", "keeps"].map(str::to_string)];
+    for t in &check.tasks {
+        table.push([
+            t.task.clone(),
+            t.kernels.to_string(),
+            format!("{} {}", format_seconds(t.check.winner_seconds), t.winner),
+            format!(
+                "{} {}",
+                format_seconds(t.check.heuristic_seconds),
+                t.heuristic
+            ),
+            if t.check.prefers_heuristic() {
+                "heuristic"
+            } else {
+                "winner"
+            }
+            .to_string(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..5)
+        .map(|c| {
+            table
+                .iter()
+                .map(|r| r[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in &table {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    let kept = check
+        .tasks
+        .iter()
+        .filter(|t| t.check.prefers_heuristic())
+        .count();
+    out.push_str(&format!(
+        "in the model ({} interleaved runs each, sum of kernel medians): heuristics {}, tuned winners {}, as chosen {}; {kept} of {} checked tasks keep the heuristic\n",
+        check.runs,
+        format_seconds(check.heuristic_seconds),
+        format_seconds(check.tuned_seconds),
+        format_seconds(check.chosen_seconds),
+        check.tasks.len(),
+    ));
+    out
 }

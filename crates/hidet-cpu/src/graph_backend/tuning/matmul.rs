@@ -25,9 +25,10 @@ use crate::templates::matmul::{
 pub const MATMUL_SPACE: &str = "cpu.matmul_f32";
 
 /// Bumped by hand when the template changes in a way that the generated-IR probe of
-/// [`matmul_template_version`] might not show (2: a guard-free gather is packed when the
-/// register tile is narrower than the product).
-pub const MATMUL_TEMPLATE_REVISION: u32 = 2;
+/// [`matmul_template_version`] might not show, or when measurements change meaning (2: a
+/// guard-free gather is packed when the register tile is narrower than the product; 3:
+/// candidates are measured with cold inputs, see [`super::runner`]).
+pub const MATMUL_TEMPLATE_REVISION: u32 = 3;
 
 /// Candidates measured at level 1: the best-ranked of the space that build distinct kernels
 /// for the task's shape.

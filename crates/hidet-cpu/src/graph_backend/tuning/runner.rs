@@ -1,5 +1,12 @@
 //! The CPU as a [`TuneBackend`]: candidates are compiled through the build pipeline (and the
 //! kernel cache) into one library per unit, and run on arenas of random data.
+//!
+//! Inputs are measured cold. In a model every convolution's weights come from memory (the
+//! weights of ResNet-50 are three times the size of a 32 MiB last-level cache), while a
+//! kernel run again and again on one set of buffers finds them in L2 or L3; candidates that
+//! re-read their operands then look faster than they are in the model, and tuned models
+//! measured slower than untuned ones. So a workload keeps enough copies of the read-only
+//! inputs that they exceed [`CpuTuneBackend::cold_bytes`], and each run reads the next copy.
 
 use std::ffi::c_void;
 
@@ -18,13 +25,33 @@ use crate::signature::{KernelSignature, ParamKind};
 pub struct CpuTuneBackend {
     pub build: BuildOptions,
     pub threads: usize,
+    /// The read-only inputs of a workload are copied until the copies together hold at
+    /// least this many bytes (see the module docs); 0 measures with one warm copy.
+    pub cold_bytes: usize,
 }
 
-/// Buffers for one kernel signature: one arena per parameter.
+/// Buffers for one kernel signature: one arena per parameter. The arena of a read-only
+/// parameter holds `copies` copies `strides[i]` bytes apart; run `r` reads copy
+/// `r % copies`.
 #[derive(Debug)]
 pub struct CpuWorkload {
     arenas: Vec<CpuArena>,
-    pointers: Vec<u64>,
+    strides: Vec<usize>,
+    copies: usize,
+    next: usize,
+}
+
+impl CpuWorkload {
+    /// How many copies of its read-only inputs the workload rotates through.
+    pub fn copies(&self) -> usize {
+        self.copies
+    }
+}
+
+/// The default of [`CpuTuneBackend::cold_bytes`]: twice the host's last-level cache, or
+/// 64 MiB where its size is unknown.
+pub fn default_cold_bytes() -> usize {
+    crate::target::last_level_cache_bytes().map_or(64 << 20, |b| b.saturating_mul(2))
 }
 
 impl CpuTuneBackend {
@@ -38,7 +65,13 @@ impl CpuTuneBackend {
                 ..build.clone()
             },
             threads: threads.max(1),
+            cold_bytes: default_cold_bytes(),
         }
+    }
+
+    /// The same backend measuring with `cold_bytes` of input copies (0: warm inputs).
+    pub fn with_cold_bytes(self, cold_bytes: usize) -> CpuTuneBackend {
+        CpuTuneBackend { cold_bytes, ..self }
     }
 }
 
@@ -129,29 +162,55 @@ impl TuneBackend for CpuTuneBackend {
     }
 
     /// Floating-point inputs get random values in `[-1, -0.05] ∪ [0.05, 1]`; integer and
-    /// boolean inputs are zero, which is a valid index into any non-empty dimension.
+    /// boolean inputs are zero, which is a valid index into any non-empty dimension. Read-only
+    /// inputs are replicated until their copies hold [`CpuTuneBackend::cold_bytes`].
     fn workload(&self, function: &Function) -> Result<CpuWorkload, TuneError> {
-        let signature = KernelSignature::of(function)
-            .map_err(|e| workload_error(&function.name, e.to_string()))?;
-        let sizes = buffers(&signature).map_err(|m| workload_error(&function.name, m))?;
+        let fail = |message: String| workload_error(&function.name, message);
+        let signature = KernelSignature::of(function).map_err(|e| fail(e.to_string()))?;
+        let sizes = buffers(&signature).map_err(fail)?;
+        let strides: Vec<usize> = signature
+            .params
+            .iter()
+            .zip(&sizes)
+            .map(|(p, (dtype, size))| {
+                let bytes = size.max(&1) * dtype.size_in_bytes();
+                if p.is_written() {
+                    0
+                } else {
+                    bytes.next_multiple_of(64)
+                }
+            })
+            .collect();
+        let read_only: usize = strides.iter().sum();
+        let copies = if read_only == 0 {
+            1
+        } else {
+            self.cold_bytes.div_ceil(read_only).max(1)
+        };
         let mut noise = Noise(0x9E37_79B9_7F4A_7C15);
         let mut arenas = Vec::with_capacity(sizes.len());
-        for (p, (dtype, size)) in signature.params.iter().zip(sizes) {
-            let mut arena = CpuArena::new(size.max(1) * dtype.size_in_bytes())
-                .map_err(|e| workload_error(&function.name, e.to_string()))?;
+        for ((p, (dtype, size)), stride) in signature.params.iter().zip(sizes).zip(&strides) {
+            let bytes = (size.max(1) * dtype.size_in_bytes()).max(stride * copies);
+            let mut arena = CpuArena::new(bytes).map_err(|e| fail(e.to_string()))?;
             if !p.is_written() && dtype.is_float() {
                 let values: Vec<f64> = (0..size).map(|_| noise.next()).collect();
                 let t = Tensor::new(vec![size], values)
-                    .map_err(|e| workload_error(&function.name, e.to_string()))?
+                    .map_err(|e| fail(e.to_string()))?
                     .cast(dtype);
-                arena
-                    .write(0, &t)
-                    .map_err(|e| workload_error(&function.name, e.to_string()))?;
+                for copy in 0..copies {
+                    arena
+                        .write(copy * stride, &t)
+                        .map_err(|e| fail(e.to_string()))?;
+                }
             }
             arenas.push(arena);
         }
-        let pointers = arenas.iter().map(CpuArena::base).collect();
-        Ok(CpuWorkload { arenas, pointers })
+        Ok(CpuWorkload {
+            arenas,
+            strides,
+            copies,
+            next: 0,
+        })
     }
 
     fn run(
@@ -173,22 +232,28 @@ impl TuneBackend for CpuTuneBackend {
                 workload.arenas.len()
             )));
         }
-        for ((dtype, size), arena) in sizes.iter().zip(&workload.arenas) {
-            if size * dtype.size_in_bytes() > arena.len() {
+        let copy = workload.next;
+        for (((dtype, size), arena), stride) in
+            sizes.iter().zip(&workload.arenas).zip(&workload.strides)
+        {
+            if copy * stride + size * dtype.size_in_bytes() > arena.len() {
                 return Err(fail("a parameter is larger than its buffer".into()));
             }
         }
+        workload.next = (copy + 1) % workload.copies;
         // A library without parallel loops may lack the setter; its kernels are serial.
         let _ = unit.set_num_threads(self.threads);
         let pointers: Vec<*mut c_void> = workload
-            .pointers
+            .arenas
             .iter()
-            .map(|a| *a as usize as *mut c_void)
+            .zip(&workload.strides)
+            .map(|(arena, stride)| (arena.base() as usize + copy * stride) as *mut c_void)
             .collect();
         // SAFETY: one pointer per parameter, in order (counts checked above); every parameter
-        // is a tensor of constant size whose arena holds at least its bytes (checked above),
-        // 64-byte aligned; the arenas are distinct allocations owned by `workload`, borrowed
-        // mutably here, so nothing else accesses them during the call.
+        // is a tensor of constant size whose bytes from its copy's offset lie inside its arena
+        // (checked above), 64-byte aligned (strides are multiples of 64); the arenas are
+        // distinct allocations owned by `workload`, borrowed mutably here, so nothing else
+        // accesses them during the call.
         unsafe { handle.call_packed(&pointers) };
         Ok(())
     }

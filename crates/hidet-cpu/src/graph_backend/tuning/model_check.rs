@@ -1,0 +1,198 @@
+//! The in-model check of tuned schedules.
+//!
+//! The tuner times each candidate alone, again and again on one workload. Inside a model a
+//! kernel finds its input where the previous kernel left it (in the caches of the cores that
+//! wrote it, split the way that kernel was split) and its weights in memory; a schedule that
+//! wins alone can lose there (on ResNet-50, level-1 winners made the model slower than the
+//! heuristics). So after tuning, a model built with the winners and one built with the
+//! heuristics run one after the other, every step timed. For every tuned task the sum over
+//! its kernels of their median times under each schedule goes into the task's record
+//! ([`InModelCheck`]), and later builds compile whichever was faster
+//! ([`TuningRecord::chosen`](hidet_tune::TuningRecord::chosen)).
+//!
+//! A task is checked once: records that already carry a check, or whose winner is the
+//! heuristic, are left alone (`hidet tune --retune` measures afresh and checks again).
+
+use std::collections::HashMap;
+
+use hidet_graph::compiled::{CompiledError, CompiledGraph};
+use hidet_graph::Tensor;
+use hidet_tune::{InModelCheck, Lookup, Stats, TaskIdentity, TuneError, TuningCache, TuningRecord};
+
+use super::{task_identity, MatmulCandidate};
+use crate::graph_backend::CpuBackend;
+use crate::options::BuildOptions;
+
+/// Errors of [`check_in_model`].
+#[derive(Debug, thiserror::Error)]
+pub enum ModelCheckError {
+    /// The two builds do not launch the same kernels in the same order.
+    #[error("the tuned and the heuristic builds differ: {0}")]
+    Mismatch(String),
+    #[error("running the model: {0}")]
+    Run(#[from] CompiledError),
+    #[error(transparent)]
+    Tune(#[from] TuneError),
+}
+
+/// The check of one tuned task.
+#[derive(Debug, Clone)]
+pub struct TaskCheck {
+    /// The task's key.
+    pub task: String,
+    /// The steps of the model that run this task's kernel.
+    pub kernels: usize,
+    pub winner: String,
+    pub heuristic: String,
+    pub check: InModelCheck,
+}
+
+/// What [`check_in_model`] measured. Times are sums of per-step medians (seconds per run).
+#[derive(Debug, Clone, Default)]
+pub struct ModelCheckReport {
+    pub tasks: Vec<TaskCheck>,
+    /// Interleaved runs of each build (0 when nothing needed checking).
+    pub runs: usize,
+    /// Every step, built with the winners.
+    pub tuned_seconds: f64,
+    /// Every step, built with the heuristics.
+    pub heuristic_seconds: f64,
+    /// Every step, each checked task taking its faster schedule.
+    pub chosen_seconds: f64,
+}
+
+/// A checked task: its identity, record and the steps running its kernel.
+struct Pending {
+    identity: TaskIdentity,
+    record: TuningRecord<MatmulCandidate>,
+    steps: Vec<usize>,
+}
+
+/// Runs `tuned` (built with the tuned winners, at a measuring level so its module knows its
+/// tasks) and `heuristic` (the same graph built with heuristic schedules only) `runs` times
+/// each, alternating, on `inputs`, and stores an [`InModelCheck`] in the record of every
+/// tuned task of `tuned` that has none and whose winner is not its heuristic. `build` must
+/// be the options `tuned` was built with (the records' identities depend on them); `model`
+/// labels the checks.
+pub fn check_in_model(
+    tuned: &CompiledGraph<CpuBackend>,
+    heuristic: &CompiledGraph<CpuBackend>,
+    inputs: &[(String, Tensor)],
+    build: &BuildOptions,
+    cache: &TuningCache,
+    runs: usize,
+    model: &str,
+) -> Result<ModelCheckReport, ModelCheckError> {
+    let (tuned_steps, heuristic_steps) = (tuned.steps(), heuristic.steps());
+    if tuned_steps != heuristic_steps {
+        let first = tuned_steps
+            .iter()
+            .zip(&heuristic_steps)
+            .position(|(a, b)| a != b)
+            .unwrap_or(tuned_steps.len().min(heuristic_steps.len()));
+        return Err(ModelCheckError::Mismatch(format!(
+            "{} and {} steps, first difference at step {first}",
+            tuned_steps.len(),
+            heuristic_steps.len()
+        )));
+    }
+    let pending = pending_tasks(tuned, build, cache)?;
+    if pending.is_empty() || runs == 0 {
+        return Ok(ModelCheckReport::default());
+    }
+    let graphs = [tuned, heuristic];
+    for g in graphs {
+        g.run(inputs)?;
+    }
+    let mut times: [Vec<Vec<f64>>; 2] = [
+        vec![Vec::with_capacity(runs); tuned_steps.len()],
+        vec![Vec::with_capacity(runs); tuned_steps.len()],
+    ];
+    for round in 0..runs {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for side in order {
+            let (_, steps) = graphs[side].run_profiled(inputs)?;
+            for (samples, t) in times[side].iter_mut().zip(steps) {
+                samples.push(t.as_secs_f64());
+            }
+        }
+    }
+    let [tuned_medians, heuristic_medians] = times.map(|per_step| {
+        per_step
+            .into_iter()
+            .map(|s| Stats::from_samples(&s).map_or(0.0, |s| s.median))
+            .collect::<Vec<f64>>()
+    });
+    let mut report = ModelCheckReport {
+        runs,
+        tuned_seconds: tuned_medians.iter().sum(),
+        heuristic_seconds: heuristic_medians.iter().sum(),
+        chosen_seconds: tuned_medians.iter().sum(),
+        ..ModelCheckReport::default()
+    };
+    for mut p in pending {
+        let sum = |m: &[f64]| p.steps.iter().map(|&s| m[s]).sum::<f64>();
+        let check = InModelCheck {
+            winner_seconds: sum(&tuned_medians),
+            heuristic_seconds: sum(&heuristic_medians),
+            runs,
+            model: model.to_string(),
+        };
+        if check.prefers_heuristic() {
+            report.chosen_seconds -= check.winner_seconds - check.heuristic_seconds;
+        }
+        let label = |c: Option<&hidet_tune::CandidateRecord<MatmulCandidate>>| {
+            c.map(|c| c.label.clone()).unwrap_or_default()
+        };
+        report.tasks.push(TaskCheck {
+            task: p.identity.task.clone(),
+            kernels: p.steps.len(),
+            winner: label(p.record.winner()),
+            heuristic: label(p.record.heuristic()),
+            check: check.clone(),
+        });
+        p.record.in_model = Some(Box::new(check));
+        cache.store(&p.record)?;
+    }
+    Ok(report)
+}
+
+/// The tuned tasks of `tuned` to check, in order of first appearance, with their steps.
+fn pending_tasks(
+    tuned: &CompiledGraph<CpuBackend>,
+    build: &BuildOptions,
+    cache: &TuningCache,
+) -> Result<Vec<Pending>, TuneError> {
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut by_identity: HashMap<TaskIdentity, Option<usize>> = HashMap::new();
+    for (step, kernel) in tuned.step_kernels().into_iter().enumerate() {
+        let Some(task) = kernel.and_then(|k| tuned.module().tunable(k)) else {
+            continue;
+        };
+        let identity = task_identity(build, task)?;
+        if let Some(slot) = by_identity.get(&identity) {
+            if let Some(i) = slot {
+                pending[*i].steps.push(step);
+            }
+            continue;
+        }
+        let record = match cache.lookup::<MatmulCandidate>(&identity) {
+            Lookup::Hit(r)
+                if r.in_model.is_none() && r.heuristic.is_some_and(|h| h != r.winner) =>
+            {
+                Some(r)
+            }
+            _ => None,
+        };
+        let slot = record.map(|record| {
+            pending.push(Pending {
+                identity: identity.clone(),
+                record,
+                steps: vec![step],
+            });
+            pending.len() - 1
+        });
+        by_identity.insert(identity, slot);
+    }
+    Ok(pending)
+}
