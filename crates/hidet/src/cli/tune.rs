@@ -120,10 +120,13 @@ pub fn run(args: &TuneArgs) -> Result<(), CliError> {
     };
     let total = start.elapsed().as_secs_f64();
     let summaries = reporter.summaries();
+    // A task used by several kernels has one summary per use but was tuned once.
     let tuned: f64 = summaries
         .iter()
         .filter(|s| s.source == hidet_tune::observer::ResultSource::Tuned)
-        .map(|s| s.seconds)
+        .map(|s| (s.task.as_str(), s.seconds))
+        .collect::<std::collections::HashMap<&str, f64>>()
+        .values()
         .fold(0.0, |a, b| a + b);
     if args.json {
         let obj = serde_json::json!({
