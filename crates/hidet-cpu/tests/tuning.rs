@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use common::{options_in, Rng};
 use hidet_cpu::graph_backend::tuning::matmul::schedule_label;
-use hidet_cpu::graph_backend::tuning::model_check::check_in_model;
+use hidet_cpu::graph_backend::tuning::model_check::{check_in_model, needs_check};
 use hidet_cpu::graph_backend::tuning::{matmul_choice, tuning_cache};
 use hidet_cpu::graph_backend::tuning::{CpuTuneBackend, CpuTuning, MatmulCandidate, MatmulTask};
 use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};

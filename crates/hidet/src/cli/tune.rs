@@ -17,7 +17,9 @@ use hidet::graph::Tensor;
 use hidet::pipeline::PipelineError;
 use hidet::zoo::inputs::complete_inputs;
 use hidet::zoo::SEED;
-use hidet_cpu::graph_backend::tuning::model_check::{check_in_model, ModelCheckReport};
+use hidet_cpu::graph_backend::tuning::model_check::{
+    check_in_model, needs_check, ModelCheckReport,
+};
 use hidet_cpu::graph_backend::tuning::{tuning_cache, CpuTuning};
 use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
 use hidet_tune::report::{format_seconds, render_table};
@@ -88,7 +90,11 @@ pub fn run(args: &TuneArgs) -> Result<(), CliError> {
     let compiled = model.compiled(&shapes);
     reporter.finish();
     let compiled = compiled.map_err(PipelineError::from)?;
-    let check = if level.measures() && args.model_check_runs > 0 {
+    let wants_check = level.measures()
+        && args.model_check_runs > 0
+        && needs_check(&compiled, &build, &cache)
+            .map_err(|e| CliError::Other(format!("in-model check: {e}")))?;
+    let check = if wants_check {
         if !args.json {
             eprintln!(
                 "checking the tuned schedules in the model ({} runs with the winners, {} with the heuristics)",
@@ -115,6 +121,8 @@ pub fn run(args: &TuneArgs) -> Result<(), CliError> {
             )
             .map_err(|e| CliError::Other(format!("in-model check: {e}")))?,
         )
+    } else if level.measures() && args.model_check_runs > 0 {
+        Some(ModelCheckReport::default())
     } else {
         None
     };

@@ -157,6 +157,16 @@ pub fn check_in_model(
     Ok(report)
 }
 
+/// Whether [`check_in_model`] would check any task of `tuned` (built with `build`), so a
+/// caller can skip building the heuristic model when it would not.
+pub fn needs_check(
+    tuned: &CompiledGraph<CpuBackend>,
+    build: &BuildOptions,
+    cache: &TuningCache,
+) -> Result<bool, TuneError> {
+    Ok(!pending_tasks(tuned, build, cache)?.is_empty())
+}
+
 /// The tuned tasks of `tuned` to check, in order of first appearance, with their steps.
 fn pending_tasks(
     tuned: &CompiledGraph<CpuBackend>,
