@@ -433,8 +433,10 @@ fn in_model_check_records_the_faster_schedule_once() {
     check_output(&tuned.run(&inputs).expect("runs"), &x, &w, &b);
     check_output(&heuristic.run(&inputs).expect("runs"), &x, &w, &b);
 
+    assert!(needs_check(&tuned, &build, &cache).expect("records readable"));
     let report =
         check_in_model(&tuned, &heuristic, &inputs, &build, &cache, 5, "dense").expect("checks");
+    assert!(!needs_check(&tuned, &build, &cache).expect("records readable"));
     assert_eq!((report.runs, report.tasks.len()), (5, 1), "{report:?}");
     let t = &report.tasks[0];
     assert_eq!(t.kernels, 1);
