@@ -58,6 +58,9 @@ impl TuneConfig {
 /// The result of one task.
 #[derive(Clone, Debug)]
 pub struct TaskResult<S> {
+    /// The schedule to compile the task with: the record's
+    /// [`chosen`](TuningRecord::chosen) candidate (the measured winner unless an in-model
+    /// check preferred the heuristic), or the heuristic at level 0.
     pub winner: S,
     pub summary: TaskSummary,
     /// The full record (absent at level 0).
@@ -608,6 +611,7 @@ fn heuristic_summary<T: Tunable>(task: &T) -> TaskSummary {
         pruned: 0,
         failed: 0,
         winner: task.label(&task.heuristic()),
+        chosen: task.label(&task.heuristic()),
         best: None,
         heuristic: None,
         source: ResultSource::Heuristic,
@@ -636,6 +640,7 @@ fn summarize<T: Tunable>(
         pruned: count(|o| matches!(o, CandidateOutcome::Pruned(_))),
         failed: count(|o| matches!(o, CandidateOutcome::Failed(_))),
         winner: record.winner().map(|w| w.label.clone()).unwrap_or_default(),
+        chosen: record.chosen().map(|c| c.label.clone()).unwrap_or_default(),
         best: record.winner().and_then(stats),
         heuristic: record.heuristic().and_then(stats),
         source,

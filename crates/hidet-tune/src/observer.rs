@@ -34,8 +34,11 @@ pub struct TaskSummary {
     pub pruned: usize,
     /// Candidates that could not be built or run.
     pub failed: usize,
-    /// The winner's label.
+    /// The winner's label (the fastest candidate measured alone).
     pub winner: String,
+    /// The label of the schedule the task compiles with: the winner, unless an in-model
+    /// check found the heuristic faster inside a model.
+    pub chosen: String,
     /// The winner's timing.
     pub best: Option<Stats>,
     /// The heuristic's timing (possibly cut short if it was pruned).

@@ -144,8 +144,13 @@ impl<S> TuningRecord<S> {
             }
         }
         if let Some(check) = &self.in_model {
-            if self.heuristic.is_none() {
-                return Err("an in-model check without a heuristic candidate".into());
+            if self.heuristic.is_none_or(|h| h == self.winner) {
+                return Err(
+                    "an in-model check without a heuristic candidate apart from the winner".into(),
+                );
+            }
+            if check.runs == 0 {
+                return Err("an in-model check of no runs".into());
             }
             let valid = |s: f64| s.is_finite() && s >= 0.0;
             if !valid(check.winner_seconds) || !valid(check.heuristic_seconds) {
@@ -234,5 +239,18 @@ mod tests {
         assert!(no_heuristic.validate().unwrap_err().contains("heuristic"));
         let nan = record(Some(check(f64::NAN, 0.5)), Some(0));
         assert!(nan.validate().unwrap_err().contains("invalid times"));
+        let heuristic_won = record(Some(check(1.0, 0.5)), Some(1));
+        assert!(heuristic_won
+            .validate()
+            .unwrap_err()
+            .contains("apart from the winner"));
+        let no_runs = record(
+            Some(InModelCheck {
+                runs: 0,
+                ..check(1.0, 0.5)
+            }),
+            Some(0),
+        );
+        assert!(no_runs.validate().unwrap_err().contains("no runs"));
     }
 }

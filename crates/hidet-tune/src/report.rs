@@ -17,7 +17,8 @@ pub fn format_seconds(s: f64) -> String {
 
 /// One row per distinct task (repeated tasks are counted in `uses`): task, uses, candidates,
 /// best time, heuristic time, speedup of the winner over the heuristic, where the result
-/// came from, and the winner's label. Rows are sorted by task key.
+/// came from, and the winner's label (followed by the schedule compiled instead, when an
+/// in-model check preferred the heuristic). Rows are sorted by task key.
 pub fn render_table(summaries: &[TaskSummary]) -> String {
     let mut rows: BTreeMap<&str, (usize, &TaskSummary)> = BTreeMap::new();
     for s in summaries {
@@ -56,7 +57,11 @@ pub fn render_table(summaries: &[TaskSummary]) -> String {
             s.speedup()
                 .map_or_else(|| "-".to_string(), |x| format!("{x:.2}x")),
             source.to_string(),
-            s.winner.clone(),
+            if s.chosen == s.winner || s.chosen.is_empty() {
+                s.winner.clone()
+            } else {
+                format!("{} (in the model: {})", s.winner, s.chosen)
+            },
         ]);
     }
     let widths: Vec<usize> = (0..8)
@@ -104,6 +109,7 @@ mod tests {
             pruned: 1,
             failed: 1,
             winner: "w".into(),
+            chosen: "w".into(),
             best: Some(stats(best)),
             heuristic: Some(stats(heuristic)),
             source: ResultSource::Tuned,
@@ -134,6 +140,22 @@ mod tests {
             "{t}"
         );
         assert!(lines[2].split_whitespace().nth(1) == Some("2"), "{t}");
+    }
+
+    #[test]
+    fn table_names_the_schedule_an_in_model_check_kept() {
+        let kept = TaskSummary {
+            chosen: "h".into(),
+            ..summary("c", 0.001, 0.002)
+        };
+        let t = render_table(&[kept, summary("d", 0.001, 0.002)]);
+        assert!(
+            t.lines()
+                .nth(1)
+                .is_some_and(|l| l.ends_with("w (in the model: h)")),
+            "{t}"
+        );
+        assert!(t.lines().nth(2).is_some_and(|l| l.ends_with(" w")), "{t}");
     }
 
     #[test]

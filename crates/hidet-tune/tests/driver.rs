@@ -15,8 +15,8 @@ use hidet_ir::stmt::Stmt;
 use hidet_ir::ty::Type;
 use hidet_tune::observer::ResultSource;
 use hidet_tune::{
-    CandidateOutcome, Environment, Lookup, TaskIdentity, Tunable, TuneBackend, TuneConfig,
-    TuneError, TuneEvent, TuneLevel, TuneObserver, Tuner, TuningCache,
+    CandidateOutcome, Environment, InModelCheck, Lookup, TaskIdentity, Tunable, TuneBackend,
+    TuneConfig, TuneError, TuneEvent, TuneLevel, TuneObserver, Tuner, TuningCache,
 };
 
 /// A schedule is a busy-wait in microseconds; `GEN_FAIL` cannot be generated and `RUN_FAIL`
@@ -265,6 +265,32 @@ fn second_session_hits_the_cache_without_compiling() {
     // ... and the level-2 record now answers level 1.
     let again = tuner.tune(std::slice::from_ref(&task)).expect("env");
     assert_eq!(again[0].as_ref().expect("cached").winner, 100);
+}
+
+#[test]
+fn cache_hits_compile_the_schedule_an_in_model_check_chose() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cache = TuningCache::in_cache_dir(dir.path());
+    let backend = SpinBackend::new();
+    let task = SpinTask::new("spin/in-model", &[900, 200, 600], &[900, 200, 600]);
+    let tuner = Tuner::new(&backend, config(TuneLevel::Subset, &cache));
+    let first = tuner.tune(std::slice::from_ref(&task)).expect("env");
+    assert_eq!(first[0].as_ref().expect("tuned").winner, 200);
+    let Lookup::Hit(mut record) = cache.lookup::<u32>(&identity(&task, &backend)) else {
+        panic!("the record was stored");
+    };
+    record.in_model = Some(Box::new(InModelCheck {
+        winner_seconds: 2e-3,
+        heuristic_seconds: 1e-3,
+        runs: 20,
+        model: "m".into(),
+    }));
+    cache.store(&record).expect("stored");
+    let second = tuner.tune(std::slice::from_ref(&task)).expect("env");
+    let cached = second[0].as_ref().expect("cached");
+    assert_eq!(cached.winner, 900, "the heuristic, faster in the model");
+    assert_eq!(cached.summary.winner, "spin 200us");
+    assert_eq!(cached.summary.chosen, "spin 900us");
 }
 
 #[test]

@@ -116,8 +116,9 @@ enum Command {
         /// Runs of the model with the tuned winners and with the heuristics, interleaved,
         /// that decide per task which schedule later builds use (0: no check; winners are
         /// then used as measured alone).
-        #[arg(long, value_name = "N", default_value_t = 20)]
-        model_check_runs: usize,
+        #[arg(long, value_name = "N", default_value_t = 20,
+              value_parser = clap::value_parser!(u32).range(0..=10_000))]
+        model_check_runs: u32,
         /// Print one JSON object (per-task summaries) as the last stdout line.
         #[arg(long)]
         json: bool,
@@ -195,7 +196,7 @@ fn main() -> ExitCode {
             threads,
             max_candidates,
             retune,
-            model_check_runs,
+            model_check_runs: model_check_runs as usize,
             json,
         }),
     };

@@ -91,6 +91,11 @@ fn tune_stores_results_that_later_sessions_and_compiles_reuse() {
     }
     let runs = if checked.is_empty() { 0 } else { 20 };
     assert_eq!(check["runs"], runs, "{check}");
+    assert_eq!(
+        check["measured"].is_object(),
+        !checked.is_empty(),
+        "{check}"
+    );
 
     let second = hidet(cache.path(), &args);
     assert!(second.status.success(), "{}", text(&second.stderr));
@@ -110,6 +115,38 @@ fn tune_stores_results_that_later_sessions_and_compiles_reuse() {
     assert!(compile.status.success(), "{}", text(&compile.stderr));
     let c = last_json(&compile);
     assert_eq!(c["compiler_invocations"], 0, "{c}");
+}
+
+#[test]
+fn model_check_runs_zero_skips_the_check() {
+    let cache = tempfile::tempdir().expect("temp dir");
+    let args = [
+        "tune",
+        "zoo:tiny_mlp",
+        "--level",
+        "1",
+        "--threads",
+        "2",
+        "--max-candidates",
+        "2",
+        "--model-check-runs",
+        "0",
+        "--json",
+    ];
+    let o = hidet(cache.path(), &args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v = last_json(&o);
+    assert!(v["model_check"].is_null(), "{v}");
+    let too_many = hidet(
+        cache.path(),
+        &["tune", "zoo:tiny_mlp", "--model-check-runs", "20000"],
+    );
+    assert!(!too_many.status.success());
+    assert!(
+        text(&too_many.stderr).contains("--model-check-runs"),
+        "{}",
+        text(&too_many.stderr)
+    );
 }
 
 #[test]

@@ -1,12 +1,14 @@
 //! Tuning in the CPU graph backend.
 //!
 //! Every matmul anchor is a [`MatmulTask`]. When a task is lowered
-//! ([`matmul_choice`]), its schedule is the tuned winner from the tuning cache if one is
-//! recorded for this task, machine and compiler, else the level-0 heuristic. When tuning is
-//! requested ([`CpuTuning::level`] 1 or 2), building the module ([`tune_kernels`]) first
-//! tunes every matmul task the cache cannot answer — all tasks' candidates compiled in
-//! parallel, measured one at a time — stores the results, and rebuilds those kernels with
-//! the winners, so the module built by that compilation already uses them.
+//! ([`matmul_choice`]), its schedule is the record's chosen candidate
+//! ([`TuningRecord::chosen`](hidet_tune::TuningRecord::chosen): the winner, or the heuristic
+//! where the [`model_check`] found it faster in a model) if the tuning cache has a record for
+//! this task, machine and compiler, else the level-0 heuristic. When tuning is requested
+//! ([`CpuTuning::level`] 1 or 2), building the module ([`tune_kernels`]) first tunes every
+//! matmul task the cache cannot answer — all tasks' candidates compiled in parallel, measured
+//! one at a time — stores the results, and rebuilds those kernels with the chosen schedules,
+//! so the module built by that compilation already uses them.
 
 pub mod fingerprint;
 pub mod matmul;
@@ -136,7 +138,7 @@ pub fn matmul_choice(backend: &CpuBackend, task: &FusedTask, threads: i64) -> Ma
 }
 
 /// When a measuring level is requested: tunes the matmul tasks of `kernels` (see the module
-/// docs) and returns the kernels with every tuned task rebuilt with its winner. A task that
+/// docs) and returns the kernels with every tuned task rebuilt with its chosen schedule. A task that
 /// cannot be tuned keeps its kernel (with a warning). Otherwise returns `kernels` unchanged.
 pub fn tune_kernels(
     backend: &CpuBackend,

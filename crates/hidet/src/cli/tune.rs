@@ -5,25 +5,26 @@
 //!
 //! Then the in-model check (`--model-check-runs`, see
 //! [`hidet_cpu::graph_backend::tuning::model_check`]): the model built with the winners and
-//! built with the heuristics run interleaved, and each newly tuned task keeps whichever
-//! schedule was faster inside the model.
+//! built with the heuristics run alternately, each task not yet checked keeps whichever
+//! schedule was faster inside the model, and the build later commands will make is timed
+//! against the heuristic one. A check that fails is a warning: the tuning results stay.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use hidet::graph::compiled::{CompileOptions, CompiledModel};
-use hidet::graph::Tensor;
+use hidet::graph::compiled::{CompileOptions, CompiledGraph, CompiledModel};
+use hidet::graph::{Graph, Tensor};
 use hidet::pipeline::PipelineError;
 use hidet::zoo::inputs::complete_inputs;
 use hidet::zoo::SEED;
 use hidet_cpu::graph_backend::tuning::model_check::{
-    check_in_model, needs_check, ModelCheckReport,
+    check_in_model, needs_check, time_alternately, ModelCheckReport,
 };
 use hidet_cpu::graph_backend::tuning::{tuning_cache, CpuTuning};
 use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
 use hidet_tune::report::{format_seconds, render_table};
-use hidet_tune::{ProgressReporter, TuneLevel};
+use hidet_tune::{ProgressReporter, TuneLevel, TuningCache};
 
 use super::{npy, source, CliError};
 
@@ -79,9 +80,9 @@ pub fn run(args: &TuneArgs) -> Result<(), CliError> {
         observer: Some(reporter.clone()),
         ..CpuTuning::default()
     };
-    let backend = CpuBackend::new(CpuBackendOptions::default()).with_tuning(tuning);
+    let options = CpuBackendOptions::default();
+    let backend = CpuBackend::new(options.clone()).with_tuning(tuning);
     let cache = tuning_cache(&backend);
-    let build = backend.options.build.clone();
     let opts = CompileOptions {
         threads: args.threads,
         ..CompileOptions::default()
@@ -90,42 +91,25 @@ pub fn run(args: &TuneArgs) -> Result<(), CliError> {
     let compiled = model.compiled(&shapes);
     reporter.finish();
     let compiled = compiled.map_err(PipelineError::from)?;
-    let wants_check = level.measures()
-        && args.model_check_runs > 0
-        && needs_check(&compiled, &build, &cache)
-            .map_err(|e| CliError::Other(format!("in-model check: {e}")))?;
-    let check = if wants_check {
-        if !args.json {
-            eprintln!(
-                "checking the tuned schedules in the model ({} runs with the winners, {} with the heuristics)",
-                args.model_check_runs, args.model_check_runs
-            );
+    let check = (level.measures() && args.model_check_runs > 0).then(|| {
+        let started = Instant::now();
+        let setup = CheckSetup {
+            graph,
+            shapes: &shapes,
+            inputs: &inputs,
+            options: &options,
+            opts: &opts,
+            cache: &cache,
+            runs: args.model_check_runs,
+            label: &loaded.label,
+            quiet: args.json,
+        };
+        let outcome = check_model(&setup, &compiled);
+        if let Err(e) = &outcome {
+            eprintln!("warning: in-model check not done: {e}");
         }
-        let heuristic_backend =
-            CpuBackend::new(CpuBackendOptions::default()).with_tuning(CpuTuning {
-                ignore_cache: true,
-                ..CpuTuning::default()
-            });
-        let heuristic = CompiledModel::new(graph.clone(), heuristic_backend, opts)
-            .compiled(&shapes)
-            .map_err(PipelineError::from)?;
-        Some(
-            check_in_model(
-                &compiled,
-                &heuristic,
-                &inputs,
-                &build,
-                &cache,
-                args.model_check_runs,
-                &loaded.label,
-            )
-            .map_err(|e| CliError::Other(format!("in-model check: {e}")))?,
-        )
-    } else if level.measures() && args.model_check_runs > 0 {
-        Some(ModelCheckReport::default())
-    } else {
-        None
-    };
+        (outcome, started.elapsed().as_secs_f64())
+    });
     let total = start.elapsed().as_secs_f64();
     let summaries = reporter.summaries();
     // A task used by several kernels has one summary per use but was tuned once.
@@ -143,7 +127,7 @@ pub fn run(args: &TuneArgs) -> Result<(), CliError> {
             "kernels": compiled.report().kernels,
             "total_seconds": total,
             "tasks": summaries,
-            "model_check": check.as_ref().map(check_json),
+            "model_check": check.as_ref().map(|(outcome, seconds)| check_json(outcome, *seconds)),
         });
         println!("{obj}");
         return Ok(());
@@ -160,23 +144,108 @@ pub fn run(args: &TuneArgs) -> Result<(), CliError> {
     } else {
         print!("{}", render_table(&summaries));
     }
-    if let Some(check) = &check {
-        print!("{}", render_check(check));
-    }
+    let check_seconds = match &check {
+        Some((Ok(checked), seconds)) => {
+            print!("{}", render_check(checked));
+            *seconds
+        }
+        Some((Err(_), seconds)) => *seconds,
+        None => 0.0,
+    };
     println!(
-        "total {} (tuning {}, of which the rest is loading, lowering and building)",
+        "total {} (tuning {}, in-model check {}, the rest loading, lowering and building)",
         format_seconds(total),
-        format_seconds(tuned)
+        format_seconds(tuned),
+        format_seconds(check_seconds)
     );
     Ok(())
 }
 
-fn check_json(check: &ModelCheckReport) -> serde_json::Value {
+/// What the in-model check needs besides the tuned build.
+struct CheckSetup<'a> {
+    graph: &'a Graph,
+    shapes: &'a [Vec<usize>],
+    inputs: &'a [(String, Tensor)],
+    /// The options of the tuned build; the other builds use the same.
+    options: &'a CpuBackendOptions,
+    opts: &'a CompileOptions,
+    cache: &'a TuningCache,
+    runs: usize,
+    label: &'a str,
+    quiet: bool,
+}
+
+/// The check's report and, when it ran, the median time of one run built with the
+/// heuristics and built with the chosen schedules (seconds), measured alternately.
+struct Checked {
+    report: ModelCheckReport,
+    measured: Option<(f64, f64)>,
+}
+
+/// Runs the in-model check when a task awaits one (see the module docs), then times the
+/// build that later commands will make against the heuristic one.
+fn check_model(
+    setup: &CheckSetup<'_>,
+    tuned: &CompiledGraph<CpuBackend>,
+) -> Result<Checked, String> {
+    let build = &setup.options.build;
+    if !needs_check(tuned, build, setup.cache).map_err(|e| e.to_string())? {
+        return Ok(Checked {
+            report: ModelCheckReport::default(),
+            measured: None,
+        });
+    }
+    if !setup.quiet {
+        eprintln!(
+            "checking the tuned schedules in the model ({} runs with the winners, {} with the heuristics)",
+            setup.runs, setup.runs
+        );
+    }
+    let compile = |tuning: CpuTuning| {
+        let backend = CpuBackend::new(setup.options.clone()).with_tuning(tuning);
+        CompiledModel::new(setup.graph.clone(), backend, setup.opts.clone())
+            .compiled(setup.shapes)
+            .map_err(|e| format!("building the model: {e}"))
+    };
+    let heuristic = compile(CpuTuning {
+        ignore_cache: true,
+        ..CpuTuning::default()
+    })?;
+    let report = check_in_model(
+        tuned,
+        &heuristic,
+        setup.inputs,
+        build,
+        setup.cache,
+        setup.runs,
+        setup.label,
+    )
+    .map_err(|e| e.to_string())?;
+    let chosen = compile(CpuTuning::default())?;
+    let measured = time_alternately(&heuristic, &chosen, setup.inputs, setup.runs)
+        .map_err(|e| format!("running the model: {e}"))?;
+    Ok(Checked {
+        report,
+        measured: Some(measured),
+    })
+}
+
+fn check_json(outcome: &Result<Checked, String>, seconds: f64) -> serde_json::Value {
+    let checked = match outcome {
+        Ok(c) => c,
+        Err(e) => return serde_json::json!({ "error": e, "seconds": seconds }),
+    };
+    let check = &checked.report;
     serde_json::json!({
+        "seconds": seconds,
         "runs": check.runs,
         "tuned_seconds": check.tuned_seconds,
         "heuristic_seconds": check.heuristic_seconds,
-        "chosen_seconds": check.chosen_seconds,
+        "estimated_seconds": check.estimated_seconds,
+        "measured": checked.measured.map(|(heuristic, chosen)| serde_json::json!({
+            "heuristic_seconds": heuristic,
+            "chosen_seconds": chosen,
+        })),
         "tasks": check.tasks.iter().map(|t| serde_json::json!({
             "task": t.task,
             "kernels": t.kernels,
@@ -189,10 +258,11 @@ fn check_json(check: &ModelCheckReport) -> serde_json::Value {
     })
 }
 
-/// The in-model check as a table and a summary line.
-fn render_check(check: &ModelCheckReport) -> String {
+/// The in-model check as a table and summary lines.
+fn render_check(checked: &Checked) -> String {
+    let check = &checked.report;
     if check.tasks.is_empty() {
-        return "in-model check: no newly tuned task differs from its heuristic\n".into();
+        return "in-model check: no task awaits one\n".into();
     }
     let mut out = String::from("in-model check (time per run in the task's kernels):\n");
     let mut table = vec![["task", "kernels", "winner", "heuristic", "keeps"].map(str::to_string)];
@@ -238,12 +308,21 @@ fn render_check(check: &ModelCheckReport) -> String {
         .filter(|t| t.check.prefers_heuristic())
         .count();
     out.push_str(&format!(
-        "in the model ({} interleaved runs each, sum of kernel medians): heuristics {}, tuned winners {}, as chosen {}; {kept} of {} checked tasks keep the heuristic\n",
+        "{kept} of {} checked tasks keep the heuristic; sums of kernel medians over {} alternating runs: heuristics {}, winners {}, estimated with the choices {}\n",
+        check.tasks.len(),
         check.runs,
         format_seconds(check.heuristic_seconds),
         format_seconds(check.tuned_seconds),
-        format_seconds(check.chosen_seconds),
-        check.tasks.len(),
+        format_seconds(check.estimated_seconds),
     ));
+    if let Some((heuristic, chosen)) = checked.measured {
+        out.push_str(&format!(
+            "measured, median of {} alternating runs: built with the heuristics {}, with the chosen schedules {} ({:.3}x)\n",
+            check.runs,
+            format_seconds(heuristic),
+            format_seconds(chosen),
+            chosen / heuristic
+        ));
+    }
     out
 }

@@ -29,8 +29,10 @@ pub enum ModelCheckError {
     /// The two builds do not launch the same kernels in the same order.
     #[error("the tuned and the heuristic builds differ: {0}")]
     Mismatch(String),
+    /// A build failed to run.
     #[error("running the model: {0}")]
     Run(#[from] CompiledError),
+    /// A record could not be read or stored.
     #[error(transparent)]
     Tune(#[from] TuneError),
 }
@@ -42,14 +44,18 @@ pub struct TaskCheck {
     pub task: String,
     /// The steps of the model that run this task's kernel.
     pub kernels: usize,
+    /// The winner's label.
     pub winner: String,
+    /// The heuristic's label.
     pub heuristic: String,
+    /// What was measured (also stored in the task's record).
     pub check: InModelCheck,
 }
 
 /// What [`check_in_model`] measured. Times are sums of per-step medians (seconds per run).
 #[derive(Debug, Clone, Default)]
 pub struct ModelCheckReport {
+    /// The checked tasks, in the order their kernels first run.
     pub tasks: Vec<TaskCheck>,
     /// Interleaved runs of each build (0 when nothing needed checking).
     pub runs: usize,
@@ -57,8 +63,10 @@ pub struct ModelCheckReport {
     pub tuned_seconds: f64,
     /// Every step, built with the heuristics.
     pub heuristic_seconds: f64,
-    /// Every step, each checked task taking its faster schedule.
-    pub chosen_seconds: f64,
+    /// An estimate for the build with each checked task on its faster schedule: the tuned
+    /// build's steps, less each checked task's gain. It assumes a task's schedule does not
+    /// change the other tasks' times; [`time_alternately`] measures the real build.
+    pub estimated_seconds: f64,
 }
 
 /// A checked task: its identity, record and the steps running its kernel.
@@ -104,10 +112,12 @@ pub fn check_in_model(
     for g in graphs {
         g.run(inputs)?;
     }
-    let mut times: [Vec<Vec<f64>>; 2] = [
-        vec![Vec::with_capacity(runs); tuned_steps.len()],
-        vec![Vec::with_capacity(runs); tuned_steps.len()],
-    ];
+    let samples = || -> Vec<Vec<f64>> {
+        (0..tuned_steps.len())
+            .map(|_| Vec::with_capacity(runs.min(1024)))
+            .collect()
+    };
+    let mut times: [Vec<Vec<f64>>; 2] = [samples(), samples()];
     for round in 0..runs {
         let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
         for side in order {
@@ -117,17 +127,13 @@ pub fn check_in_model(
             }
         }
     }
-    let [tuned_medians, heuristic_medians] = times.map(|per_step| {
-        per_step
-            .into_iter()
-            .map(|s| Stats::from_samples(&s).map_or(0.0, |s| s.median))
-            .collect::<Vec<f64>>()
-    });
+    let [tuned_medians, heuristic_medians] =
+        times.map(|per_step| per_step.iter().map(|s| median(s)).collect::<Vec<f64>>());
     let mut report = ModelCheckReport {
         runs,
         tuned_seconds: tuned_medians.iter().sum(),
         heuristic_seconds: heuristic_medians.iter().sum(),
-        chosen_seconds: tuned_medians.iter().sum(),
+        estimated_seconds: tuned_medians.iter().sum(),
         ..ModelCheckReport::default()
     };
     for mut p in pending {
@@ -139,7 +145,7 @@ pub fn check_in_model(
             model: model.to_string(),
         };
         if check.prefers_heuristic() {
-            report.chosen_seconds -= check.winner_seconds - check.heuristic_seconds;
+            report.estimated_seconds -= check.winner_seconds - check.heuristic_seconds;
         }
         let label = |c: Option<&hidet_tune::CandidateRecord<MatmulCandidate>>| {
             c.map(|c| c.label.clone()).unwrap_or_default()
@@ -205,4 +211,41 @@ fn pending_tasks(
         by_identity.insert(identity, slot);
     }
     Ok(pending)
+}
+
+/// The median of `samples`, which are `runs > 0` elapsed times (finite, non-negative).
+fn median(samples: &[f64]) -> f64 {
+    // `check_in_model` and `time_alternately` return before timing anything when `runs` is
+    // 0, so every step has at least one sample, and elapsed times are finite.
+    Stats::from_samples(samples)
+        .expect("at least one finite sample per step")
+        .median
+}
+
+/// The median wall time of one run of `a` and of `b` (seconds), each run `runs` times on
+/// `inputs`, alternating (after one untimed run each). `runs` must be at least 1.
+pub fn time_alternately(
+    a: &CompiledGraph<CpuBackend>,
+    b: &CompiledGraph<CpuBackend>,
+    inputs: &[(String, Tensor)],
+    runs: usize,
+) -> Result<(f64, f64), CompiledError> {
+    let graphs = [a, b];
+    for g in graphs {
+        g.run(inputs)?;
+    }
+    let runs = runs.max(1);
+    let mut times = [
+        Vec::with_capacity(runs.min(1024)),
+        Vec::with_capacity(runs.min(1024)),
+    ];
+    for round in 0..runs {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for side in order {
+            let start = std::time::Instant::now();
+            graphs[side].run(inputs)?;
+            times[side].push(start.elapsed().as_secs_f64());
+        }
+    }
+    Ok((median(&times[0]), median(&times[1])))
 }

@@ -7,6 +7,12 @@
 //! re-read their operands then look faster than they are in the model, and tuned models
 //! measured slower than untuned ones. So a workload keeps enough copies of the read-only
 //! inputs that they exceed [`CpuTuneBackend::cold_bytes`], and each run reads the next copy.
+//!
+//! Every read-only input is copied, activations included, although in a model a kernel's
+//! activation operand often arrives warm from the kernel before it; the in-model check
+//! ([`super::model_check`]) corrects what this and other differences from a model get wrong.
+//! The default size comes from cpu0's largest cache, one L3 slice on machines with several
+//! (multi-CCX or multi-socket), which threads on other slices do not share.
 
 use std::ffi::c_void;
 
@@ -181,7 +187,10 @@ impl TuneBackend for CpuTuneBackend {
                 }
             })
             .collect();
-        let read_only: usize = strides.iter().sum();
+        let read_only = strides
+            .iter()
+            .try_fold(0usize, |sum, s| sum.checked_add(*s))
+            .ok_or_else(|| fail("the inputs' sizes overflow".into()))?;
         let copies = if read_only == 0 {
             1
         } else {
@@ -190,7 +199,10 @@ impl TuneBackend for CpuTuneBackend {
         let mut noise = Noise(0x9E37_79B9_7F4A_7C15);
         let mut arenas = Vec::with_capacity(sizes.len());
         for ((p, (dtype, size)), stride) in signature.params.iter().zip(sizes).zip(&strides) {
-            let bytes = (size.max(1) * dtype.size_in_bytes()).max(stride * copies);
+            let bytes = stride
+                .checked_mul(copies)
+                .ok_or_else(|| fail(format!("{copies} copies of {stride} bytes overflow")))?
+                .max(size.max(1) * dtype.size_in_bytes());
             let mut arena = CpuArena::new(bytes).map_err(|e| fail(e.to_string()))?;
             if !p.is_written() && dtype.is_float() {
                 let values: Vec<f64> = (0..size).map(|_| noise.next()).collect();
@@ -236,7 +248,11 @@ impl TuneBackend for CpuTuneBackend {
         for (((dtype, size), arena), stride) in
             sizes.iter().zip(&workload.arenas).zip(&workload.strides)
         {
-            if copy * stride + size * dtype.size_in_bytes() > arena.len() {
+            let end = copy.checked_mul(*stride).and_then(|start| {
+                size.checked_mul(dtype.size_in_bytes())
+                    .and_then(|bytes| start.checked_add(bytes))
+            });
+            if end.is_none_or(|end| end > arena.len()) {
                 return Err(fail("a parameter is larger than its buffer".into()));
             }
         }
