@@ -453,8 +453,12 @@ fn in_model_check_records_the_faster_schedule_once() {
         check.winner_seconds > 0.0 && check.heuristic_seconds > 0.0,
         "{check:?}"
     );
-    let faster = check.winner_seconds.min(check.heuristic_seconds);
-    let expected_chosen = report.tuned_seconds - (check.winner_seconds - faster);
+    let kept = if check.prefers_heuristic() {
+        check.heuristic_seconds
+    } else {
+        check.winner_seconds
+    };
+    let expected_chosen = report.tuned_seconds - (check.winner_seconds - kept);
     assert!(
         (report.estimated_seconds - expected_chosen).abs() < 1e-12,
         "{report:?}"

@@ -35,6 +35,6 @@ pub use level::TuneLevel;
 pub use measure::MeasureConfig;
 pub use observer::{TaskSummary, TuneEvent, TuneObserver};
 pub use progress::ProgressReporter;
-pub use record::{CandidateOutcome, CandidateRecord, InModelCheck, TuningRecord};
+pub use record::{CandidateOutcome, CandidateRecord, InModelCheck, TuningRecord, IN_MODEL_MARGIN};
 pub use stats::Stats;
 pub use tunable::{Tunable, TuneBackend};

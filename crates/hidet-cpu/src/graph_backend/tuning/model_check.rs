@@ -8,7 +8,8 @@
 //! heuristics run one after the other, every step timed. For every tuned task the sum over
 //! its kernels of their median times under each schedule goes into the task's record
 //! ([`InModelCheck`]), and later builds compile whichever was faster
-//! ([`TuningRecord::chosen`](hidet_tune::TuningRecord::chosen)).
+//! ([`TuningRecord::chosen`](hidet_tune::TuningRecord::chosen)); the heuristic replaces the
+//! winner only when faster by more than [`IN_MODEL_MARGIN`](hidet_tune::IN_MODEL_MARGIN).
 //!
 //! A task is checked once: records that already carry a check, or whose winner is the
 //! heuristic, are left alone (`hidet tune --retune` measures afresh and checks again).
@@ -63,7 +64,7 @@ pub struct ModelCheckReport {
     pub tuned_seconds: f64,
     /// Every step, built with the heuristics.
     pub heuristic_seconds: f64,
-    /// An estimate for the build with each checked task on its faster schedule: the tuned
+    /// An estimate for the build with each checked task on its chosen schedule: the tuned
     /// build's steps, less each checked task's gain. It assumes a task's schedule does not
     /// change the other tasks' times; [`time_alternately`] measures the real build.
     pub estimated_seconds: f64,
