@@ -210,6 +210,24 @@ fn dense_with_rows(rng: &mut Rng, rows: usize) -> (Graph, Tensor, Tensor, Tensor
     (graph, random(rng, &[rows, K]), w, b)
 }
 
+/// The fused task of `graph`'s first anchored group at input `shapes`.
+fn anchored_task(graph: &Graph, shapes: &[Vec<usize>]) -> FusedTask {
+    let given: Vec<_> = graph
+        .inputs()
+        .iter()
+        .copied()
+        .zip(shapes.iter().cloned())
+        .collect();
+    let spec = Specialization::new(graph, &given).expect("specializes");
+    let part = partition_with(graph, &spec, true);
+    let group = part
+        .groups
+        .iter()
+        .find(|g| g.kind == GroupKind::Anchored)
+        .expect("an anchored group");
+    FusedTask::new(graph, &spec, group, 0).expect("a task")
+}
+
 fn backend(dir: &std::path::Path, tuning: CpuTuning) -> Arc<CpuBackend> {
     let options = CpuBackendOptions {
         build: options_in(dir),
@@ -298,20 +316,7 @@ fn graph_compile_tunes_fused_matmul_and_later_compiles_reuse_the_winner() {
     assert!(!summary.task.ends_with("fusion=plain"), "{}", summary.task);
 
     // Lowering the task without tuning picks the recorded winner.
-    let given: Vec<_> = graph
-        .inputs()
-        .iter()
-        .copied()
-        .zip(shapes.iter().cloned())
-        .collect();
-    let spec = Specialization::new(&graph, &given).expect("specializes");
-    let part = partition_with(&graph, &spec, true);
-    let group = part
-        .groups
-        .iter()
-        .find(|g| g.kind == GroupKind::Anchored)
-        .expect("an anchored group");
-    let task = FusedTask::new(&graph, &spec, group, 0).expect("a task");
+    let task = anchored_task(&graph, &shapes);
     let choice = matmul_choice(&backend(dir.path(), CpuTuning::default()), &task, 2);
     assert_eq!(schedule_label(&choice.schedule), summary.winner);
     assert!(choice.tunable.is_none());
@@ -483,20 +488,7 @@ fn in_model_check_records_the_faster_schedule_once() {
     assert!(again.tasks.is_empty() && again.runs == 0, "{again:?}");
 
     // Later compilations lower with the chosen schedule.
-    let spec_shapes: Vec<_> = graph
-        .inputs()
-        .iter()
-        .copied()
-        .zip(shapes.iter().cloned())
-        .collect();
-    let spec = Specialization::new(&graph, &spec_shapes).expect("specializes");
-    let part = partition_with(&graph, &spec, true);
-    let group = part
-        .groups
-        .iter()
-        .find(|g| g.kind == GroupKind::Anchored)
-        .expect("an anchored group");
-    let task = FusedTask::new(&graph, &spec, group, 0).expect("a task");
+    let task = anchored_task(&graph, &shapes);
     let choice = matmul_choice(&backend(dir.path(), CpuTuning::default()), &task, 2);
     assert_eq!(schedule_label(&choice.schedule), chosen);
 

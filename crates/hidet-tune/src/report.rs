@@ -64,17 +64,17 @@ pub fn render_table(summaries: &[TaskSummary]) -> String {
             },
         ]);
     }
-    let widths: Vec<usize> = (0..8)
-        .map(|c| {
-            table
-                .iter()
-                .map(|r| r[c].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
+    align_columns(&table)
+}
+
+/// `rows` as text, one line per row, each column padded to its widest cell and columns two
+/// spaces apart (trailing spaces trimmed).
+pub fn align_columns<const N: usize>(rows: &[[String; N]]) -> String {
+    let widths: Vec<usize> = (0..N)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
-    for row in &table {
+    for row in rows {
         let cells: Vec<String> = row
             .iter()
             .zip(&widths)

@@ -42,10 +42,10 @@ fn records(dir: &Path) -> usize {
         .sum()
 }
 
-#[test]
-fn tune_stores_results_that_later_sessions_and_compiles_reuse() {
-    let cache = tempfile::tempdir().expect("temp dir");
-    let args = [
+/// `hidet tune zoo:tiny_mlp` at level 1 on 2 threads with at most `candidates` candidates
+/// per task, then `extra`.
+fn tune_tiny_mlp(candidates: &'static str, extra: &[&'static str]) -> Vec<&'static str> {
+    let mut args = vec![
         "tune",
         "zoo:tiny_mlp",
         "--level",
@@ -53,9 +53,17 @@ fn tune_stores_results_that_later_sessions_and_compiles_reuse() {
         "--threads",
         "2",
         "--max-candidates",
-        "3",
+        candidates,
     ];
-    let mut with_json = args.to_vec();
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn tune_stores_results_that_later_sessions_and_compiles_reuse() {
+    let cache = tempfile::tempdir().expect("temp dir");
+    let args = tune_tiny_mlp("3", &[]);
+    let mut with_json = args.clone();
     with_json.push("--json");
     let first = hidet(cache.path(), &with_json);
     assert!(first.status.success(), "{}", text(&first.stderr));
@@ -120,19 +128,7 @@ fn tune_stores_results_that_later_sessions_and_compiles_reuse() {
 #[test]
 fn model_check_runs_zero_skips_the_check() {
     let cache = tempfile::tempdir().expect("temp dir");
-    let args = [
-        "tune",
-        "zoo:tiny_mlp",
-        "--level",
-        "1",
-        "--threads",
-        "2",
-        "--max-candidates",
-        "2",
-        "--model-check-runs",
-        "0",
-        "--json",
-    ];
+    let args = tune_tiny_mlp("2", &["--model-check-runs", "0", "--json"]);
     let o = hidet(cache.path(), &args);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let v = last_json(&o);

@@ -23,7 +23,7 @@ use hidet_cpu::graph_backend::tuning::model_check::{
 };
 use hidet_cpu::graph_backend::tuning::{tuning_cache, CpuTuning};
 use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
-use hidet_tune::report::{format_seconds, render_table};
+use hidet_tune::report::{align_columns, format_seconds, render_table};
 use hidet_tune::{ProgressReporter, TuneLevel, TuningCache};
 
 use super::{npy, source, CliError};
@@ -284,24 +284,7 @@ fn render_check(checked: &Checked) -> String {
             .to_string(),
         ]);
     }
-    let widths: Vec<usize> = (0..5)
-        .map(|c| {
-            table
-                .iter()
-                .map(|r| r[c].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for row in &table {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
+    out.push_str(&align_columns(&table));
     let kept = check
         .tasks
         .iter()
