@@ -22,7 +22,7 @@ use std::ffi::c_void;
 use std::time::Instant;
 
 use hidet_graph::compiled::{
-    ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport,
+    ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport, OutputSlot,
 };
 use hidet_graph::fusion::FusedTask;
 use hidet_graph::passes::PassOptions;
@@ -232,6 +232,30 @@ pub struct CpuKernel {
     pub origin: KernelOrigin,
     /// The matmul task behind a template kernel, when tuning is requested.
     pub tunable: Option<std::sync::Arc<tuning::MatmulTask>>,
+}
+
+/// A graph output's storage: a vector with capacity for `len` elements and length 0 until
+/// the run's kernels have written them all. Not zeroed: a model's outputs (GPT-2's logits
+/// are 25 MB) would otherwise be cleared on every run before the kernels overwrite them.
+struct HostOutput<T> {
+    data: Vec<T>,
+    len: usize,
+    shape: Vec<usize>,
+}
+
+impl<T: Element> OutputSlot for HostOutput<T> {
+    fn address(&self) -> u64 {
+        self.data.as_ptr() as usize as u64
+    }
+
+    unsafe fn finish(mut self: Box<Self>) -> Tensor {
+        // SAFETY: the capacity is at least `len` (reserved when the slot was made, and the
+        // vector was never touched since), and the caller guarantees that all `len`
+        // elements were written through `address` (kernels write valid values of `T`).
+        unsafe { self.data.set_len(self.len) };
+        let HostOutput { data, shape, .. } = *self;
+        Tensor::new(shape, data).expect("`len` is the element count of `shape`")
+    }
 }
 
 /// The built kernels of a model.
@@ -513,16 +537,16 @@ impl Backend for CpuBackend {
             .map(|start| start as usize as u64)
     }
 
-    fn output_in_place(&self, dtype: DType, shape: &[usize]) -> Option<(Tensor, u64)> {
-        fn fresh<T: Element>(shape: &[usize]) -> Option<(Tensor, u64)> {
-            let n = hidet_graph::tensor::checked_numel(shape)?;
-            // `vec![0; n]` of a primitive zero is one zeroed allocation (fresh pages for
-            // large outputs, touched first by the kernels that write them).
-            let mut data = vec![T::default(); n];
-            let address = data.as_mut_ptr() as usize as u64;
-            // The elements stay where they are when the vector moves into the tensor.
-            let tensor = Tensor::new(shape.to_vec(), data).ok()?;
-            Some((tensor, address))
+    fn output_in_place(&self, dtype: DType, shape: &[usize]) -> Option<Box<dyn OutputSlot>> {
+        fn fresh<T: Element>(shape: &[usize]) -> Option<Box<dyn OutputSlot>> {
+            let len = hidet_graph::tensor::checked_numel(shape)?;
+            let mut data: Vec<T> = Vec::new();
+            data.try_reserve_exact(len).ok()?;
+            Some(Box::new(HostOutput {
+                data,
+                len,
+                shape: shape.to_vec(),
+            }))
         }
         match dtype {
             DType::F32 => fresh::<f32>(shape),

@@ -14,6 +14,20 @@ use crate::dtype::DType;
 use crate::fusion::FusedTask;
 use crate::tensor::Tensor;
 
+/// Host storage for one graph output that a run's kernels write in place (see
+/// [`Backend::output_in_place`]). Dropping an unfinished slot frees it without reading it.
+pub trait OutputSlot: Send {
+    /// The kernel-visible address of the first element.
+    fn address(&self) -> u64;
+
+    /// The tensor, once written.
+    ///
+    /// # Safety
+    /// Every element must have been written through [`OutputSlot::address`] since the slot
+    /// was made (until then its storage may be uninitialized).
+    unsafe fn finish(self: Box<Self>) -> Tensor;
+}
+
 /// Errors of a backend.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -171,13 +185,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
         None
     }
 
-    /// A fresh host tensor of `dtype` and `shape` that kernels may write where it is, and
-    /// the kernel-visible address of its elements: the compiled graph then has kernels
-    /// write a graph output there instead of into the arena, and returns it without a
-    /// copy. `Some` promises that kernels may read and write the tensor's
-    /// `size_in_bytes()` bytes at the address until it is handed to the caller. The
-    /// default, `None`, always copies.
-    fn output_in_place(&self, dtype: DType, shape: &[usize]) -> Option<(Tensor, u64)> {
+    /// Fresh host storage for a tensor of `dtype` and `shape` that kernels may write where
+    /// it is: the compiled graph then has kernels write a graph output there instead of
+    /// into the arena, and returns it without a copy. `Some` promises that kernels may read
+    /// and write the tensor's bytes at [`OutputSlot::address`] until the slot is finished
+    /// or dropped. The storage need not be initialized (no zeroing per run). The default,
+    /// `None`, always copies.
+    fn output_in_place(&self, dtype: DType, shape: &[usize]) -> Option<Box<dyn OutputSlot>> {
         let _ = (dtype, shape);
         None
     }

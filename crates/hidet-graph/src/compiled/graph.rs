@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::backend::{
-    ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport,
+    ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport, OutputSlot,
 };
 use super::concat_in_place;
 use super::plan::{plan_memory, BufferRequest, ALIGN};
@@ -748,7 +748,7 @@ impl<B: Backend> CompiledGraph<B> {
                 }
             }
         }
-        let mut placed: HashMap<ValueId, Tensor> = HashMap::new();
+        let mut placed: HashMap<ValueId, Box<dyn OutputSlot>> = HashMap::new();
         for bound in &self.bound_outputs {
             let slot = &self.values[bound.value.0];
             let Loc::Run(offset) = slot.loc else {
@@ -756,8 +756,9 @@ impl<B: Backend> CompiledGraph<B> {
             };
             let shape = slot.shape.as_deref().unwrap_or(&[]);
             let base = match self.backend.output_in_place(slot.dtype, shape) {
-                Some((tensor, address)) => {
-                    placed.insert(bound.value, tensor);
+                Some(output) => {
+                    let address = output.address();
+                    placed.insert(bound.value, output);
                     address
                 }
                 None => arena_base + offset as u64,
@@ -796,10 +797,19 @@ impl<B: Backend> CompiledGraph<B> {
                 times.push(t.elapsed());
             }
         }
+        let mut finished: HashMap<ValueId, Tensor> = HashMap::with_capacity(placed.len());
+        for (v, output) in placed {
+            // SAFETY: every step ran without error. A bound output spans its whole buffer,
+            // which no other output shares and no host step writes, and the kernels that
+            // produce a value write every element of it (a compute definition defines every
+            // output element; an in-place concatenation's parts cover it), so all elements
+            // were written through the address this run gave them.
+            finished.insert(v, unsafe { output.finish() });
+        }
         self.outputs
             .iter()
             .map(|v| {
-                let value = match placed.get(v) {
+                let value = match finished.get(v) {
                     Some(t) => Datum::Tensor(t.clone()),
                     None => self.read(state, inputs, *v)?,
                 };

@@ -15,7 +15,8 @@ pub mod model;
 pub mod plan;
 
 pub use backend::{
-    ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport, ProgressSink,
+    ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport, OutputSlot,
+    ProgressSink,
 };
 pub use graph::{CompileReport, CompiledError, CompiledGraph, StepInfo};
 pub use model::CompiledModel;
