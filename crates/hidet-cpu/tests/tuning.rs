@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use common::{options_in, Rng};
 use hidet_cpu::graph_backend::tuning::matmul::schedule_label;
 use hidet_cpu::graph_backend::tuning::model_check::{
-    check_in_model, needs_check, time_alternately,
+    check_in_model, pending_checks, time_alternately,
 };
 use hidet_cpu::graph_backend::tuning::{matmul_choice, tuning_cache};
 use hidet_cpu::graph_backend::tuning::{CpuTuneBackend, CpuTuning, MatmulCandidate, MatmulTask};
@@ -210,6 +210,14 @@ fn dense_with_rows(rng: &mut Rng, rows: usize) -> (Graph, Tensor, Tensor, Tensor
     (graph, random(rng, &[rows, K]), w, b)
 }
 
+/// Compile options for 2 threads.
+fn two_threads() -> CompileOptions {
+    CompileOptions {
+        threads: Some(2),
+        ..CompileOptions::default()
+    }
+}
+
 /// The fused task of `graph`'s first anchored group at input `shapes`.
 fn anchored_task(graph: &Graph, shapes: &[Vec<usize>]) -> FusedTask {
     let given: Vec<_> = graph
@@ -281,10 +289,7 @@ fn graph_compile_tunes_fused_matmul_and_later_compiles_reuse_the_winner() {
     let (graph, x, w, b) = dense(&mut rng);
     let inputs = vec![("x".to_string(), x.clone())];
     let shapes = [vec![M, K]];
-    let opts = CompileOptions {
-        threads: Some(2),
-        ..CompileOptions::default()
-    };
+    let opts = two_threads();
 
     let collect = Arc::new(Collect::default());
     let tuning = CpuTuning {
@@ -397,10 +402,7 @@ fn in_model_check_records_the_faster_schedule_once() {
     let (graph, x, w, b) = dense(&mut rng);
     let inputs = vec![("x".to_string(), x.clone())];
     let shapes = [vec![M, K]];
-    let opts = CompileOptions {
-        threads: Some(2),
-        ..CompileOptions::default()
-    };
+    let opts = two_threads();
     let subset = || CpuTuning {
         level: Some(TuneLevel::Subset),
         candidate_limit: Some(3),
@@ -441,10 +443,11 @@ fn in_model_check_records_the_faster_schedule_once() {
     check_output(&tuned.run(&inputs).expect("runs"), &x, &w, &b);
     check_output(&heuristic.run(&inputs).expect("runs"), &x, &w, &b);
 
-    assert!(needs_check(&tuned, &build, &cache).expect("records readable"));
+    let pending = || pending_checks(&tuned, &build, &cache).expect("records readable");
+    assert!(!pending().is_empty());
     let report =
-        check_in_model(&tuned, &heuristic, &inputs, &build, &cache, 5, "dense").expect("checks");
-    assert!(!needs_check(&tuned, &build, &cache).expect("records readable"));
+        check_in_model(&tuned, &heuristic, &inputs, pending(), &cache, 5, "dense").expect("checks");
+    assert!(pending().is_empty());
     let (t, h) = time_alternately(&tuned, &heuristic, &inputs, 3).expect("runs");
     assert!(
         t > 0.0 && h > 0.0 && t.is_finite() && h.is_finite(),
@@ -484,7 +487,7 @@ fn in_model_check_records_the_faster_schedule_once() {
 
     // Checked once: a second check finds nothing to do.
     let again =
-        check_in_model(&tuned, &heuristic, &inputs, &build, &cache, 5, "dense").expect("checks");
+        check_in_model(&tuned, &heuristic, &inputs, pending(), &cache, 5, "dense").expect("checks");
     assert!(again.tasks.is_empty() && again.runs == 0, "{again:?}");
 
     // Later compilations lower with the chosen schedule.
@@ -501,7 +504,7 @@ fn in_model_check_records_the_faster_schedule_once() {
         &opts,
     )
     .expect("compiles");
-    let err = check_in_model(&tuned, &other, &inputs, &build, &cache, 5, "dense")
+    let err = check_in_model(&tuned, &other, &inputs, pending(), &cache, 5, "dense")
         .expect_err("different graphs");
     assert!(err.to_string().contains("differ"), "{err}");
 }

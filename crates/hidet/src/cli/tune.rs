@@ -19,7 +19,7 @@ use hidet::pipeline::PipelineError;
 use hidet::zoo::inputs::complete_inputs;
 use hidet::zoo::SEED;
 use hidet_cpu::graph_backend::tuning::model_check::{
-    check_in_model, needs_check, time_alternately, ModelCheckReport,
+    check_in_model, pending_checks, time_alternately, ModelCheckReport,
 };
 use hidet_cpu::graph_backend::tuning::{tuning_cache, CpuTuning};
 use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
@@ -188,8 +188,9 @@ fn check_model(
     setup: &CheckSetup<'_>,
     tuned: &CompiledGraph<CpuBackend>,
 ) -> Result<Checked, String> {
-    let build = &setup.options.build;
-    if !needs_check(tuned, build, setup.cache).map_err(|e| e.to_string())? {
+    let pending =
+        pending_checks(tuned, &setup.options.build, setup.cache).map_err(|e| e.to_string())?;
+    if pending.is_empty() {
         return Ok(Checked {
             report: ModelCheckReport::default(),
             measured: None,
@@ -215,7 +216,7 @@ fn check_model(
         tuned,
         &heuristic,
         setup.inputs,
-        build,
+        pending,
         setup.cache,
         setup.runs,
         setup.label,

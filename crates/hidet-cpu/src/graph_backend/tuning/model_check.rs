@@ -70,24 +70,33 @@ pub struct ModelCheckReport {
     pub estimated_seconds: f64,
 }
 
-/// A checked task: its identity, record and the steps running its kernel.
+/// A task awaiting its check: its identity, record and the steps running its kernel.
 struct Pending {
     identity: TaskIdentity,
     record: TuningRecord<MatmulCandidate>,
     steps: Vec<usize>,
 }
 
+/// The tasks of a tuned build that await an in-model check ([`pending_checks`]).
+pub struct PendingChecks(Vec<Pending>);
+
+impl PendingChecks {
+    /// Whether no task awaits a check (a caller can then skip building the heuristic model).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// Runs `tuned` (built with the tuned winners, at a measuring level so its module knows its
 /// tasks) and `heuristic` (the same graph built with heuristic schedules only) `runs` times
-/// each, alternating, on `inputs`, and stores an [`InModelCheck`] in the record of every
-/// tuned task of `tuned` that has none and whose winner is not its heuristic. `build` must
-/// be the options `tuned` was built with (the records' identities depend on them); `model`
-/// labels the checks.
+/// each, alternating, on `inputs`, and stores in `cache` an [`InModelCheck`] in the record of
+/// every task of `pending` (found by [`pending_checks`] on `tuned`); `model` labels the
+/// checks.
 pub fn check_in_model(
     tuned: &CompiledGraph<CpuBackend>,
     heuristic: &CompiledGraph<CpuBackend>,
     inputs: &[(String, Tensor)],
-    build: &BuildOptions,
+    pending: PendingChecks,
     cache: &TuningCache,
     runs: usize,
     model: &str,
@@ -105,13 +114,9 @@ pub fn check_in_model(
             heuristic_steps.len()
         )));
     }
-    let pending = pending_tasks(tuned, build, cache)?;
+    let PendingChecks(pending) = pending;
     if pending.is_empty() || runs == 0 {
         return Ok(ModelCheckReport::default());
-    }
-    let graphs = [tuned, heuristic];
-    for g in graphs {
-        g.run(inputs)?;
     }
     let samples = || -> Vec<Vec<f64>> {
         (0..tuned_steps.len())
@@ -119,15 +124,13 @@ pub fn check_in_model(
             .collect()
     };
     let mut times: [Vec<Vec<f64>>; 2] = [samples(), samples()];
-    for round in 0..runs {
-        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-        for side in order {
-            let (_, steps) = graphs[side].run_profiled(inputs)?;
-            for (samples, t) in times[side].iter_mut().zip(steps) {
-                samples.push(t.as_secs_f64());
-            }
+    alternately([tuned, heuristic], inputs, runs, |side, graph| {
+        let (_, steps) = graph.run_profiled(inputs)?;
+        for (samples, t) in times[side].iter_mut().zip(steps) {
+            samples.push(t.as_secs_f64());
         }
-    }
+        Ok(())
+    })?;
     let [tuned_medians, heuristic_medians] =
         times.map(|per_step| per_step.iter().map(|s| median(s)).collect::<Vec<f64>>());
     let mut report = ModelCheckReport {
@@ -164,22 +167,14 @@ pub fn check_in_model(
     Ok(report)
 }
 
-/// Whether [`check_in_model`] would check any task of `tuned` (built with `build`), so a
-/// caller can skip building the heuristic model when it would not.
-pub fn needs_check(
+/// The tuned tasks of `tuned` (built with `build`, whose options the records' identities
+/// depend on) that await a check: their record in `cache` has none and its winner is not
+/// its heuristic. In order of first appearance, with their steps.
+pub fn pending_checks(
     tuned: &CompiledGraph<CpuBackend>,
     build: &BuildOptions,
     cache: &TuningCache,
-) -> Result<bool, TuneError> {
-    Ok(!pending_tasks(tuned, build, cache)?.is_empty())
-}
-
-/// The tuned tasks of `tuned` to check, in order of first appearance, with their steps.
-fn pending_tasks(
-    tuned: &CompiledGraph<CpuBackend>,
-    build: &BuildOptions,
-    cache: &TuningCache,
-) -> Result<Vec<Pending>, TuneError> {
+) -> Result<PendingChecks, TuneError> {
     let mut pending: Vec<Pending> = Vec::new();
     let mut by_identity: HashMap<TaskIdentity, Option<usize>> = HashMap::new();
     for (step, kernel) in tuned.step_kernels().into_iter().enumerate() {
@@ -211,7 +206,7 @@ fn pending_tasks(
         });
         by_identity.insert(identity, slot);
     }
-    Ok(pending)
+    Ok(PendingChecks(pending))
 }
 
 /// The median of `samples`, which are `runs > 0` elapsed times (finite, non-negative).
@@ -231,22 +226,37 @@ pub fn time_alternately(
     inputs: &[(String, Tensor)],
     runs: usize,
 ) -> Result<(f64, f64), CompiledError> {
-    let graphs = [a, b];
-    for g in graphs {
-        g.run(inputs)?;
-    }
     let runs = runs.max(1);
     let mut times = [
         Vec::with_capacity(runs.min(1024)),
         Vec::with_capacity(runs.min(1024)),
     ];
+    alternately([a, b], inputs, runs, |side, graph| {
+        let start = std::time::Instant::now();
+        graph.run(inputs)?;
+        times[side].push(start.elapsed().as_secs_f64());
+        Ok(())
+    })?;
+    Ok((median(&times[0]), median(&times[1])))
+}
+
+/// Runs each of `graphs` once untimed on `inputs`, then calls `run(side, graph)` `runs`
+/// times per graph, alternating in ABBA order so a drift of the machine's speed hits both
+/// alike.
+fn alternately(
+    graphs: [&CompiledGraph<CpuBackend>; 2],
+    inputs: &[(String, Tensor)],
+    runs: usize,
+    mut run: impl FnMut(usize, &CompiledGraph<CpuBackend>) -> Result<(), CompiledError>,
+) -> Result<(), CompiledError> {
+    for g in graphs {
+        g.run(inputs)?;
+    }
     for round in 0..runs {
         let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
         for side in order {
-            let start = std::time::Instant::now();
-            graphs[side].run(inputs)?;
-            times[side].push(start.elapsed().as_secs_f64());
+            run(side, graphs[side])?;
         }
     }
-    Ok((median(&times[0]), median(&times[1])))
+    Ok(())
 }
