@@ -491,6 +491,54 @@ fn a_concatenation_of_products_runs_in_place_when_its_slices_are_contiguous() {
     }
 }
 
+/// A concatenation whose only consumer is a reshape (fused into one group with it, as
+/// Inception-V3's block outputs that every next convolution reads flattened) still runs in
+/// place: the reshape keeps the bytes, and its output is the buffer the products are
+/// computed into.
+#[test]
+fn a_concatenation_followed_by_reshapes_runs_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(22);
+    let mut g = GraphBuilder::new("concat_reshape");
+    g.input("x", TensorType::fixed(DType::F32, &[5, 7]));
+    g.input("y", TensorType::fixed(DType::F32, &[3, 7]));
+    g.initializer("wa", random(&mut rng, &[7, 9]));
+    g.initializer("wb", random(&mut rng, &[7, 9]));
+    g.initializer("flat", Tensor::new(vec![1], vec![72i64]).unwrap());
+    g.initializer("wide", Tensor::new(vec![2], vec![4i64, 18]).unwrap());
+    g.node(node("MatMul", &["x", "wa"], "a", Attributes::new()));
+    g.node(node("MatMul", &["y", "wb"], "b", Attributes::new()));
+    let mut cat = Attributes::new();
+    cat.insert("axis", Attribute::Int(0));
+    g.node(node("Concat", &["a", "b"], "c", cat));
+    g.node(node("Reshape", &["c", "flat"], "r", Attributes::new()));
+    g.node(node("Reshape", &["r", "wide"], "out", Attributes::new()));
+    g.output("out");
+    let graph = g.build(Registry::global()).unwrap();
+    let inputs = vec![
+        ("x".to_string(), random(&mut rng, &[5, 7])),
+        ("y".to_string(), random(&mut rng, &[3, 7])),
+    ];
+    let reference = run_reference(&graph, &inputs).unwrap();
+    let compiled = compile(&graph, &[vec![5, 7], vec![3, 7]], dir.path(), true);
+    let report = compiled.report();
+    let dump = &report.partition;
+    assert!(
+        dump.contains("Concat `Concat_c`, Reshape `Reshape_r`, Reshape `Reshape_out`"),
+        "one group:\n{dump}"
+    );
+    assert!(dump.contains("in place: Concat"), "{dump}");
+    assert_eq!(report.kernels, 2, "{dump}");
+    let out = compiled.run(&inputs).unwrap();
+    assert_eq!(out[0].1.shape(), &[4, 18]);
+    let want: Vec<f64> = f32s(&reference[0].1).iter().map(|&v| v as f64).collect();
+    assert!(
+        want.iter().any(|&v| v != 0.0),
+        "the check sees non-zero data"
+    );
+    assert_close(&f32s(&out[0].1), &want, "compiled");
+}
+
 /// Kernels read a graph input where the caller keeps it, also through an alias (`Flatten`),
 /// and every run sees its own input; an input that is also aliased by a graph output is
 /// still copied into the arena, so that output reads it.

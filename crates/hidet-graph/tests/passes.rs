@@ -9,7 +9,8 @@ use std::sync::Arc;
 use hidet_graph::passes::{
     default_passes, exact_cast, run_passes, BatchNormFolding, CommonSubexpressionElimination,
     ConstantFolding, DeadCodeElimination, DepthwiseChannelsLast, FlattenBatchedMatMul,
-    GemmToMatMul, GraphPass, PanelConstantWeights, SeparablePool, SimplifyChains, SinkTransposes,
+    GemmToMatMul, GraphPass, PanelConstantWeights, PoolAfterPointwise, SeparablePool,
+    SimplifyChains, SinkTransposes,
 };
 use hidet_graph::{Attribute, Attributes, DType, Dim, GraphBuilder, Tensor, TensorType};
 use passes_util::*;
@@ -598,6 +599,100 @@ mod separable_pool {
         let before = build(b);
         let after = run_then_dce(&SeparablePool, before.clone());
         assert_eq!(count(&after, "MaxPool"), 2, "{:?}", ops(&after));
+    }
+}
+
+mod pool_after_pointwise {
+    use super::*;
+
+    /// `Conv(AveragePool(x), w, b) → Relu` with a 1×1 window and `oc` output channels of
+    /// `c`, over the pooling attributes `pool`.
+    fn pooled_conv(
+        rng: &mut Rng,
+        c: usize,
+        oc: usize,
+        pool: Attributes,
+        bias: bool,
+    ) -> hidet_graph::Graph {
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[1, c, 11, 13]));
+        b.initializer("w", rng.f32s(&[oc, c, 1, 1]));
+        b.node(node("AveragePool", 19, &["x"], &["p"], pool));
+        let mut conv_in = vec!["p", "w"];
+        if bias {
+            b.initializer("b", rng.f32s(&[oc]));
+            conv_in.push("b");
+        }
+        b.node(node("Conv", 17, &conv_in, &["y"], Attributes::new()));
+        b.node(node("Relu", 17, &["y"], &["out"], Attributes::new()));
+        b.output("out");
+        build(b)
+    }
+
+    /// The pooling follows the convolution and the bias the pooling, with the same outputs
+    /// up to rounding: with and without the padding in the divisor (a bias pooled with it
+    /// would be scaled at the borders), strided and padded windows, with and without a bias.
+    #[test]
+    fn the_pooling_follows_a_pointwise_convolution_with_fewer_channels() {
+        let mut rng = Rng::new(41);
+        for count_pad in [0, 1] {
+            for (kernel, pads, strides) in [
+                ([3, 3], [1, 1, 1, 1], [1, 1]),
+                ([2, 3], [0, 1, 1, 0], [2, 1]),
+            ] {
+                for bias in [true, false] {
+                    let pool = attrs(vec![
+                        ("kernel_shape", ints(&kernel)),
+                        ("pads", ints(&pads)),
+                        ("strides", ints(&strides)),
+                        ("count_include_pad", Attribute::Int(count_pad)),
+                    ]);
+                    let before = pooled_conv(&mut rng, 7, 3, pool, bias);
+                    let after = run_then_dce(&PoolAfterPointwise, before.clone());
+                    let what = format!("count_include_pad {count_pad}, {kernel:?}, bias {bias}");
+                    let mut want = vec!["Conv", "AveragePool"];
+                    if bias {
+                        want.push("Add");
+                    }
+                    want.push("Relu");
+                    assert_eq!(ops(&after), want, "{what}");
+                    let conv = &after.nodes()[0];
+                    assert_eq!(conv.inputs.len(), 2, "{what}: the convolution has no bias");
+                    let inputs = vec![("x".to_string(), rng.f32s(&[1, 7, 11, 13]))];
+                    assert_same_outputs(&before, &after, &inputs, 1e-5);
+                }
+            }
+        }
+    }
+
+    /// Kept: a convolution with as many output channels as it reads (pooling them first is
+    /// no more work), a pooling read by another node too, a windowed convolution, a
+    /// max-pooling.
+    #[test]
+    fn other_convolutions_and_poolings_stay() {
+        let mut rng = Rng::new(42);
+        let pool = || attrs(vec![("kernel_shape", ints(&[3, 3]))]);
+        let same_channels = pooled_conv(&mut rng, 5, 5, pool(), true);
+        let after = run_then_dce(&PoolAfterPointwise, same_channels);
+        assert_eq!(ops(&after), vec!["AveragePool", "Conv", "Relu"]);
+
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[1, 6, 9, 9]));
+        b.initializer("w", rng.f32s(&[2, 6, 1, 1]));
+        b.initializer("w3", rng.f32s(&[2, 6, 3, 3]));
+        b.node(node("AveragePool", 19, &["x"], &["p"], pool()));
+        b.node(node("Conv", 17, &["p", "w"], &["y"], Attributes::new()));
+        b.node(node("Neg", 17, &["p"], &["n"], Attributes::new()));
+        b.node(node("AveragePool", 19, &["x"], &["q"], pool()));
+        b.node(node("Conv", 17, &["q", "w3"], &["z"], Attributes::new()));
+        b.node(node("MaxPool", 12, &["x"], &["m"], pool()));
+        b.node(node("Conv", 17, &["m", "w"], &["v"], Attributes::new()));
+        for out in ["y", "n", "z", "v"] {
+            b.output(out);
+        }
+        let before = build(b);
+        let after = run_then_dce(&PoolAfterPointwise, before.clone());
+        assert_eq!(ops(&after), ops(&before));
     }
 }
 

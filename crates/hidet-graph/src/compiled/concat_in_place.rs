@@ -12,8 +12,9 @@ use std::collections::HashSet;
 use crate::fusion::{Group, Specialization};
 use crate::graph::{Graph, ValueId};
 
-/// Places the inputs of `group` in its output and returns true, when `group` is a lone
-/// default-domain `Concat` that can run in place (see the module docs); changes nothing
+/// Places the inputs of `group` in its output and returns true, when `group` is a
+/// default-domain `Concat`, alone or followed by a chain of `Reshape`s (which keep its bytes;
+/// the last one's output is the group's), that can run in place (see the module docs); changes nothing
 /// and returns false otherwise. Value `v` is placed at byte `at[v]` of the buffer of value
 /// `root[v]` (an alias shares its source's place); every value placed with an input's
 /// buffer moves with it. An input must fill its buffer (not be a slice of another
@@ -42,7 +43,8 @@ pub(super) fn place(
     true
 }
 
-/// The output of a concatenation `place` takes, and the byte offset of each input in it.
+/// The output of a concatenation `place` takes (the last reshape's, after a chain of
+/// them), and the byte offset of each input in it.
 fn input_offsets(
     graph: &Graph,
     spec: &Specialization,
@@ -51,18 +53,32 @@ fn input_offsets(
     at: &[usize],
     pinned: &HashSet<usize>,
 ) -> Option<(ValueId, Vec<(ValueId, usize)>)> {
-    let [node_id] = group.nodes.as_slice() else {
-        return None;
-    };
+    let (node_id, reshapes) = group.nodes.split_first()?;
     let node = &graph.nodes()[node_id.0];
     if node.op_type != "Concat" || !node.domain.is_empty() {
         return None;
     }
-    let [Some(out)] = node.outputs.as_slice() else {
+    let [Some(concatenated)] = node.outputs.as_slice() else {
         return None;
     };
+    let mut out = *concatenated;
+    for id in reshapes {
+        let reshape = &graph.nodes()[id.0];
+        let reads_out = reshape.inputs.first() == Some(&Some(out));
+        if reshape.op_type != "Reshape" || !reshape.domain.is_empty() || !reads_out {
+            return None;
+        }
+        let [Some(next)] = reshape.outputs.as_slice() else {
+            return None;
+        };
+        out = *next;
+    }
+    if group.outputs != [out] {
+        return None;
+    }
+    let out = &out;
     let out_info = &spec.values[out.0];
-    let shape = out_info.shape.as_ref()?;
+    let shape = spec.values[concatenated.0].shape.as_ref()?;
     out_info.size_in_bytes()?;
     if out_info.constant.is_some() || pinned.contains(&root[out.0]) {
         return None;

@@ -13,6 +13,7 @@ mod conv_node;
 mod cse;
 mod dce;
 mod panel_weights;
+mod pool_after_pointwise;
 mod resolve_variants;
 pub mod rewrite;
 mod separable_pool;
@@ -25,6 +26,7 @@ pub use conv_implicit_gemm::{ConvToImplicitGemm, FEW_CHANNELS};
 pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
 pub use panel_weights::PanelConstantWeights;
+pub use pool_after_pointwise::PoolAfterPointwise;
 pub use resolve_variants::{FlattenBatchedMatMul, GemmToMatMul};
 pub use rewrite::Rewriter;
 pub use separable_pool::SeparablePool;
@@ -81,6 +83,9 @@ pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
         Box::new(GemmToMatMul),
         // Inference BatchNormalization → folded into Conv / MatMul weights, or Mul + Add.
         Box::new(BatchNormFolding),
+        // Conv 1×1 (fewer output channels) of an AveragePool → the pooling of the
+        // convolution's product, then the bias: fewer channels pooled.
+        Box::new(PoolAfterPointwise),
         // Single-image f32 depthwise Conv → hidet::DepthwiseConvNhwc between transposes.
         Box::new(DepthwiseChannelsLast),
         // Single-image f32 Conv with a constant weight → Im2Col + MatMul + bias + Reshape.
