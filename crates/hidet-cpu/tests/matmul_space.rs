@@ -286,3 +286,42 @@ fn level_zero_spares_short_products_a_thin_edge_tile() {
         }
     }
 }
+
+/// Level 0 deepens `kc` from 256 to 384 exactly when 256 leaves a ragged last `K` block that
+/// 384 does not and a 384-row `B` micro-panel fits a 32 KiB L1; the pick stays in the space.
+#[test]
+fn level_zero_avoids_a_ragged_last_depth_block() {
+    use hidet_cpu::templates::matmul::{heuristic_for_product, with_depth};
+    let avx2 = &targets()[1];
+    let base = heuristic_for_product(avx2, 2, 384, 64);
+    assert_eq!((base.kc, base.nr), (256, 16));
+    for (k, kc) in [
+        (1152, 384),
+        (384, 384),
+        (3456, 384),
+        (768, 256),
+        (1280, 256),
+        (2048, 256),
+    ] {
+        assert_eq!(with_depth(avx2, base, k).kc, kc, "k = {k}");
+    }
+    for k in [100, 256, 288, 576, 1000] {
+        assert_eq!(
+            with_depth(avx2, base, k),
+            base,
+            "k = {k}: 384 does not divide it either"
+        );
+    }
+    let wide = heuristic_for_product(avx2, 2, 32, 21609);
+    assert_eq!(
+        (wide.nr, with_depth(avx2, wide, 1152).kc),
+        (24, wide.kc),
+        "a 4×24 tile stays"
+    );
+    for target in targets() {
+        for (m, n) in [(384, 64), (32, 21609), (1, 1000)] {
+            let s = with_depth(&target, heuristic_for_product(&target, 2, m, n), 1152);
+            assert!(matmul_space(&target, 2).contains(&s), "{m}×{n}: {s:?}");
+        }
+    }
+}

@@ -18,7 +18,7 @@ use crate::graph_backend::anchor::{
 use crate::target::CpuTarget;
 use crate::templates::matmul::{
     heuristic_for_gathered_rows, heuristic_for_product, matmul_candidates, matmul_f32,
-    matmul_space, ALayout, MatmulSchedule, MatmulShape, ThreadSplit,
+    matmul_space, with_depth, ALayout, MatmulSchedule, MatmulShape, ThreadSplit,
 };
 
 /// The name of the matmul template's schedule space.
@@ -261,9 +261,10 @@ impl Tunable for MatmulTask {
             }
             _ => None,
         };
-        MatmulCandidate(gathered.unwrap_or_else(|| {
+        let schedule = gathered.unwrap_or_else(|| {
             heuristic_for_product(&self.target, self.threads, self.shape.m, self.shape.n)
-        }))
+        });
+        MatmulCandidate(with_depth(&self.target, schedule, self.shape.k))
     }
 
     fn candidates(&self, level: TuneLevel) -> Vec<MatmulCandidate> {
