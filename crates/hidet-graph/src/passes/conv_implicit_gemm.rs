@@ -38,7 +38,7 @@ use crate::ops::offset_gather::OP_TYPE as OFFSET_GATHER;
 use crate::passes::channels_last::{
     channels_last_source, feeds_channels_last, perm_attrs, to_first, to_last,
 };
-use crate::passes::conv_node::single_image_conv;
+use crate::passes::conv_node::{is_pointwise, single_image_conv};
 use crate::passes::rewrite::Rewriter;
 use crate::passes::GraphPass;
 use crate::tensor::Tensor;
@@ -254,13 +254,6 @@ fn window_offsets(g: &Geometry, channels: usize) -> Option<(Vec<i32>, Vec<i32>)>
         .map(|o| i32::try_from(o).ok())
         .collect::<Option<Vec<i32>>>()?;
     Some((pixels, window))
-}
-
-/// True when the columns are the input itself: a 1×1 window at stride 1 without padding.
-fn is_pointwise(g: &Geometry) -> bool {
-    g.kernel.iter().all(|&k| k == 1)
-        && g.strides.iter().all(|&s| s == 1)
-        && g.pads_begin.iter().chain(&g.pads_end).all(|&p| p == 0)
 }
 
 /// Adds the implicit-GEMM nodes of `p`; returns the value that replaces the convolution's

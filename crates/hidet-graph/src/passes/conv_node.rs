@@ -82,3 +82,11 @@ pub(super) fn single_image_conv(rw: &Rewriter, n: NodeId) -> Option<ConvNode> {
         geometry,
     })
 }
+
+/// True when a convolution over `g` reads each output pixel's input pixel alone: a 1×1
+/// window at stride 1 without padding (its im2col columns are the input itself).
+pub(super) fn is_pointwise(g: &Geometry) -> bool {
+    g.kernel.iter().all(|&k| k == 1)
+        && g.strides.iter().all(|&s| s == 1)
+        && g.pads_begin.iter().chain(&g.pads_end).all(|&p| p == 0)
+}

@@ -19,7 +19,7 @@
 use crate::attribute::Attributes;
 use crate::dtype::DType;
 use crate::graph::{Graph, GraphError, NodeId, ValueId};
-use crate::passes::conv_node::single_image_conv;
+use crate::passes::conv_node::{is_pointwise, single_image_conv};
 use crate::passes::rewrite::Rewriter;
 use crate::passes::GraphPass;
 use crate::tensor::Tensor;
@@ -79,16 +79,8 @@ struct Plan {
 fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
     let conv = single_image_conv(rw, n)?;
     let g = rw.graph();
-    let geometry = &conv.geometry;
-    let pointwise = geometry.kernel.iter().all(|&k| k == 1)
-        && geometry.strides.iter().all(|&s| s == 1)
-        && geometry
-            .pads_begin
-            .iter()
-            .chain(&geometry.pads_end)
-            .all(|&p| p == 0);
     let out_channels = conv.weight.shape()[0];
-    if !pointwise || conv.group != 1 || out_channels >= conv.channels() {
+    if !is_pointwise(&conv.geometry) || conv.group != 1 || out_channels >= conv.channels() {
         return None;
     }
     let (pool, _) = g.value(conv.x).producer?;
