@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use common::{options_in, Rng};
 use hidet_cpu::graph_backend::tuning::matmul::schedule_label;
 use hidet_cpu::graph_backend::tuning::model_check::{
-    check_in_model, pending_checks, time_alternately,
+    check_in_model, pending_checks, time_alternately, CheckPlan,
 };
 use hidet_cpu::graph_backend::tuning::{matmul_choice, tuning_cache};
 use hidet_cpu::graph_backend::tuning::{CpuTuneBackend, CpuTuning, MatmulCandidate, MatmulTask};
@@ -394,6 +394,15 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+/// `runs` interleaved runs whose verdicts are stored however the machine's load spreads them
+/// (the tests check what is stored, not how noisy the test machine is).
+fn steady(runs: usize) -> CheckPlan {
+    CheckPlan {
+        runs,
+        max_spread: f64::INFINITY,
+    }
+}
+
 #[test]
 fn in_model_check_records_the_faster_schedule_once() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -445,8 +454,39 @@ fn in_model_check_records_the_faster_schedule_once() {
 
     let pending = || pending_checks(&tuned, &build, &cache).expect("records readable");
     assert!(!pending().is_empty());
-    let report =
-        check_in_model(&tuned, &heuristic, &inputs, pending(), &cache, 5, "dense").expect("checks");
+    // A limit no real run times meet: the verdicts are reported, not stored.
+    let strict = CheckPlan {
+        runs: 5,
+        max_spread: 0.0,
+    };
+    let noisy = check_in_model(
+        &tuned,
+        &heuristic,
+        &inputs,
+        pending(),
+        &cache,
+        &strict,
+        "dense",
+    )
+    .expect("checks");
+    assert_eq!(noisy.stored, noisy.spread <= 0.0, "{noisy:?}");
+    assert_eq!(noisy.tasks.len(), 1, "{noisy:?}");
+    if !noisy.stored {
+        assert!(
+            !pending().is_empty(),
+            "nothing stored: the task still awaits its check"
+        );
+    }
+    let report = check_in_model(
+        &tuned,
+        &heuristic,
+        &inputs,
+        pending(),
+        &cache,
+        &steady(5),
+        "dense",
+    )
+    .expect("checks");
     assert!(pending().is_empty());
     let (t, h) = time_alternately(&tuned, &heuristic, &inputs, 3).expect("runs");
     assert!(
@@ -454,6 +494,7 @@ fn in_model_check_records_the_faster_schedule_once() {
         "{t} {h}"
     );
     assert_eq!((report.runs, report.tasks.len()), (5, 1), "{report:?}");
+    assert!(report.stored && report.spread >= 0.0, "{report:?}");
     let t = &report.tasks[0];
     assert_eq!(t.kernels, 1);
     let check = &t.check;
@@ -486,8 +527,16 @@ fn in_model_check_records_the_faster_schedule_once() {
     assert_eq!(chosen, stored.candidates[expected].label);
 
     // Checked once: a second check finds nothing to do.
-    let again =
-        check_in_model(&tuned, &heuristic, &inputs, pending(), &cache, 5, "dense").expect("checks");
+    let again = check_in_model(
+        &tuned,
+        &heuristic,
+        &inputs,
+        pending(),
+        &cache,
+        &steady(5),
+        "dense",
+    )
+    .expect("checks");
     assert!(again.tasks.is_empty() && again.runs == 0, "{again:?}");
 
     // Later compilations lower with the chosen schedule.
@@ -504,7 +553,27 @@ fn in_model_check_records_the_faster_schedule_once() {
         &opts,
     )
     .expect("compiles");
-    let err = check_in_model(&tuned, &other, &inputs, pending(), &cache, 5, "dense")
-        .expect_err("different graphs");
+    let err = check_in_model(
+        &tuned,
+        &other,
+        &inputs,
+        pending(),
+        &cache,
+        &steady(5),
+        "dense",
+    )
+    .expect_err("different graphs");
     assert!(err.to_string().contains("differ"), "{err}");
+}
+
+/// The spread of run times is their median absolute deviation over their median; one run,
+/// or none, has none.
+#[test]
+fn run_spread_is_the_relative_median_absolute_deviation() {
+    use hidet_cpu::graph_backend::tuning::model_check::run_spread;
+    assert_eq!(run_spread(&[]), 0.0);
+    assert_eq!(run_spread(&[0.05]), 0.0);
+    assert_eq!(run_spread(&[0.05, 0.05, 0.05]), 0.0);
+    let spread = run_spread(&[1.0, 1.1, 0.9, 1.0, 5.0]);
+    assert!((spread - 0.1).abs() < 1e-12, "{spread}");
 }

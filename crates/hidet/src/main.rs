@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use hidet_cpu::graph_backend::tuning::model_check::DEFAULT_MAX_SPREAD;
 
 #[derive(Parser)]
 #[command(name = "hidet", version, about = "hidet deep-learning compiler")]
@@ -119,10 +120,26 @@ enum Command {
         #[arg(long, value_name = "N", default_value_t = 20,
               value_parser = clap::value_parser!(u32).range(0..=10_000))]
         model_check_runs: u32,
+        /// The in-model check stores its verdicts only when the model's run times spread by
+        /// at most this fraction (median absolute deviation over the median); a busy machine
+        /// spreads them more, and its verdicts would be noise.
+        #[arg(long, value_name = "FRACTION", default_value_t = DEFAULT_MAX_SPREAD,
+              value_parser = parse_spread)]
+        model_check_max_spread: f64,
         /// Print one JSON object (per-task summaries) as the last stdout line.
         #[arg(long)]
         json: bool,
     },
+}
+
+/// A `--model-check-max-spread` value: a finite, non-negative fraction.
+fn parse_spread(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "`{text}` is not a non-negative fraction (such as 0.05)"
+        )),
+    }
 }
 
 fn main() -> ExitCode {
@@ -188,6 +205,7 @@ fn main() -> ExitCode {
             max_candidates,
             retune,
             model_check_runs,
+            model_check_max_spread,
             json,
         } => cli::tune::run(&cli::tune::TuneArgs {
             model,
@@ -197,6 +215,7 @@ fn main() -> ExitCode {
             max_candidates,
             retune,
             model_check_runs: model_check_runs as usize,
+            model_check_max_spread,
             json,
         }),
     };

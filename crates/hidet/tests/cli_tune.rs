@@ -99,6 +99,11 @@ fn tune_stores_results_that_later_sessions_and_compiles_reuse() {
     }
     let runs = if checked.is_empty() { 0 } else { 20 };
     assert_eq!(check["runs"], runs, "{check}");
+    let spread = check["spread"].as_f64().expect("model_check.spread");
+    let stored = check["stored"].as_bool().expect("model_check.stored");
+    if !checked.is_empty() {
+        assert_eq!(stored, spread <= 0.05, "{check}");
+    }
     assert_eq!(
         check["measured"].is_object(),
         !checked.is_empty(),
@@ -143,6 +148,32 @@ fn model_check_runs_zero_skips_the_check() {
         "{}",
         text(&too_many.stderr)
     );
+}
+
+/// `--model-check-max-spread` takes a finite, non-negative fraction; a limit no real run
+/// times meet reports the check without storing it.
+#[test]
+fn model_check_max_spread_bounds_what_is_stored() {
+    let cache = tempfile::tempdir().expect("temp dir");
+    for bad in ["-0.1", "nan", "inf", "much"] {
+        let flag = format!("--model-check-max-spread={bad}");
+        let o = hidet(cache.path(), &["tune", "zoo:tiny_mlp", &flag]);
+        assert!(!o.status.success(), "{bad} accepted");
+        assert!(
+            text(&o.stderr).contains("non-negative fraction"),
+            "{bad}: {}",
+            text(&o.stderr)
+        );
+    }
+    let args = tune_tiny_mlp("2", &["--model-check-max-spread", "0", "--json"]);
+    let o = hidet(cache.path(), &args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let check = &last_json(&o)["model_check"];
+    let checked = check["tasks"].as_array().expect("model_check.tasks");
+    if !checked.is_empty() {
+        let spread = check["spread"].as_f64().expect("model_check.spread");
+        assert_eq!(check["stored"], spread <= 0.0, "{check}");
+    }
 }
 
 #[test]

@@ -19,7 +19,7 @@ use hidet::pipeline::PipelineError;
 use hidet::zoo::inputs::complete_inputs;
 use hidet::zoo::SEED;
 use hidet_cpu::graph_backend::tuning::model_check::{
-    check_in_model, pending_checks, time_alternately, ModelCheckReport,
+    check_in_model, pending_checks, time_alternately, CheckPlan, ModelCheckReport,
 };
 use hidet_cpu::graph_backend::tuning::{tuning_cache, CpuTuning};
 use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
@@ -43,6 +43,8 @@ pub struct TuneArgs {
     pub retune: bool,
     /// Interleaved runs of each build for the in-model check (0: no check).
     pub model_check_runs: usize,
+    /// The largest run-time spread at which the check stores its verdicts.
+    pub model_check_max_spread: f64,
     /// Print one JSON object (the task summaries) as the last stdout line.
     pub json: bool,
 }
@@ -100,7 +102,10 @@ pub fn run(args: &TuneArgs) -> Result<(), CliError> {
             options: &options,
             opts: &opts,
             cache: &cache,
-            runs: args.model_check_runs,
+            plan: CheckPlan {
+                runs: args.model_check_runs,
+                max_spread: args.model_check_max_spread,
+            },
             label: &loaded.label,
             quiet: args.json,
         };
@@ -170,7 +175,7 @@ struct CheckSetup<'a> {
     options: &'a CpuBackendOptions,
     opts: &'a CompileOptions,
     cache: &'a TuningCache,
-    runs: usize,
+    plan: CheckPlan,
     label: &'a str,
     quiet: bool,
 }
@@ -199,7 +204,7 @@ fn check_model(
     if !setup.quiet {
         eprintln!(
             "checking the tuned schedules in the model ({} runs with the winners, {} with the heuristics)",
-            setup.runs, setup.runs
+            setup.plan.runs, setup.plan.runs
         );
     }
     let compile = |tuning: CpuTuning| {
@@ -218,12 +223,12 @@ fn check_model(
         setup.inputs,
         pending,
         setup.cache,
-        setup.runs,
+        &setup.plan,
         setup.label,
     )
     .map_err(|e| e.to_string())?;
     let chosen = compile(CpuTuning::default())?;
-    let measured = time_alternately(&heuristic, &chosen, setup.inputs, setup.runs)
+    let measured = time_alternately(&heuristic, &chosen, setup.inputs, setup.plan.runs)
         .map_err(|e| format!("running the model: {e}"))?;
     Ok(Checked {
         report,
@@ -243,6 +248,8 @@ fn check_json(outcome: &Result<Checked, String>, seconds: f64) -> serde_json::Va
         "tuned_seconds": check.tuned_seconds,
         "heuristic_seconds": check.heuristic_seconds,
         "estimated_seconds": check.estimated_seconds,
+        "spread": check.spread,
+        "stored": check.stored,
         "measured": checked.measured.map(|(heuristic, chosen)| serde_json::json!({
             "heuristic_seconds": heuristic,
             "chosen_seconds": chosen,
@@ -286,6 +293,14 @@ fn render_check(checked: &Checked) -> String {
         ]);
     }
     out.push_str(&align_columns(&table));
+    if !check.stored {
+        out.push_str(&format!(
+            "warning: the model's run times spread by {:.1}% (more than --model-check-max-spread): \
+             the machine is busy, so these verdicts were not stored; run `hidet tune` again to \
+             check these tasks\n",
+            100.0 * check.spread
+        ));
+    }
     let kept = check
         .tasks
         .iter()

@@ -13,6 +13,11 @@
 //!
 //! A task is checked once: records that already carry a check, or whose winner is the
 //! heuristic, are left alone (`hidet tune --retune` measures afresh and checks again).
+//!
+//! A busy machine makes the verdicts noise: when the whole-model run times of either build
+//! spread by more than [`CheckPlan::max_spread`] (median absolute deviation over the
+//! median), the check reports what it measured but stores nothing, so the tasks await a
+//! check on a quieter run.
 
 use std::collections::HashMap;
 
@@ -36,6 +41,30 @@ pub enum ModelCheckError {
     /// A record could not be read or stored.
     #[error(transparent)]
     Tune(#[from] TuneError),
+}
+
+/// How [`check_in_model`] measures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CheckPlan {
+    /// Interleaved runs of each build.
+    pub runs: usize,
+    /// The largest spread of either build's whole-model run times (median absolute
+    /// deviation over the median) at which the verdicts are stored.
+    pub max_spread: f64,
+}
+
+/// [`CheckPlan::max_spread`] by default: on a quiet machine the run times of a model spread
+/// by well under 1%; a neighbour's load spreads them by 10% and more.
+pub const DEFAULT_MAX_SPREAD: f64 = 0.05;
+
+impl CheckPlan {
+    /// `runs` interleaved runs and [`DEFAULT_MAX_SPREAD`].
+    pub fn new(runs: usize) -> CheckPlan {
+        CheckPlan {
+            runs,
+            max_spread: DEFAULT_MAX_SPREAD,
+        }
+    }
 }
 
 /// The check of one tuned task.
@@ -68,6 +97,10 @@ pub struct ModelCheckReport {
     /// build's steps, less each checked task's gain. It assumes a task's schedule does not
     /// change the other tasks' times; [`time_alternately`] measures the real build.
     pub estimated_seconds: f64,
+    /// The larger of the two builds' whole-model run-time spreads ([`run_spread`]).
+    pub spread: f64,
+    /// Whether the verdicts went into the records (the spread was at most the plan's limit).
+    pub stored: bool,
 }
 
 /// A task awaiting its check: its identity, record and the steps running its kernel.
@@ -88,19 +121,21 @@ impl PendingChecks {
 }
 
 /// Runs `tuned` (built with the tuned winners, at a measuring level so its module knows its
-/// tasks) and `heuristic` (the same graph built with heuristic schedules only) `runs` times
-/// each, alternating, on `inputs`, and stores in `cache` an [`InModelCheck`] in the record of
-/// every task of `pending` (found by [`pending_checks`] on `tuned`); `model` labels the
-/// checks.
+/// tasks) and `heuristic` (the same graph built with heuristic schedules only) `plan.runs`
+/// times each, alternating, on `inputs`, and stores in `cache` an [`InModelCheck`] in the
+/// record of every task of `pending` (found by [`pending_checks`] on `tuned`), unless the
+/// run times spread by more than `plan.max_spread` (then nothing is stored and the report
+/// says so); `model` labels the checks.
 pub fn check_in_model(
     tuned: &CompiledGraph<CpuBackend>,
     heuristic: &CompiledGraph<CpuBackend>,
     inputs: &[(String, Tensor)],
     pending: PendingChecks,
     cache: &TuningCache,
-    runs: usize,
+    plan: &CheckPlan,
     model: &str,
 ) -> Result<ModelCheckReport, ModelCheckError> {
+    let runs = plan.runs;
     let (tuned_steps, heuristic_steps) = (tuned.steps(), heuristic.steps());
     if tuned_steps != heuristic_steps {
         let first = tuned_steps
@@ -131,6 +166,15 @@ pub fn check_in_model(
         }
         Ok(())
     })?;
+    let spread = times
+        .iter()
+        .map(|per_step| {
+            let totals: Vec<f64> = (0..runs)
+                .map(|r| per_step.iter().map(|s| s[r]).sum())
+                .collect();
+            run_spread(&totals)
+        })
+        .fold(0.0, f64::max);
     let [tuned_medians, heuristic_medians] =
         times.map(|per_step| per_step.iter().map(|s| median(s)).collect::<Vec<f64>>());
     let mut report = ModelCheckReport {
@@ -138,6 +182,8 @@ pub fn check_in_model(
         tuned_seconds: tuned_medians.iter().sum(),
         heuristic_seconds: heuristic_medians.iter().sum(),
         estimated_seconds: tuned_medians.iter().sum(),
+        spread,
+        stored: spread <= plan.max_spread,
         ..ModelCheckReport::default()
     };
     for mut p in pending {
@@ -161,10 +207,21 @@ pub fn check_in_model(
             heuristic: label(p.record.heuristic()),
             check: check.clone(),
         });
-        p.record.in_model = Some(Box::new(check));
-        cache.store(&p.record)?;
+        if report.stored {
+            p.record.in_model = Some(Box::new(check));
+            cache.store(&p.record)?;
+        }
     }
     Ok(report)
+}
+
+/// The spread of a model's run times: their median absolute deviation over their median
+/// (0 for fewer than two runs or a zero median).
+pub fn run_spread(run_seconds: &[f64]) -> f64 {
+    match Stats::from_samples(run_seconds) {
+        Some(s) if run_seconds.len() > 1 && s.median > 0.0 => s.mad / s.median,
+        _ => 0.0,
+    }
 }
 
 /// The tuned tasks of `tuned` (built with `build`, whose options the records' identities
