@@ -62,7 +62,9 @@ fn tune_tiny_mlp(candidates: &'static str, extra: &[&'static str]) -> Vec<&'stat
 #[test]
 fn tune_stores_results_that_later_sessions_and_compiles_reuse() {
     let cache = tempfile::tempdir().expect("temp dir");
-    let args = tune_tiny_mlp("3", &[]);
+    // A microsecond model's run times spread by several percent on a busy test machine; this
+    // test is about what is stored and reused, so every verdict is stored.
+    let args = tune_tiny_mlp("3", &["--model-check-max-spread", "1000"]);
     let mut with_json = args.clone();
     with_json.push("--json");
     let first = hidet(cache.path(), &with_json);
@@ -100,10 +102,8 @@ fn tune_stores_results_that_later_sessions_and_compiles_reuse() {
     let runs = if checked.is_empty() { 0 } else { 20 };
     assert_eq!(check["runs"], runs, "{check}");
     let spread = check["spread"].as_f64().expect("model_check.spread");
-    let stored = check["stored"].as_bool().expect("model_check.stored");
-    if !checked.is_empty() {
-        assert_eq!(stored, spread <= 0.05, "{check}");
-    }
+    assert!(spread >= 0.0, "{check}");
+    assert_eq!(check["stored"], !checked.is_empty(), "{check}");
     assert_eq!(
         check["measured"].is_object(),
         !checked.is_empty(),

@@ -26,7 +26,7 @@ use crate::tensor::Tensor;
 
 /// Rewrites `Conv(AveragePool(X))` (default domain) where the convolution is a
 /// single-image pointwise one (a 1… window, stride 1, no padding, `group == 1`, see
-/// [`single_image_conv`]) with a constant bias or none and fewer output channels than input
+/// `single_image_conv`) with a constant bias or none and fewer output channels than input
 /// channels, and the pooling's output is read by that convolution alone and is no graph
 /// output (see the module docs).
 pub struct PoolAfterPointwise;
