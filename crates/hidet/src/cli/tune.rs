@@ -296,8 +296,8 @@ fn render_check(checked: &Checked) -> String {
     if !check.stored {
         out.push_str(&format!(
             "warning: the model's run times spread by {:.1}% (more than --model-check-max-spread): \
-             the machine is busy, so these verdicts were not stored; run `hidet tune` again to \
-             check these tasks\n",
+             the machine is busy or the model too short to time steadily, so these verdicts were \
+             not stored; run `hidet tune` again to check these tasks, or raise the limit\n",
             100.0 * check.spread
         ));
     }
