@@ -453,22 +453,25 @@ fn in_model_check_records_the_faster_schedule_once() {
     check_output(&heuristic.run(&inputs).expect("runs"), &x, &w, &b);
 
     let pending = || pending_checks(&tuned, &build, &cache).expect("records readable");
+    let check_with = |plan: &CheckPlan| {
+        check_in_model(
+            &tuned,
+            &heuristic,
+            &inputs,
+            pending(),
+            &cache,
+            plan,
+            "dense",
+        )
+        .expect("checks")
+    };
     assert!(!pending().is_empty());
     // A limit no real run times meet: the verdicts are reported, not stored.
     let strict = CheckPlan {
         runs: 5,
         max_spread: 0.0,
     };
-    let noisy = check_in_model(
-        &tuned,
-        &heuristic,
-        &inputs,
-        pending(),
-        &cache,
-        &strict,
-        "dense",
-    )
-    .expect("checks");
+    let noisy = check_with(&strict);
     assert_eq!(noisy.stored, noisy.spread <= 0.0, "{noisy:?}");
     assert_eq!(noisy.tasks.len(), 1, "{noisy:?}");
     if !noisy.stored {
@@ -477,16 +480,7 @@ fn in_model_check_records_the_faster_schedule_once() {
             "nothing stored: the task still awaits its check"
         );
     }
-    let report = check_in_model(
-        &tuned,
-        &heuristic,
-        &inputs,
-        pending(),
-        &cache,
-        &steady(5),
-        "dense",
-    )
-    .expect("checks");
+    let report = check_with(&steady(5));
     assert!(pending().is_empty());
     let (t, h) = time_alternately(&tuned, &heuristic, &inputs, 3).expect("runs");
     assert!(
@@ -527,16 +521,7 @@ fn in_model_check_records_the_faster_schedule_once() {
     assert_eq!(chosen, stored.candidates[expected].label);
 
     // Checked once: a second check finds nothing to do.
-    let again = check_in_model(
-        &tuned,
-        &heuristic,
-        &inputs,
-        pending(),
-        &cache,
-        &steady(5),
-        "dense",
-    )
-    .expect("checks");
+    let again = check_with(&steady(5));
     assert!(again.tasks.is_empty() && again.runs == 0, "{again:?}");
 
     // Later compilations lower with the chosen schedule.
