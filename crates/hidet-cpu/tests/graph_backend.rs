@@ -448,7 +448,8 @@ fn a_refused_epilogue_chain_keeps_its_longest_accepted_prefix() {
 /// Products concatenated along their outermost axis are computed straight into their
 /// slices of the concatenation (no copy kernel); along an inner axis, whose slices are not
 /// contiguous, the concatenation stays a kernel. Both compute what the reference computes.
-/// (A concatenation fused with injective consumers is one kernel, and not run in place.)
+/// (A concatenation fused with injective consumers other than reshapes is one kernel, and not
+/// run in place.)
 #[test]
 fn a_concatenation_of_products_runs_in_place_when_its_slices_are_contiguous() {
     for (axis, in_place) in [(0i64, true), (1, false)] {

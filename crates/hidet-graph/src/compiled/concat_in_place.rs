@@ -9,13 +9,13 @@
 
 use std::collections::HashSet;
 
-use crate::fusion::{Group, Specialization};
+use crate::fusion::{Group, Specialization, RESHAPE_LIKE};
 use crate::graph::{Graph, ValueId};
 
 /// Places the inputs of `group` in its output and returns true, when `group` is a
-/// default-domain `Concat`, alone or followed by a chain of `Reshape`s (which keep its bytes;
-/// the last one's output is the group's), that can run in place (see the module docs); changes nothing
-/// and returns false otherwise. Value `v` is placed at byte `at[v]` of the buffer of value
+/// default-domain `Concat`, alone or followed by a chain of reshape-like nodes
+/// ([`RESHAPE_LIKE`]: they keep its bytes; the last one's output is the group's), that can
+/// run in place (see the module docs); changes nothing and returns false otherwise. Value `v` is placed at byte `at[v]` of the buffer of value
 /// `root[v]` (an alias shares its source's place); every value placed with an input's
 /// buffer moves with it. An input must fill its buffer (not be a slice of another
 /// concatenation) and have a buffer of its own, distinct from the other inputs' and the
@@ -65,7 +65,8 @@ fn input_offsets(
     for id in reshapes {
         let reshape = &graph.nodes()[id.0];
         let reads_out = reshape.inputs.first() == Some(&Some(out));
-        if reshape.op_type != "Reshape" || !reshape.domain.is_empty() || !reads_out {
+        let keeps_bytes = RESHAPE_LIKE.contains(&reshape.op_type.as_str());
+        if !keeps_bytes || !reshape.domain.is_empty() || !reads_out {
             return None;
         }
         let [Some(next)] = reshape.outputs.as_slice() else {

@@ -57,16 +57,6 @@ pub struct CheckPlan {
 /// by well under 1%; a neighbour's load spreads them by 10% and more.
 pub const DEFAULT_MAX_SPREAD: f64 = 0.05;
 
-impl CheckPlan {
-    /// `runs` interleaved runs and [`DEFAULT_MAX_SPREAD`].
-    pub fn new(runs: usize) -> CheckPlan {
-        CheckPlan {
-            runs,
-            max_spread: DEFAULT_MAX_SPREAD,
-        }
-    }
-}
-
 /// The check of one tuned task.
 #[derive(Debug, Clone)]
 pub struct TaskCheck {

@@ -116,7 +116,7 @@ pub fn heuristic_for_product(target: &CpuTarget, threads: i64, m: i64, n: i64) -
 /// 1152, …) and a `B` micro-panel of 384 rows still fits a 32 KiB L1 (`nr` ≤ 21 floats), else
 /// unchanged. Each `K` block re-packs the packed operand and round-trips
 /// the partial sums, so three blocks of 384 cost less than four of 256 and one of 128:
-/// Inception-V3's four `1×3` convolutions at 8² (384 channels, `k` = 1152) 0.79× in the
+/// Inception-V3's four `3×1` convolutions at 8² (384 channels, `k` = 1152) 0.79× in the
 /// model, the model 0.99×; ResNet-50 and MobileNet-V2 (`k` = 1152 and 384) even. Only a
 /// schedule of [`matmul_space`] for `target` is picked.
 pub fn with_depth(target: &CpuTarget, schedule: MatmulSchedule, k: i64) -> MatmulSchedule {
