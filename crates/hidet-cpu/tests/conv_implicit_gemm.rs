@@ -393,3 +393,125 @@ fn a_conv_on_few_pixels_is_a_transposed_product_in_one_kernel() {
     );
     assert_direct(&checked.source);
 }
+
+/// 3×3 stride-1 convolutions with enough channels and tiles run by Winograd's algorithm
+/// (`hidet_graph::passes::ConvWinograd`): a padded copy of the input, three products (the
+/// input transform reading the tiles through `hidet::OffsetGather`, the per-position
+/// product, the output transform) and, when the tiles overhang the output, a cropping
+/// kernel; the result matches float64 loops. Cases: `F(4×4)` over 7×7 tiles, exact (28²)
+/// and cropped (25², and an unpadded 27² input); `F(2×2)` where `F(4×4)` has too few tiles
+/// (14²: 16 tiles of 4, 49 of 2). Each output is within `1e-5` of the sum of the
+/// magnitudes of its terms (Winograd's transforms round more than a dot product does).
+#[test]
+fn winograd_convolutions_match_float64_loops() {
+    for (seed, c, hw, oc, pad) in [
+        (31, 64, 28, 72, 1),
+        (32, 66, 25, 64, 1),
+        (33, 64, 27, 70, 0),
+        (34, 64, 14, 64, 1),
+    ] {
+        let what = format!("{c} → {oc} channels, {hw}², pad {pad}");
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = Rng::new(seed);
+        let win = Window {
+            kernel: 3,
+            stride: 1,
+            pad,
+        };
+        let bl = block(&mut rng, c, hw, oc, win);
+        let want = block_f64(&bl);
+        let abs = |t: &Tensor| {
+            let v: Vec<f32> = t
+                .as_slice::<f32>()
+                .unwrap()
+                .iter()
+                .map(|x| x.abs())
+                .collect();
+            Tensor::new(t.shape().to_vec(), v).unwrap()
+        };
+        let magnitude = block_f64(&Block {
+            graph: bl.graph.clone(),
+            x: abs(&bl.x),
+            r: abs(&bl.r),
+            w: abs(&bl.w),
+            b: abs(&bl.b),
+            win,
+        });
+        let graph = run_passes(bl.graph.clone(), &default_passes()).unwrap();
+        let ops: Vec<&str> = graph.nodes().iter().map(|n| n.op_type.as_str()).collect();
+        assert!(!ops.contains(&"Conv"), "{what}: {ops:?}");
+        assert_eq!(
+            ops.iter().filter(|o| **o == "MatMul").count(),
+            3,
+            "{what}: {ops:?}"
+        );
+        assert!(ops.contains(&"OffsetGather"), "{what}: {ops:?}");
+        let o = win.out(hw);
+        let compiled = CompiledGraph::compile(
+            &graph,
+            &[vec![1, c, hw, hw], vec![1, oc, o, o]],
+            Arc::new(cpu_backend(dir.path(), true)),
+            &CompileOptions::default(),
+        )
+        .unwrap();
+        let report = compiled.report();
+        assert_eq!(report.host_nodes, 0, "{what}: {}", report.partition);
+        assert!(report.refusals.is_empty(), "{what}: {:?}", report.refusals);
+        let inputs = vec![("x".to_string(), bl.x), ("r".to_string(), bl.r)];
+        let out = compiled.run(&inputs).unwrap();
+        let got = out[0].1.to_f64_vec();
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (i, ((g, w), m)) in got.iter().zip(&want).zip(&magnitude).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-5 * m,
+                "{what}[{i}]: {g} vs {w} (terms {m})"
+            );
+        }
+    }
+}
+
+/// A direct convolution whose input is computed by an element-wise operator that could be
+/// inlined (here a `Relu` of the graph input) still reads its pixels in place: the
+/// partition never inlines into `hidet::OffsetGather`, so the `Relu` is stored by a kernel of
+/// its own and the product broadcasts from it (inlined, every gathered address would
+/// recompute it and the product would pack the operand).
+#[test]
+fn a_direct_convolution_reads_a_computed_input_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let sources = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(35);
+    let (c, hw, oc) = (5, 19, 11);
+    let w = random(&mut rng, &[oc, c, 3, 3]);
+    let mut g = GraphBuilder::new("relu_conv");
+    g.input("x", TensorType::fixed(DType::F32, &[1, c, hw, hw]));
+    g.initializer("w", w.clone());
+    g.node(node("Relu", &["x"], "act", Attributes::new()));
+    g.node(node("Conv", &["act", "w"], "y", Attributes::new()));
+    g.output("y");
+    let graph = g.build(Registry::global()).unwrap();
+    let x = random(&mut rng, &[1, c, hw, hw]);
+    let inputs = vec![("x".to_string(), x)];
+    let want = run_reference(&graph, &inputs).unwrap();
+    let optimized = run_passes(graph, &default_passes()).unwrap();
+    let options = CompileOptions {
+        emit_source_dir: Some(sources.path().to_path_buf()),
+        ..CompileOptions::default()
+    };
+    let compiled = CompiledGraph::compile(
+        &optimized,
+        &[vec![1, c, hw, hw]],
+        Arc::new(cpu_backend(dir.path(), true)),
+        &options,
+    )
+    .unwrap();
+    let report = compiled.report();
+    assert_eq!(report.kernels, 2, "{}", report.partition);
+    let out = compiled.run(&inputs).unwrap();
+    let want: Vec<f64> = want[0].1.to_f64_vec();
+    assert_close(&out[0].1, &want, "relu then direct convolution");
+    let mut source = String::new();
+    for entry in std::fs::read_dir(sources.path()).unwrap() {
+        source += &std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    }
+    assert_direct(&source);
+}

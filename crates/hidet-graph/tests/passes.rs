@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use hidet_graph::passes::{
     default_passes, exact_cast, run_passes, BatchNormFolding, CommonSubexpressionElimination,
-    ConstantFolding, DeadCodeElimination, DepthwiseChannelsLast, FlattenBatchedMatMul,
-    GemmToMatMul, GraphPass, PanelConstantWeights, PoolAfterPointwise, SeparablePool,
-    SimplifyChains, SinkTransposes,
+    ConstantFolding, ConvWinograd, DeadCodeElimination, DepthwiseChannelsLast,
+    FlattenBatchedMatMul, GemmToMatMul, GraphPass, PanelConstantWeights, PoolAfterPointwise,
+    SeparablePool, SimplifyChains, SinkTransposes,
 };
 use hidet_graph::{Attribute, Attributes, DType, Dim, GraphBuilder, Tensor, TensorType};
 use passes_util::*;
@@ -693,6 +693,119 @@ mod pool_after_pointwise {
         let before = build(b);
         let after = run_then_dce(&PoolAfterPointwise, before.clone());
         assert_eq!(ops(&after), ops(&before));
+    }
+}
+
+mod winograd {
+    use super::*;
+
+    /// Every 3×3 stride-1 convolution is rewritten, whatever its size.
+    const ALWAYS: ConvWinograd = ConvWinograd {
+        min_tiles: 1,
+        min_channel_harmonic: 1,
+    };
+
+    /// `Relu(Conv(x, w, b?))` over `x` `[1, c, h, w]` with `attrs`.
+    fn conv(
+        rng: &mut Rng,
+        c: usize,
+        oc: usize,
+        hw: [usize; 2],
+        attrs: Attributes,
+        bias: bool,
+    ) -> hidet_graph::Graph {
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[1, c, hw[0], hw[1]]));
+        b.initializer("w", rng.f32s(&[oc, c, 3, 3]));
+        let mut conv_in = vec!["x", "w"];
+        if bias {
+            b.initializer("b", rng.f32s(&[oc]));
+            conv_in.push("b");
+        }
+        b.node(node("Conv", 17, &conv_in, &["y"], attrs));
+        b.node(node("Relu", 17, &["y"], &["out"], Attributes::new()));
+        b.output("out");
+        build(b)
+    }
+
+    /// The convolution becomes the padded input, the tile gather, three products and the
+    /// output's permutation (a crop when the tiles overhang the output, a bias add), with
+    /// the same outputs up to rounding: `F(4×4)` and `F(2×2)` (too few tiles of 4 for
+    /// `min_tiles`), symmetric, asymmetric and no padding, outputs that are and are not
+    /// whole tiles, with and without a bias.
+    #[test]
+    fn a_three_by_three_convolution_becomes_three_products() {
+        let mut rng = Rng::new(51);
+        let cases = [
+            (5, 7, [11, 13], [1i64, 1, 1, 1], true, 1usize),
+            (6, 3, [10, 10], [1, 1, 1, 1], false, 1),
+            (4, 9, [12, 9], [0, 1, 2, 0], true, 1),
+            (3, 4, [10, 14], [0, 0, 0, 0], false, 1),
+            (5, 6, [9, 9], [1, 1, 1, 1], true, 20),
+            (4, 5, [13, 8], [1, 0, 0, 1], false, 20),
+        ];
+        for (c, oc, hw, pads, bias, min_tiles) in cases {
+            let what =
+                format!("{c} → {oc}, {hw:?}, pads {pads:?}, bias {bias}, min_tiles {min_tiles}");
+            let before = conv(
+                &mut rng,
+                c,
+                oc,
+                hw,
+                attrs(vec![("pads", ints(&pads))]),
+                bias,
+            );
+            let pass = ConvWinograd {
+                min_tiles,
+                ..ALWAYS
+            };
+            let after = run_then_dce(&pass, before.clone());
+            assert_eq!(count(&after, "Conv"), 0, "{what}");
+            assert_eq!(count(&after, "MatMul"), 3, "{what}");
+            assert_eq!(count(&after, "OffsetGather"), 1, "{what}");
+            assert_eq!(count(&after, "Add"), usize::from(bias), "{what}");
+            let inputs = vec![("x".to_string(), rng.f32s(&[1, c, hw[0], hw[1]]))];
+            assert_same_outputs(&before, &after, &inputs, 1e-4);
+        }
+    }
+
+    /// Kept: strided, dilated, grouped and 5×5 convolutions; with the default thresholds,
+    /// few channels (`C·OC / (C + OC)` below 30) or few tiles (a 7×7 output).
+    #[test]
+    fn other_convolutions_stay() {
+        let mut rng = Rng::new(52);
+        for extra in [
+            ("strides", ints(&[2, 2])),
+            ("dilations", ints(&[2, 2])),
+            ("group", Attribute::Int(2)),
+        ] {
+            let mut b = GraphBuilder::new("g");
+            b.input("x", f32_input(&[1, 4, 12, 12]));
+            let c_in = if extra.0 == "group" { 2 } else { 4 };
+            b.initializer("w", rng.f32s(&[4, c_in, 3, 3]));
+            b.node(node("Conv", 17, &["x", "w"], &["y"], attrs(vec![extra])));
+            b.output("y");
+            let before = build(b);
+            let after = run_then_dce(&ALWAYS, before.clone());
+            assert_eq!(ops(&after), vec!["Conv"]);
+        }
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[1, 4, 12, 12]));
+        b.initializer("w", rng.f32s(&[4, 4, 5, 5]));
+        b.node(node("Conv", 17, &["x", "w"], &["y"], Attributes::new()));
+        b.output("y");
+        assert_eq!(ops(&run_then_dce(&ALWAYS, build(b))), vec!["Conv"]);
+
+        let pads = || attrs(vec![("pads", ints(&[1, 1, 1, 1]))]);
+        let few_channels = conv(&mut rng, 32, 64, [40, 40], pads(), true);
+        let after = run_then_dce(&ConvWinograd::default(), few_channels);
+        assert_eq!(count(&after, "Conv"), 1);
+        let few_tiles = conv(&mut rng, 64, 64, [7, 7], pads(), true);
+        let after = run_then_dce(&ConvWinograd::default(), few_tiles);
+        assert_eq!(count(&after, "Conv"), 1);
+        let enough = conv(&mut rng, 64, 64, [14, 14], pads(), true);
+        let after = run_then_dce(&ConvWinograd::default(), enough);
+        assert_eq!(count(&after, "Conv"), 0);
     }
 }
 

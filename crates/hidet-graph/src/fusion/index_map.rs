@@ -97,6 +97,45 @@ pub fn invert_read(
     })
 }
 
+/// One grid of a chain read by [`invert_chain`]: `out[axes] = value`, `out` of shape `shape`.
+#[derive(Debug, Clone)]
+pub struct ChainStep {
+    pub out: Var,
+    pub shape: Vec<usize>,
+    pub axes: Vec<Var>,
+    pub value: Expr,
+}
+
+/// The inverse of a chain of grids each reading the one before it through a bijection (the
+/// first reads `src`, of shape `src_shape`; `chain` in order): the composition of their inverses ([`invert_read`] of each
+/// step). A composite such as a reshape, a transpose and a reshape that interleaves split
+/// axes (`[m, m, C, T1, T2]` → `[C, T1·m, T2·m]`) is not one of the recognized forms, while
+/// each step is. `None` when a step reads no earlier value of the chain or is not invertible.
+pub fn invert_chain(chain: &[ChainStep], src: &Var, src_shape: &[usize]) -> Option<InverseMap> {
+    let src_axes: Vec<Var> = (0..src_shape.len())
+        .map(|d| Var::new(format!("j{d}"), DataType::I32))
+        .collect();
+    let mut out_index: Vec<Expr> = src_axes.iter().map(Var::expr).collect();
+    let (mut prev, mut prev_shape) = (src.clone(), src_shape.to_vec());
+    for ChainStep {
+        out,
+        shape,
+        axes,
+        value,
+    } in chain
+    {
+        let step = invert_read(axes, shape, value, &prev, &prev_shape)?;
+        let map: HashMap<Var, Expr> = step.src_axes.into_iter().zip(out_index).collect();
+        out_index = step.out_index.iter().map(|e| e.substitute(&map)).collect();
+        prev = out.clone();
+        prev_shape = shape.clone();
+    }
+    Some(InverseMap {
+        src_axes,
+        out_index,
+    })
+}
+
 /// A permutation `p` (not the identity) such that `index` is, symbolically, the row-major
 /// reshape onto `src_shape` of the grid `[axes[p[0]], axes[p[1]], …]` (extents
 /// `out_shape[p[k]]`); `None` when there is none or the rank exceeds
@@ -373,6 +412,73 @@ mod tests {
         // A permuted read that drops an axis is still refused.
         let index = vec![ax[2].expr(), ax[1].expr() * 64];
         assert!(invert_read(&ax, &[1, 12, 128, 64], &src.at(index), &src, &[128, 768]).is_none());
+    }
+
+    #[test]
+    fn a_chain_that_interleaves_split_axes_is_inverted_step_by_step() {
+        // c[3, 4, 4] = reshape(transpose(reshape(s[4, 12], [2, 2, 3, 2, 2]), [2, 3, 0, 4, 1])),
+        // a Winograd output transform's store: c[ch, 2·t1 + i, 2·t2 + j] = s[2·i + j, ch·4 + 2·t1 + t2].
+        let s_shape = [4usize, 12];
+        let (a_shape, b_shape, c_shape) =
+            ([2usize, 2, 3, 2, 2], [3usize, 2, 2, 2, 2], [3usize, 4, 4]);
+        let src = tensor_input("s", DataType::F32, [4i64, 12]);
+        let a = tensor_input("a", DataType::F32, [2i64, 2, 3, 2, 2]);
+        let b = tensor_input("b", DataType::F32, [3i64, 2, 2, 2, 2]);
+        let c = tensor_input("c", DataType::F32, [3i64, 4, 4]);
+        let (ax_a, ax_b, ax_c) = (axes(5), axes(5), axes(3));
+        let e = |ax: &[Var]| ax.iter().map(Var::expr).collect::<Vec<Expr>>();
+        let read_a = reshape_index(&e(&ax_a), &a_shape, &s_shape);
+        let p = &ax_b;
+        let read_b = vec![
+            p[2].expr(),
+            p[4].expr(),
+            p[0].expr(),
+            p[1].expr(),
+            p[3].expr(),
+        ];
+        let read_c = reshape_index(&e(&ax_c), &c_shape, &b_shape);
+        let chain = [
+            ChainStep {
+                out: a.clone(),
+                shape: a_shape.to_vec(),
+                axes: ax_a.clone(),
+                value: src.at(read_a.clone()),
+            },
+            ChainStep {
+                out: b.clone(),
+                shape: b_shape.to_vec(),
+                axes: ax_b.clone(),
+                value: a.at(read_b.clone()),
+            },
+            ChainStep {
+                out: c,
+                shape: c_shape.to_vec(),
+                axes: ax_c.clone(),
+                value: b.at(read_c.clone()) + Expr::f32(1.0),
+            },
+        ];
+        let inv = invert_chain(&chain, &src, &s_shape).unwrap();
+        // The composite read of `s` by `c`'s axes.
+        let sub = |index: &[Expr], ax: &[Var], by: &[Expr]| {
+            let map: HashMap<Var, Expr> = ax.iter().cloned().zip(by.iter().cloned()).collect();
+            index
+                .iter()
+                .map(|x| x.substitute(&map))
+                .collect::<Vec<Expr>>()
+        };
+        let via_b = sub(&read_b, &ax_b, &read_c);
+        let composite = sub(&read_a, &ax_a, &via_b);
+        check_inverse(&inv, &ax_c, &c_shape, &composite, &s_shape);
+        // A step that is not a bijection breaks the chain.
+        let mut broken = chain.clone();
+        broken[1].value = a.at(vec![
+            p[2].expr(),
+            p[4].expr(),
+            p[0].expr(),
+            p[1].expr(),
+            Expr::int(0),
+        ]);
+        assert!(invert_chain(&broken, &src, &s_shape).is_none());
     }
 
     #[test]

@@ -136,6 +136,9 @@ pub fn partition_with(graph: &Graph, spec: &Specialization, fuse: bool) -> Parti
         };
         let mut stack = if fuse { vec![NodeId(a)] } else { vec![] };
         while let Some(m) = stack.pop() {
+            if reads_in_place(graph, m) {
+                continue;
+            }
             for v in graph.nodes()[m.0].inputs.iter().flatten() {
                 let Some((p, _)) = graph.value(*v).producer else {
                     continue;
@@ -377,6 +380,16 @@ fn single_output(graph: &Graph, node: NodeId) -> Option<ValueId> {
         (Some(o), None) => Some(*o),
         _ => None,
     }
+}
+
+/// Whether node `m` is a `hidet::OffsetGather`: a gather that a matrix product reads where
+/// its input is stored (a direct convolution's pixels), so its input is never inlined into
+/// it (recomputing an inlined producer at every gathered address would make the product
+/// pack the operand instead).
+fn reads_in_place(graph: &Graph, m: NodeId) -> bool {
+    let node = &graph.nodes()[m.0];
+    node.domain == crate::ops::im2col::HIDET_DOMAIN
+        && node.op_type == crate::ops::offset_gather::OP_TYPE
 }
 
 /// Whether injective `node` reads `src` through a bijection (all reads at one invertible

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use hidet_ir::compute::{tensor_input, ComputeDef, ComputeNode};
 use hidet_ir::expr::{Expr, ExprKind, Var};
 
-use super::index_map::invert_read;
+use super::index_map::{invert_chain, invert_read, ChainStep};
 use super::partition::{Group, GroupKind};
 use super::specialize::{NodeMode, Specialization};
 use crate::dtype::DType;
@@ -338,7 +338,8 @@ fn anchor_info(
         };
         let src_shape = const_shape(src)?;
         let out_shape = const_shape(out)?;
-        let inv = invert_read(axes, &out_shape, value, src, &src_shape)?;
+        let inv = invert_read(axes, &out_shape, value, src, &src_shape)
+            .or_else(|| epilogue_chain(def, src).and_then(|c| invert_chain(&c, src, &src_shape)))?;
         let stored = Var::new("stored", src.ty().as_tensor()?.dtype);
         let map: HashMap<Var, Expr> = axes
             .iter()
@@ -367,6 +368,32 @@ fn anchor_info(
         operands,
         epilogue,
     }
+}
+
+/// The grids of `def` after `src`, when each reads the one before it (the first `src`) and
+/// nothing else of the task but its inputs: an epilogue chain, as [`invert_chain`] takes it.
+fn epilogue_chain(def: &ComputeDef, src: &Var) -> Option<Vec<ChainStep>> {
+    let mut prev = src.clone();
+    let mut chain = Vec::new();
+    for (v, node) in def.nodes.iter().skip_while(|(v, _)| v != src).skip(1) {
+        let ComputeNode::Grid { axes, value } = node else {
+            return None;
+        };
+        let chained = hidet_ir::compute::reads(value)
+            .iter()
+            .all(|(t, _)| *t == prev || def.inputs.contains(t));
+        if !chained {
+            return None;
+        }
+        chain.push(ChainStep {
+            out: v.clone(),
+            shape: const_shape(v)?,
+            axes: axes.clone(),
+            value: value.clone(),
+        });
+        prev = v.clone();
+    }
+    Some(chain)
 }
 
 fn const_shape(v: &Var) -> Option<Vec<usize>> {

@@ -10,6 +10,7 @@ pub mod channels_last;
 mod constant_fold;
 mod conv_implicit_gemm;
 mod conv_node;
+mod conv_winograd;
 mod cse;
 mod dce;
 mod panel_weights;
@@ -23,6 +24,7 @@ pub use batchnorm_fold::BatchNormFolding;
 pub use channels_last::{DepthwiseChannelsLast, SinkTransposes};
 pub use constant_fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
 pub use conv_implicit_gemm::{ConvToImplicitGemm, FEW_CHANNELS};
+pub use conv_winograd::{ConvWinograd, WINOGRAD_MIN_CHANNEL_HARMONIC, WINOGRAD_MIN_TILES};
 pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
 pub use panel_weights::PanelConstantWeights;
@@ -52,14 +54,19 @@ pub struct PassOptions {
     /// Rows per panel of a constant left operand of a matrix product stored as panels
     /// ([`PanelConstantWeights::left_panel_rows`]): the rows of the backend's register tile.
     pub left_panel_rows: usize,
+    /// Whether 3×3 stride-1 convolutions with enough tiles and channels run by Winograd's
+    /// algorithm ([`ConvWinograd`]).
+    pub winograd: bool,
 }
 
 impl Default for PassOptions {
-    /// [`FEW_CHANNELS`] and 16-row panels ([`crate::ops::column_panels::PANEL_WIDTH`]).
+    /// [`FEW_CHANNELS`], 16-row panels ([`crate::ops::column_panels::PANEL_WIDTH`]) and
+    /// Winograd convolutions.
     fn default() -> Self {
         PassOptions {
             direct_conv_max_channels: FEW_CHANNELS,
             left_panel_rows: crate::ops::column_panels::PANEL_WIDTH,
+            winograd: true,
         }
     }
 }
@@ -88,6 +95,16 @@ pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
         Box::new(PoolAfterPointwise),
         // Single-image f32 depthwise Conv → hidet::DepthwiseConvNhwc between transposes.
         Box::new(DepthwiseChannelsLast),
+        // Single-image f32 3×3 stride-1 Conv with a constant weight → Winograd's three
+        // products (input transform, per-position product, output transform).
+        Box::new(ConvWinograd {
+            min_tiles: if options.winograd {
+                WINOGRAD_MIN_TILES
+            } else {
+                usize::MAX
+            },
+            ..ConvWinograd::default()
+        }),
         // Single-image f32 Conv with a constant weight → Im2Col + MatMul + bias + Reshape.
         Box::new(ConvToImplicitGemm {
             direct_max_channels: options.direct_conv_max_channels,
