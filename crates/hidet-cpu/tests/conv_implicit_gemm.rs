@@ -515,3 +515,79 @@ fn a_direct_convolution_reads_a_computed_input_in_place() {
     }
     assert_direct(&source);
 }
+
+/// Inception-V3's factorized windows, 1×7 and 7×1 at 17² with 64 channels, run by the
+/// one-axis Winograd transform `F(4, 7)` (the tiles overhang the output: a crop) and
+/// match the reference executor within `1e-5` of the sum of their terms' magnitudes (the
+/// reference executor run on the absolute values).
+#[test]
+fn one_axis_winograd_convolutions_match_the_reference() {
+    for (seed, kernel, pads) in [(36, [1i64, 7], [0i64, 3, 0, 3]), (37, [7, 1], [3, 0, 3, 0])] {
+        let what = format!("{kernel:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = Rng::new(seed);
+        let (c, hw, oc) = (64, 17, 64);
+        let shape = [oc, c, kernel[0] as usize, kernel[1] as usize];
+        let graph = |w: Tensor, b: Tensor| {
+            let mut g = GraphBuilder::new("factorized");
+            g.input("x", TensorType::fixed(DType::F32, &[1, c, hw, hw]));
+            g.initializer("w", w);
+            g.initializer("b", b);
+            let mut attrs = Attributes::new();
+            attrs.insert("pads", Attribute::Ints(pads.to_vec()));
+            g.node(node("Conv", &["x", "w", "b"], "y", attrs));
+            g.output("y");
+            g.build(Registry::global()).unwrap()
+        };
+        let (w, b, x) = (
+            random(&mut rng, &shape),
+            random(&mut rng, &[oc]),
+            random(&mut rng, &[1, c, hw, hw]),
+        );
+        let abs = |t: &Tensor| {
+            let v: Vec<f32> = t
+                .as_slice::<f32>()
+                .unwrap()
+                .iter()
+                .map(|x| x.abs())
+                .collect();
+            Tensor::new(t.shape().to_vec(), v).unwrap()
+        };
+        let inputs = vec![("x".to_string(), x.clone())];
+        let want = run_reference(&graph(w.clone(), b.clone()), &inputs).unwrap();
+        let magnitude =
+            run_reference(&graph(abs(&w), abs(&b)), &[("x".to_string(), abs(&x))]).unwrap();
+        let optimized = run_passes(graph(w, b), &default_passes()).unwrap();
+        let ops: Vec<&str> = optimized
+            .nodes()
+            .iter()
+            .map(|n| n.op_type.as_str())
+            .collect();
+        assert!(!ops.contains(&"Conv"), "{what}: {ops:?}");
+        assert_eq!(
+            ops.iter().filter(|o| **o == "MatMul").count(),
+            3,
+            "{what}: {ops:?}"
+        );
+        let compiled = CompiledGraph::compile(
+            &optimized,
+            &[vec![1, c, hw, hw]],
+            Arc::new(cpu_backend(dir.path(), true)),
+            &CompileOptions::default(),
+        )
+        .unwrap();
+        let out = compiled.run(&inputs).unwrap();
+        let (got, want, magnitude) = (
+            out[0].1.to_f64_vec(),
+            want[0].1.to_f64_vec(),
+            magnitude[0].1.to_f64_vec(),
+        );
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (i, ((g, w), m)) in got.iter().zip(&want).zip(&magnitude).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-5 * m,
+                "{what}[{i}]: {g} vs {w} (terms {m})"
+            );
+        }
+    }
+}

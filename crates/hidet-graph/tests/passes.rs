@@ -769,6 +769,41 @@ mod winograd {
         }
     }
 
+    /// Windows of 1×7 and 7×1 (Inception-V3's factorized convolutions) transform one axis,
+    /// `F(4, 7)` or, with too few tiles of 4, `F(2, 7)`; the other axis passes through.
+    #[test]
+    fn one_by_seven_and_seven_by_one_windows_transform_one_axis() {
+        let mut rng = Rng::new(53);
+        for (kernel, pads, min_tiles) in [
+            ([1i64, 7], [0i64, 3, 0, 3], 1usize),
+            ([7, 1], [3, 0, 3, 0], 1),
+            ([1, 7], [0, 3, 0, 3], 40),
+            ([7, 1], [2, 0, 1, 0], 1),
+        ] {
+            let what = format!("{kernel:?}, pads {pads:?}, min_tiles {min_tiles}");
+            let mut b = GraphBuilder::new("g");
+            b.input("x", f32_input(&[1, 6, 11, 9]));
+            b.initializer(
+                "w",
+                rng.f32s(&[5, 6, kernel[0] as usize, kernel[1] as usize]),
+            );
+            b.initializer("b", rng.f32s(&[5]));
+            let conv_attrs = attrs(vec![("pads", ints(&pads)), ("kernel_shape", ints(&kernel))]);
+            b.node(node("Conv", 17, &["x", "w", "b"], &["y"], conv_attrs));
+            b.output("y");
+            let before = build(b);
+            let pass = ConvWinograd {
+                min_tiles,
+                ..ALWAYS
+            };
+            let after = run_then_dce(&pass, before.clone());
+            assert_eq!(count(&after, "Conv"), 0, "{what}");
+            assert_eq!(count(&after, "MatMul"), 3, "{what}");
+            let inputs = vec![("x".to_string(), rng.f32s(&[1, 6, 11, 9]))];
+            assert_same_outputs(&before, &after, &inputs, 1e-4);
+        }
+    }
+
     /// Kept: strided, dilated, grouped and 5×5 convolutions; with the default thresholds,
     /// few channels (`C·OC / (C + OC)` below 30) or few tiles (a 7×7 output).
     #[test]

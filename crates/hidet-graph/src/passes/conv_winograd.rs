@@ -1,24 +1,29 @@
-//! 3×3 convolutions at stride 1 by Winograd's minimal filtering, `F(m×m, 3×3)`, as three
+//! 3×3, 1×7 and 7×1 convolutions at stride 1 by Winograd's minimal filtering, as three
 //! matrix products.
 //!
-//! Each `m×m` tile of the output is computed from the `(m+2)×(m+2)` tile of the (padded)
-//! input under it: `Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A` (Lavin and Gray, 2016). With `n = m+2`
-//! and the `n²` positions `ξ` of the transformed tile, the products are
+//! Along each spatial axis a 1-D transform `F(m, r)` computes `m` outputs of an `r`-tap
+//! window from `n = m + r − 1` inputs: `y = Aᵀ[(G g) ⊙ (Bᵀ d)]` (Lavin and Gray, 2016;
+//! `F(2, 3)`, `F(4, 3)` with their matrices, `F(2, 7)` and `F(4, 7)` by Toom-Cook, and the
+//! identity `F(1, 1)` along a window of one). The 2-D transform is their tensor product:
+//! each `m₀×m₁` tile of the output comes from the `n₀×n₁` tile of the (padded) input under
+//! it. With the `N = n₀·n₁` positions `ξ` of a transformed tile, the products are
 //!
 //! ```text
-//! Xp = Pad(X) (marked materialize)                       [1, C, m·TY + 2, m·TX + 2]
-//! D  = hidet::OffsetGather(Xp, tile element, tile origin) [n², C·T]   T = TY·TX tiles
-//! V  = MatMul(Bk, D)                                      [n², C·T]   Bk = Bᵀ ⊗ Bᵀ  [n², n²]
-//! M  = MatMul(U, Reshape(V, [n², C, T]))                  [n², OC, T] U[ξ] = (G g Gᵀ)[ξ]
-//! Yt = MatMul(Ak, Reshape(M, [n², OC·T]))                 [m², OC·T]  Ak = Aᵀ ⊗ Aᵀ  [m², n²]
-//! Y  = Slice(Reshape(Transpose(Reshape(Yt, [m, m, OC, TY, TX]), [2, 3, 0, 4, 1]),
-//!            [1, OC, m·TY, m·TX]), to the output) + bias
+//! Xp = Pad(X) (marked materialize)                       [1, C, m₀·T₀ + r₀ − 1, m₁·T₁ + r₁ − 1]
+//! D  = hidet::OffsetGather(Xp, tile element, tile origin) [N, C·T]    T = T₀·T₁ tiles
+//! V  = MatMul(Bk, D)                                      [N, C·T]    Bk = Bᵀ₀ ⊗ Bᵀ₁  [N, N]
+//! M  = MatMul(U, Reshape(V, [N, C, T]))                   [N, OC, T]  U[ξ] = (G₀ g G₁ᵀ)[ξ]
+//! Yt = MatMul(Ak, Reshape(M, [N, OC·T]))                  [m₀·m₁, OC·T]  Ak = Aᵀ₀ ⊗ Aᵀ₁
+//! Y  = Slice(Reshape(Transpose(Reshape(Yt, [m₀, m₁, OC, T₀, T₁]), [2, 3, 0, 4, 1]),
+//!            [1, OC, m₀·T₀, m₁·T₁]) + bias, to the output)
 //! ```
 //!
-//! The middle product does `n²·OC·C·T` multiply-adds where the convolution does
-//! `9·OC·C·m²·T`: 2.25× fewer for `m = 2`, 4× for `m = 4`. The transforms are small
-//! products by constant matrices over `n²` rows; the output's permutation is the last
-//! product's epilogue. `U` is computed once here, in f64.
+//! The middle product does `N·OC·C·T` multiply-adds where the convolution does
+//! `r₀r₁·OC·C·m₀m₁·T`: 2.25× fewer for `F(2×2, 3×3)`, 4× for `F(4×4, 3×3)`, 1.75× for
+//! `F(2, 7)`, 2.8× for `F(4, 7)`. The transforms are small products by constant matrices over
+//! `N` rows; the output's permutation, the bias and what follows element-wise are the last
+//! product's epilogue (see `crate::fusion::index_map::invert_chain`). `U` is computed once
+//! here, in f64.
 
 use crate::attribute::Attributes;
 use crate::fusion::MATERIALIZE;
@@ -33,10 +38,11 @@ use crate::passes::GraphPass;
 use crate::tensor::{Tensor, TensorError};
 use crate::Attribute;
 
-/// Rewrites single-image f32 `Conv` nodes (`single_image_conv`) with a 3×3 window, stride 1,
-/// dilation 1 and `group == 1` into the Winograd products of the module docs, with `m = 4`
-/// when that gives at least `min_tiles` tiles, else `m = 2` when that does, and only when
-/// `C·OC / (C + OC)` is at least `min_channel_harmonic`.
+/// Rewrites single-image f32 `Conv` nodes (`single_image_conv`) with a 3×3, 1×7 or 7×1
+/// window, stride 1, dilation 1 and `group == 1` into the Winograd products of the module
+/// docs, with `m = 4` along the windowed axes when that gives at least `min_tiles` tiles,
+/// else `m = 2` when that does, and only when `C·OC / (C + OC)` is at least
+/// `min_channel_harmonic`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConvWinograd {
     /// Output tiles below which a convolution is left to the implicit GEMM.
@@ -48,7 +54,8 @@ pub struct ConvWinograd {
 /// Tiles below which the per-position products are too narrow (and their `n²/9` times
 /// larger weights too little reused) to gain: measured on AVX2, two threads, 3×3
 /// convolutions with a ReLU against the direct convolution, `F(4×4)` at 14² × 256 channels
-/// (16 tiles) 1.4× slower, `F(2×2)` there (49 tiles) 0.82×.
+/// (16 tiles) 1.4× slower, `F(2×2)` there (49 tiles) 0.82×. Inception-V3's 17² 1×7 and 7×1
+/// convolutions (85 tiles of 4) with `F(4, 7)`: 0.65–0.92× (128 and 192 channels).
 pub const WINOGRAD_MIN_TILES: usize = 36;
 
 /// The default lower bound on `C·OC / (C + OC)`: the transforms touch `C + OC` channels per
@@ -78,11 +85,11 @@ impl GraphPass for ConvWinograd {
             let Some(conv) = single_image_conv(&rw, NodeId(i)) else {
                 continue;
             };
-            let Some(tile) = self.tile(&conv) else {
+            let Some(axes) = self.plan(&conv) else {
                 continue;
             };
             rw.focus(NodeId(i));
-            let out = rewrite(&mut rw, &conv, tile).map_err(|e| match e {
+            let out = rewrite(&mut rw, &conv, &axes).map_err(|e| match e {
                 Failure::Graph(e) => e,
                 Failure::Tensor(e) => GraphError::Node {
                     node: conv.name.clone(),
@@ -98,11 +105,12 @@ impl GraphPass for ConvWinograd {
 }
 
 impl ConvWinograd {
-    /// The output tile `m` for `conv`, or `None` when the rewrite does not apply.
-    fn tile(&self, conv: &ConvNode) -> Option<usize> {
+    /// The transforms of `conv` along its two spatial axes, or `None` when the rewrite does
+    /// not apply.
+    fn plan(&self, conv: &ConvNode) -> Option<[Axis; 2]> {
         let g = &conv.geometry;
         let out_ch = conv.weight.shape()[0];
-        let applies = g.kernel == [3, 3]
+        let applies = g.kernel.len() == 2
             && g.strides == [1, 1]
             && g.dilations == [1, 1]
             && conv.group == 1
@@ -114,11 +122,25 @@ impl ConvWinograd {
         if c * oc < self.min_channel_harmonic * (c + oc) {
             return None;
         }
-        let tiles = |m: usize| g.output.iter().map(|&o| o.div_ceil(m)).product::<usize>();
-        let m = [4, 2].into_iter().find(|&m| tiles(m) >= self.min_tiles)?;
-        let plane = (g.output[0].div_ceil(m) * m + 2) * (g.output[1].div_ceil(m) * m + 2);
+        let tiles = |m: [usize; 2]| {
+            (0..2)
+                .map(|d| g.output[d].div_ceil(m[d]))
+                .product::<usize>()
+        };
+        let tile_sizes: &[[usize; 2]] = match g.kernel.as_slice() {
+            [3, 3] => &[[4, 4], [2, 2]],
+            [1, 7] => &[[1, 4], [1, 2]],
+            [7, 1] => &[[4, 1], [2, 1]],
+            _ => return None,
+        };
+        let m = *tile_sizes.iter().find(|&&m| tiles(m) >= self.min_tiles)?;
+        let axes = [0, 1].map(|d| Axis::new(m[d], g.kernel[d]));
+        let axes = [axes[0].clone()?, axes[1].clone()?];
+        let plane: usize = (0..2)
+            .map(|d| g.output[d].div_ceil(m[d]) * m[d] + axes[d].r - 1)
+            .product();
         let offsets_fit = i32::try_from(plane.checked_mul(conv.channels())?).is_ok();
-        offsets_fit.then_some(m)
+        offsets_fit.then_some(axes)
     }
 }
 
@@ -139,9 +161,46 @@ impl From<TensorError> for Failure {
     }
 }
 
-/// `Bᵀ`, `G` and `Aᵀ` of `F(m×m, 3×3)` for `m` = 2 or 4, row-major: `[n, n]`, `[n, 3]`,
-/// `[m, n]` with `n = m + 2`.
-fn matrices(m: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+/// The 1-D minimal filtering `F(m, r)` along one axis: `m` outputs of an `r`-tap window
+/// from `n = m + r − 1` inputs, `y = Aᵀ[(G g) ⊙ (Bᵀ d)]`.
+#[derive(Clone, Debug)]
+struct Axis {
+    m: usize,
+    r: usize,
+    n: usize,
+    /// `[n, n]`, row-major.
+    bt: Vec<f64>,
+    /// `[n, r]`.
+    g: Vec<f64>,
+    /// `[m, n]`.
+    at: Vec<f64>,
+}
+
+impl Axis {
+    /// `F(m, r)` for `(m, r)` in `(1, 1)` (the identity), `(2, 3)`, `(4, 3)` (Lavin and Gray's
+    /// matrices) and `(2, 7)` (Toom-Cook over 0, ±1, ±2, ±1/2 and infinity); `None` otherwise.
+    fn new(m: usize, r: usize) -> Option<Axis> {
+        let (bt, g, at) = match (m, r) {
+            (1, 1) => (vec![1.], vec![1.], vec![1.]),
+            (2 | 4, 3) => three_tap(m),
+            (2, 7) => toom_cook(2, 7, &[0., 1., -1., 2., -2., 0.5, -0.5])?,
+            (4, 7) => toom_cook(4, 7, &[0., 1., -1., 2., -2., 0.5, -0.5, 1.5, -1.5])?,
+            _ => return None,
+        };
+        Some(Axis {
+            m,
+            r,
+            n: m + r - 1,
+            bt,
+            g,
+            at,
+        })
+    }
+}
+
+/// `Bᵀ`, `G` and `Aᵀ` of `F(m, 3)` for `m` = 2 or 4 (Lavin and Gray), row-major: `[n, n]`,
+/// `[n, 3]`, `[m, n]` with `n = m + 2`.
+fn three_tap(m: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     match m {
         2 => (
             vec![
@@ -200,47 +259,135 @@ fn matrices(m: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     }
 }
 
-/// `P ⊗ P` of a row-major `[r, c]` matrix `p`: `[r², c²]`, entry `((a, b), (i, j))` =
-/// `p[a][i]·p[b][j]`, as f32.
-fn kron_square(p: &[f64], r: usize, c: usize) -> Result<Tensor, TensorError> {
-    let mut k = Vec::with_capacity(r * r * c * c);
-    for a in 0..r {
-        for b in 0..r {
-            for i in 0..c {
-                for j in 0..c {
-                    k.push((p[a * c + i] * p[b * c + j]) as f32);
-                }
-            }
+/// `Bᵀ`, `G` and `Aᵀ` of `F(m, r)` by Toom-Cook over the `m + r − 2` finite `points` and
+/// infinity: `Aᵀ[i][k] = p_k^i`, `G[k][j] = p_k^j / ∏_{l≠k}(p_k − p_l)` (the point at
+/// infinity reads the last coefficient), and `Bᵀ` the solution of `Aᵀ[(G g) ⊙ (Bᵀ d)] =
+/// g ⋆ d` for every `g` and `d` (one least-squares system per input position, exact for
+/// distinct points). `None` when the points are not distinct.
+fn toom_cook(m: usize, r: usize, points: &[f64]) -> Option<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+    let n = m + r - 1;
+    if points.len() != n - 1 {
+        return None;
+    }
+    let mut at = vec![0f64; m * n];
+    let mut g = vec![0f64; n * r];
+    for (k, &p) in points.iter().enumerate() {
+        let f: f64 = points
+            .iter()
+            .enumerate()
+            .filter(|&(l, _)| l != k)
+            .map(|(_, &q)| p - q)
+            .product();
+        if f == 0.0 {
+            return None;
+        }
+        for i in 0..m {
+            at[i * n + k] = p.powi(i as i32);
+        }
+        for j in 0..r {
+            g[k * r + j] = p.powi(j as i32) / f;
         }
     }
-    Tensor::new(vec![r * r, c * c], k)
+    at[(m - 1) * n + n - 1] = 1.0;
+    g[(n - 1) * r + r - 1] = 1.0;
+    // For input position l: Σ_k Aᵀ[i][k]·G[k][j]·Bᵀ[k][l] = [l == i + j] for all i, j.
+    let mut bt = vec![0f64; n * n];
+    for l in 0..n {
+        let rows: Vec<(Vec<f64>, f64)> = (0..m)
+            .flat_map(|i| (0..r).map(move |j| (i, j)))
+            .map(|(i, j)| {
+                let coef = (0..n).map(|k| at[i * n + k] * g[k * r + j]).collect();
+                (coef, f64::from(u8::from(l == i + j)))
+            })
+            .collect();
+        let x = least_squares(&rows, n)?;
+        for k in 0..n {
+            bt[k * n + l] = x[k];
+        }
+    }
+    Some((bt, g, at))
 }
 
-/// The transformed weights `U[ξ][oc][c] = (G g[oc][c] Gᵀ)[ξ]`, `[n², OC, C]`, of a
-/// `[OC, C, 3, 3]` weight.
-fn transformed_weight(weight: &Tensor, g: &[f64], n: usize) -> Result<Tensor, TensorError> {
-    let w = weight.as_slice::<f32>()?;
-    let (oc, c) = (weight.shape()[0], weight.shape()[1]);
-    let mut u = vec![0f32; n * n * oc * c];
-    for o in 0..oc {
-        for ch in 0..c {
-            let k = &w[(o * c + ch) * 9..][..9];
-            // t = G · k : [n, 3]
-            let mut t = vec![0f64; n * 3];
-            for a in 0..n {
-                for j in 0..3 {
-                    t[a * 3 + j] = (0..3).map(|i| g[a * 3 + i] * k[i * 3 + j] as f64).sum();
-                }
+/// The `x` of `n` unknowns minimizing `Σ (row·x − b)²` over `rows` `(row, b)`: the normal
+/// equations by Gaussian elimination with partial pivoting; `None` when singular.
+fn least_squares(rows: &[(Vec<f64>, f64)], n: usize) -> Option<Vec<f64>> {
+    let mut a = vec![vec![0f64; n + 1]; n];
+    for (row, b) in rows {
+        for p in 0..n {
+            for q in 0..n {
+                a[p][q] += row[p] * row[q];
             }
-            for a in 0..n {
-                for b in 0..n {
-                    let v: f64 = (0..3).map(|j| t[a * 3 + j] * g[b * 3 + j]).sum();
-                    u[((a * n + b) * oc + o) * c + ch] = v as f32;
+            a[p][n] += row[p] * b;
+        }
+    }
+    for col in 0..n {
+        let pivot = (col..n).max_by(|&x, &y| a[x][col].abs().total_cmp(&a[y][col].abs()))?;
+        if a[pivot][col].abs() < 1e-12 {
+            return None;
+        }
+        a.swap(col, pivot);
+        let pivot_row = a[col].clone();
+        for (r, row) in a.iter_mut().enumerate() {
+            if r != col {
+                let f = row[col] / pivot_row[col];
+                for (x, p) in row.iter_mut().zip(&pivot_row).skip(col) {
+                    *x -= f * p;
                 }
             }
         }
     }
-    Tensor::new(vec![n * n, oc, c], u)
+    Some((0..n).map(|i| a[i][n] / a[i][i]).collect())
+}
+
+/// `P ⊗ Q` of row-major `[pr, pc]` and `[qr, qc]` matrices: `[pr·qr, pc·qc]`, entry
+/// `((a, b), (i, j))` = `p[a][i]·q[b][j]`, as f32.
+fn kron(
+    p: &[f64],
+    [pr, pc]: [usize; 2],
+    q: &[f64],
+    [qr, qc]: [usize; 2],
+) -> Result<Tensor, TensorError> {
+    let mut k = Vec::with_capacity(pr * qr * pc * qc);
+    for a in 0..pr {
+        for b in 0..qr {
+            for i in 0..pc {
+                for j in 0..qc {
+                    k.push((p[a * pc + i] * q[b * qc + j]) as f32);
+                }
+            }
+        }
+    }
+    Tensor::new(vec![pr * qr, pc * qc], k)
+}
+
+/// The transformed weights `U[(a, b)][oc][c] = (G₀ g[oc][c] G₁ᵀ)[a][b]`, `[n₀·n₁, OC, C]`,
+/// of a `[OC, C, r₀, r₁]` weight.
+fn transformed_weight(weight: &Tensor, axes: &[Axis; 2]) -> Result<Tensor, TensorError> {
+    let w = weight.as_slice::<f32>()?;
+    let (oc, c) = (weight.shape()[0], weight.shape()[1]);
+    let [x0, x1] = axes;
+    let (n0, n1, r0, r1) = (x0.n, x1.n, x0.r, x1.r);
+    let mut u = vec![0f32; n0 * n1 * oc * c];
+    let mut t = vec![0f64; n0 * r1];
+    for o in 0..oc {
+        for ch in 0..c {
+            let k = &w[(o * c + ch) * r0 * r1..][..r0 * r1];
+            for a in 0..n0 {
+                for j in 0..r1 {
+                    t[a * r1 + j] = (0..r0)
+                        .map(|i| x0.g[a * r0 + i] * f64::from(k[i * r1 + j]))
+                        .sum();
+                }
+            }
+            for a in 0..n0 {
+                for b in 0..n1 {
+                    let v: f64 = (0..r1).map(|j| t[a * r1 + j] * x1.g[b * r1 + j]).sum();
+                    u[((a * n1 + b) * oc + o) * c + ch] = v as f32;
+                }
+            }
+        }
+    }
+    Tensor::new(vec![n0 * n1, oc, c], u)
 }
 
 fn int_const(rw: &mut Rewriter, hint: &str, dims: &[i64]) -> Result<ValueId, TensorError> {
@@ -259,14 +406,14 @@ fn reshape(rw: &mut Rewriter, x: ValueId, dims: &[usize]) -> Result<ValueId, Fai
     Ok(rw.add_op("Reshape", Attributes::new(), &[x, shape])?)
 }
 
-/// Adds the Winograd nodes of `conv` with output tile `m`; returns the value that replaces
-/// the convolution's output.
-fn rewrite(rw: &mut Rewriter, conv: &ConvNode, m: usize) -> Result<ValueId, Failure> {
+/// Adds the Winograd nodes of `conv` with the transforms `axes`; returns the value that
+/// replaces the convolution's output.
+fn rewrite(rw: &mut Rewriter, conv: &ConvNode, axes: &[Axis; 2]) -> Result<ValueId, Failure> {
     let g: &Geometry = &conv.geometry;
-    let n = m + 2;
+    let [x0, x1] = axes;
     let (c, oc) = (conv.channels(), conv.weight.shape()[0]);
-    let (ty, tx) = (g.output[0].div_ceil(m), g.output[1].div_ceil(m));
-    let (hp, wp) = (ty * m + 2, tx * m + 2);
+    let (t0, t1) = (g.output[0].div_ceil(x0.m), g.output[1].div_ceil(x1.m));
+    let (hp, wp) = (t0 * x0.m + x0.r - 1, t1 * x1.m + x1.r - 1);
     let pads_end = [
         hp - g.input[0] - g.pads_begin[0],
         wp - g.input[1] - g.pads_begin[1],
@@ -289,11 +436,14 @@ fn rewrite(rw: &mut Rewriter, conv: &ConvNode, m: usize) -> Result<ValueId, Fail
     } else {
         conv.x
     };
-    let element: Vec<i32> = (0..n * n).map(|e| ((e / n) * wp + e % n) as i32).collect();
-    let origin: Vec<i32> = (0..c * ty * tx)
+    let nn = x0.n * x1.n;
+    let element: Vec<i32> = (0..nn)
+        .map(|e| ((e / x1.n) * wp + e % x1.n) as i32)
+        .collect();
+    let origin: Vec<i32> = (0..c * t0 * t1)
         .map(|f| {
-            let (ch, t) = (f / (ty * tx), f % (ty * tx));
-            (ch * hp * wp + (t / tx) * m * wp + (t % tx) * m) as i32
+            let (ch, t) = (f / (t0 * t1), f % (t0 * t1));
+            (ch * hp * wp + (t / t1) * x0.m * wp + (t % t1) * x1.m) as i32
         })
         .collect();
     let element = i32_const(rw, "winograd_tile_elements", element)?;
@@ -304,19 +454,19 @@ fn rewrite(rw: &mut Rewriter, conv: &ConvNode, m: usize) -> Result<ValueId, Fail
         Attributes::new(),
         &[xp, element, origin],
     )?;
-    let (bt, gm, at) = matrices(m);
-    let bk = rw.add_constant("winograd_input_transform", kron_square(&bt, n, n)?);
+    let bk = kron(&x0.bt, [x0.n, x0.n], &x1.bt, [x1.n, x1.n])?;
+    let bk = rw.add_constant("winograd_input_transform", bk);
     let v = rw.add_op("MatMul", Attributes::new(), &[bk, d])?;
-    let v = reshape(rw, v, &[n * n, c, ty * tx])?;
-    let u = transformed_weight(&conv.weight, &gm, n)?;
-    let u = rw.add_constant("winograd_weight", u);
+    let v = reshape(rw, v, &[nn, c, t0 * t1])?;
+    let u = rw.add_constant("winograd_weight", transformed_weight(&conv.weight, axes)?);
     let prod = rw.add_op("MatMul", Attributes::new(), &[u, v])?;
-    let prod = reshape(rw, prod, &[n * n, oc * ty * tx])?;
-    let ak = rw.add_constant("winograd_output_transform", kron_square(&at, m, n)?);
+    let prod = reshape(rw, prod, &[nn, oc * t0 * t1])?;
+    let ak = kron(&x0.at, [x0.m, x0.n], &x1.at, [x1.m, x1.n])?;
+    let ak = rw.add_constant("winograd_output_transform", ak);
     let y = rw.add_op("MatMul", Attributes::new(), &[ak, prod])?;
-    let y = reshape(rw, y, &[m, m, oc, ty, tx])?;
+    let y = reshape(rw, y, &[x0.m, x1.m, oc, t0, t1])?;
     let y = rw.add_op("Transpose", perm_attrs(vec![2, 3, 0, 4, 1]), &[y])?;
-    let mut y = reshape(rw, y, &[1, oc, ty * m, tx * m])?;
+    let mut y = reshape(rw, y, &[1, oc, t0 * x0.m, t1 * x1.m])?;
     if let Some(b) = conv.bias {
         let bias = match rw.constant(b) {
             Some(t) => {
@@ -327,7 +477,7 @@ fn rewrite(rw: &mut Rewriter, conv: &ConvNode, m: usize) -> Result<ValueId, Fail
         };
         y = rw.add_op("Add", Attributes::new(), &[y, bias])?;
     }
-    if ty * m != g.output[0] || tx * m != g.output[1] {
+    if t0 * x0.m != g.output[0] || t1 * x1.m != g.output[1] {
         let starts = int_const(rw, "winograd_crop_starts", &[0, 0])?;
         let ends = int_const(
             rw,
@@ -338,4 +488,41 @@ fn rewrite(rw: &mut Rewriter, conv: &ConvNode, m: usize) -> Result<ValueId, Fail
         y = rw.add_op("Slice", Attributes::new(), &[y, starts, ends, axes])?;
     }
     Ok(y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every supported `F(m, r)` computes the correlation of `r` taps with `m + r − 1`
+    /// inputs, in f64, to rounding.
+    #[test]
+    fn each_axis_transform_is_a_correlation() {
+        for (m, r) in [(1, 1), (2, 3), (4, 3), (2, 7), (4, 7)] {
+            let x = Axis::new(m, r).unwrap();
+            let n = x.n;
+            let d: Vec<f64> = (0..n)
+                .map(|i| ((i * 7 + 3) % 11) as f64 / 5.0 - 1.0)
+                .collect();
+            let g: Vec<f64> = (0..r)
+                .map(|j| ((j * 5 + 2) % 7) as f64 / 3.0 - 0.9)
+                .collect();
+            let gg: Vec<f64> = (0..n)
+                .map(|k| (0..r).map(|j| x.g[k * r + j] * g[j]).sum())
+                .collect();
+            let bd: Vec<f64> = (0..n)
+                .map(|k| (0..n).map(|l| x.bt[k * n + l] * d[l]).sum())
+                .collect();
+            for i in 0..m {
+                let y: f64 = (0..n).map(|k| x.at[i * n + k] * gg[k] * bd[k]).sum();
+                let want: f64 = (0..r).map(|j| d[i + j] * g[j]).sum();
+                assert!(
+                    (y - want).abs() < 1e-9,
+                    "F({m}, {r}) output {i}: {y} vs {want}"
+                );
+            }
+        }
+        assert!(Axis::new(3, 3).is_none());
+        assert!(toom_cook(2, 3, &[0., 1., 1.]).is_none(), "repeated points");
+    }
 }
