@@ -394,6 +394,18 @@ fn a_conv_on_few_pixels_is_a_transposed_product_in_one_kernel() {
     assert_direct(&checked.source);
 }
 
+/// `t` with every element replaced by its absolute value: run through a convolution, the
+/// sum of the magnitudes of each output's terms, the scale of its rounding error.
+fn absolute(t: &Tensor) -> Tensor {
+    let v: Vec<f32> = t
+        .as_slice::<f32>()
+        .unwrap()
+        .iter()
+        .map(|x| x.abs())
+        .collect();
+    Tensor::new(t.shape().to_vec(), v).unwrap()
+}
+
 /// 3×3 stride-1 convolutions with enough channels and tiles run by Winograd's algorithm
 /// (`hidet_graph::passes::ConvWinograd`): a padded copy of the input, three products (the
 /// input transform reading the tiles through `hidet::OffsetGather`, the per-position
@@ -420,21 +432,12 @@ fn winograd_convolutions_match_float64_loops() {
         };
         let bl = block(&mut rng, c, hw, oc, win);
         let want = block_f64(&bl);
-        let abs = |t: &Tensor| {
-            let v: Vec<f32> = t
-                .as_slice::<f32>()
-                .unwrap()
-                .iter()
-                .map(|x| x.abs())
-                .collect();
-            Tensor::new(t.shape().to_vec(), v).unwrap()
-        };
         let magnitude = block_f64(&Block {
             graph: bl.graph.clone(),
-            x: abs(&bl.x),
-            r: abs(&bl.r),
-            w: abs(&bl.w),
-            b: abs(&bl.b),
+            x: absolute(&bl.x),
+            r: absolute(&bl.r),
+            w: absolute(&bl.w),
+            b: absolute(&bl.b),
             win,
         });
         let graph = run_passes(bl.graph.clone(), &default_passes()).unwrap();
@@ -544,19 +547,13 @@ fn one_axis_winograd_convolutions_match_the_reference() {
             random(&mut rng, &[oc]),
             random(&mut rng, &[1, c, hw, hw]),
         );
-        let abs = |t: &Tensor| {
-            let v: Vec<f32> = t
-                .as_slice::<f32>()
-                .unwrap()
-                .iter()
-                .map(|x| x.abs())
-                .collect();
-            Tensor::new(t.shape().to_vec(), v).unwrap()
-        };
         let inputs = vec![("x".to_string(), x.clone())];
         let want = run_reference(&graph(w.clone(), b.clone()), &inputs).unwrap();
-        let magnitude =
-            run_reference(&graph(abs(&w), abs(&b)), &[("x".to_string(), abs(&x))]).unwrap();
+        let magnitude = run_reference(
+            &graph(absolute(&w), absolute(&b)),
+            &[("x".to_string(), absolute(&x))],
+        )
+        .unwrap();
         let optimized = run_passes(graph(w, b), &default_passes()).unwrap();
         let ops: Vec<&str> = optimized
             .nodes()
