@@ -218,9 +218,7 @@ fn padded_input(rw: &mut Rewriter, p: &Plan) -> Result<(ValueId, Geometry), Grap
     pads.extend(g.pads_end.iter().map(|&v| v as i64));
     let pads = Tensor::new(vec![pads.len()], pads).map_err(|e| node_error(p, e))?;
     let pads = rw.add_constant("conv_pads", pads);
-    let mut attrs = Attributes::new();
-    attrs.insert(MATERIALIZE, Attribute::Int(1));
-    let x = rw.add_op("Pad", attrs, &[p.x, pads])?;
+    let x = materialized_pad(rw, p.x, pads)?;
     let input = (0..g.input.len())
         .map(|d| g.input[d] + g.pads_begin[d] + g.pads_end[d])
         .collect();
@@ -232,6 +230,18 @@ fn padded_input(rw: &mut Rewriter, p: &Plan) -> Result<(ValueId, Geometry), Grap
         ..g.clone()
     };
     Ok((x, unpadded))
+}
+
+/// `Pad(x, pads)` (zeros) marked [`MATERIALIZE`]: stored once, so a convolution reading it
+/// needs no guards.
+pub(super) fn materialized_pad(
+    rw: &mut Rewriter,
+    x: ValueId,
+    pads: ValueId,
+) -> Result<ValueId, GraphError> {
+    let mut attrs = Attributes::new();
+    attrs.insert(MATERIALIZE, Attribute::Int(1));
+    rw.add_op("Pad", attrs, &[x, pads])
 }
 
 /// The offset tables of a direct convolution's pixels-as-rows operand over an unpadded
@@ -395,7 +405,10 @@ pub(super) fn transposed(
     Tensor::new(vec![cols, rows], data)
 }
 
-fn shape_const(rw: &mut Rewriter, dims: &[usize]) -> Result<ValueId, crate::tensor::TensorError> {
+pub(super) fn shape_const(
+    rw: &mut Rewriter,
+    dims: &[usize],
+) -> Result<ValueId, crate::tensor::TensorError> {
     let v: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
     let t = Tensor::new(vec![v.len()], v)?;
     Ok(rw.add_constant("shape", t))

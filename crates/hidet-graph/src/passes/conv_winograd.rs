@@ -26,17 +26,16 @@
 //! here, in f64.
 
 use crate::attribute::Attributes;
-use crate::fusion::MATERIALIZE;
 use crate::graph::{Graph, GraphError, NodeId, ValueId};
 use crate::kernels::window::Geometry;
 use crate::ops::im2col::HIDET_DOMAIN;
 use crate::ops::offset_gather::OP_TYPE as OFFSET_GATHER;
 use crate::passes::channels_last::perm_attrs;
+use crate::passes::conv_implicit_gemm::{materialized_pad, shape_const};
 use crate::passes::conv_node::{single_image_conv, ConvNode};
 use crate::passes::rewrite::Rewriter;
 use crate::passes::GraphPass;
 use crate::tensor::{Tensor, TensorError};
-use crate::Attribute;
 
 /// Rewrites single-image f32 `Conv` nodes (`single_image_conv`) with a 3×3, 1×7 or 7×1
 /// window, stride 1, dilation 1 and `group == 1` into the Winograd products of the module
@@ -390,19 +389,13 @@ fn transformed_weight(weight: &Tensor, axes: &[Axis; 2]) -> Result<Tensor, Tenso
     Tensor::new(vec![n0 * n1, oc, c], u)
 }
 
-fn int_const(rw: &mut Rewriter, hint: &str, dims: &[i64]) -> Result<ValueId, TensorError> {
-    let t = Tensor::new(vec![dims.len()], dims.to_vec())?;
-    Ok(rw.add_constant(hint, t))
-}
-
 fn i32_const(rw: &mut Rewriter, hint: &str, v: Vec<i32>) -> Result<ValueId, TensorError> {
     let t = Tensor::new(vec![v.len()], v)?;
     Ok(rw.add_constant(hint, t))
 }
 
 fn reshape(rw: &mut Rewriter, x: ValueId, dims: &[usize]) -> Result<ValueId, Failure> {
-    let dims: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
-    let shape = int_const(rw, "shape", &dims)?;
+    let shape = shape_const(rw, dims)?;
     Ok(rw.add_op("Reshape", Attributes::new(), &[x, shape])?)
 }
 
@@ -422,17 +415,15 @@ fn rewrite(rw: &mut Rewriter, conv: &ConvNode, axes: &[Axis; 2]) -> Result<Value
         let pads = [
             0,
             0,
-            g.pads_begin[0] as i64,
-            g.pads_begin[1] as i64,
+            g.pads_begin[0],
+            g.pads_begin[1],
             0,
             0,
-            pads_end[0] as i64,
-            pads_end[1] as i64,
+            pads_end[0],
+            pads_end[1],
         ];
-        let pads = int_const(rw, "winograd_pads", &pads)?;
-        let mut attrs = Attributes::new();
-        attrs.insert(MATERIALIZE, Attribute::Int(1));
-        rw.add_op("Pad", attrs, &[conv.x, pads])?
+        let pads = shape_const(rw, &pads)?;
+        materialized_pad(rw, conv.x, pads)?
     } else {
         conv.x
     };
@@ -478,13 +469,9 @@ fn rewrite(rw: &mut Rewriter, conv: &ConvNode, axes: &[Axis; 2]) -> Result<Value
         y = rw.add_op("Add", Attributes::new(), &[y, bias])?;
     }
     if t0 * x0.m != g.output[0] || t1 * x1.m != g.output[1] {
-        let starts = int_const(rw, "winograd_crop_starts", &[0, 0])?;
-        let ends = int_const(
-            rw,
-            "winograd_crop_ends",
-            &[g.output[0] as i64, g.output[1] as i64],
-        )?;
-        let axes = int_const(rw, "winograd_crop_axes", &[2, 3])?;
+        let starts = shape_const(rw, &[0, 0])?;
+        let ends = shape_const(rw, &g.output)?;
+        let axes = shape_const(rw, &[2, 3])?;
         y = rw.add_op("Slice", Attributes::new(), &[y, starts, ends, axes])?;
     }
     Ok(y)
