@@ -6,7 +6,8 @@ mod common;
 
 use common::{options_in, Rng};
 use hidet_cpu::templates::matmul::{
-    matmul_f32_with_layouts, ALayout, BLayout, MatmulShape, ThreadGrid, ThreadSplit, B_PANEL_WIDTH,
+    batch_matmul_f32_with_layouts, matmul_f32_with_layouts, ALayout, BLayout, MatmulShape,
+    ThreadGrid, ThreadSplit, B_PANEL_WIDTH,
 };
 use hidet_cpu::templates::{batch_matmul_f32, matmul_f32, MatmulSchedule};
 use hidet_cpu::{build, CpuError, CpuTarget, KernelArg, TemplateError};
@@ -290,6 +291,71 @@ fn operands_in_panels_are_read_in_place() {
         }
         // Register tiles of 8 columns (4 lanes): tiles that are not whole panels.
         check_panels(23, 41, 35, layouts, &small_schedule(4, 2));
+    }
+}
+
+/// A batch of `B` matrices stored as 16-column panels (`[b_batch, ⌈n / 16⌉, k, 16]`, the
+/// padding NaN), read in place by the batched template, with and without broadcast of `A` or
+/// `B`, over several schedules and thread splits.
+#[test]
+fn batched_panels_of_b_are_read_in_place() {
+    let host = CpuTarget::host();
+    let lanes = host.f32_lanes().max(4);
+    let width = B_PANEL_WIDTH as usize;
+    let shapes = [(4, 4, 4, 49, 40, 37), (3, 1, 3, 13, 16, 70), (5, 5, 1, 7, 33, 9)];
+    for (i, &(batch, a_batch, b_batch, m, n, k)) in shapes.iter().enumerate() {
+        let shape = MatmulShape {
+            batch,
+            a_batch,
+            b_batch,
+            m,
+            n,
+            k,
+        };
+        let schedules = [
+            MatmulSchedule::for_target(host, 1),
+            MatmulSchedule::for_target(host, 2),
+            with_split(small_schedule(lanes, 2), ThreadSplit::Columns),
+            with_split(small_schedule(lanes, 2), ThreadSplit::ParallelK),
+            small_schedule(4, 3),
+        ];
+        for (j, schedule) in schedules.iter().enumerate() {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let f = batch_matmul_f32_with_layouts(
+                "bmm",
+                &shape,
+                ALayout::RowMajor,
+                BLayout::Panels,
+                schedule,
+            )
+            .expect("valid instantiation");
+            let module = IRModule::new("bmm_panels", Target::Cpu).with(f);
+            let compiled = build(module, &options_in(dir.path())).expect("builds");
+            compiled
+                .set_num_threads(schedule.threads as usize)
+                .expect("exported by the C dialect");
+            let mut rng = Rng::new(300 + 10 * i as u64 + j as u64);
+            let (mu, nu, ku) = (m as usize, n as usize, k as usize);
+            let a = rng.vec_f32(a_batch as usize * mu * ku);
+            let b = rng.vec_f32(b_batch as usize * ku * nu);
+            let mut bp = Vec::new();
+            for matrix in b.chunks(ku * nu) {
+                bp.extend(panels(matrix, ku, nu, false, width).0);
+            }
+            let bd = [b_batch as usize, nu.div_ceil(width), ku, width];
+            let mut c = vec![f32::NAN; batch as usize * mu * nu];
+            compiled
+                .kernel("bmm")
+                .expect("kernel exists")
+                .call(&mut [
+                    KernelArg::tensor(&a, &[a_batch as usize, mu, ku]),
+                    KernelArg::tensor(&bp, &bd),
+                    KernelArg::tensor_mut(&mut c, &[batch as usize, mu, nu]),
+                ])
+                .expect("arguments match");
+            let what = format!("batched panels {shape:?} {schedule:?}");
+            assert_matches(&shape, &a, &b, &c, &what);
+        }
     }
 }
 

@@ -703,6 +703,7 @@ mod winograd {
     const ALWAYS: ConvWinograd = ConvWinograd {
         min_tiles: 1,
         min_channel_harmonic: 1,
+        tile_rows_min_channels: usize::MAX,
     };
 
     /// `Relu(Conv(x, w, b?))` over `x` `[1, c, h, w]` with `attrs`.
@@ -755,17 +756,23 @@ mod winograd {
                 attrs(vec![("pads", ints(&pads))]),
                 bias,
             );
-            let pass = ConvWinograd {
-                min_tiles,
-                ..ALWAYS
-            };
-            let after = run_then_dce(&pass, before.clone());
-            assert_eq!(count(&after, "Conv"), 0, "{what}");
-            assert_eq!(count(&after, "MatMul"), 3, "{what}");
-            assert_eq!(count(&after, "OffsetGather"), 1, "{what}");
-            assert_eq!(count(&after, "Add"), usize::from(bias), "{what}");
-            let inputs = vec![("x".to_string(), rng.f32s(&[1, c, hw[0], hw[1]]))];
-            assert_same_outputs(&before, &after, &inputs, 1e-4);
+            for tile_rows_min_channels in [usize::MAX, 1] {
+                let what = format!("{what}, tile rows from {tile_rows_min_channels} channels");
+                let pass = ConvWinograd {
+                    min_tiles,
+                    tile_rows_min_channels,
+                    ..ALWAYS
+                };
+                let after = run_then_dce(&pass, before.clone());
+                assert_eq!(count(&after, "Conv"), 0, "{what}");
+                assert_eq!(count(&after, "MatMul"), 3, "{what}");
+                assert_eq!(count(&after, "OffsetGather"), 1, "{what}");
+                assert_eq!(count(&after, "Add"), usize::from(bias), "{what}");
+                let transposes = if tile_rows_min_channels == 1 { 3 } else { 1 };
+                assert_eq!(count(&after, "Transpose"), transposes, "{what}");
+                let inputs = vec![("x".to_string(), rng.f32s(&[1, c, hw[0], hw[1]]))];
+                assert_same_outputs(&before, &after, &inputs, 1e-4);
+            }
         }
     }
 
@@ -792,15 +799,18 @@ mod winograd {
             b.node(node("Conv", 17, &["x", "w", "b"], &["y"], conv_attrs));
             b.output("y");
             let before = build(b);
-            let pass = ConvWinograd {
-                min_tiles,
-                ..ALWAYS
-            };
-            let after = run_then_dce(&pass, before.clone());
-            assert_eq!(count(&after, "Conv"), 0, "{what}");
-            assert_eq!(count(&after, "MatMul"), 3, "{what}");
-            let inputs = vec![("x".to_string(), rng.f32s(&[1, 6, 11, 9]))];
-            assert_same_outputs(&before, &after, &inputs, 1e-4);
+            for tile_rows_min_channels in [usize::MAX, 1] {
+                let pass = ConvWinograd {
+                    min_tiles,
+                    tile_rows_min_channels,
+                    ..ALWAYS
+                };
+                let after = run_then_dce(&pass, before.clone());
+                assert_eq!(count(&after, "Conv"), 0, "{what}");
+                assert_eq!(count(&after, "MatMul"), 3, "{what}");
+                let inputs = vec![("x".to_string(), rng.f32s(&[1, 6, 11, 9]))];
+                assert_same_outputs(&before, &after, &inputs, 1e-4);
+            }
         }
     }
 
@@ -1085,6 +1095,40 @@ mod panel_weights {
             assert_eq!(widths, want);
             assert_same_outputs(&before, &after, &inputs, 0.0);
         }
+    }
+
+    /// A batched product with a constant right operand at least 16 columns wide stores each
+    /// of its matrices as panels (`[L, ⌈N/16⌉, K, 16]`); a batched constant left operand
+    /// stays (the CPU template packs a batched `A`).
+    #[test]
+    fn batched_constant_right_operands_become_panels() {
+        let mut rng = Rng::new(42);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[3, 5, 7]));
+        b.input("z", f32_input(&[3, 7, 4]));
+        b.initializer("w", rng.f32s(&[3, 7, 19]));
+        b.initializer("left", rng.f32s(&[3, 20, 5]));
+        b.node(node("MatMul", 17, &["x", "w"], &["y"], Attributes::new()));
+        b.node(node("MatMul", 17, &["left", "x"], &["l"], Attributes::new()));
+        b.node(node("MatMul", 17, &["x", "z"], &["v"], Attributes::new()));
+        for out in ["y", "l", "v"] {
+            b.output(out);
+        }
+        let before = build(b);
+        let inputs = vec![
+            ("x".to_string(), rng.f32s(&[3, 5, 7])),
+            ("z".to_string(), rng.f32s(&[3, 7, 4])),
+        ];
+        let after = run_then_dce(&PanelConstantWeights::default(), before.clone());
+        assert_eq!(count(&after, "ColumnPanels"), 1, "{:?}", ops(&after));
+        let panels = after
+            .nodes()
+            .iter()
+            .find(|n| n.op_type == "ColumnPanels")
+            .and_then(|n| n.inputs[0])
+            .map(|v| after.value(v).ty.fixed_shape());
+        assert_eq!(panels, Some(Some(vec![3, 2, 7, 16])));
+        assert_same_outputs(&before, &after, &inputs, 0.0);
     }
 }
 

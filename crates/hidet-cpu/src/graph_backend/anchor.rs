@@ -12,7 +12,7 @@ use hidet_ir::function::Function;
 use hidet_ir::fusion::{fuse, Epilogue, Prologue};
 
 use crate::templates::matmul::{
-    batch_matmul_f32_with_layout, matmul_f32_with_layouts, ALayout, BLayout, MatmulSchedule,
+    batch_matmul_f32_with_layouts, matmul_f32_with_layouts, ALayout, BLayout, MatmulSchedule,
     MatmulShape, B_PANEL_WIDTH,
 };
 
@@ -146,7 +146,7 @@ fn operand_a_layout(
 ) -> ALayout {
     match operand {
         Some(Some(AnchorOperand::Prologue { axes, value })) if axes.len() == 2 => {
-            if let Some((_, rows)) = panels_input(def, &axes[0], &axes[1], value) {
+            if let Some((_, rows)) = panels_input(def, None, &axes[0], &axes[1], value) {
                 ALayout::Panels { rows }
             } else if in_place && is_unguarded_gather(value) {
                 ALayout::InPlace
@@ -198,8 +198,16 @@ fn reads_offset_tables(operand: Option<&Option<AnchorOperand>>) -> bool {
 /// The position among `def`'s inputs of the tensor an operand prologue reads as panels along
 /// its `split` axis (a constant weight prepacked by the graph pass `PanelConstantWeights`),
 /// and the panels' width: `value` is exactly `P[split / w, k, split % w]` for a constant `w`,
-/// with `split` the columns of `B` (`axes = [k, j]`) or the rows of `A` (`axes = [i, k]`).
-fn panels_input(def: &ComputeDef, split: &Var, k: &Var, value: &Expr) -> Option<(usize, i64)> {
+/// with `split` the columns of `B` (`axes = [k, j]`) or the rows of `A` (`axes = [i, k]`);
+/// for a batched operand (`batch` given) `P[b, split / w, k, split % w]`, `b` the batch axis
+/// or 0.
+fn panels_input(
+    def: &ComputeDef,
+    batch: Option<&Var>,
+    split: &Var,
+    k: &Var,
+    value: &Expr,
+) -> Option<(usize, i64)> {
     let ExprKind::TensorElement { tensor, indices } = value.kind() else {
         return None;
     };
@@ -209,7 +217,14 @@ fn panels_input(def: &ComputeDef, split: &Var, k: &Var, value: &Expr) -> Option<
     };
     let w = Expr::int(width);
     let want = [split.expr() / w.clone(), k.expr(), split.expr() % w];
-    (indices.as_slice() == want).then_some(())?;
+    let panel_indices = match (batch, indices.split_first()) {
+        (None, _) => indices.as_slice(),
+        (Some(b), Some((first, rest))) if first.as_var() == Some(b) || first.as_int() == Some(0) => {
+            rest
+        }
+        _ => return None,
+    };
+    (panel_indices == want).then_some(())?;
     let position = def.inputs.iter().position(|v| v == tensor)?;
     Some((position, width))
 }
@@ -241,9 +256,12 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
     let batched = is_batched(&shape);
     let def = &task.def;
     let panels = |operand: Option<&Option<AnchorOperand>>, split: usize| match operand {
-        Some(Some(AnchorOperand::Prologue { axes, value })) if axes.len() == 2 => {
-            panels_input(def, &axes[split], &axes[1 - split], value)
-        }
+        Some(Some(AnchorOperand::Prologue { axes, value })) => match axes.as_slice() {
+            [i, j] => panels_input(def, None, [i, j][split], [i, j][1 - split], value),
+            // Batched panels of `B` only (the template packs a batched `A`).
+            [b, k, j] if split == 1 => panels_input(def, Some(b), j, k, value),
+            _ => None,
+        },
         _ => None,
     };
     let (a_panels, b_panels) = (
@@ -259,7 +277,7 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
         None => BLayout::RowMajor,
     };
     let template = if batched {
-        batch_matmul_f32_with_layout(&task.name, &shape, a_layout, schedule)
+        batch_matmul_f32_with_layouts(&task.name, &shape, a_layout, b_layout, schedule)
     } else {
         matmul_f32_with_layouts(&task.name, m, n, k, a_layout, b_layout, schedule)
     };

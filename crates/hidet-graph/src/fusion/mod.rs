@@ -12,7 +12,8 @@ pub mod specialize;
 pub mod task;
 
 pub use partition::{
-    partition, partition_with, Group, GroupKind, Partition, MATERIALIZE, RESHAPE_LIKE,
+    partition, partition_with, Group, GroupKind, Partition, MATERIALIZE, PROLOGUE_ONLY,
+    RESHAPE_LIKE,
 };
 pub use specialize::{NodeMode, Specialization, SpecializeError, ValueInfo};
 pub use task::{AnchorInfo, AnchorOperand, FusedTask, TaskEpilogue, TaskError};

@@ -10,6 +10,8 @@
 //!   reshape-like operators becomes an *alias*: its output shares its input's buffer.
 //! - A node marked [`MATERIALIZE`] is never inlined into a consumer's kernel (as a prologue
 //!   or a tree member): its output is stored, and its consumers read it from memory.
+//! - A node marked [`PROLOGUE_ONLY`] is never an epilogue: it stays for its consumer's
+//!   kernel.
 //! - Nodes without a compute definition (or with data-dependent shapes) run their reference
 //!   `eval` on the host, each alone; folded nodes do not run at all.
 //!
@@ -31,6 +33,12 @@ use crate::shape::fmt_dims;
 /// recomputing it in the consumer's loads (a zero-padded image that a direct convolution
 /// then reads without guards).
 pub const MATERIALIZE: &str = "hidet_materialize";
+
+/// The integer attribute that marks an injective node never absorbed into its producer's
+/// epilogue: it is left for its consumer to inline as a prologue (a graph pass added it to a
+/// transpose that a matrix product's packing reads in any order at no cost, where the
+/// producer would store it scattered).
+pub const PROLOGUE_ONLY: &str = "hidet_prologue_only";
 
 /// Operators that only reinterpret the shape of their first input (row-major, no copy).
 pub const RESHAPE_LIKE: &[&str] = &["Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"];
@@ -110,13 +118,13 @@ pub fn partition_with(graph: &Graph, spec: &Specialization, fuse: bool) -> Parti
         let distinct: HashSet<NodeId> = users.iter().map(|(n, _)| *n).collect();
         (users.len() == 1 && !graph_outputs.contains(&v) && distinct.len() == 1).then(|| users[0].0)
     };
-    let inlinable = |p: NodeId| {
-        class[p.0] == Class::Injective
-            && !graph.nodes()[p.0]
-                .attrs
-                .int_or(MATERIALIZE, 0)
-                .is_ok_and(|v| v != 0)
+    let marked = |p: NodeId, attr: &str| {
+        graph.nodes()[p.0]
+            .attrs
+            .int_or(attr, 0)
+            .is_ok_and(|v| v != 0)
     };
+    let inlinable = |p: NodeId| class[p.0] == Class::Injective && !marked(p, MATERIALIZE);
     let mut owner: Vec<Option<usize>> = vec![None; n];
     let mut drafts: Vec<Draft> = Vec::new();
 
@@ -158,7 +166,10 @@ pub fn partition_with(graph: &Graph, spec: &Specialization, fuse: bool) -> Parti
         let mut tail = NodeId(a);
         while let Some(out) = single_output(tail).filter(|_| fuse) {
             let absorbable = |c: NodeId| {
-                class[c.0] == Class::Injective && owner[c.0].is_none() && single_output(c).is_some()
+                class[c.0] == Class::Injective
+                    && owner[c.0].is_none()
+                    && single_output(c).is_some()
+                    && !marked(c, PROLOGUE_ONLY)
             };
             let region = match single_use(out) {
                 Some(c) if absorbable(c) && is_bijective_consumer(graph, spec, c, out) => vec![c],

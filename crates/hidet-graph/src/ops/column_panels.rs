@@ -3,7 +3,8 @@
 //! `ColumnPanels(P; columns = N, width = W)` with `P` of shape `[⌈N / W⌉, K, W]` gives the
 //! matrix `B` of shape `[K, N]` with `B[k, j] = P[j / W, k, j % W]`: panel `p` holds columns
 //! `W·p .. W·p + W` row after row (the last panel's columns past `N` are padding). `width`
-//! defaults to [`PANEL_WIDTH`].
+//! defaults to [`PANEL_WIDTH`]. A batch of matrices, `P` of shape `[L, ⌈N / W⌉, K, W]`,
+//! gives `B[l, k, j] = P[l, j / W, k, j % W]`, `[L, K, N]`.
 //!
 //! The operator is internal (domain [`HIDET_DOMAIN`]): the weight-prepacking pass
 //! ([`crate::passes::PanelConstantWeights`]) stores a constant operand of a matrix product
@@ -70,35 +71,45 @@ pub fn register(r: &mut Registry) {
     );
 }
 
-/// `b` as panels `[⌈N / width⌉, K, width]`, padded with zeros; `None` unless `b` is an
-/// `f32` matrix `[K, N]` and `width` is in `1..=MAX_PANEL_WIDTH`.
+/// `b` as panels `[⌈N / width⌉, K, width]` (a batch `[L, K, N]` as `[L, ⌈N / width⌉, K,
+/// width]`), padded with zeros; `None` unless `b` is an `f32` matrix `[K, N]` or batch of
+/// matrices `[L, K, N]` and `width` is in `1..=MAX_PANEL_WIDTH`.
 pub fn to_panels(b: &Tensor, width: usize) -> Option<Tensor> {
-    let [k, n] = *b.shape() else {
-        return None;
+    let (batch, k, n) = match *b.shape() {
+        [k, n] => (None, k, n),
+        [l, k, n] => (Some(l), k, n),
+        _ => return None,
     };
     if !(1..=MAX_PANEL_WIDTH).contains(&width) {
         return None;
     }
     let values = b.as_slice::<f32>().ok()?;
     let panels = n.div_ceil(width);
-    let mut data = vec![0f32; panels * k * width];
-    for (row, chunk) in values.chunks(n.max(1)).enumerate().take(k) {
-        for (j, v) in chunk.iter().enumerate() {
-            data[((j / width) * k + row) * width + j % width] = *v;
-        }
+    let matrix = panels * k * width;
+    let mut data = vec![0f32; batch.unwrap_or(1) * matrix];
+    for (i, v) in values.iter().enumerate() {
+        let (l, row, j) = (i / (k * n).max(1), i / n.max(1) % k.max(1), i % n.max(1));
+        data[l * matrix + ((j / width) * k + row) * width + j % width] = *v;
     }
-    Tensor::new(vec![panels, k, width], data).ok()
+    let shape = match batch {
+        Some(l) => vec![l, panels, k, width],
+        None => vec![panels, k, width],
+    };
+    Tensor::new(shape, data).ok()
 }
 
 impl ColumnPanels {
-    /// `K` for panels of shape `ps`, after checking them against `columns`.
-    fn rows(&self, ps: &[usize]) -> Result<usize, OpError> {
+    /// The batch (if `P` is a batch of panels) and `K` for panels of shape `ps`, after
+    /// checking them against `columns`.
+    fn rows(&self, ps: &[usize]) -> Result<(Option<usize>, usize), OpError> {
         let width = self.width;
         let want = self.columns.div_ceil(width);
         match *ps {
-            [p, k, w] if p == want && w == width => Ok(k),
+            [p, k, w] if p == want && w == width => Ok((None, k)),
+            [l, p, k, w] if p == want && w == width => Ok((Some(l), k)),
             _ => Err(OpError::Shape(format!(
-                "ColumnPanels of {} columns needs P of shape [{want}, K, {width}], got {ps:?}",
+                "ColumnPanels of {} columns needs P of shape [{want}, K, {width}] or [L, \
+                 {want}, K, {width}], got {ps:?}",
                 self.columns
             ))),
         }
@@ -109,13 +120,23 @@ impl Operator for ColumnPanels {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
         let p = infer_arg(inputs, 0)?;
         check_dtype(0, p.ty.dtype, |d| d == DType::F32)?;
-        let rows = match p.ty.fixed_shape() {
-            Some(ps) => Dim::Fixed(self.rows(&ps)?),
-            None => Dim::Unknown,
+        let shape = match p.ty.fixed_shape() {
+            Some(ps) => {
+                let (batch, k) = self.rows(&ps)?;
+                batch
+                    .into_iter()
+                    .chain([k, self.columns])
+                    .map(Dim::Fixed)
+                    .collect()
+            }
+            None => match p.ty.shape.as_ref().map(Vec::len) {
+                Some(4) => vec![Dim::Unknown, Dim::Unknown, Dim::Fixed(self.columns)],
+                _ => vec![Dim::Unknown, Dim::Fixed(self.columns)],
+            },
         };
         Ok(vec![TensorType {
             dtype: DType::F32,
-            shape: Some(vec![rows, Dim::Fixed(self.columns)]),
+            shape: Some(shape),
         }])
     }
 
@@ -125,31 +146,36 @@ impl Operator for ColumnPanels {
             index: 0,
             dtype: p.dtype(),
         })?;
-        let k = self.rows(p.shape())?;
+        let (batch, k) = self.rows(p.shape())?;
         let n = self.columns;
-        let data: Vec<f32> = (0..k * n)
+        let matrix = n.div_ceil(self.width) * k * self.width;
+        let data: Vec<f32> = (0..batch.unwrap_or(1) * k * n)
             .map(|i| {
-                let (row, j) = (i / n, i % n);
-                values[((j / self.width) * k + row) * self.width + j % self.width]
+                let (l, row, j) = (i / (k * n), i / n % k, i % n);
+                values[l * matrix + ((j / self.width) * k + row) * self.width + j % self.width]
             })
             .collect();
-        Ok(vec![Tensor::new(vec![k, n], data)?])
+        let shape = batch.into_iter().chain([k, n]).collect();
+        Ok(vec![Tensor::new(shape, data)?])
     }
 
-    /// `B[k, j] = P[j / W, k, j % W]`.
+    /// `B[k, j] = P[j / W, k, j % W]` (`B[l, k, j] = P[l, j / W, k, j % W]`).
     fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
         let p = input(inputs, 0)?;
         check_dtype(0, p.dtype, |d| d == DType::F32)?;
-        let k = self.rows(p.shape)?;
+        let (batch, k) = self.rows(p.shape)?;
         let vars = placeholders(inputs);
         let vp = vars[0].clone();
         let width = Expr::int(self.width as i64);
-        grid_def(vars, DataType::F32, &[k, self.columns], |i| {
-            vp.at([
-                i[1].clone() / width.clone(),
-                i[0].clone(),
-                i[1].clone() % width.clone(),
-            ])
+        let shape: Vec<usize> = batch.into_iter().chain([k, self.columns]).collect();
+        grid_def(vars, DataType::F32, &shape, |i| {
+            let (lead, kj) = i.split_at(i.len() - 2);
+            let panel = [
+                kj[1].clone() / width.clone(),
+                kj[0].clone(),
+                kj[1].clone() % width.clone(),
+            ];
+            vp.at(lead.iter().cloned().chain(panel))
         })
         .map(Some)
     }
@@ -203,6 +229,26 @@ mod tests {
         assert_eq!(p[(3 * k + 2) * width + 5], 0.0);
         let op = build_width(n as i64, width as i64).unwrap();
         let back = op.eval(&[Some(&panels)]).unwrap().remove(0);
+        assert_eq!(back.as_slice::<f32>().unwrap(), values.as_slice());
+    }
+
+    #[test]
+    fn batched_panels_round_trip() {
+        let (l, k, n) = (3usize, 4usize, 21usize);
+        let values: Vec<f32> = (0..l * k * n).map(|i| (i as f32 * 0.37).cos() - 0.1).collect();
+        let b = Tensor::new(vec![l, k, n], values.clone()).unwrap();
+        let panels = to_panels(&b, PANEL_WIDTH).unwrap();
+        assert_eq!(panels.shape(), &[l, 2, k, PANEL_WIDTH]);
+        let p = panels.as_slice::<f32>().unwrap();
+        let at = |li: usize, row: usize, j: usize| {
+            p[((li * 2 + j / PANEL_WIDTH) * k + row) * PANEL_WIDTH + j % PANEL_WIDTH]
+        };
+        assert_eq!(at(2, 3, 20), values[(2 * k + 3) * n + 20]);
+        assert_eq!(at(1, 0, 17), values[k * n + 17]);
+        assert_eq!(at(1, 2, 21), 0.0);
+        let op = build(n as i64).unwrap();
+        let back = op.eval(&[Some(&panels)]).unwrap().remove(0);
+        assert_eq!(back.shape(), &[l, k, n]);
         assert_eq!(back.as_slice::<f32>().unwrap(), values.as_slice());
     }
 

@@ -4,6 +4,7 @@
 //! MatMul(A, W[K, N])  →  MatMul(A, hidet::ColumnPanels(W'[⌈N/16⌉, K, 16]; columns = N))
 //! MatMul(Transpose(Wᵀ[K, M]), B)  →  MatMul(Transpose(hidet::ColumnPanels(
 //!     Wᵀ'[⌈M/R⌉, K, R]; columns = M, width = R)), B)     (R = left_panel_rows)
+//! MatMul(A[L, M, K], W[L, K, N])  →  MatMul(A, hidet::ColumnPanels(W'[L, ⌈N/16⌉, K, 16]))
 //! ```
 //!
 //! The CPU matrix product copies its operands into panels of a few rows (left) or columns
@@ -36,7 +37,8 @@ use crate::Attribute;
 /// module docs), [`PANEL_WIDTH`] columns wide for a right operand. A constant left operand
 /// may be given transposed, `Transpose(Wᵀ)` (as the implicit-GEMM pass stores convolution
 /// weights); it becomes `Transpose(ColumnPanels(panels of Wᵀ))`, its rows read from panels of
-/// `left_panel_rows` rows.
+/// `left_panel_rows` rows. A batched product (rank 3) with a constant right operand
+/// `[L, K, N]` stores each of its matrices as panels (a batched left operand is kept).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PanelConstantWeights {
     /// Rows per panel of a left operand: the rows of the backend's register tile (at most
@@ -127,6 +129,21 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId, left_rows: usize) -> Option<Plan>
         return Some(Plan {
             left: false,
             columns: w.shape()[1],
+            width: PANEL_WIDTH,
+            panels: to_panels(w, PANEL_WIDTH)?,
+        });
+    }
+    let is_batch = |v: ValueId| {
+        let ty = &g.value(v).ty;
+        ty.dtype == DType::F32
+            && ty.fixed_shape().is_some_and(|s| s.len() == 3)
+            && rw.constant(v).is_none()
+    };
+    let wide_batch = |t: &Tensor| matches!(*t.shape(), [_, k, n] if k > 0 && n >= PANEL_WIDTH);
+    if let Some(w) = rw.constant(b).filter(|w| wide_batch(w) && is_batch(a)) {
+        return Some(Plan {
+            left: false,
+            columns: w.shape()[2],
             width: PANEL_WIDTH,
             panels: to_panels(w, PANEL_WIDTH)?,
         });

@@ -118,10 +118,24 @@ pub fn batch_matmul_f32_with_layout(
     a_layout: ALayout,
     schedule: &MatmulSchedule,
 ) -> Result<Function, TemplateError> {
+    batch_matmul_f32_with_layouts(name, shape, a_layout, BLayout::RowMajor, schedule)
+}
+
+/// [`batch_matmul_f32_with_layout`] for a `B` stored as `b_layout`; with
+/// [`BLayout::Panels`] the kernel's `B` parameter is the panels tensor
+/// `[b_batch, ⌈n / 16⌉, k, 16]` (each batch's matrix in 16-column panels). Fails also when
+/// the target's SIMD width does not divide the panel width.
+pub fn batch_matmul_f32_with_layouts(
+    name: &str,
+    shape: &MatmulShape,
+    a_layout: ALayout,
+    b_layout: BLayout,
+    schedule: &MatmulSchedule,
+) -> Result<Function, TemplateError> {
     if !matches!(a_layout, ALayout::RowMajor | ALayout::ColumnMajor) {
         return Err(TemplateError::InvalidShape(format!(
             "a batch matmul packs A; {a_layout:?} needs a rank-2 product"
         )));
     }
-    plan::build(name, shape, true, (a_layout, BLayout::RowMajor), schedule)
+    plan::build(name, shape, true, (a_layout, b_layout), schedule)
 }

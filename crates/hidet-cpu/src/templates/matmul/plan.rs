@@ -36,11 +36,10 @@ pub(super) fn build(
         }
     }
     let panels = b_layout == BLayout::Panels;
-    if panels && (rank3 || B_PANEL_WIDTH % i64::from(schedule.lanes) != 0) {
+    if panels && B_PANEL_WIDTH % i64::from(schedule.lanes) != 0 {
         return Err(TemplateError::InvalidShape(format!(
-            "B in {B_PANEL_WIDTH}-column panels needs a rank-2 product and a SIMD width \
-             dividing {B_PANEL_WIDTH}, got rank {} and {} lanes",
-            if rank3 { 3 } else { 2 },
+            "B in {B_PANEL_WIDTH}-column panels needs a SIMD width dividing \
+             {B_PANEL_WIDTH}, got {} lanes",
             schedule.lanes
         )));
     }
@@ -48,11 +47,14 @@ pub(super) fn build(
     let mut fb = FunctionBuilder::cpu_kernel(name);
     let f32_ = DataType::F32;
     let (a, b, c) = if rank3 {
-        (
-            fb.tensor_param("A", f32_, [s.a_batch, s.m, s.k]),
-            fb.tensor_param("B", f32_, [s.b_batch, s.k, s.n]),
-            fb.tensor_param("C", f32_, [s.batch, s.m, s.n]),
-        )
+        let a = fb.tensor_param("A", f32_, [s.a_batch, s.m, s.k]);
+        let b = if panels {
+            let count = ceil_div(s.n, B_PANEL_WIDTH);
+            fb.tensor_param("B", f32_, [s.b_batch, count, s.k, B_PANEL_WIDTH])
+        } else {
+            fb.tensor_param("B", f32_, [s.b_batch, s.k, s.n])
+        };
+        (a, b, fb.tensor_param("C", f32_, [s.batch, s.m, s.n]))
     } else {
         let a = if let ALayout::Panels { rows } = a_layout {
             fb.tensor_param("A", f32_, [ceil_div(s.m, rows), s.k, rows])
@@ -245,17 +247,30 @@ impl Plan {
     fn b_at(&self, batch: &Expr, row: Expr, col: Expr) -> Expr {
         if self.b_layout == BLayout::Panels {
             let width = Expr::int(B_PANEL_WIDTH);
-            return self.b.at([&col / width.clone(), row, col % width]);
+            return self.b_panel_at(batch, &col / width.clone(), row, col % width);
         }
         if self.rank3 {
-            let b = if self.s.b_batch == 1 {
-                Expr::int(0)
-            } else {
-                batch.clone()
-            };
-            self.b.at([b, row, col])
+            self.b.at([self.b_batch_index(batch), row, col])
         } else {
             self.b.at([row, col])
+        }
+    }
+
+    /// `B`'s batch index in batch `batch` (0 when `B` is broadcast).
+    fn b_batch_index(&self, batch: &Expr) -> Expr {
+        if self.s.b_batch == 1 {
+            Expr::int(0)
+        } else {
+            batch.clone()
+        }
+    }
+
+    /// Element `offset` of row `row` of 16-column panel `panel` of a [`BLayout::Panels`] `B`.
+    fn b_panel_at(&self, batch: &Expr, panel: Expr, row: Expr, offset: Expr) -> Expr {
+        if self.rank3 {
+            self.b.at([self.b_batch_index(batch), panel, row, offset])
+        } else {
+            self.b.at([panel, row, offset])
         }
     }
 
@@ -658,7 +673,7 @@ impl Plan {
                 let b_at = match &b_source {
                     BPanel::Packed(packed_b) => packed_b.at([q.clone(), kk.clone(), j * self.w]),
                     BPanel::Row(b_row) => b_row.at([j * self.w]),
-                    BPanel::InPlace => self.b_in_place(gq, &at.k0 + &kk, j),
+                    BPanel::InPlace => self.b_in_place(&at.batch, gq, &at.k0 + &kk, j),
                 };
                 let b_j = self.vector_load(b_at.address());
                 let sum = a_i.broadcast(self.vec_t.lanes).fma(b_j, acc.at([i, j]));
@@ -686,13 +701,13 @@ impl Plan {
     /// The element of a [`BLayout::Panels`] `B` where vector `j` of column panel `gq` of the
     /// micro-kernel starts in row `krow`: `NR`-column panels are whole 16-column panels when
     /// `NR` is a multiple of 16, so the panel and offset are then known per vector.
-    fn b_in_place(&self, gq: &Expr, krow: Expr, j: &Expr) -> Expr {
+    fn b_in_place(&self, batch: &Expr, gq: &Expr, krow: Expr, j: &Expr) -> Expr {
         let width = B_PANEL_WIDTH;
         if self.nr % width == 0 {
             let panel = gq * (self.nr / width) + j * self.w / width;
-            self.b.at([panel, krow, j * self.w % width])
+            self.b_panel_at(batch, panel, krow, j * self.w % width)
         } else {
-            self.b_at(&Expr::int(0), krow, gq * self.nr + j * self.w)
+            self.b_at(batch, krow, gq * self.nr + j * self.w)
         }
     }
 
