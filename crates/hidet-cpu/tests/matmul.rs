@@ -302,7 +302,11 @@ fn batched_panels_of_b_are_read_in_place() {
     let host = CpuTarget::host();
     let lanes = host.f32_lanes().max(4);
     let width = B_PANEL_WIDTH as usize;
-    let shapes = [(4, 4, 4, 49, 40, 37), (3, 1, 3, 13, 16, 70), (5, 5, 1, 7, 33, 9)];
+    let shapes = [
+        (4, 4, 4, 49, 40, 37),
+        (3, 1, 3, 13, 16, 70),
+        (5, 5, 1, 7, 33, 9),
+    ];
     for (i, &(batch, a_batch, b_batch, m, n, k)) in shapes.iter().enumerate() {
         let shape = MatmulShape {
             batch,

@@ -703,7 +703,6 @@ mod winograd {
     const ALWAYS: ConvWinograd = ConvWinograd {
         min_tiles: 1,
         min_channel_harmonic: 1,
-        tile_rows_min_channels: usize::MAX,
     };
 
     /// `Relu(Conv(x, w, b?))` over `x` `[1, c, h, w]` with `attrs`.
@@ -756,23 +755,18 @@ mod winograd {
                 attrs(vec![("pads", ints(&pads))]),
                 bias,
             );
-            for tile_rows_min_channels in [usize::MAX, 1] {
-                let what = format!("{what}, tile rows from {tile_rows_min_channels} channels");
-                let pass = ConvWinograd {
-                    min_tiles,
-                    tile_rows_min_channels,
-                    ..ALWAYS
-                };
-                let after = run_then_dce(&pass, before.clone());
-                assert_eq!(count(&after, "Conv"), 0, "{what}");
-                assert_eq!(count(&after, "MatMul"), 3, "{what}");
-                assert_eq!(count(&after, "OffsetGather"), 1, "{what}");
-                assert_eq!(count(&after, "Add"), usize::from(bias), "{what}");
-                let transposes = if tile_rows_min_channels == 1 { 3 } else { 1 };
-                assert_eq!(count(&after, "Transpose"), transposes, "{what}");
-                let inputs = vec![("x".to_string(), rng.f32s(&[1, c, hw[0], hw[1]]))];
-                assert_same_outputs(&before, &after, &inputs, 1e-4);
-            }
+            let pass = ConvWinograd {
+                min_tiles,
+                ..ALWAYS
+            };
+            let after = run_then_dce(&pass, before.clone());
+            assert_eq!(count(&after, "Conv"), 0, "{what}");
+            assert_eq!(count(&after, "MatMul"), 3, "{what}");
+            assert_eq!(count(&after, "OffsetGather"), 1, "{what}");
+            assert_eq!(count(&after, "Add"), usize::from(bias), "{what}");
+            assert_eq!(count(&after, "Transpose"), 3, "{what}");
+            let inputs = vec![("x".to_string(), rng.f32s(&[1, c, hw[0], hw[1]]))];
+            assert_same_outputs(&before, &after, &inputs, 1e-4);
         }
     }
 
@@ -799,18 +793,15 @@ mod winograd {
             b.node(node("Conv", 17, &["x", "w", "b"], &["y"], conv_attrs));
             b.output("y");
             let before = build(b);
-            for tile_rows_min_channels in [usize::MAX, 1] {
-                let pass = ConvWinograd {
-                    min_tiles,
-                    tile_rows_min_channels,
-                    ..ALWAYS
-                };
-                let after = run_then_dce(&pass, before.clone());
-                assert_eq!(count(&after, "Conv"), 0, "{what}");
-                assert_eq!(count(&after, "MatMul"), 3, "{what}");
-                let inputs = vec![("x".to_string(), rng.f32s(&[1, 6, 11, 9]))];
-                assert_same_outputs(&before, &after, &inputs, 1e-4);
-            }
+            let pass = ConvWinograd {
+                min_tiles,
+                ..ALWAYS
+            };
+            let after = run_then_dce(&pass, before.clone());
+            assert_eq!(count(&after, "Conv"), 0, "{what}");
+            assert_eq!(count(&after, "MatMul"), 3, "{what}");
+            let inputs = vec![("x".to_string(), rng.f32s(&[1, 6, 11, 9]))];
+            assert_same_outputs(&before, &after, &inputs, 1e-4);
         }
     }
 
@@ -1109,7 +1100,13 @@ mod panel_weights {
         b.initializer("w", rng.f32s(&[3, 7, 19]));
         b.initializer("left", rng.f32s(&[3, 20, 5]));
         b.node(node("MatMul", 17, &["x", "w"], &["y"], Attributes::new()));
-        b.node(node("MatMul", 17, &["left", "x"], &["l"], Attributes::new()));
+        b.node(node(
+            "MatMul",
+            17,
+            &["left", "x"],
+            &["l"],
+            Attributes::new(),
+        ));
         b.node(node("MatMul", 17, &["x", "z"], &["v"], Attributes::new()));
         for out in ["y", "l", "v"] {
             b.output(out);

@@ -219,7 +219,9 @@ fn panels_input(
     let want = [split.expr() / w.clone(), k.expr(), split.expr() % w];
     let panel_indices = match (batch, indices.split_first()) {
         (None, _) => indices.as_slice(),
-        (Some(b), Some((first, rest))) if first.as_var() == Some(b) || first.as_int() == Some(0) => {
+        (Some(b), Some((first, rest)))
+            if first.as_var() == Some(b) || first.as_int() == Some(0) =>
+        {
             rest
         }
         _ => return None,

@@ -12,25 +12,29 @@
 //! Xp = Pad(X) (marked materialize)                       [1, C, m₀·T₀ + r₀ − 1, m₁·T₁ + r₁ − 1]
 //! D  = hidet::OffsetGather(Xp, tile element, tile origin) [N, C·T]    T = T₀·T₁ tiles
 //! V  = MatMul(Bk, D)                                      [N, C·T]    Bk = Bᵀ₀ ⊗ Bᵀ₁  [N, N]
-//! M  = MatMul(U, Reshape(V, [N, C, T]))                   [N, OC, T]  U[ξ] = (G₀ g G₁ᵀ)[ξ]
-//! Yt = MatMul(Ak, Reshape(M, [N, OC·T]))                  [m₀·m₁, OC·T]  Ak = Aᵀ₀ ⊗ Aᵀ₁
-//! Y  = Slice(Reshape(Transpose(Reshape(Yt, [m₀, m₁, OC, T₀, T₁]), [2, 3, 0, 4, 1]),
+//! M  = MatMul(Transpose(Reshape(V, [N, C, T])), Uᵀ)        [N, T, OC]  Uᵀ[ξ] = (G₀ g G₁ᵀ)[ξ]ᵀ
+//! Y' = MatMul(Transpose(Reshape(M, [N, T·OC])), Akᵀ)      [T·OC, m₀·m₁]  Ak = Aᵀ₀ ⊗ Aᵀ₁
+//! Y  = Slice(Reshape(Transpose(Reshape(Y', [T₀, T₁, OC, m₀, m₁]), [2, 0, 3, 1, 4]),
 //!            [1, OC, m₀·T₀, m₁·T₁]) + bias, to the output)
 //! ```
 //!
 //! The middle product does `N·OC·C·T` multiply-adds where the convolution does
 //! `r₀r₁·OC·C·m₀m₁·T`: 2.25× fewer for `F(2×2, 3×3)`, 4× for `F(4×4, 3×3)`, 1.75× for
 //! `F(2, 7)`, 2.8× for `F(4, 7)`. The transforms are small products by constant matrices over
-//! `N` rows; the output's permutation, the bias and what follows element-wise are the last
-//! product's epilogue (see `crate::fusion::index_map::invert_chain`). `U` is computed once
-//! here, in f64.
+//! `N` positions; the output's permutation, the bias and what follows element-wise are the
+//! last product's epilogue (see `crate::fusion::index_map::invert_chain`). `U` is computed
+//! once here, in f64.
 //!
-//! With many input channels (`tile_rows_min_channels`) the middle product is computed
-//! transposed, tiles as rows, `M = Transpose(MatMul(Transpose(V'), Uᵀ))` with `V' =
-//! Reshape(V, [N, C, T])`: the inner transpose is marked [`PROLOGUE_ONLY`], so `V` is
-//! still stored `[N, C, T]` and the product packs it column by column; the constant `Uᵀ`
-//! becomes panels read in place (`super::PanelConstantWeights`); the outer transpose is the
-//! product's epilogue.
+//! The last two products have the tiles as rows: the per-position product reads the
+//! transformed weights in place, as panels of output channels
+//! (`super::PanelConstantWeights`, no packing per run), its ragged edge is a row of tiles
+//! rather than a column, and it stores its result in order; the output transform stores each
+//! row (a tile of one channel) as `m₀` runs of `m₁` pixels rather than scattering pixel by
+//! pixel. Both read their left operand transposed: the two inner `Transpose`s are marked
+//! [`PROLOGUE_ONLY`], so that the producers store `V` and `M` in order and the products pack
+//! them column by column. Measured against both products with the tiles as columns (AVX2,
+//! two threads, one convolution with its ReLU): 0.81× (56² × 64), 0.83× (28² × 128), 0.96×
+//! (14² × 256), 0.85–0.89× (35²), 0.87× (71², 80 → 192), 0.83–0.89× (17², 1×7).
 
 use crate::attribute::Attributes;
 use crate::fusion::PROLOGUE_ONLY;
@@ -39,7 +43,7 @@ use crate::kernels::window::Geometry;
 use crate::ops::im2col::HIDET_DOMAIN;
 use crate::ops::offset_gather::OP_TYPE as OFFSET_GATHER;
 use crate::passes::channels_last::perm_attrs;
-use crate::passes::conv_implicit_gemm::{materialized_pad, shape_const};
+use crate::passes::conv_implicit_gemm::{materialized_pad, shape_const, transposed};
 use crate::passes::conv_node::{single_image_conv, ConvNode};
 use crate::passes::rewrite::Rewriter;
 use crate::passes::GraphPass;
@@ -50,29 +54,14 @@ use crate::Attribute;
 /// window, stride 1, dilation 1 and `group == 1` into the Winograd products of the module
 /// docs, with `m = 4` along the windowed axes when that gives at least `min_tiles` tiles,
 /// else `m = 2` when that does, and only when `C·OC / (C + OC)` is at least
-/// `min_channel_harmonic`. With at least `tile_rows_min_channels` input channels the
-/// per-position product has the tiles as its rows (see the module docs).
+/// `min_channel_harmonic`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConvWinograd {
     /// Output tiles below which a convolution is left to the implicit GEMM.
     pub min_tiles: usize,
     /// The lower bound on `C·OC / (C + OC)` (input and output channels).
     pub min_channel_harmonic: usize,
-    /// Input channels from which the per-position product is computed transposed, tiles as
-    /// rows.
-    pub tile_rows_min_channels: usize,
 }
-
-/// The default `tile_rows_min_channels`: the product transposed reads its transformed
-/// weights in place, as panels of output channels (no packing per run), and its ragged
-/// edge is a row of tiles rather than a column (49 tiles: a 1-row edge panel of 6 rows
-/// instead of a 1-column edge of 16 columns), but it packs the transformed input from a
-/// column-major layout and stores its result transposed, element by element, which a
-/// shallow product (few input channels) does not amortize. Measured on AVX2, two threads,
-/// the product alone: 64 → 64 channels at 56² 1.14–1.29×, 80 → 192 at 71² 1.11×, 64 → 96 at
-/// 35² 1.17×; 96 → 96 at 35² 0.88×, 128 → 128 at 28² 0.82×, 256 → 256 at 14² 0.79×, 128 and
-/// 192 at 17² (1×7) 0.90× and 0.86×.
-pub const WINOGRAD_TILE_ROWS_MIN_CHANNELS: usize = 96;
 
 /// Tiles below which the per-position products are too narrow (and their `n²/9` times
 /// larger weights too little reused) to gain: measured on AVX2, two threads, 3×3
@@ -88,13 +77,11 @@ pub const WINOGRAD_MIN_TILES: usize = 36;
 pub const WINOGRAD_MIN_CHANNEL_HARMONIC: usize = 30;
 
 impl Default for ConvWinograd {
-    /// [`WINOGRAD_MIN_TILES`], [`WINOGRAD_MIN_CHANNEL_HARMONIC`] and
-    /// [`WINOGRAD_TILE_ROWS_MIN_CHANNELS`].
+    /// [`WINOGRAD_MIN_TILES`] and [`WINOGRAD_MIN_CHANNEL_HARMONIC`].
     fn default() -> Self {
         ConvWinograd {
             min_tiles: WINOGRAD_MIN_TILES,
             min_channel_harmonic: WINOGRAD_MIN_CHANNEL_HARMONIC,
-            tile_rows_min_channels: WINOGRAD_TILE_ROWS_MIN_CHANNELS,
         }
     }
 }
@@ -114,8 +101,7 @@ impl GraphPass for ConvWinograd {
                 continue;
             };
             rw.focus(NodeId(i));
-            let tile_rows = conv.channels() >= self.tile_rows_min_channels;
-            let out = rewrite(&mut rw, &conv, &axes, tile_rows).map_err(|e| match e {
+            let out = rewrite(&mut rw, &conv, &axes).map_err(|e| match e {
                 Failure::Graph(e) => e,
                 Failure::Tensor(e) => GraphError::Node {
                     node: conv.name.clone(),
@@ -386,14 +372,9 @@ fn kron(
     Tensor::new(vec![pr * qr, pc * qc], k)
 }
 
-/// The transformed weights `U[(a, b)][oc][c] = (G₀ g[oc][c] G₁ᵀ)[a][b]`, `[n₀·n₁, OC, C]`,
-/// of a `[OC, C, r₀, r₁]` weight, or when `transposed` their transposes at each position,
-/// `[n₀·n₁, C, OC]`.
-fn transformed_weight(
-    weight: &Tensor,
-    axes: &[Axis; 2],
-    transposed: bool,
-) -> Result<Tensor, TensorError> {
+/// The transformed weights, transposed at each position: `Uᵀ[(a, b)][c][oc] = (G₀ g[oc][c]
+/// G₁ᵀ)[a][b]`, `[n₀·n₁, C, OC]`, of a `[OC, C, r₀, r₁]` weight.
+fn transformed_weight(weight: &Tensor, axes: &[Axis; 2]) -> Result<Tensor, TensorError> {
     let w = weight.as_slice::<f32>()?;
     let (oc, c) = (weight.shape()[0], weight.shape()[1]);
     let [x0, x1] = axes;
@@ -413,18 +394,12 @@ fn transformed_weight(
             for a in 0..n0 {
                 for b in 0..n1 {
                     let v: f64 = (0..r1).map(|j| t[a * r1 + j] * x1.g[b * r1 + j]).sum();
-                    let at = if transposed {
-                        ((a * n1 + b) * c + ch) * oc + o
-                    } else {
-                        ((a * n1 + b) * oc + o) * c + ch
-                    };
-                    u[at] = v as f32;
+                    u[((a * n1 + b) * c + ch) * oc + o] = v as f32;
                 }
             }
         }
     }
-    let shape = if transposed { [c, oc] } else { [oc, c] };
-    Tensor::new(vec![n0 * n1, shape[0], shape[1]], u)
+    Tensor::new(vec![n0 * n1, c, oc], u)
 }
 
 fn i32_const(rw: &mut Rewriter, hint: &str, v: Vec<i32>) -> Result<ValueId, TensorError> {
@@ -437,14 +412,21 @@ fn reshape(rw: &mut Rewriter, x: ValueId, dims: &[usize]) -> Result<ValueId, Fai
     Ok(rw.add_op("Reshape", Attributes::new(), &[x, shape])?)
 }
 
-/// Adds the Winograd nodes of `conv` with the transforms `axes`, the per-position product
-/// transposed when `tile_rows`; returns the value that replaces the convolution's output.
-fn rewrite(
+/// `Transpose(x, perm)` marked [`PROLOGUE_ONLY`]: read transposed by its consumer, a matrix
+/// product, while `x`'s producer stores it in order.
+fn transposed_for_consumer(
     rw: &mut Rewriter,
-    conv: &ConvNode,
-    axes: &[Axis; 2],
-    tile_rows: bool,
+    x: ValueId,
+    perm: Vec<i64>,
 ) -> Result<ValueId, Failure> {
+    let mut attrs = perm_attrs(perm);
+    attrs.insert(PROLOGUE_ONLY, Attribute::Int(1));
+    Ok(rw.add_op("Transpose", attrs, &[x])?)
+}
+
+/// Adds the Winograd nodes of `conv` with the transforms `axes`; returns the value that
+/// replaces the convolution's output.
+fn rewrite(rw: &mut Rewriter, conv: &ConvNode, axes: &[Axis; 2]) -> Result<ValueId, Failure> {
     let g: &Geometry = &conv.geometry;
     let [x0, x1] = axes;
     let (c, oc) = (conv.channels(), conv.weight.shape()[0]);
@@ -492,23 +474,17 @@ fn rewrite(
     let bk = rw.add_constant("winograd_input_transform", bk);
     let v = rw.add_op("MatMul", Attributes::new(), &[bk, d])?;
     let v = reshape(rw, v, &[nn, c, t0 * t1])?;
-    let u = transformed_weight(&conv.weight, axes, tile_rows)?;
-    let u = rw.add_constant("winograd_weight", u);
-    let prod = if tile_rows {
-        let mut swap_to_tiles = perm_attrs(vec![0, 2, 1]);
-        swap_to_tiles.insert(PROLOGUE_ONLY, Attribute::Int(1));
-        let v_t = rw.add_op("Transpose", swap_to_tiles, &[v])?;
-        let prod_t = rw.add_op("MatMul", Attributes::new(), &[v_t, u])?;
-        rw.add_op("Transpose", perm_attrs(vec![0, 2, 1]), &[prod_t])?
-    } else {
-        rw.add_op("MatMul", Attributes::new(), &[u, v])?
-    };
-    let prod = reshape(rw, prod, &[nn, oc * t0 * t1])?;
+    let v_t = transposed_for_consumer(rw, v, vec![0, 2, 1])?;
+    let u_t = rw.add_constant("winograd_weight", transformed_weight(&conv.weight, axes)?);
+    let prod = rw.add_op("MatMul", Attributes::new(), &[v_t, u_t])?;
+    let prod = reshape(rw, prod, &[nn, t0 * t1 * oc])?;
+    let prod_t = transposed_for_consumer(rw, prod, vec![1, 0])?;
     let ak = kron(&x0.at, [x0.m, x0.n], &x1.at, [x1.m, x1.n])?;
-    let ak = rw.add_constant("winograd_output_transform", ak);
-    let y = rw.add_op("MatMul", Attributes::new(), &[ak, prod])?;
-    let y = reshape(rw, y, &[x0.m, x1.m, oc, t0, t1])?;
-    let y = rw.add_op("Transpose", perm_attrs(vec![2, 3, 0, 4, 1]), &[y])?;
+    let ak_t = transposed(&ak, x0.m * x1.m, nn)?;
+    let ak_t = rw.add_constant("winograd_output_transform", ak_t);
+    let y = rw.add_op("MatMul", Attributes::new(), &[prod_t, ak_t])?;
+    let y = reshape(rw, y, &[t0, t1, oc, x0.m, x1.m])?;
+    let y = rw.add_op("Transpose", perm_attrs(vec![2, 0, 3, 1, 4]), &[y])?;
     let mut y = reshape(rw, y, &[1, oc, t0 * x0.m, t1 * x1.m])?;
     if let Some(b) = conv.bias {
         let bias = match rw.constant(b) {

@@ -24,9 +24,7 @@ pub use batchnorm_fold::BatchNormFolding;
 pub use channels_last::{DepthwiseChannelsLast, SinkTransposes};
 pub use constant_fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
 pub use conv_implicit_gemm::{ConvToImplicitGemm, FEW_CHANNELS};
-pub use conv_winograd::{
-    ConvWinograd, WINOGRAD_MIN_CHANNEL_HARMONIC, WINOGRAD_MIN_TILES, WINOGRAD_TILE_ROWS_MIN_CHANNELS,
-};
+pub use conv_winograd::{ConvWinograd, WINOGRAD_MIN_CHANNEL_HARMONIC, WINOGRAD_MIN_TILES};
 pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
 pub use panel_weights::PanelConstantWeights;
