@@ -252,37 +252,40 @@ fn direct_convolutions_take_up_to_64_channels_on_every_target() {
     }
 }
 
-/// Level 0 keeps the default tile unless the second register tile computes at least 3% less
-/// padded work: on AVX2, 32 rows take 4×24 (8 whole tiles instead of 5 and a 2-row edge), and
-/// 128 rows by 768 columns (3% less), while 64 rows by 3136 columns (2.8% less) and 1024 keep
-/// 6×16; every pick is a schedule of the space and never computes more padded work than the
-/// default.
+/// Level 0 takes the register tile of least estimated cost, weighing edge tiles that wait on
+/// their accumulators: on AVX2, 32 and 128 rows take 4×24 (whole tiles instead of a 2-row
+/// edge), 49 rows 5×16 (a 4-row edge instead of a 1-row one), while 16 and 64 rows (a 4-row
+/// edge, as fast) and 1024 keep 6×16, and so does a left operand stored in panels of 6 rows;
+/// every pick is a schedule of the space and never costs more than the default by the
+/// estimate.
 #[test]
 fn level_zero_spares_short_products_a_thin_edge_tile() {
-    use hidet_cpu::templates::matmul::heuristic_for_product;
+    use hidet_cpu::templates::matmul::{heuristic_for_product, product_cost};
     let avx2 = &targets()[1];
     let default = MatmulSchedule::for_target(avx2, 2);
     let tile = |m, n| {
-        let s = heuristic_for_product(avx2, 2, m, n);
+        let s = heuristic_for_product(avx2, 2, m, n, None);
         (s.mr, s.nr)
     };
     assert_eq!(tile(32, 21609), (4, 24));
-    assert_eq!(tile(16, 12544), (4, 24));
     assert_eq!(tile(128, 768), (4, 24));
+    assert_eq!(tile(49, 512), (5, 16));
+    assert_eq!(tile(16, 12544), (default.mr, default.nr));
     assert_eq!(tile(64, 3136), (default.mr, default.nr));
+    let in_panels = heuristic_for_product(avx2, 2, 128, 784, Some(default.mr));
+    assert_eq!((in_panels.mr, in_panels.nr), (default.mr, default.nr));
     assert_eq!(tile(1024, 1024), (default.mr, default.nr));
     for target in targets() {
         let default = MatmulSchedule::for_target(&target, 2);
-        let padded = |s: &MatmulSchedule, m: i64, n: i64| {
-            (m + s.mr - 1) / s.mr * s.mr * ((n + s.nr - 1) / s.nr * s.nr)
-        };
+        let lanes = i64::from(default.lanes);
+        let cost = |s: &MatmulSchedule, m: i64, n: i64| product_cost(m, n, (s.mr, s.nr), lanes);
         for m in [default.mr, 16, 32, 49, 64, 80, 128, 1000] {
             for n in [1, 49, 196, 768, 3136] {
-                let s = heuristic_for_product(&target, 2, m, n);
+                let s = heuristic_for_product(&target, 2, m, n, None);
                 s.validate().expect("a valid schedule");
                 assert!(matmul_space(&target, 2).contains(&s), "{m}×{n}: {s:?}");
                 if m >= default.mr {
-                    assert!(padded(&s, m, n) <= padded(&default, m, n), "{m}×{n}: {s:?}");
+                    assert!(cost(&s, m, n) <= cost(&default, m, n), "{m}×{n}: {s:?}");
                 }
             }
         }
@@ -295,7 +298,7 @@ fn level_zero_spares_short_products_a_thin_edge_tile() {
 fn level_zero_avoids_a_ragged_last_depth_block() {
     use hidet_cpu::templates::matmul::{heuristic_for_product, with_depth};
     let avx2 = &targets()[1];
-    let base = heuristic_for_product(avx2, 2, 384, 64);
+    let base = heuristic_for_product(avx2, 2, 384, 64, None);
     assert_eq!((base.kc, base.nr), (256, 16));
     for (k, kc) in [
         (1152, 384),
@@ -314,7 +317,7 @@ fn level_zero_avoids_a_ragged_last_depth_block() {
             "k = {k}: 384 does not divide it either"
         );
     }
-    let wide = heuristic_for_product(avx2, 2, 32, 21609);
+    let wide = heuristic_for_product(avx2, 2, 32, 21609, None);
     assert_eq!(
         (wide.nr, with_depth(avx2, wide, 1152).kc),
         (24, wide.kc),
@@ -322,7 +325,7 @@ fn level_zero_avoids_a_ragged_last_depth_block() {
     );
     for target in targets() {
         for (m, n) in [(384, 64), (32, 21609), (1, 1000)] {
-            let s = with_depth(&target, heuristic_for_product(&target, 2, m, n), 1152);
+            let s = with_depth(&target, heuristic_for_product(&target, 2, m, n, None), 1152);
             assert!(matmul_space(&target, 2).contains(&s), "{m}×{n}: {s:?}");
         }
     }

@@ -261,8 +261,16 @@ impl Tunable for MatmulTask {
             }
             _ => None,
         };
+        let a_panel_rows = match &self.work {
+            Work::Fused(task) => match a_layout(task) {
+                Some(ALayout::Panels { rows }) => Some(rows),
+                _ => None,
+            },
+            _ => None,
+        };
         let schedule = gathered.unwrap_or_else(|| {
-            heuristic_for_product(&self.target, self.threads, self.shape.m, self.shape.n)
+            let (m, n) = (self.shape.m, self.shape.n);
+            heuristic_for_product(&self.target, self.threads, m, n, a_panel_rows)
         });
         MatmulCandidate(with_depth(&self.target, schedule, self.shape.k))
     }

@@ -44,7 +44,7 @@ pub use schedule::{
 };
 pub use space::{
     heuristic_for_gathered_rows, heuristic_for_product, heuristic_for_rows, matmul_candidates,
-    matmul_space, micro_kernels, with_depth,
+    matmul_space, micro_kernels, product_cost, with_depth,
 };
 
 use crate::error::TemplateError;

@@ -82,35 +82,79 @@ pub fn heuristic_for_rows(target: &CpuTarget, threads: i64, m: i64) -> MatmulSch
     )
 }
 
-/// Padded work, in percent of the first tile's, at or below which level 0 takes the second
-/// register tile of [`micro_kernels`] instead of the first.
-const SECOND_TILE_MAX_WORK_PERCENT: i64 = 97;
+/// Multiply-adds a core issues per cycle, and the cycles before a multiply-add's sum can feed
+/// the next one into the same accumulator: two pipes of latency 4, as Skylake, Ice Lake and
+/// Zen 3 cores have.
+const FMA_PER_CYCLE: i64 = 2;
+const FMA_LATENCY: i64 = 4;
+
+/// Register tiles of [`micro_kernels`] level 0 chooses among for a product: the first three,
+/// which keep at least 10 accumulators busy.
+const PRODUCT_TILES: usize = 3;
+
+/// The least estimated saving, in percent of the default tile's [`product_cost`], for which
+/// level 0 leaves the default tile: the estimate counts neither loads nor packing, so near
+/// ties stay with the most-measured tile (a Winograd output transform of 6272 rows by 16
+/// columns is 0.03% cheaper in 4×24 tiles by the estimate, 1.1× slower measured).
+const PRODUCT_TILE_MIN_GAIN_PERCENT: i64 = 1;
+
+/// The estimated cost, in cycles per step of `K` times [`FMA_PER_CYCLE`], of an `m × n`
+/// product in `mr × nr` register tiles of `lanes`-wide vectors: a tile of `r ≤ mr` rows and
+/// `v` vectors issues `r·v` multiply-adds into as many accumulators each step, and takes
+/// `max(r·v / FMA_PER_CYCLE, FMA_LATENCY)` cycles: a short edge tile waits on its
+/// accumulators rather than on the pipes.
+pub fn product_cost(m: i64, n: i64, (mr, nr): (i64, i64), lanes: i64) -> i64 {
+    let tile = |r: i64, v: i64| (r * v).max(FMA_PER_CYCLE * FMA_LATENCY);
+    let rows = [(m / mr, mr), (i64::from(m % mr > 0), m % mr)];
+    let cols = [
+        (n / nr, nr / lanes),
+        (i64::from(n % nr > 0), (n % nr + lanes - 1) / lanes),
+    ];
+    rows.iter()
+        .flat_map(|&(rc, r)| cols.iter().map(move |&(cc, v)| rc * cc * tile(r, v)))
+        .sum()
+}
 
 /// The level-0 schedule for an `m × n` product: [`heuristic_for_rows`] for products shorter
-/// than the default tile; otherwise the default, unless the second register tile of
-/// [`micro_kernels`] (the first two fill the register file alike) computes at least 3% less
-/// padded work, `⌈m / MR⌉·MR × ⌈n / NR⌉·NR`: then that tile with the default's blocks. (32
-/// rows are 5⅓ tiles of 6 but 8 of 4: on AVX2, 4×24 spares a 2-row edge tile whose
-/// multiply-adds per load are a third of a full tile's. 128 rows by 768, 2304 or 3072
-/// columns, 3% less work, as every product of BERT-base and GPT-2 at 128 tokens: level-1
-/// tuning picks 4×24 too, the models 0.97–0.98× in an A/B; ResNet-50's 64 output channels by
-/// 3136 pixels, 2.8% less, stay.) The pick is a schedule of [`matmul_space`].
-pub fn heuristic_for_product(target: &CpuTarget, threads: i64, m: i64, n: i64) -> MatmulSchedule {
+/// than the default tile; otherwise, among the first [`PRODUCT_TILES`] register tiles of
+/// [`micro_kernels`], the one of least [`product_cost`] (the earliest among equals; the
+/// default unless another saves [`PRODUCT_TILE_MIN_GAIN_PERCENT`]) with the default's blocks. What this weighs is the edge tiles: on AVX2,
+/// 49 rows (a 7×7 image's pixels) are 8 tiles of 6 and a 1-row edge that waits 4 cycles for
+/// 2 multiply-adds, but 9 tiles of 5 and a 4-row edge that does not wait, so 5×16; 32 or
+/// 128 rows (BERT's and GPT-2's 128 tokens) take 4×24, whole tiles of 4 instead of a 2-row
+/// edge; 64 rows keep 6×16 (its 4-row edge is as fast). Level-1 tuning of MobileNet-V2 and
+/// GPT-2 picks the same tiles for these shapes. A left operand stored as panels of
+/// `a_panel_rows` rows (constant weights, `super::ALayout::Panels`) keeps the tiles of as
+/// many rows: a tile straddling two panels reads both (ResNet-50's 128-row products by
+/// 784 pixels: 4×24 over panels of 6 rows 1.07× slower). The pick is a schedule of
+/// [`matmul_space`].
+pub fn heuristic_for_product(
+    target: &CpuTarget,
+    threads: i64,
+    m: i64,
+    n: i64,
+    a_panel_rows: Option<i64>,
+) -> MatmulSchedule {
     let default = MatmulSchedule::for_target(target, threads);
     if m < default.mr {
         return heuristic_for_rows(target, threads, m);
     }
-    let padded = |(mr, nr): (i64, i64)| round_up(m, mr) * round_up(n.max(1), nr);
-    let kernels = micro_kernels(target);
-    let (Some(&first), Some(&second)) = (kernels.first(), kernels.get(1)) else {
-        return default;
-    };
-    if first != (default.mr, default.nr)
-        || padded(second) * 100 > padded(first) * SECOND_TILE_MAX_WORK_PERCENT
-    {
-        return default;
+    let lanes = i64::from(default.lanes);
+    let n = n.max(1);
+    let tiles = micro_kernels(target);
+    let candidates = std::iter::once((default.mr, default.nr))
+        .chain(tiles.into_iter().take(PRODUCT_TILES))
+        .filter(|&(mr, _)| mr <= m && a_panel_rows.is_none_or(|rows| rows == mr));
+    let default_cost = product_cost(m, n, (default.mr, default.nr), lanes);
+    let mut best = (default.mr, default.nr);
+    let mut best_cost = default_cost * (100 - PRODUCT_TILE_MIN_GAIN_PERCENT);
+    for tile in candidates {
+        let cost = product_cost(m, n, tile, lanes) * 100;
+        if cost <= best_cost {
+            (best, best_cost) = (tile, cost - 1);
+        }
     }
-    default.with_tile(second.0, second.1)
+    default.with_tile(best.0, best.1)
 }
 
 /// The level-0 `kc` of `schedule` for a reduction of depth `k`: 384 (a choice of the space)
