@@ -618,15 +618,7 @@ mod pool_after_pointwise {
         b.input("x", f32_input(&[1, c, 11, 13]));
         b.initializer("w", rng.f32s(&[oc, c, 1, 1]));
         b.node(node("AveragePool", 19, &["x"], &["p"], pool));
-        let mut conv_in = vec!["p", "w"];
-        if bias {
-            b.initializer("b", rng.f32s(&[oc]));
-            conv_in.push("b");
-        }
-        b.node(node("Conv", 17, &conv_in, &["y"], Attributes::new()));
-        b.node(node("Relu", 17, &["y"], &["out"], Attributes::new()));
-        b.output("out");
-        build(b)
+        conv_relu_graph(b, rng, "p", oc, Attributes::new(), bias)
     }
 
     /// The pooling follows the convolution and the bias the pooling, with the same outputs
@@ -717,15 +709,7 @@ mod winograd {
         let mut b = GraphBuilder::new("g");
         b.input("x", f32_input(&[1, c, hw[0], hw[1]]));
         b.initializer("w", rng.f32s(&[oc, c, 3, 3]));
-        let mut conv_in = vec!["x", "w"];
-        if bias {
-            b.initializer("b", rng.f32s(&[oc]));
-            conv_in.push("b");
-        }
-        b.node(node("Conv", 17, &conv_in, &["y"], attrs));
-        b.node(node("Relu", 17, &["y"], &["out"], Attributes::new()));
-        b.output("out");
-        build(b)
+        conv_relu_graph(b, rng, "x", oc, attrs, bias)
     }
 
     /// The convolution becomes the padded input, the tile gather, three products and the

@@ -118,32 +118,24 @@ struct Plan {
 /// non-constant `f32` matrix; a left operand's panels are `left_rows` wide.
 fn plan(rw: &Rewriter, a: ValueId, b: ValueId, left_rows: usize) -> Option<Plan> {
     let g = rw.graph();
-    let is_matrix = |v: ValueId| {
+    // A non-constant f32 operand of `rank` dimensions.
+    let is_variable = |v: ValueId, rank: usize| {
         let ty = &g.value(v).ty;
         ty.dtype == DType::F32
-            && ty.fixed_shape().is_some_and(|s| s.len() == 2)
+            && ty.fixed_shape().is_some_and(|s| s.len() == rank)
             && rw.constant(v).is_none()
     };
-    let wide = |t: &Tensor| matches!(*t.shape(), [k, n] if k > 0 && n >= PANEL_WIDTH);
-    if let Some(w) = rw.constant(b).filter(|w| wide(w) && is_matrix(a)) {
+    let is_matrix = |v: ValueId| is_variable(v, 2);
+    let wide = |t: &Tensor| matches!(*t.shape(), [.., k, n] if k > 0 && n >= PANEL_WIDTH);
+    // A matrix beside a matrix, or a batch of matrices beside a batch.
+    let right_rank = |w: &Tensor| Some(w.shape().len()).filter(|r| matches!(r, 2 | 3));
+    if let Some(w) = rw
+        .constant(b)
+        .filter(|w| wide(w) && right_rank(w).is_some_and(|rank| is_variable(a, rank)))
+    {
         return Some(Plan {
             left: false,
-            columns: w.shape()[1],
-            width: PANEL_WIDTH,
-            panels: to_panels(w, PANEL_WIDTH)?,
-        });
-    }
-    let is_batch = |v: ValueId| {
-        let ty = &g.value(v).ty;
-        ty.dtype == DType::F32
-            && ty.fixed_shape().is_some_and(|s| s.len() == 3)
-            && rw.constant(v).is_none()
-    };
-    let wide_batch = |t: &Tensor| matches!(*t.shape(), [_, k, n] if k > 0 && n >= PANEL_WIDTH);
-    if let Some(w) = rw.constant(b).filter(|w| wide_batch(w) && is_batch(a)) {
-        return Some(Plan {
-            left: false,
-            columns: w.shape()[2],
+            columns: *w.shape().last()?,
             width: PANEL_WIDTH,
             panels: to_panels(w, PANEL_WIDTH)?,
         });

@@ -103,6 +103,27 @@ pub fn build(b: GraphBuilder) -> Graph {
     b.build(Registry::global()).expect("test graph builds")
 }
 
+/// Adds `out = Relu(Conv(input, w, b?))` with `attrs` (the initializer `w` already added; a
+/// random bias `b` of `oc` channels when `bias`), makes `out` the output and builds.
+pub fn conv_relu_graph(
+    mut b: GraphBuilder,
+    rng: &mut Rng,
+    input: &str,
+    oc: usize,
+    attrs: Attributes,
+    bias: bool,
+) -> Graph {
+    let mut conv_in = vec![input, "w"];
+    if bias {
+        b.initializer("b", rng.f32s(&[oc]));
+        conv_in.push("b");
+    }
+    b.node(node("Conv", 17, &conv_in, &["y"], attrs));
+    b.node(node("Relu", 17, &["y"], &["out"], Attributes::new()));
+    b.output("out");
+    build(b)
+}
+
 /// Op types of the graph's nodes, in order.
 pub fn ops(g: &Graph) -> Vec<String> {
     g.nodes().iter().map(|n| n.op_type.clone()).collect()

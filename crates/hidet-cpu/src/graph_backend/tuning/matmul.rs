@@ -255,17 +255,18 @@ impl Tunable for MatmulTask {
     }
 
     fn heuristic(&self) -> MatmulCandidate {
-        let gathered = match &self.work {
-            Work::Fused(task) if a_layout(task) == Some(ALayout::InPlace) => {
+        let layout = match &self.work {
+            Work::Fused(task) => a_layout(task),
+            Work::Plain => None,
+        };
+        let gathered = match layout {
+            Some(ALayout::InPlace) => {
                 heuristic_for_gathered_rows(&self.target, self.threads, self.shape.n)
             }
             _ => None,
         };
-        let a_panel_rows = match &self.work {
-            Work::Fused(task) => match a_layout(task) {
-                Some(ALayout::Panels { rows }) => Some(rows),
-                _ => None,
-            },
+        let a_panel_rows = match layout {
+            Some(ALayout::Panels { rows }) => Some(rows),
             _ => None,
         };
         let schedule = gathered.unwrap_or_else(|| {

@@ -78,6 +78,16 @@ pub(super) fn build(
     Ok(fb.finish())
 }
 
+/// An operand's batch index in batch `batch`: 0 when the operand (of `operand_batch`
+/// matrices) is broadcast.
+fn batch_index(operand_batch: i64, batch: &Expr) -> Expr {
+    if operand_batch == 1 {
+        Expr::int(0)
+    } else {
+        batch.clone()
+    }
+}
+
 /// The constants of one instantiation.
 struct Plan {
     a: Var,
@@ -233,12 +243,7 @@ impl Plan {
             return self.a.at([&row / rows.clone(), col, row % rows]);
         }
         if self.rank3 {
-            let b = if self.s.a_batch == 1 {
-                Expr::int(0)
-            } else {
-                batch.clone()
-            };
-            self.a.at([b, row, col])
+            self.a.at([batch_index(self.s.a_batch, batch), row, col])
         } else {
             self.a.at([row, col])
         }
@@ -250,25 +255,17 @@ impl Plan {
             return self.b_panel_at(batch, &col / width.clone(), row, col % width);
         }
         if self.rank3 {
-            self.b.at([self.b_batch_index(batch), row, col])
+            self.b.at([batch_index(self.s.b_batch, batch), row, col])
         } else {
             self.b.at([row, col])
-        }
-    }
-
-    /// `B`'s batch index in batch `batch` (0 when `B` is broadcast).
-    fn b_batch_index(&self, batch: &Expr) -> Expr {
-        if self.s.b_batch == 1 {
-            Expr::int(0)
-        } else {
-            batch.clone()
         }
     }
 
     /// Element `offset` of row `row` of 16-column panel `panel` of a [`BLayout::Panels`] `B`.
     fn b_panel_at(&self, batch: &Expr, panel: Expr, row: Expr, offset: Expr) -> Expr {
         if self.rank3 {
-            self.b.at([self.b_batch_index(batch), panel, row, offset])
+            self.b
+                .at([batch_index(self.s.b_batch, batch), panel, row, offset])
         } else {
             self.b.at([panel, row, offset])
         }

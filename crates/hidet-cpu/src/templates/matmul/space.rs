@@ -142,19 +142,19 @@ pub fn heuristic_for_product(
     let lanes = i64::from(default.lanes);
     let n = n.max(1);
     let tiles = micro_kernels(target);
-    let candidates = std::iter::once((default.mr, default.nr))
-        .chain(tiles.into_iter().take(PRODUCT_TILES))
+    let candidates = tiles
+        .into_iter()
+        .take(PRODUCT_TILES)
         .filter(|&(mr, _)| mr <= m && a_panel_rows.is_none_or(|rows| rows == mr));
     let default_cost = product_cost(m, n, (default.mr, default.nr), lanes);
-    let mut best = (default.mr, default.nr);
-    let mut best_cost = default_cost * (100 - PRODUCT_TILE_MIN_GAIN_PERCENT);
-    for tile in candidates {
-        let cost = product_cost(m, n, tile, lanes) * 100;
-        if cost <= best_cost {
-            (best, best_cost) = (tile, cost - 1);
-        }
+    let cheapest = candidates
+        .map(|tile| (tile, product_cost(m, n, tile, lanes)))
+        .min_by_key(|&(_, cost)| cost)
+        .filter(|&(_, cost)| cost * 100 <= default_cost * (100 - PRODUCT_TILE_MIN_GAIN_PERCENT));
+    match cheapest {
+        Some(((mr, nr), _)) => default.with_tile(mr, nr),
+        None => default,
     }
-    default.with_tile(best.0, best.1)
 }
 
 /// The level-0 `kc` of `schedule` for a reduction of depth `k`: 384 (a choice of the space)
