@@ -119,6 +119,15 @@ fn matmul_bias_relu_add_is_one_kernel() {
     let report = templated.report();
     assert_eq!(report.kernels, 1, "{}", report.partition);
     assert!(report.refusals.is_empty(), "{:?}", report.refusals);
+    // `x` is a stored matrix: the template broadcasts its elements in place, packing nothing.
+    let source: String = report
+        .module
+        .sources
+        .iter()
+        .map(|(_, s)| s.as_str())
+        .collect();
+    assert!(source.contains("hidet_broadcast_f32"), "{source}");
+    assert!(!source.contains("packed_a"), "{source}");
     let out = templated.run(&inputs).unwrap();
     assert_close(&f32s(&out[0].1), &want, "templated");
 }

@@ -130,25 +130,48 @@ fn prologue_layout(axes: &[Var], value: &Expr) -> ALayout {
 }
 
 /// How the matmul template reads `task`'s left operand ([`ALayout`]), or `None` when the
-/// task has no anchor. The level-0 schedule gives an [`ALayout::InPlace`] operand (a direct
-/// convolution) a register tile as wide as the product, so the gather is read once.
+/// task has no anchor.
 pub fn a_layout(task: &FusedTask) -> Option<ALayout> {
     let anchor = task.anchor.as_ref()?;
-    Some(operand_a_layout(&task.def, anchor.operands.first(), true))
+    let batched = matmul_shape(&anchor.def).is_some_and(|s| is_batched(&s));
+    Some(operand_a_layout(
+        &task.def,
+        anchor.operands.first(),
+        batched,
+        true,
+    ))
 }
 
-/// The layout of a left operand read through `operand`: panels, a guard-free gather read in
-/// place (only when `in_place` allows it), or the order its prologue reads memory in.
+/// Whether `task`'s left operand is a guard-free gather (a direct convolution): read in place
+/// ([`ALayout::InPlace`]) by a register tile as wide as the product, each gathered element is
+/// computed once, so the level-0 schedule picks such a tile.
+pub fn a_is_gathered(task: &FusedTask) -> bool {
+    let Some(anchor) = &task.anchor else {
+        return false;
+    };
+    matches!(
+        anchor.operands.first(),
+        Some(Some(AnchorOperand::Prologue { axes, value }))
+            if axes.len() == 2 && is_unguarded_gather(value)
+    )
+}
+
+/// The layout of a left operand read through `operand`: a stored matrix of a rank-2 product
+/// as it is (no prologue: packing it would copy every element once more than the
+/// micro-kernel's broadcasts read it), panels, a guard-free gather read in place (only when
+/// `gather_in_place` allows it), or the order its prologue reads memory in.
 fn operand_a_layout(
     def: &ComputeDef,
     operand: Option<&Option<AnchorOperand>>,
-    in_place: bool,
+    batched: bool,
+    gather_in_place: bool,
 ) -> ALayout {
     match operand {
+        Some(Some(AnchorOperand::Input(_))) if !batched => ALayout::InPlace,
         Some(Some(AnchorOperand::Prologue { axes, value })) if axes.len() == 2 => {
             if let Some((_, rows)) = panels_input(def, None, &axes[0], &axes[1], value) {
                 ALayout::Panels { rows }
-            } else if in_place && is_unguarded_gather(value) {
+            } else if gather_in_place && is_unguarded_gather(value) {
                 ALayout::InPlace
             } else {
                 prologue_layout(axes, value)
@@ -246,7 +269,8 @@ pub enum TemplateOutcome {
 /// ([`ALayout::InPlace`]) is read in place when one register tile spans every column
 /// (`schedule.nr >= n`) or when its addresses come from offset tables; otherwise each
 /// element would be gathered again, with its address arithmetic, by every column panel,
-/// and it is packed instead.
+/// and it is packed instead. The stored left matrix of a rank-2 product (no prologue) is
+/// always read in place.
 pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOutcome {
     let Some(anchor) = &task.anchor else {
         return TemplateOutcome::NotApplicable;
@@ -272,8 +296,8 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
             .filter(|&(_, width)| width == B_PANEL_WIDTH)
             .map(|(i, _)| i),
     );
-    let in_place = schedule.nr >= n || reads_offset_tables(anchor.operands.first());
-    let a_layout = operand_a_layout(def, anchor.operands.first(), in_place);
+    let gather_in_place = schedule.nr >= n || reads_offset_tables(anchor.operands.first());
+    let a_layout = operand_a_layout(def, anchor.operands.first(), batched, gather_in_place);
     let b_layout = match b_panels {
         Some(_) => BLayout::Panels,
         None => BLayout::RowMajor,

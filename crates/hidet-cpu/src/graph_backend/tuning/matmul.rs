@@ -13,11 +13,11 @@ use sha2::{Digest, Sha256};
 
 use super::fingerprint::fingerprint;
 use crate::graph_backend::anchor::{
-    a_layout, is_batched, matmul_kernel, matmul_shape, TemplateOutcome,
+    a_is_gathered, a_layout, is_batched, matmul_kernel, matmul_shape, TemplateOutcome,
 };
 use crate::target::CpuTarget;
 use crate::templates::matmul::{
-    heuristic_for_gathered_rows, heuristic_for_product, matmul_candidates, matmul_f32,
+    heuristic_for_gathered_rows, heuristic_for_product, matmul_candidates, matmul_f32_with_layout,
     matmul_space, with_depth, ALayout, MatmulSchedule, MatmulShape, ThreadSplit,
 };
 
@@ -27,8 +27,9 @@ pub const MATMUL_SPACE: &str = "cpu.matmul_f32";
 /// Bumped by hand when the template changes in a way that the generated-IR probe of
 /// [`matmul_template_version`] might not show, or when measurements change meaning (2: a
 /// guard-free gather is packed when the register tile is narrower than the product; 3:
-/// candidates are measured with cold inputs, see [`super::runner`]).
-pub const MATMUL_TEMPLATE_REVISION: u32 = 3;
+/// candidates are measured with cold inputs, see [`super::runner`]; 4: a stored left matrix
+/// of a rank-2 product is read in place, not packed).
+pub const MATMUL_TEMPLATE_REVISION: u32 = 4;
 
 /// Candidates measured at level 1: the best-ranked of the space that build distinct kernels
 /// for the task's shape.
@@ -110,8 +111,8 @@ pub fn schedule_label(s: &MatmulSchedule) -> String {
 }
 
 /// The version of the matmul template for `target`: [`MATMUL_TEMPLATE_REVISION`] and a
-/// hash of the IR the template generates for two probe problems (with and without
-/// parallel-k), so any change to the generated kernels changes the version. Computed once
+/// hash of the IR the template generates for four probe problems (with and without
+/// parallel-k, `A` packed and read in place), so any change to the generated kernels changes the version. Computed once
 /// per process and target.
 pub fn matmul_template_version(target: &CpuTarget) -> String {
     static VERSIONS: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
@@ -131,9 +132,11 @@ pub fn matmul_template_version(target: &CpuTarget) -> String {
             split,
             ..MatmulSchedule::for_target(target, 2)
         };
-        match matmul_f32("probe", 37, 29, 301, &schedule) {
-            Ok(f) => hasher.update(f.to_string().as_bytes()),
-            Err(e) => hasher.update(e.to_string().as_bytes()),
+        for layout in [ALayout::RowMajor, ALayout::InPlace] {
+            match matmul_f32_with_layout("probe", 37, 29, 301, layout, &schedule) {
+                Ok(f) => hasher.update(f.to_string().as_bytes()),
+                Err(e) => hasher.update(e.to_string().as_bytes()),
+            }
         }
     }
     let digest: String = hasher
@@ -189,8 +192,8 @@ impl MatmulTask {
         })
     }
 
-    /// `C[m, n] = A[m, k] · B[k, n]` alone, with the same key as an unfused matmul task of
-    /// a graph with these sizes.
+    /// `C[m, n] = A[m, k] · B[k, n]` alone, with the same key and kernel (`A` read in place)
+    /// as an unfused matmul task of a graph with these sizes.
     pub fn plain(m: i64, n: i64, k: i64, target: &CpuTarget, threads: i64) -> MatmulTask {
         let shape = MatmulShape::plain(m, n, k);
         MatmulTask {
@@ -255,15 +258,13 @@ impl Tunable for MatmulTask {
     }
 
     fn heuristic(&self) -> MatmulCandidate {
-        let layout = match &self.work {
-            Work::Fused(task) => a_layout(task),
-            Work::Plain => None,
+        let (layout, gathered) = match &self.work {
+            Work::Fused(task) => (a_layout(task), a_is_gathered(task)),
+            Work::Plain => (Some(ALayout::InPlace), false),
         };
-        let gathered = match layout {
-            Some(ALayout::InPlace) => {
-                heuristic_for_gathered_rows(&self.target, self.threads, self.shape.n)
-            }
-            _ => None,
+        let gathered = match gathered {
+            true => heuristic_for_gathered_rows(&self.target, self.threads, self.shape.n),
+            false => None,
         };
         let a_panel_rows = match layout {
             Some(ALayout::Panels { rows }) => Some(rows),
@@ -314,7 +315,8 @@ impl Tunable for MatmulTask {
         match &self.work {
             Work::Plain => {
                 let MatmulShape { m, n, k, .. } = self.shape;
-                matmul_f32(name, m, n, k, &s.0).map_err(|e| e.to_string())
+                matmul_f32_with_layout(name, m, n, k, ALayout::InPlace, &s.0)
+                    .map_err(|e| e.to_string())
             }
             Work::Fused(task) => match matmul_kernel(task, &s.0) {
                 TemplateOutcome::Kernel(f) => {

@@ -9,8 +9,9 @@
 //! thread a contiguous block of `MR`-row and `NR`-column panels (and of
 //! `K` with parallel-k); the thread walks its block in `MC × NC` tiles.
 //! For every tile and every `KC`-slice it packs `A` into `MR`-row panels
-//! and `B` into `NR`-column panels (thread-local buffers) and runs the
-//! micro-kernel over every pair of panels; when `K` is one slice, `B` is
+//! (unless [`ALayout`] says to read it in place) and `B` into `NR`-column
+//! panels (thread-local buffers) and runs the micro-kernel over every pair
+//! of panels; when `K` is one slice, `B` is
 //! packed once per column block, for all its row blocks. When a tile has a single row
 //! panel (matrix-vector products), a packed `B` panel would be read once,
 //! so the micro-kernel instead copies each row of `B` it needs into a

@@ -40,7 +40,10 @@ pub enum ALayout {
     /// Rank-2 products only.
     Panels { rows: i64 },
     /// `A[i, k]` as it is, read by the micro-kernel's broadcasts one element at a time:
-    /// nothing is packed. Meant for an `A` that a fused prologue gathers without guards
+    /// nothing is packed. Meant for a stored row-major `A` (packing it would copy every
+    /// element once more than the broadcasts read it, the whole cost of a product with few
+    /// column panels; the `MR` rows of a tile are `MR` streams the hardware prefetches as
+    /// well as one packed panel), and for an `A` that a fused prologue gathers without guards
     /// (a convolution's pixels-as-rows im2col over an unpadded input), where the
     /// broadcasts become a direct convolution's loads: the row part of each address is
     /// the same at every `k` and the `k` part the same for every row of the tile.
