@@ -8,6 +8,7 @@ use std::sync::Arc;
 use common::{cpu_backend as backend, node, Rng};
 use hidet_cpu::graph_backend::CpuBackend;
 use hidet_graph::compiled::{CompileOptions, CompiledGraph, CompiledModel};
+use hidet_graph::passes::{default_passes, run_passes};
 use hidet_graph::{
     run_reference, Attribute, Attributes, DType, Dim, Graph, GraphBuilder, Registry, Tensor,
     TensorType,
@@ -663,5 +664,62 @@ fn graph_outputs_are_written_in_place_unless_they_share_a_buffer() {
                 }
             }
         }
+    }
+}
+
+/// The matmul template reads a stored left operand where it is: a graph input, also through a
+/// reshape (a rank-3 input of a rank-2 product, as in a transformer's projections), packing
+/// nothing; a computed one (a ReLU prologue) is packed, so the ReLU runs once per element.
+#[test]
+fn stored_left_operands_are_read_in_place_and_computed_ones_packed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(29);
+    let w = random(&mut rng, &[K, N]);
+    let x = random(&mut rng, &[1, M, K]);
+    for relu in [false, true] {
+        let mut g = GraphBuilder::new("projection");
+        g.input("x", TensorType::fixed(DType::F32, &[1, M, K]));
+        g.initializer("w", w.clone());
+        let a = if relu {
+            g.node(node("Relu", &["x"], "a", Attributes::new()));
+            "a"
+        } else {
+            "x"
+        };
+        g.node(node("MatMul", &[a, "w"], "y", Attributes::new()));
+        g.output("y");
+        let graph = g.build(Registry::global()).unwrap();
+        let graph = run_passes(graph, &default_passes()).unwrap();
+        let compiled = compile(&graph, &[vec![1, M, K]], dir.path(), true);
+        let report = compiled.report();
+        assert_eq!(report.kernels, 1, "{}", report.partition);
+        let source: String = report
+            .module
+            .sources
+            .iter()
+            .map(|(_, s)| s.as_str())
+            .collect();
+        assert!(report.refusals.is_empty(), "{:?}", report.refusals);
+        assert!(
+            source.contains("hidet_broadcast_f32"),
+            "relu {relu}: {source}"
+        );
+        assert_eq!(source.contains("packed_a"), relu, "relu {relu}: {source}");
+        let out = compiled.run(&[("x".to_string(), x.clone())]).unwrap();
+        let (xs, ws) = (f32s(&x), f32s(&w));
+        let mut want = vec![0f64; M * N];
+        for i in 0..M {
+            for j in 0..N {
+                want[i * N + j] = (0..K)
+                    .map(|k| {
+                        let a = xs[i * K + k] as f64;
+                        let a = if relu { a.max(0.0) } else { a };
+                        a * ws[k * N + j] as f64
+                    })
+                    .sum();
+            }
+        }
+        assert_eq!(out[0].1.shape(), &[1, M, N]);
+        assert_close(&f32s(&out[0].1), &want, &format!("relu {relu}"));
     }
 }

@@ -152,14 +152,15 @@ pub fn a_is_gathered(task: &FusedTask) -> bool {
     matches!(
         anchor.operands.first(),
         Some(Some(AnchorOperand::Prologue { axes, value }))
-            if axes.len() == 2 && is_unguarded_gather(value)
+            if axes.len() == 2 && is_unguarded_gather(value) && !reads_rows(axes, value)
     )
 }
 
 /// The layout of a left operand read through `operand`: a stored matrix of a rank-2 product
-/// as it is (no prologue: packing it would copy every element once more than the
-/// micro-kernel's broadcasts read it), panels, a guard-free gather read in place (only when
-/// `gather_in_place` allows it), or the order its prologue reads memory in.
+/// as it is (no prologue, or one that reads whole rows, see [`reads_rows`]: packing it would
+/// copy every element once more than the micro-kernel's broadcasts read it), panels, a
+/// guard-free gather read in place (only when `gather_in_place` allows it), or the order its
+/// prologue reads memory in.
 fn operand_a_layout(
     def: &ComputeDef,
     operand: Option<&Option<AnchorOperand>>,
@@ -171,7 +172,7 @@ fn operand_a_layout(
         Some(Some(AnchorOperand::Prologue { axes, value })) if axes.len() == 2 => {
             if let Some((_, rows)) = panels_input(def, None, &axes[0], &axes[1], value) {
                 ALayout::Panels { rows }
-            } else if gather_in_place && is_unguarded_gather(value) {
+            } else if reads_rows(axes, value) || (gather_in_place && is_unguarded_gather(value)) {
                 ALayout::InPlace
             } else {
                 prologue_layout(axes, value)
@@ -180,6 +181,31 @@ fn operand_a_layout(
         Some(Some(AnchorOperand::Prologue { axes, value })) => prologue_layout(axes, value),
         _ => ALayout::RowMajor,
     }
+}
+
+/// Whether a prologue `value` over `axes = [row, column]` is one tensor element whose
+/// innermost index is the column itself and whose other indices depend on the row only, with
+/// no guard (a reshape of a stored matrix): each row of the operand is then a contiguous run
+/// of memory at an address computed once per row, which the micro-kernel can broadcast from
+/// in place as cheaply as from a stored matrix.
+fn reads_rows(axes: &[Var], value: &Expr) -> bool {
+    let ([_, column], ExprKind::TensorElement { indices, .. }) = (axes, value.kind()) else {
+        return false;
+    };
+    let Some((innermost, outer)) = indices.split_last() else {
+        return false;
+    };
+    let mut row_only = true;
+    for index in outer {
+        index.visit(&mut |e| {
+            row_only &= e.as_var() != Some(column)
+                && !matches!(
+                    e.kind(),
+                    ExprKind::TensorElement { .. } | ExprKind::Select(..)
+                );
+        });
+    }
+    innermost.as_var() == Some(column) && row_only
 }
 
 /// Whether a prologue `value` is one tensor element at indices computed by division or

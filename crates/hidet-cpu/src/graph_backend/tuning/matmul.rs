@@ -28,7 +28,7 @@ pub const MATMUL_SPACE: &str = "cpu.matmul_f32";
 /// [`matmul_template_version`] might not show, or when measurements change meaning (2: a
 /// guard-free gather is packed when the register tile is narrower than the product; 3:
 /// candidates are measured with cold inputs, see [`super::runner`]; 4: a stored left matrix
-/// of a rank-2 product is read in place, not packed).
+/// of a rank-2 product, or a reshape of one, is read in place, not packed).
 pub const MATMUL_TEMPLATE_REVISION: u32 = 4;
 
 /// Candidates measured at level 1: the best-ranked of the space that build distinct kernels
