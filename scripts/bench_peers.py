@@ -3,7 +3,8 @@
 
 Every case runs on every engine in the same process run, interleaved: round r
 runs case 1 on hidet, ONNX Runtime, tract, then case 2, ... so that machine
-noise hits every engine alike. Each engine reports the median latency of
+noise hits every engine alike, with a 0.3 s pause after each engine (ONNX Runtime's
+threads spin on after a run and would slow whatever starts next). Each engine reports the median latency of
 `--runs` runs per round; the table shows the median over rounds and the ratio
 hidet / ONNX Runtime (< 1.0: hidet is faster), then `paired`, the median over rounds
 of each round's ratio (the two engines ran seconds apart, in the same phase of a host
@@ -159,6 +160,13 @@ def tune_hidet(bin_path: Path, case: Case, threads: int, level: int, input_dir: 
         raise RuntimeError((proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["hidet tune failed"])
 
 
+# Pause after each engine's measurement. ONNX Runtime's intra-op threads keep spinning for a
+# while after `session.run` returns; an engine started within that time shares the cores with
+# them (hidet's 0.1 ms softmax case measured 0.17 ms right after ONNX Runtime, 0.10 ms 50 ms
+# later).
+SETTLE_SECONDS = 0.3
+
+
 def run_hidet(bin_path: Path, case: Case, threads: int, runs: int, warmup: int, input_dir: Path,
               cache: Path) -> float:
     args = [str(bin_path), "bench", str(case.model), "--threads", str(threads),
@@ -281,6 +289,7 @@ def main(argv: list[str]) -> int:
                     case.times.setdefault(engine, []).append(ms)
                 except Exception as e:  # noqa: BLE001 - one failing engine must not stop the others
                     case.errors[engine] = str(e)
+                time.sleep(SETTLE_SECONDS)
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
 
     peak = fma_peak(args.threads)
