@@ -20,6 +20,11 @@ Cases:
 It also measures the machine's FMA peak (`cargo run --release -p hidet-cpu
 --example fma_peak`) and reports each compute-bound case's GFLOP/s against it.
 
+tract runs when its CLI is on `PATH` (or given with `--tract`), built with its thread pool:
+`cargo install tract-cli --locked --features multithread-mm` (about 15 minutes on 2 cores);
+it runs the optimized model (`-O`) with `--threads` equal to hidet's and reports the mean of
+its own `bench` (the ratio columns stay hidet / ONNX Runtime).
+
 With `--tuned LEVEL`, a second hidet engine, `hidet-tuned`, runs every case with the
 results of `hidet tune MODEL --level LEVEL` (tuned once before the rounds, into its own
 cache under `target/bench-tune/`), beside `hidet` at level 0 (a cache under
@@ -28,7 +33,7 @@ cache under `target/bench-tune/`), beside `hidet` at level 0 (a cache under
 Usage:
   .venv/bin/python scripts/bench_peers.py [--threads 2] [--rounds 5] [--runs 20]
       [--only SUBSTR (repeatable)] [--no-models] [--no-ops] [--markdown] [--hidet-bin PATH]
-      [--tuned LEVEL]
+      [--tuned LEVEL] [--tract PATH]
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -203,18 +209,22 @@ def time_ort(session, case: Case, runs: int, warmup: int) -> float:
 
 
 def run_tract(tract: str, case: Case, threads: int) -> float:
-    """`tract MODEL -i SHAPE,TYPE … bench` prints a line with `ms/i` (ms per iteration)."""
+    """`tract --threads N -O MODEL -i SHAPE,TYPE … bench --allow-random-input`: the optimized
+    model (`-O`) on tract's own thread pool (a `tract` built with `--features multithread-mm`;
+    a build without it refuses `--threads`), timed by tract's `bench`, whose last line reads
+    `Bench ran N times, X ms/i.` (ANSI colours stripped)."""
     dtypes = {np.dtype("float32"): "f32", np.dtype("int64"): "i64", np.dtype("int32"): "i32"}
-    args = [tract, str(case.model)]
+    args = [tract, "--threads", str(threads), "-O", str(case.model)]
     for value in case.inputs.values():
         args += ["-i", ",".join([str(d) for d in value.shape] + [dtypes.get(value.dtype, "f32")])]
-    args += ["bench"]
-    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=3600, env=env)
-    text = proc.stdout + proc.stderr
-    for line in text.splitlines():
-        if "ms/i" in line:
-            return float(line.split("ms/i")[0].split()[-1].rstrip(","))
+    args += ["bench", "--allow-random-input"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=3600)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
+    to_ms = {"s": 1e3, "ms": 1.0, "µs": 1e-3, "us": 1e-3}
+    found = re.findall(r"([0-9.]+)\s*(s|ms|µs|us)/i", text)
+    if proc.returncode == 0 and found:
+        value, unit = found[-1]
+        return float(value) * to_ms[unit]
     raise RuntimeError(text.strip().splitlines()[-1:] or ["tract failed"])
 
 
