@@ -50,6 +50,20 @@ fn assert_close(got: &[f32], want: &[f64], what: &str) {
     }
 }
 
+/// `Relu(input)` named `output` when `relu`, else `input` itself: the name to read next.
+fn relu_if<'a>(g: &mut GraphBuilder, relu: bool, input: &'a str, output: &'a str) -> &'a str {
+    if !relu {
+        return input;
+    }
+    g.node(node("Relu", &[input], output, Attributes::new()));
+    output
+}
+
+/// The C sources of a compiled module, concatenated.
+fn all_sources(sources: &[(String, String)]) -> String {
+    sources.iter().map(|(_, s)| s.as_str()).collect()
+}
+
 const M: usize = 37;
 const K: usize = 53;
 const N: usize = 29;
@@ -121,12 +135,7 @@ fn matmul_bias_relu_add_is_one_kernel() {
     assert_eq!(report.kernels, 1, "{}", report.partition);
     assert!(report.refusals.is_empty(), "{:?}", report.refusals);
     // `x` is a stored matrix: the template broadcasts its elements in place, packing nothing.
-    let source: String = report
-        .module
-        .sources
-        .iter()
-        .map(|(_, s)| s.as_str())
-        .collect();
+    let source = all_sources(&report.module.sources);
     assert!(source.contains("hidet_broadcast_f32"), "{source}");
     assert!(!source.contains("packed_a"), "{source}");
     let out = templated.run(&inputs).unwrap();
@@ -427,12 +436,7 @@ fn a_refused_epilogue_chain_keeps_its_longest_accepted_prefix() {
         pool.insert("kernel_shape", Attribute::Ints(vec![3, 3]));
         pool.insert("strides", Attribute::Ints(vec![2, 2]));
         g.node(node("MaxPool", &["x"], "p", pool));
-        let pooled = if with_relu {
-            g.node(node("Relu", &["p"], "r", Attributes::new()));
-            "r"
-        } else {
-            "p"
-        };
+        let pooled = relu_if(&mut g, with_relu, "p", "r");
         g.node(node("Reshape", &[pooled, "shape"], "y", Attributes::new()));
         g.output("y");
         let graph = g.build(Registry::global()).unwrap();
@@ -680,12 +684,7 @@ fn stored_left_operands_are_read_in_place_and_computed_ones_packed() {
         let mut g = GraphBuilder::new("projection");
         g.input("x", TensorType::fixed(DType::F32, &[1, M, K]));
         g.initializer("w", w.clone());
-        let a = if relu {
-            g.node(node("Relu", &["x"], "a", Attributes::new()));
-            "a"
-        } else {
-            "x"
-        };
+        let a = relu_if(&mut g, relu, "x", "a");
         g.node(node("MatMul", &[a, "w"], "y", Attributes::new()));
         g.output("y");
         let graph = g.build(Registry::global()).unwrap();
@@ -693,12 +692,7 @@ fn stored_left_operands_are_read_in_place_and_computed_ones_packed() {
         let compiled = compile(&graph, &[vec![1, M, K]], dir.path(), true);
         let report = compiled.report();
         assert_eq!(report.kernels, 1, "{}", report.partition);
-        let source: String = report
-            .module
-            .sources
-            .iter()
-            .map(|(_, s)| s.as_str())
-            .collect();
+        let source = all_sources(&report.module.sources);
         assert!(report.refusals.is_empty(), "{:?}", report.refusals);
         assert!(
             source.contains("hidet_broadcast_f32"),
