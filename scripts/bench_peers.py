@@ -4,11 +4,13 @@
 Every case runs on every engine in the same process run, interleaved: round r
 runs case 1 on hidet, ONNX Runtime, tract, then case 2, ... so that machine
 noise hits every engine alike, with a 0.3 s pause after each engine (ONNX Runtime's
-threads spin on after a run and would slow whatever starts next). Each engine reports the median latency of
-`--runs` runs per round; the table shows the median over rounds and the ratio
-hidet / ONNX Runtime (< 1.0: hidet is faster), then `paired`, the median over rounds
-of each round's ratio (the two engines ran seconds apart, in the same phase of a host
-whose speed drifts), and `best`, the ratio of the fastest rounds.
+threads spin on after a run and would slow whatever starts next). Each engine reports the
+median latency of `--runs` runs per round (from round 2 on, more for a case whose round-1
+time is short, so each measurement lasts `--min-seconds`, 0.5 s by default; tract times
+itself); the table shows the median over rounds and the ratio hidet / ONNX Runtime
+(< 1.0: hidet is faster), then `paired`, the median over rounds of each round's ratio
+(the two engines ran seconds apart, in the same phase of a host whose speed drifts), and
+`best`, the ratio of the fastest rounds.
 
 Cases:
   - the five paper models, where `models/<name>/model.onnx` exists
@@ -31,7 +33,7 @@ cache under `target/bench-tune/`), beside `hidet` at level 0 (a cache under
 `target/bench-level0/` that holds compiled kernels but never tuning results).
 
 Usage:
-  .venv/bin/python scripts/bench_peers.py [--threads 2] [--rounds 5] [--runs 20]
+  .venv/bin/python scripts/bench_peers.py [--threads 2] [--rounds 5] [--runs 20] [--min-seconds 0.5]
       [--only SUBSTR (repeatable)] [--no-models] [--no-ops] [--markdown] [--hidet-bin PATH]
       [--tuned LEVEL] [--tract PATH]
 """
@@ -65,6 +67,7 @@ class Case:
     times: dict[str, list[float]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     input_args: list[str] | None = None
+    runs: int | None = None
 
 
 def op_cases(out_dir: Path, rng: np.random.Generator) -> list[Case]:
@@ -173,6 +176,16 @@ def tune_hidet(bin_path: Path, case: Case, threads: int, level: int, input_dir: 
 SETTLE_SECONDS = 0.3
 
 
+def runs_for(case: Case, runs: int, min_seconds: float) -> int:
+    """Runs per round for `case` from round 2: at least `runs`, and enough that every engine's
+    measurement lasts `min_seconds` at the fastest engine's round-1 time (a 5 ms model timed
+    20 times is a 0.1 s window, shorter than the host's slow phases)."""
+    fastest = min((t[0] for t in case.times.values() if t), default=0.0)
+    if fastest <= 0:
+        return runs
+    return max(runs, min(100_000, int(min_seconds * 1e3 / fastest) + 1))
+
+
 def run_hidet(bin_path: Path, case: Case, threads: int, runs: int, warmup: int, input_dir: Path,
               cache: Path) -> float:
     args = [str(bin_path), "bench", str(case.model), "--threads", str(threads),
@@ -243,6 +256,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--min-seconds", type=float, default=0.5,
+                   help="after round 1, more runs per round for cases faster than this")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--only", action="append", default=[], help="keep cases whose name contains this")
     p.add_argument("--no-models", action="store_true")
@@ -289,17 +304,21 @@ def main(argv: list[str]) -> int:
                 if engine in case.errors:
                     continue
                 try:
+                    runs = case.runs or args.runs
                     if engine in caches:
-                        ms = run_hidet(hidet, case, args.threads, args.runs, args.warmup, work,
+                        ms = run_hidet(hidet, case, args.threads, runs, args.warmup, work,
                                        caches[engine])
                     elif engine == "onnxruntime":
-                        ms = time_ort(sessions[case.name], case, args.runs, args.warmup)
+                        ms = time_ort(sessions[case.name], case, runs, args.warmup)
                     else:
                         ms = run_tract(args.tract, case, args.threads)
                     case.times.setdefault(engine, []).append(ms)
                 except Exception as e:  # noqa: BLE001 - one failing engine must not stop the others
                     case.errors[engine] = str(e)
                 time.sleep(SETTLE_SECONDS)
+        if r == 0:
+            for case in cases:
+                case.runs = runs_for(case, args.runs, args.min_seconds)
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
 
     peak = fma_peak(args.threads)
@@ -329,7 +348,8 @@ def main(argv: list[str]) -> int:
         widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
         for row in [header] + rows:
             print("  ".join(str(x).ljust(w) for x, w in zip(row, widths)))
-    print(f"\nthreads {args.threads}, rounds {args.rounds}, runs/round {args.runs}, "
+    print(f"\nthreads {args.threads}, rounds {args.rounds}, runs/round {args.runs} or more "
+          f"(each measurement >= {args.min_seconds} s from round 2), "
           f"FMA peak {peak if peak else 'n/a'} GFLOP/s ({args.threads} threads)")
     return 0
 
