@@ -142,18 +142,19 @@ pub fn a_layout(task: &FusedTask) -> Option<ALayout> {
     ))
 }
 
-/// Whether `task`'s left operand is a guard-free gather (a direct convolution): read in place
-/// ([`ALayout::InPlace`]) by a register tile as wide as the product, each gathered element is
-/// computed once, so the level-0 schedule picks such a tile.
+/// Whether [`a_layout`] reads `task`'s left operand in place as a guard-free gather (a
+/// direct convolution) rather than as stored rows: by a register tile as wide as the
+/// product, each gathered element is computed once, so the level-0 schedule picks such a
+/// tile.
 pub fn a_is_gathered(task: &FusedTask) -> bool {
     let Some(anchor) = &task.anchor else {
         return false;
     };
-    matches!(
-        anchor.operands.first(),
-        Some(Some(AnchorOperand::Prologue { axes, value }))
-            if axes.len() == 2 && is_unguarded_gather(value) && !reads_rows(axes, value)
-    )
+    a_layout(task) == Some(ALayout::InPlace)
+        && matches!(
+            anchor.operands.first(),
+            Some(Some(AnchorOperand::Prologue { axes, value })) if !reads_rows(axes, value)
+        )
 }
 
 /// The layout of a left operand read through `operand`: a stored matrix of a rank-2 product
@@ -295,8 +296,8 @@ pub enum TemplateOutcome {
 /// ([`ALayout::InPlace`]) is read in place when one register tile spans every column
 /// (`schedule.nr >= n`) or when its addresses come from offset tables; otherwise each
 /// element would be gathered again, with its address arithmetic, by every column panel,
-/// and it is packed instead. The stored left matrix of a rank-2 product (no prologue) is
-/// always read in place.
+/// and it is packed instead. The stored left matrix of a rank-2 product (no prologue, or a
+/// reshape of one, see [`reads_rows`]) is always read in place.
 pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOutcome {
     let Some(anchor) = &task.anchor else {
         return TemplateOutcome::NotApplicable;

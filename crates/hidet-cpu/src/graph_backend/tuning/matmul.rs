@@ -112,8 +112,8 @@ pub fn schedule_label(s: &MatmulSchedule) -> String {
 
 /// The version of the matmul template for `target`: [`MATMUL_TEMPLATE_REVISION`] and a
 /// hash of the IR the template generates for four probe problems (with and without
-/// parallel-k, `A` packed and read in place), so any change to the generated kernels changes the version. Computed once
-/// per process and target.
+/// parallel-k, `A` packed and read in place), so any change to the generated kernels
+/// changes the version. Computed once per process and target.
 pub fn matmul_template_version(target: &CpuTarget) -> String {
     static VERSIONS: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
     let id = format!(
@@ -262,9 +262,10 @@ impl Tunable for MatmulTask {
             Work::Fused(task) => (a_layout(task), a_is_gathered(task)),
             Work::Plain => (Some(ALayout::InPlace), false),
         };
-        let gathered = match gathered {
-            true => heuristic_for_gathered_rows(&self.target, self.threads, self.shape.n),
-            false => None,
+        let gathered = if gathered {
+            heuristic_for_gathered_rows(&self.target, self.threads, self.shape.n)
+        } else {
+            None
         };
         let a_panel_rows = match layout {
             Some(ALayout::Panels { rows }) => Some(rows),
