@@ -1,11 +1,16 @@
 //! The content-addressed on-disk cache of compiled kernel libraries.
 //!
 //! An entry lives at `<root>/kernels/<first 2 hex digits>/<key>/` and holds
-//! `source.c` and `lib.so`. The key is the SHA-256 of the source, the
-//! compiler's path and version, the flags and [`CACHE_FORMAT_VERSION`]. Both
-//! files are written to a temporary file in the entry directory and renamed
-//! into place, so a reader (in this or another process) sees either no
-//! library or a complete one, and concurrent builders of one key all succeed.
+//! `source.c`, `lib.so` and `lib.so.sha256` (the SHA-256 of the library). The key is the
+//! SHA-256 of the source, the compiler's path and version, the flags and
+//! [`CACHE_FORMAT_VERSION`]. Every file is written to a temporary file in the entry directory
+//! and renamed into place (the digest before the library), so a reader (in this or another
+//! process) sees either no library or a complete one with its digest, and concurrent
+//! builders of one key all succeed.
+//!
+//! The cache heals itself: a library whose bytes do not match its digest (overwritten,
+//! truncated) is rebuilt with a warning on stderr naming it, and so is one that matches but
+//! fails to load ([`KernelCache::rebuild`], used by [`crate::build_from_source`]).
 
 use crate::compile::Compiler;
 use crate::error::CpuError;
@@ -15,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 /// Bumped whenever the layout or meaning of cache entries changes, so old
 /// entries are never reused.
-pub const CACHE_FORMAT_VERSION: u32 = 1;
+pub const CACHE_FORMAT_VERSION: u32 = 2;
 
 /// The environment variable that overrides the cache location.
 pub const CACHE_DIR_ENV: &str = "HIDET_CACHE_DIR";
@@ -90,9 +95,10 @@ impl KernelCache {
         self.root.join("kernels").join(prefix).join(key)
     }
 
-    /// The library for `source`: from the cache when present, else compiled
-    /// with `compiler` and `flags` and stored. On a compile failure the
-    /// error names the kept `source.c` of the entry.
+    /// The library for `source`: from the cache when present and intact (its bytes match
+    /// its digest), else compiled with `compiler` and `flags` and stored. A present but
+    /// damaged entry is rebuilt, with a warning on stderr naming it. On a compile failure
+    /// the error names the kept `source.c` of the entry.
     pub fn get_or_compile(
         &self,
         source: &str,
@@ -100,32 +106,97 @@ impl KernelCache {
         flags: &[String],
     ) -> Result<CachedLibrary, CpuError> {
         let key = KernelCache::key(source, compiler, flags);
-        let dir = self.entry_dir(&key);
-        let source_path = dir.join("source.c");
-        let library_path = dir.join("lib.so");
-        let entry = |outcome| CachedLibrary {
-            key: key.clone(),
-            dir: dir.clone(),
-            source_path: source_path.clone(),
-            library_path: library_path.clone(),
-            outcome,
-        };
+        let library_path = self.entry_dir(&key).join(LIBRARY);
         if library_path.is_file() {
-            return Ok(entry(CacheOutcome::Hit));
+            match verify_digest(&library_path) {
+                Ok(()) => return Ok(self.entry(&key, CacheOutcome::Hit)),
+                Err(problem) => eprintln!(
+                    "warning: kernel cache entry {} is damaged ({problem}); rebuilding it",
+                    library_path.display()
+                ),
+            }
         }
-        std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
-        write_atomically(&source_path, source.as_bytes())?;
+        self.compile_into(&key, source, compiler, flags)
+    }
+
+    /// Compiles `source` again into its entry, replacing whatever is there: for a library
+    /// that is in the cache but cannot be loaded.
+    pub fn rebuild(
+        &self,
+        source: &str,
+        compiler: &Compiler,
+        flags: &[String],
+    ) -> Result<CachedLibrary, CpuError> {
+        let key = KernelCache::key(source, compiler, flags);
+        self.compile_into(&key, source, compiler, flags)
+    }
+
+    fn entry(&self, key: &str, outcome: CacheOutcome) -> CachedLibrary {
+        let dir = self.entry_dir(key);
+        CachedLibrary {
+            key: key.to_string(),
+            source_path: dir.join(SOURCE),
+            library_path: dir.join(LIBRARY),
+            dir,
+            outcome,
+        }
+    }
+
+    fn compile_into(
+        &self,
+        key: &str,
+        source: &str,
+        compiler: &Compiler,
+        flags: &[String],
+    ) -> Result<CachedLibrary, CpuError> {
+        let entry = self.entry(key, CacheOutcome::Compiled);
+        let dir = &entry.dir;
+        std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+        write_atomically(&entry.source_path, source.as_bytes())?;
         let staged = tempfile::Builder::new()
             .prefix(".lib-")
             .suffix(".so")
-            .tempfile_in(&dir)
-            .map_err(|e| io_error(&dir, e))?
+            .tempfile_in(dir)
+            .map_err(|e| io_error(dir, e))?
             .into_temp_path();
-        compiler.compile(&source_path, &staged, flags)?;
+        compiler.compile(&entry.source_path, &staged, flags)?;
+        let bytes = std::fs::read(&staged).map_err(|e| io_error(&staged, e))?;
+        write_atomically(
+            &digest_path(&entry.library_path),
+            hex_sha256(&bytes).as_bytes(),
+        )?;
         staged
-            .persist(&library_path)
-            .map_err(|e| io_error(&library_path, e.error))?;
-        Ok(entry(CacheOutcome::Compiled))
+            .persist(&entry.library_path)
+            .map_err(|e| io_error(&entry.library_path, e.error))?;
+        Ok(entry)
+    }
+}
+
+/// The file names of an entry.
+const SOURCE: &str = "source.c";
+const LIBRARY: &str = "lib.so";
+
+/// Where the digest of the library at `library` is kept.
+fn digest_path(library: &Path) -> PathBuf {
+    library.with_extension("so.sha256")
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Whether the library at `library` has the digest recorded beside it; the problem otherwise.
+fn verify_digest(library: &Path) -> Result<(), String> {
+    let recorded =
+        std::fs::read_to_string(digest_path(library)).map_err(|e| format!("no digest: {e}"))?;
+    let bytes = std::fs::read(library).map_err(|e| format!("unreadable: {e}"))?;
+    if hex_sha256(&bytes) == recorded.trim() {
+        Ok(())
+    } else {
+        Err("its bytes do not match its digest".to_string())
     }
 }
 

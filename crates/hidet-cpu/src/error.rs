@@ -36,6 +36,16 @@ pub enum CpuError {
         path: PathBuf,
         source: libloading::Error,
     },
+    /// The kernels were compiled for CPU features this machine lacks.
+    #[error(
+        "the kernels were compiled for a CPU with {} (target `{target}`), which this CPU lacks; \
+         compile for this CPU (unset HIDET_CPU_FEATURES) or run on one that has them",
+        missing.join(", ")
+    )]
+    TargetUnavailable {
+        target: String,
+        missing: Vec<&'static str>,
+    },
     /// No kernel of that name in the module.
     #[error("module has no CPU kernel named `{0}`")]
     NoSuchKernel(String),

@@ -128,7 +128,8 @@ fn content_name(name: &str) -> String {
 
 /// `f` applied to every item on at most `jobs` threads, taking items in `order` (indices of
 /// `items`; all of them in turn when `None`). Results are in item order; an item whose call
-/// panicked gets `CpuError::Unsupported`.
+/// panicked gets `CpuError::Unsupported` with the panic's message (the other items still
+/// run), and an item `order` leaves out gets `CpuError::Unsupported` too.
 fn parallel_map<T: Sync, R: Send>(
     items: &[T],
     jobs: usize,
@@ -149,7 +150,13 @@ fn parallel_map<T: Sync, R: Send>(
                     None => (i < items.len()).then_some(i),
                 };
                 let Some(item) = item else { break };
-                let result = f(&items[item]);
+                let call = std::panic::AssertUnwindSafe(|| f(&items[item]));
+                let result = std::panic::catch_unwind(call).unwrap_or_else(|payload| {
+                    Err(crate::error::CpuError::Unsupported(format!(
+                        "a compile job panicked: {}",
+                        panic_message(payload.as_ref())
+                    )))
+                });
                 *slots[item].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
             });
         }
@@ -161,11 +168,20 @@ fn parallel_map<T: Sync, R: Send>(
                 .unwrap_or_else(|e| e.into_inner())
                 .unwrap_or_else(|| {
                     Err(crate::error::CpuError::Unsupported(
-                        "a compile job panicked".into(),
+                        "a compile job did not run".into(),
                     ))
                 })
         })
         .collect()
+}
+
+/// The text of a panic's payload (`panic!` with a literal or a formatted message).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message")
 }
 
 /// Compiles every unit with at most `jobs` compiler invocations at a time, longest source
@@ -456,8 +472,9 @@ impl Backend for CpuBackend {
         args: &[ArgAddress],
     ) -> Result<(), BackendError> {
         let (_, handle) = module.handle(kernel)?;
-        let params = &handle.signature().params;
         let fail = |message: String| BackendError::Launch { kernel, message };
+        handle.check_runs_here().map_err(|e| fail(e.to_string()))?;
+        let params = &handle.signature().params;
         if params.len() != args.len() {
             return Err(fail(format!(
                 "{} arguments for {} parameters",
@@ -517,7 +534,8 @@ impl Backend for CpuBackend {
             &heap
         };
         // SAFETY: the caller guarantees (see `Backend::launch`) that `args` passed
-        // `check_args` for this kernel — count, sizes, writability, no scalars — and point
+        // `check_args` for this kernel — the kernel runs on this CPU, count, sizes,
+        // writability, no scalars — and point
         // into live arenas with no overlap and exclusive access to written buffers.
         unsafe { handle.call_packed(pointers) };
         Ok(())
@@ -583,5 +601,39 @@ impl Backend for CpuBackend {
         shape: &[usize],
     ) -> Result<Tensor, BackendError> {
         arena.read(offset, dtype, shape)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_item_becomes_an_error_and_the_others_run() {
+        let items: Vec<u32> = (0..6).collect();
+        let results = parallel_map(&items, 2, None, |&i| {
+            if i == 3 {
+                panic!("item {i} is broken");
+            }
+            Ok(i * 10)
+        });
+        for (i, result) in results.into_iter().enumerate() {
+            match result {
+                Ok(v) => assert_eq!(v, i as u32 * 10),
+                Err(e) => {
+                    assert_eq!(i, 3);
+                    assert!(e.to_string().contains("item 3 is broken"), "{e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn items_left_out_of_the_order_are_errors() {
+        let items = [1, 2, 3];
+        let results = parallel_map(&items, 2, Some(&[2, 0]), |&i| Ok(i));
+        assert_eq!(results[0].as_ref().ok(), Some(&1));
+        assert!(results[1].is_err());
+        assert_eq!(results[2].as_ref().ok(), Some(&3));
     }
 }

@@ -28,4 +28,4 @@ pub use module::{CompiledModule, KernelHandle};
 pub use options::BuildOptions;
 pub use pipeline::{build, build_from_source, emit_source};
 pub use signature::{KernelSignature, ParamKind, ParamSpec};
-pub use target::{Arch, CpuFeatures, CpuTarget};
+pub use target::{Arch, CpuFeatures, CpuTarget, TargetError, CPU_FEATURES_ENV};

@@ -12,6 +12,7 @@ use crate::cache::{CacheOutcome, CachedLibrary};
 use crate::error::CpuError;
 use crate::parallel::{launch, LaunchFn};
 use crate::signature::KernelSignature;
+use crate::target::CpuTarget;
 use hidet_ir::function::{FunctionKind, IRModule};
 use libloading::Library;
 use std::ffi::{c_int, c_void};
@@ -29,10 +30,27 @@ pub fn packed_symbol(name: &str) -> String {
 /// The exported function that installs the task launcher and the thread count.
 pub const SET_LAUNCHER_SYMBOL: &str = "hidet_set_launcher";
 
+/// The CPU features a library was compiled for and this machine lacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Unavailable {
+    target: String,
+    missing: Vec<&'static str>,
+}
+
+impl Unavailable {
+    fn error(&self) -> CpuError {
+        CpuError::TargetUnavailable {
+            target: self.target.clone(),
+            missing: self.missing.clone(),
+        }
+    }
+}
+
 /// One callable CPU kernel of a loaded library.
 pub struct KernelHandle {
     signature: KernelSignature,
     entry: PackedEntry,
+    unavailable: Option<Arc<Unavailable>>,
     _library: Arc<Library>,
 }
 
@@ -45,10 +63,18 @@ impl KernelHandle {
         &self.signature
     }
 
-    /// Runs the kernel on `args`, after checking their count, kinds, dtypes,
+    /// Whether this kernel can run on this machine: an error naming the missing features
+    /// when it was compiled for a CPU with features this one lacks.
+    pub fn check_runs_here(&self) -> Result<(), CpuError> {
+        self.unavailable.as_ref().map_or(Ok(()), |u| Err(u.error()))
+    }
+
+    /// Runs the kernel on `args`, after checking that it can run on this CPU
+    /// ([`KernelHandle::check_runs_here`]) and checking the arguments' count, kinds, dtypes,
     /// shapes, buffer sizes and mutability against the IR signature; on a
     /// mismatch nothing runs and the error names the parameter.
     pub fn call(&self, args: &mut [KernelArg<'_>]) -> Result<(), CpuError> {
+        self.check_runs_here()?;
         self.signature.check(args)?;
         let slots: Vec<ScalarSlot> = args
             .iter()
@@ -86,6 +112,7 @@ impl KernelHandle {
     /// without allocating.
     ///
     /// # Safety
+    /// The kernel must run on this CPU ([`KernelHandle::check_runs_here`]), and
     /// `args` must satisfy everything `call` checks, for this kernel: exactly one pointer
     /// per parameter, in order; a tensor pointer must point to a buffer of the parameter's
     /// dtype spanning at least the layout's storage size, valid for writes and not accessed
@@ -117,6 +144,7 @@ pub struct CompiledModule {
     outcome: Option<CacheOutcome>,
     kernels: Vec<KernelHandle>,
     set_launcher: Option<SetLauncher>,
+    unavailable: Option<Arc<Unavailable>>,
     _library: Arc<Library>,
 }
 
@@ -160,6 +188,7 @@ impl CompiledModule {
             kernels.push(KernelHandle {
                 signature,
                 entry,
+                unavailable: None,
                 _library: Arc::clone(&library),
             });
         }
@@ -175,8 +204,33 @@ impl CompiledModule {
             outcome: None,
             kernels,
             set_launcher,
+            unavailable: None,
             _library: library,
         })
+    }
+
+    /// Records that the library was compiled for `target`: when it needs features this
+    /// machine lacks ([`CpuTarget::missing_here`]), its kernels refuse to run and
+    /// [`CompiledModule::set_num_threads`] refuses too (nothing of the library is executed).
+    pub fn compiled_for(mut self, target: &CpuTarget) -> CompiledModule {
+        let missing = target.missing_here();
+        let unavailable = (!missing.is_empty()).then(|| {
+            Arc::new(Unavailable {
+                target: target.features.names().join(","),
+                missing,
+            })
+        });
+        for kernel in &mut self.kernels {
+            kernel.unavailable = unavailable.clone();
+        }
+        self.unavailable = unavailable;
+        self
+    }
+
+    /// Whether the library's kernels can run on this machine (see
+    /// [`CompiledModule::compiled_for`]).
+    pub fn check_runs_here(&self) -> Result<(), CpuError> {
+        self.unavailable.as_ref().map_or(Ok(()), |u| Err(u.error()))
     }
 
     /// Loads a library from the kernel cache (see [`CompiledModule::load`]),
@@ -228,8 +282,10 @@ impl CompiledModule {
     /// library, so it holds for every caller of its kernels, and a library
     /// loaded twice in one process (same path) shares it. Until this is called,
     /// parallel loops run on the calling thread. Returns the previous count.
-    /// Fails when the library exports no `hidet_set_launcher`.
+    /// Fails when the library exports no `hidet_set_launcher`, or cannot run here
+    /// ([`CompiledModule::check_runs_here`]).
     pub fn set_num_threads(&self, threads: usize) -> Result<usize, CpuError> {
+        self.check_runs_here()?;
         let f = self.set_launcher.ok_or_else(|| {
             CpuError::Unsupported(format!(
                 "module `{}` does not export `{SET_LAUNCHER_SYMBOL}`",

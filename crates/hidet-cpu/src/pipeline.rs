@@ -1,6 +1,6 @@
 //! The build pipeline: IR module to loaded library.
 
-use crate::cache::write_atomically;
+use crate::cache::{write_atomically, CacheOutcome};
 use crate::compile::Compiler;
 use crate::error::CpuError;
 use crate::module::CompiledModule;
@@ -63,7 +63,8 @@ fn check_target(module: &IRModule) -> Result<(), CpuError> {
 
 /// Compiles `source`, a C translation unit implementing `module`'s CPU
 /// kernels with the packed calling convention (see [`crate::module`]),
-/// through the cache, and loads it. Signatures come from `module`.
+/// through the cache, and loads it (a cached library that fails to load is rebuilt, with a
+/// warning). Signatures come from `module`.
 pub fn build_from_source(
     module: &IRModule,
     source: &str,
@@ -78,8 +79,18 @@ pub fn build_from_source(
         write_atomically(&dir.join(format!("{}.c", module.name)), source.as_bytes())?;
     }
     let compiler = Compiler::system()?;
-    let cached = opts
-        .cache()
-        .get_or_compile(source, compiler, &opts.cflags())?;
-    CompiledModule::load_cached(module, &cached)
+    let cache = opts.cache();
+    let flags = opts.cflags();
+    let cached = cache.get_or_compile(source, compiler, &flags)?;
+    let loaded = match CompiledModule::load_cached(module, &cached) {
+        Err(error @ CpuError::Load { .. }) if cached.outcome == CacheOutcome::Hit => {
+            eprintln!(
+                "warning: cannot load the cached kernel library {} ({error}); rebuilding it",
+                cached.library_path.display()
+            );
+            CompiledModule::load_cached(module, &cache.rebuild(source, compiler, &flags)?)?
+        }
+        loaded => loaded?,
+    };
+    Ok(loaded.compiled_for(opts.target()))
 }

@@ -1,5 +1,12 @@
-//! The host CPU: instruction-set features, model name, core count, and the C
-//! compiler flags and SIMD width derived from them.
+//! The CPU kernels are built for: instruction-set features, model name, core count, and the
+//! C compiler flags and SIMD width derived from them.
+//!
+//! By default that is the machine this process runs on. `HIDET_CPU_FEATURES` (a
+//! comma-separated list such as `avx2,fma`, or `native`) replaces the detected features of
+//! [`CpuTarget::host`], so code for another CPU can be generated and compiled here; kernels
+//! whose target needs a feature this machine lacks refuse to run
+//! ([`CpuTarget::missing_here`]). The Rust API sets the same with
+//! [`crate::BuildOptions::target`] and [`CpuTarget::with_features`].
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -12,7 +19,29 @@ pub enum Arch {
     Other,
 }
 
-/// SIMD-relevant instruction-set extensions of the host CPU.
+/// The environment variable that forces the features of [`CpuTarget::host`].
+pub const CPU_FEATURES_ENV: &str = "HIDET_CPU_FEATURES";
+
+/// An invalid CPU feature list (`HIDET_CPU_FEATURES` or [`CpuFeatures::parse`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    #[error("unknown CPU feature `{name}` in `{list}` (known: {known}, or `native`)")]
+    UnknownFeature {
+        name: String,
+        list: String,
+        known: String,
+    },
+    #[error("CPU feature `{name}` does not exist on {arch:?}")]
+    WrongArch { name: String, arch: Arch },
+    #[error("{CPU_FEATURES_ENV}=`{value}`: {source}")]
+    Env {
+        value: String,
+        #[source]
+        source: Box<TargetError>,
+    },
+}
+
+/// SIMD-relevant instruction-set extensions of a CPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CpuFeatures {
     pub sse2: bool,
@@ -56,9 +85,8 @@ impl CpuFeatures {
         }
     }
 
-    /// The names of the detected features, in a fixed order (used in cache
-    /// keys and reports).
-    pub fn names(&self) -> Vec<&'static str> {
+    /// Every feature this type knows, by name, with its flag.
+    fn flags(&self) -> [(bool, &'static str); 9] {
         [
             (self.sse2, "sse2"),
             (self.avx, "avx"),
@@ -70,9 +98,86 @@ impl CpuFeatures {
             (self.avx512vl, "avx512vl"),
             (self.neon, "neon"),
         ]
-        .into_iter()
-        .filter_map(|(on, name)| on.then_some(name))
-        .collect()
+    }
+
+    fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
+        Some(match name {
+            "sse2" => &mut self.sse2,
+            "avx" => &mut self.avx,
+            "avx2" => &mut self.avx2,
+            "fma" => &mut self.fma,
+            "avx512f" => &mut self.avx512f,
+            "avx512bw" => &mut self.avx512bw,
+            "avx512dq" => &mut self.avx512dq,
+            "avx512vl" => &mut self.avx512vl,
+            "neon" => &mut self.neon,
+            _ => return None,
+        })
+    }
+
+    /// The names of the features that are on, in a fixed order (used in cache
+    /// keys and reports).
+    pub fn names(&self) -> Vec<&'static str> {
+        self.flags()
+            .into_iter()
+            .filter_map(|(on, name)| on.then_some(name))
+            .collect()
+    }
+
+    /// The features of a comma-separated list of names (`"avx2,fma"`; case and spaces are
+    /// ignored), with the features each implies on x86-64 added: `avx512*` implies
+    /// `avx512f`, `avx512f` implies `avx2` and `fma`, `avx2` implies `avx`, and `avx`
+    /// implies `sse2`. An empty list is no feature at all (scalar code).
+    pub fn parse(list: &str) -> Result<CpuFeatures, TargetError> {
+        let mut features = CpuFeatures::default();
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let name = name.to_ascii_lowercase();
+            match features.flag_mut(&name) {
+                Some(flag) => *flag = true,
+                None => {
+                    let known: Vec<&str> = features.flags().iter().map(|(_, n)| *n).collect();
+                    return Err(TargetError::UnknownFeature {
+                        name,
+                        list: list.to_string(),
+                        known: known.join(", "),
+                    });
+                }
+            }
+        }
+        let f = &mut features;
+        f.avx512f |= f.avx512bw || f.avx512dq || f.avx512vl;
+        f.avx2 |= f.avx512f;
+        f.fma |= f.avx512f;
+        f.avx |= f.avx2 || f.fma;
+        f.sse2 |= f.avx;
+        Ok(features)
+    }
+
+    /// The features on in `self` and off in `available`, by name.
+    pub fn missing_from(&self, available: &CpuFeatures) -> Vec<&'static str> {
+        self.flags()
+            .into_iter()
+            .zip(available.flags())
+            .filter_map(|((wanted, name), (have, _))| (wanted && !have).then_some(name))
+            .collect()
+    }
+
+    /// Whether every feature is one of `arch`.
+    fn check_arch(&self, arch: Arch) -> Result<(), TargetError> {
+        let foreign: &[&str] = match arch {
+            Arch::X86_64 => &["neon"],
+            Arch::Aarch64 => &[
+                "sse2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+            ],
+            Arch::Other => &[],
+        };
+        match self.names().into_iter().find(|n| foreign.contains(n)) {
+            Some(name) => Err(TargetError::WrongArch {
+                name: name.to_string(),
+                arch,
+            }),
+            None => Ok(()),
+        }
     }
 }
 
@@ -88,13 +193,70 @@ pub struct CpuTarget {
 }
 
 impl CpuTarget {
-    /// The host CPU, detected once per process.
+    /// The CPU kernels are built for by default: the machine this process runs on
+    /// ([`CpuTarget::detected`]), with its features replaced by `HIDET_CPU_FEATURES` when that
+    /// is set ([`CpuTarget::from_env`]). Read once per process. An invalid
+    /// `HIDET_CPU_FEATURES` is reported on stderr once and ignored; call
+    /// [`CpuTarget::try_host`] to get it as an error instead.
     pub fn host() -> &'static CpuTarget {
-        static HOST: OnceLock<CpuTarget> = OnceLock::new();
-        HOST.get_or_init(CpuTarget::detect)
+        CpuTarget::try_host().unwrap_or_else(|error| {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| eprintln!("warning: {error}; using the detected CPU features"));
+            CpuTarget::detected()
+        })
     }
 
-    /// Detects the host CPU now.
+    /// [`CpuTarget::host`], or the error in `HIDET_CPU_FEATURES`.
+    pub fn try_host() -> Result<&'static CpuTarget, TargetError> {
+        static HOST: OnceLock<Result<CpuTarget, TargetError>> = OnceLock::new();
+        HOST.get_or_init(CpuTarget::from_env)
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The machine this process runs on, detected once per process (never overridden).
+    pub fn detected() -> &'static CpuTarget {
+        static DETECTED: OnceLock<CpuTarget> = OnceLock::new();
+        DETECTED.get_or_init(CpuTarget::detect)
+    }
+
+    /// The detected machine with the features of `HIDET_CPU_FEATURES` when it is set and not
+    /// `native` (read now).
+    pub fn from_env() -> Result<CpuTarget, TargetError> {
+        let detected = CpuTarget::detect();
+        match std::env::var(CPU_FEATURES_ENV) {
+            Ok(value) if !value.trim().eq_ignore_ascii_case("native") => {
+                let env_error = |source| TargetError::Env {
+                    value: value.clone(),
+                    source: Box::new(source),
+                };
+                let features = CpuFeatures::parse(&value).map_err(env_error)?;
+                detected.with_features(features).map_err(env_error)
+            }
+            _ => Ok(detected),
+        }
+    }
+
+    /// This CPU with exactly `features` (for example to generate AVX-512 code on a machine
+    /// without it); an error when one of them does not exist on this architecture.
+    pub fn with_features(&self, features: CpuFeatures) -> Result<CpuTarget, TargetError> {
+        features.check_arch(self.arch)?;
+        Ok(CpuTarget {
+            features,
+            ..self.clone()
+        })
+    }
+
+    /// The features kernels built for this target need and the machine this process runs
+    /// on lacks (empty when they can run here).
+    pub fn missing_here(&self) -> Vec<&'static str> {
+        if self.arch != CpuTarget::detected().arch {
+            return self.features.names();
+        }
+        self.features.missing_from(&CpuTarget::detected().features)
+    }
+
+    /// Detects the host CPU now (never overridden).
     pub fn detect() -> CpuTarget {
         let arch = if cfg!(target_arch = "x86_64") {
             Arch::X86_64
@@ -285,6 +447,45 @@ mod tests {
         t.features.avx512f = true;
         assert_eq!(t.f32_lanes(), 16);
         assert!(t.isa_flags().contains(&"-mavx512f".to_string()));
+    }
+
+    #[test]
+    fn feature_lists_parse_with_what_they_imply() {
+        let f = CpuFeatures::parse("AVX2, fma").unwrap();
+        assert_eq!(f.names(), ["sse2", "avx", "avx2", "fma"]);
+        let f = CpuFeatures::parse("avx512bw").unwrap();
+        assert!(f.avx512f && f.avx512bw && f.avx2 && f.fma && !f.avx512vl);
+        assert_eq!(CpuFeatures::parse("").unwrap(), CpuFeatures::default());
+        let error = CpuFeatures::parse("avx2,avx1024").unwrap_err();
+        assert!(error.to_string().contains("`avx1024`"), "{error}");
+    }
+
+    #[test]
+    fn missing_features_are_named() {
+        let avx2 = CpuFeatures::parse("avx2,fma").unwrap();
+        let avx512 = CpuFeatures::parse("avx512f,avx512bw,avx512dq,avx512vl").unwrap();
+        assert_eq!(
+            avx512.missing_from(&avx2),
+            ["avx512f", "avx512bw", "avx512dq", "avx512vl"]
+        );
+        assert!(avx2.missing_from(&avx512).is_empty());
+    }
+
+    #[test]
+    fn features_of_another_architecture_are_refused() {
+        let x86 = CpuTarget {
+            arch: Arch::X86_64,
+            model: "test".into(),
+            cores: 1,
+            features: CpuFeatures::default(),
+        };
+        let neon = CpuFeatures::parse("neon").unwrap();
+        assert!(matches!(
+            x86.with_features(neon),
+            Err(TargetError::WrongArch { .. })
+        ));
+        let avx2 = CpuFeatures::parse("avx2").unwrap();
+        assert_eq!(x86.with_features(avx2).unwrap().f32_lanes(), 8);
     }
 
     #[test]

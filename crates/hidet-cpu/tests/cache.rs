@@ -45,7 +45,7 @@ fn second_request_is_a_hit_and_does_not_compile() {
         .collect();
     let mut sorted = names.clone();
     sorted.sort();
-    assert_eq!(sorted, vec!["lib.so".to_string(), "source.c".to_string()]);
+    assert_eq!(sorted, ["lib.so", "lib.so.sha256", "source.c"]);
 }
 
 #[test]
@@ -124,4 +124,41 @@ fn compile_error_shows_stderr_and_kept_source() {
     );
     assert!(message.contains(stderr.trim()), "{message}");
     assert!(!source_path.with_file_name("lib.so").exists());
+}
+
+/// A library overwritten with garbage, truncated, or missing its digest is rebuilt on the
+/// next request (not returned as a hit), and is then intact again.
+#[test]
+fn damaged_entries_are_rebuilt() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cache = KernelCache::new(dir.path());
+    let compiler = Compiler::system().expect("a C compiler is installed");
+    let flags = CpuTarget::host().cflags();
+    let src = source(23);
+    let first = cache
+        .get_or_compile(&src, compiler, &flags)
+        .expect("compiles");
+    let good = std::fs::read(&first.library_path).expect("library");
+    let digest = first.library_path.with_extension("so.sha256");
+    let damages: [(&str, &dyn Fn()); 3] = [
+        ("garbage", &|| {
+            std::fs::write(&first.library_path, b"not an ELF file").unwrap()
+        }),
+        ("truncated", &|| {
+            std::fs::write(&first.library_path, &good[..good.len() / 2]).unwrap()
+        }),
+        ("no digest", &|| std::fs::remove_file(&digest).unwrap()),
+    ];
+    for (what, damage) in damages {
+        damage();
+        let again = cache
+            .get_or_compile(&src, compiler, &flags)
+            .expect("rebuilds");
+        assert_eq!(again.outcome, CacheOutcome::Compiled, "{what}");
+        assert_eq!(again.library_path, first.library_path, "{what}");
+        let hit = cache
+            .get_or_compile(&src, compiler, &flags)
+            .expect("cached");
+        assert_eq!(hit.outcome, CacheOutcome::Hit, "{what}");
+    }
 }

@@ -10,7 +10,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{cpu_backend, node, random, Rng};
+use common::{codegen_targets, cpu_backend, cpu_backend_for, node, random, runs_here, Rng};
 use hidet_graph::compiled::{CompileOptions, CompiledGraph};
 use hidet_graph::passes::{default_passes, run_passes};
 use hidet_graph::{
@@ -132,15 +132,18 @@ enum Gather {
 
 /// What [`check`] saw of the fused kernel.
 struct Checked {
+    /// The `f32` lanes of the target the sources are for.
+    lanes: u16,
     /// The partition's line of the kernel's epilogues.
     epilogues: String,
     /// The C sources of every kernel.
     source: String,
 }
 
-/// Compiles the block after the default passes; checks one fused template kernel with the
-/// `gather` as a prologue, and the outputs.
-fn check(seed: u64, c: usize, hw: usize, oc: usize, win: Window, gather: Gather) -> Checked {
+/// Compiles the block after the default passes for every target of [`codegen_targets`];
+/// checks one fused template kernel with the `gather` as a prologue, and the outputs where
+/// the target runs here.
+fn check(seed: u64, c: usize, hw: usize, oc: usize, win: Window, gather: Gather) -> Vec<Checked> {
     check_kernels(seed, c, hw, oc, win, gather, 1)
 }
 
@@ -153,9 +156,7 @@ fn check_kernels(
     win: Window,
     gather: Gather,
     kernels: usize,
-) -> Checked {
-    let dir = tempfile::tempdir().unwrap();
-    let sources = tempfile::tempdir().unwrap();
+) -> Vec<Checked> {
     let mut rng = Rng::new(seed);
     let bl = block(&mut rng, c, hw, oc, win);
     let want = block_f64(&bl);
@@ -165,51 +166,75 @@ fn check_kernels(
     ];
     let reference = run_reference(&bl.graph, &inputs).unwrap();
     assert_close(&reference[0].1, &want, "reference");
-
     let graph = run_passes(bl.graph.clone(), &default_passes()).unwrap();
     let o = win.out(hw);
-    let options = CompileOptions {
-        emit_source_dir: Some(sources.path().to_path_buf()),
-        ..CompileOptions::default()
-    };
-    let compiled = CompiledGraph::compile(
-        &graph,
-        &[vec![1, c, hw, hw], vec![1, oc, o, o]],
-        Arc::new(cpu_backend(dir.path(), true)),
-        &options,
-    )
-    .unwrap();
-    let report = compiled.report();
-    assert_eq!(report.kernels, kernels, "{}", report.partition);
-    assert_eq!(report.host_nodes, 0, "{}", report.partition);
-    assert!(report.refusals.is_empty(), "{:?}", report.refusals);
-    let dump = &report.partition;
-    assert!(dump.contains("[anchored] MatMul"), "{dump}");
-    let prologue_line = dump.lines().find(|l| l.contains("prologues:"));
-    let reads = |op: &str| prologue_line.is_some_and(|l| l.contains(op));
-    match gather {
-        Gather::None => assert!(!reads("Im2Col") && !reads("OffsetGather"), "{dump}"),
-        Gather::Im2Col => assert!(reads("Im2Col"), "{dump}"),
-        Gather::Direct => assert!(reads("OffsetGather") && !reads("Im2Col"), "{dump}"),
+    let mut checked = Vec::new();
+    for target in codegen_targets() {
+        let dir = tempfile::tempdir().unwrap();
+        let sources = tempfile::tempdir().unwrap();
+        let options = CompileOptions {
+            emit_source_dir: Some(sources.path().to_path_buf()),
+            ..CompileOptions::default()
+        };
+        let compiled = CompiledGraph::compile(
+            &graph,
+            &[vec![1, c, hw, hw], vec![1, oc, o, o]],
+            Arc::new(cpu_backend_for(dir.path(), true, &target)),
+            &options,
+        )
+        .unwrap();
+        let report = compiled.report();
+        assert_eq!(report.kernels, kernels, "{}", report.partition);
+        assert_eq!(report.host_nodes, 0, "{}", report.partition);
+        assert!(report.refusals.is_empty(), "{:?}", report.refusals);
+        let dump = &report.partition;
+        assert!(dump.contains("[anchored] MatMul"), "{dump}");
+        let prologue_line = dump.lines().find(|l| l.contains("prologues:"));
+        let reads = |op: &str| prologue_line.is_some_and(|l| l.contains(op));
+        match gather {
+            Gather::None => assert!(!reads("Im2Col") && !reads("OffsetGather"), "{dump}"),
+            Gather::Im2Col => assert!(reads("Im2Col"), "{dump}"),
+            Gather::Direct => assert!(reads("OffsetGather") && !reads("Im2Col"), "{dump}"),
+        }
+        let epilogues = dump
+            .lines()
+            .find(|l| l.contains("epilogues:"))
+            .unwrap_or_default();
+        for op in ["Add", "Reshape", "Relu"] {
+            assert!(epilogues.contains(op), "{op} is not an epilogue:\n{dump}");
+        }
+        if runs_here(&target) {
+            let out = compiled.run(&inputs).unwrap();
+            assert_eq!(out[0].0, "y");
+            assert_close(&out[0].1, &want, "compiled");
+        } else {
+            let error = compiled.run(&inputs).unwrap_err().to_string();
+            assert!(error.contains(target.missing_here()[0]), "{error}");
+        }
+        checked.push(Checked {
+            lanes: target.f32_lanes(),
+            epilogues: epilogues.to_string(),
+            source: emitted_source(sources.path()),
+        });
     }
-    let epilogues = dump
-        .lines()
-        .find(|l| l.contains("epilogues:"))
-        .unwrap_or_default();
-    for op in ["Add", "Reshape", "Relu"] {
-        assert!(epilogues.contains(op), "{op} is not an epilogue:\n{dump}");
-    }
-    let out = compiled.run(&inputs).unwrap();
-    assert_eq!(out[0].0, "y");
-    assert_close(&out[0].1, &want, "compiled");
+    checked
+}
+
+/// The C sources written to `dir`, concatenated; never empty.
+fn emitted_source(dir: &std::path::Path) -> String {
     let mut source = String::new();
-    for entry in std::fs::read_dir(sources.path()).unwrap() {
+    for entry in std::fs::read_dir(dir).unwrap() {
         source += &std::fs::read_to_string(entry.unwrap().path()).unwrap();
     }
     assert!(!source.is_empty(), "no kernel source was emitted");
-    Checked {
-        epilogues: epilogues.to_string(),
-        source,
+    source
+}
+
+/// [`assert_direct`] on every target's source, and the stores transposed back channels-first.
+fn assert_direct_transposed(checked: &[Checked]) {
+    for c in checked {
+        assert!(c.epilogues.contains("Transpose"), "{}", c.epilogues);
+        assert_direct(&c.source, c.lanes);
     }
 }
 
@@ -224,13 +249,7 @@ fn padded_conv_bias_relu_add_is_a_pad_and_one_fused_direct_kernel() {
             stride,
             pad: 1,
         };
-        let checked = check_kernels(seed, 37, 17, oc, win, Gather::Direct, 2);
-        assert!(
-            checked.epilogues.contains("Transpose"),
-            "{}",
-            checked.epilogues
-        );
-        assert_direct(&checked.source);
+        assert_direct_transposed(&check_kernels(seed, 37, 17, oc, win, Gather::Direct, 2));
     }
 }
 
@@ -256,8 +275,13 @@ fn unpadded_convolutions_whose_packs_cross_output_rows() {
             stride,
             pad: 0,
         };
-        let epilogues = check(seed, 5, hw, 67, win, Gather::Im2Col).epilogues;
-        assert!(!epilogues.contains("Transpose"), "{epilogues}");
+        for checked in check(seed, 5, hw, 67, win, Gather::Im2Col) {
+            assert!(
+                !checked.epilogues.contains("Transpose"),
+                "{}",
+                checked.epilogues
+            );
+        }
     }
 }
 
@@ -265,17 +289,15 @@ fn unpadded_convolutions_whose_packs_cross_output_rows() {
 /// input at an address made of two table reads, `in0[rows[i] + window[k]]`, with no division:
 /// through a pointer per tile row declared before the loop (`in0_row = &in0[rows[i]]`, see
 /// `hidet_ir::passes::hoist_gather_bases`) and read at `in0_row[window[k]]`.
-fn assert_direct(source: &str) {
+fn assert_direct(source: &str, lanes: u16) {
     assert!(!source.contains("packed_a"), "{source}");
-    let broadcasts: Vec<&str> = source
-        .lines()
-        .filter(|l| l.contains("hidet_broadcast_f32x8(in0"))
-        .collect();
+    let broadcast = format!("hidet_broadcast_f32x{lanes}(in0");
+    let broadcasts: Vec<&str> = source.lines().filter(|l| l.contains(&broadcast)).collect();
     assert!(!broadcasts.is_empty(), "{source}");
     assert!(
         broadcasts
             .iter()
-            .any(|l| l.contains("hidet_broadcast_f32x8(in0_row")),
+            .any(|l| l.contains(&format!("{broadcast}_row"))),
         "{source}"
     );
     let row_pointers = source.lines().filter(|l| l.contains("float* in0_row"));
@@ -301,13 +323,7 @@ fn unpadded_convolutions_with_few_channels_are_direct() {
             stride,
             pad: 0,
         };
-        let checked = check(seed, 5, hw, 11, win, Gather::Direct);
-        assert!(
-            checked.epilogues.contains("Transpose"),
-            "{}",
-            checked.epilogues
-        );
-        assert_direct(&checked.source);
+        assert_direct_transposed(&check(seed, 5, hw, 11, win, Gather::Direct));
     }
 }
 
@@ -323,13 +339,7 @@ fn direct_convolutions_wider_than_the_register_tile_read_pixels_in_place() {
             stride,
             pad: 0,
         };
-        let checked = check(seed, 5, hw, oc, win, Gather::Direct);
-        assert!(
-            checked.epilogues.contains("Transpose"),
-            "{}",
-            checked.epilogues
-        );
-        assert_direct(&checked.source);
+        assert_direct_transposed(&check(seed, 5, hw, oc, win, Gather::Direct));
     }
 }
 
@@ -344,13 +354,7 @@ fn padded_convolutions_with_short_windows_are_direct_over_a_padded_copy() {
             stride,
             pad: 1,
         };
-        let checked = check_kernels(seed, 5, hw, 11, win, Gather::Direct, 2);
-        assert!(
-            checked.epilogues.contains("Transpose"),
-            "{}",
-            checked.epilogues
-        );
-        assert_direct(&checked.source);
+        assert_direct_transposed(&check_kernels(seed, 5, hw, 11, win, Gather::Direct, 2));
     }
 }
 
@@ -366,32 +370,25 @@ fn a_conv_on_few_pixels_is_a_transposed_product_in_one_kernel() {
         stride: 1,
         pad: 0,
     };
-    let epilogues = check(14, 37, 8, 67, short, Gather::Im2Col).epilogues;
-    assert!(epilogues.contains("Transpose"), "{epilogues}");
+    for checked in check(14, 37, 8, 67, short, Gather::Im2Col) {
+        assert!(
+            checked.epilogues.contains("Transpose"),
+            "{}",
+            checked.epilogues
+        );
+    }
     let unpadded = Window {
         kernel: 3,
         stride: 1,
         pad: 0,
     };
-    let checked = check(15, 37, 9, 37, unpadded, Gather::Direct);
-    assert!(
-        checked.epilogues.contains("Transpose"),
-        "{}",
-        checked.epilogues
-    );
-    assert_direct(&checked.source);
+    assert_direct_transposed(&check(15, 37, 9, 37, unpadded, Gather::Direct));
     let padded = Window {
         kernel: 3,
         stride: 1,
         pad: 1,
     };
-    let checked = check_kernels(16, 37, 7, 37, padded, Gather::Direct, 2);
-    assert!(
-        checked.epilogues.contains("Transpose"),
-        "{}",
-        checked.epilogues
-    );
-    assert_direct(&checked.source);
+    assert_direct_transposed(&check_kernels(16, 37, 7, 37, padded, Gather::Direct, 2));
 }
 
 /// `t` with every element replaced by its absolute value: run through a convolution, the
@@ -492,8 +489,6 @@ fn winograd_convolutions_match_float64_loops() {
 /// recompute it and the product would pack the operand).
 #[test]
 fn a_direct_convolution_reads_a_computed_input_in_place() {
-    let dir = tempfile::tempdir().unwrap();
-    let sources = tempfile::tempdir().unwrap();
     let mut rng = Rng::new(35);
     let (c, hw, oc) = (5, 19, 11);
     let w = random(&mut rng, &[oc, c, 3, 3]);
@@ -507,28 +502,30 @@ fn a_direct_convolution_reads_a_computed_input_in_place() {
     let x = random(&mut rng, &[1, c, hw, hw]);
     let inputs = vec![("x".to_string(), x)];
     let want = run_reference(&graph, &inputs).unwrap();
-    let optimized = run_passes(graph, &default_passes()).unwrap();
-    let options = CompileOptions {
-        emit_source_dir: Some(sources.path().to_path_buf()),
-        ..CompileOptions::default()
-    };
-    let compiled = CompiledGraph::compile(
-        &optimized,
-        &[vec![1, c, hw, hw]],
-        Arc::new(cpu_backend(dir.path(), true)),
-        &options,
-    )
-    .unwrap();
-    let report = compiled.report();
-    assert_eq!(report.kernels, 2, "{}", report.partition);
-    let out = compiled.run(&inputs).unwrap();
     let want: Vec<f64> = want[0].1.to_f64_vec();
-    assert_close(&out[0].1, &want, "relu then direct convolution");
-    let mut source = String::new();
-    for entry in std::fs::read_dir(sources.path()).unwrap() {
-        source += &std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    let optimized = run_passes(graph, &default_passes()).unwrap();
+    for target in codegen_targets() {
+        let dir = tempfile::tempdir().unwrap();
+        let sources = tempfile::tempdir().unwrap();
+        let options = CompileOptions {
+            emit_source_dir: Some(sources.path().to_path_buf()),
+            ..CompileOptions::default()
+        };
+        let compiled = CompiledGraph::compile(
+            &optimized,
+            &[vec![1, c, hw, hw]],
+            Arc::new(cpu_backend_for(dir.path(), true, &target)),
+            &options,
+        )
+        .unwrap();
+        let report = compiled.report();
+        assert_eq!(report.kernels, 2, "{}", report.partition);
+        if runs_here(&target) {
+            let out = compiled.run(&inputs).unwrap();
+            assert_close(&out[0].1, &want, "relu then direct convolution");
+        }
+        assert_direct(&emitted_source(sources.path()), target.f32_lanes());
     }
-    assert_direct(&source);
 }
 
 /// Inception-V3's factorized windows, 1×7 and 7×1 at 17² with 64 channels, run by the

@@ -717,3 +717,39 @@ fn stored_left_operands_are_read_in_place_and_computed_ones_packed() {
         assert_close(&f32s(&out[0].1), &want, &format!("relu {relu}"));
     }
 }
+
+/// The compiled path checks its inputs as the reference executor does (one check): the
+/// dtype of every tensor inside a sequence too, and missing or unknown names.
+#[test]
+fn compiled_inputs_are_checked_like_the_reference_executor() {
+    let mut g = GraphBuilder::new("seq_len");
+    g.input_of_kind(
+        "s",
+        TensorType::fixed(DType::F32, &[2]),
+        hidet_graph::ValueKind::Sequence,
+    );
+    g.node(node("SequenceLength", &["s"], "n", Attributes::new()));
+    g.output("n");
+    let graph = g.build(Registry::global()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let compiled = compile(&graph, &[vec![]], dir.path(), true);
+    let f32s = Tensor::new(vec![2], vec![1.5f32, -2.0]).unwrap();
+    let i64s = Tensor::new(vec![2], vec![1i64, 2]).unwrap();
+    let run = |d: hidet_graph::Datum| {
+        let inputs = [("s".to_string(), d)];
+        let reference = hidet_graph::run_reference_data(&graph, &inputs).map_err(|e| e.to_string());
+        let compiled = compiled.run_data(&inputs).map_err(|e| e.to_string());
+        (reference, compiled)
+    };
+    let (reference, got) = run(hidet_graph::Datum::Sequence(vec![f32s.clone(), f32s]));
+    assert_eq!(reference.unwrap()[0].1, got.unwrap()[0].1);
+    let (reference, got) = run(hidet_graph::Datum::Sequence(vec![i64s]));
+    let (reference, got) = (reference.unwrap_err(), got.unwrap_err());
+    assert!(
+        reference.contains("expected dtype f32, given i64"),
+        "{reference}"
+    );
+    assert!(got.contains("expected dtype f32, given i64"), "{got}");
+    let error = compiled.run_data(&[]).unwrap_err().to_string();
+    assert!(error.contains("missing input `s`"), "{error}");
+}

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{options_in, Rng};
-use hidet_cpu::{build, CacheOutcome, CpuError, KernelArg};
+use hidet_cpu::{build, Arch, CacheOutcome, CpuError, CpuFeatures, CpuTarget, KernelArg};
 use hidet_ir::prelude::*;
 
 #[test]
@@ -144,4 +144,41 @@ fn keep_source_dir_receives_the_generated_c() {
         .call(&mut [KernelArg::tensor_mut(&mut out, &[5])])
         .expect("arguments match");
     assert_eq!(out, vec![1, 4, 7, 10, 13]);
+}
+
+/// Kernels built for a CPU feature this machine lacks compile, but refuse to run, naming the
+/// feature (a `neon` target on x86-64, or an `avx2` one on aarch64: a feature no machine of
+/// this architecture has).
+#[test]
+fn kernels_for_a_feature_this_cpu_lacks_refuse_to_run() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut fb = FunctionBuilder::cpu_kernel("fill");
+    let out = fb.tensor_param("out", DataType::I32, [5]);
+    fb.for_range("i", 5, |fb, i| fb.store(&out, [i.clone()], &i * 3 + 1));
+    let module = IRModule::new("fill_module", Target::Cpu).with(fb.finish());
+    let mut target = CpuTarget::detected().clone();
+    let foreign = if target.arch == Arch::X86_64 {
+        "neon"
+    } else {
+        "avx2"
+    };
+    target.features = CpuFeatures::parse(foreign).expect("a known feature");
+    let opts = hidet_cpu::BuildOptions {
+        target: Some(target),
+        ..options_in(dir.path())
+    };
+    let compiled = build(module, &opts).expect("builds");
+    let mut out = vec![0i32; 5];
+    let error = compiled
+        .kernel("fill")
+        .expect("kernel exists")
+        .call(&mut [KernelArg::tensor_mut(&mut out, &[5])])
+        .expect_err("cannot run here");
+    assert!(
+        matches!(&error, CpuError::TargetUnavailable { missing, .. } if missing.contains(&foreign)),
+        "{error}"
+    );
+    assert!(error.to_string().contains(foreign), "{error}");
+    assert_eq!(out, vec![0; 5], "nothing ran");
+    assert!(compiled.set_num_threads(2).is_err());
 }

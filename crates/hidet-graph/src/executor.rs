@@ -1,7 +1,5 @@
 //! The reference executor: runs a graph node by node with the operators' `eval`.
 
-use std::collections::HashMap;
-
 use crate::dtype::DType;
 use crate::graph::{Graph, Value, ValueId};
 use crate::operator::OpError;
@@ -77,63 +75,129 @@ pub fn check_inputs(graph: &Graph, inputs: &[(String, Tensor)]) -> Result<(), Ex
 /// [`check_inputs`] for inputs of any kind: each must be of its input's kind, and every tensor
 /// inside a sequence or optional must have the declared dtype.
 pub fn check_input_data(graph: &Graph, inputs: &[(String, Datum)]) -> Result<(), ExecError> {
-    let by_name: HashMap<&str, &Datum> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    for (n, _) in inputs {
-        if !graph.inputs().iter().any(|id| graph.value(*id).name == *n) {
-            return Err(ExecError::UnknownInput(n.clone()));
-        }
-    }
-    let mut given = Vec::new();
-    for &id in graph.inputs() {
-        let v = graph.value(id);
-        let d = by_name
-            .get(v.name.as_str())
-            .ok_or_else(|| ExecError::MissingInput(v.name.clone()))?;
-        let Some(t) = check_input(v, d)? else {
-            continue;
-        };
-        given.push((id, t.shape()));
-    }
+    let declared: Vec<InputDecl<'_>> = graph
+        .inputs()
+        .iter()
+        .map(|&id| InputDecl::of(graph.value(id)))
+        .collect();
+    let tensors = match_inputs(&declared, inputs)?;
+    let given: Vec<(ValueId, &[usize])> = tensors
+        .into_iter()
+        .map(|(i, t)| (graph.inputs()[i], t.shape()))
+        .collect();
     graph
         .bind_symbols(&given)
         .map_err(ExecError::SymbolConflict)?;
     Ok(())
 }
 
-/// Checks `d`, given for graph input `v`: its kind, its dtype (every tensor of a sequence or
+/// The shape a graph input is declared with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum DeclaredShape<'a> {
+    /// Any shape (an unknown rank).
+    Any,
+    /// No shape: no tensor fits (a compiled value whose shape was never made concrete).
+    Unknown,
+    /// Fixed or symbolic dimensions (symbols are bound by the caller).
+    Dims(&'a [Dim]),
+    /// Concrete sizes (a graph compiled for one set of input shapes).
+    Sizes(&'a [usize]),
+}
+
+/// What a graph input is declared as.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InputDecl<'a> {
+    pub name: &'a str,
+    pub kind: ValueKind,
+    pub dtype: DType,
+    pub shape: DeclaredShape<'a>,
+}
+
+impl<'a> InputDecl<'a> {
+    /// The declaration of graph value `v`.
+    fn of(v: &'a Value) -> InputDecl<'a> {
+        InputDecl {
+            name: &v.name,
+            kind: v.kind,
+            dtype: v.ty.dtype,
+            shape: v
+                .ty
+                .shape
+                .as_deref()
+                .map_or(DeclaredShape::Any, DeclaredShape::Dims),
+        }
+    }
+}
+
+/// Matches named `inputs` with the `declared` inputs (the one input check of both
+/// executors): no unknown names, every declared input present, each of its declared kind,
+/// every tensor (also those inside a sequence or optional) of the declared dtype, and a
+/// tensor input of the declared rank, fixed dimensions and sizes. Returns `(index in
+/// declared, tensor)` for every tensor input, in declared order.
+pub(crate) fn match_inputs<'d>(
+    declared: &[InputDecl<'_>],
+    inputs: &'d [(String, Datum)],
+) -> Result<Vec<(usize, &'d Tensor)>, ExecError> {
+    if let Some((n, _)) = inputs
+        .iter()
+        .find(|(n, _)| !declared.iter().any(|d| d.name == n))
+    {
+        return Err(ExecError::UnknownInput(n.clone()));
+    }
+    let mut tensors = Vec::new();
+    for (i, decl) in declared.iter().enumerate() {
+        let d = inputs
+            .iter()
+            .find(|(n, _)| n == decl.name)
+            .map(|(_, d)| d)
+            .ok_or_else(|| ExecError::MissingInput(decl.name.to_string()))?;
+        if let Some(t) = check_input(decl, d)? {
+            tensors.push((i, t));
+        }
+    }
+    Ok(tensors)
+}
+
+/// Checks `d`, given for the input `decl`: its kind, its dtype (every tensor of a sequence or
 /// optional), and for a tensor its rank and fixed dimensions. Returns the tensor when `d`
 /// is one.
-fn check_input<'d>(v: &Value, d: &'d Datum) -> Result<Option<&'d Tensor>, ExecError> {
-    if !d.is_kind(v.kind) {
+fn check_input<'d>(decl: &InputDecl<'_>, d: &'d Datum) -> Result<Option<&'d Tensor>, ExecError> {
+    if !d.is_kind(decl.kind) {
         return Err(ExecError::WrongKind {
-            name: v.name.clone(),
-            expected: v.kind,
+            name: decl.name.to_string(),
+            expected: decl.kind,
             given: d.describe(),
         });
     }
-    if let Some(t) = d.tensors().into_iter().find(|t| t.dtype() != v.ty.dtype) {
+    if let Some(t) = d.tensors().into_iter().find(|t| t.dtype() != decl.dtype) {
         return Err(ExecError::WrongDType {
-            name: v.name.clone(),
-            expected: v.ty.dtype,
+            name: decl.name.to_string(),
+            expected: decl.dtype,
             given: t.dtype(),
         });
     }
     let Datum::Tensor(t) = d else {
         return Ok(None);
     };
-    if let Some(dims) = &v.ty.shape {
-        let ok = dims.len() == t.rank()
-            && dims
-                .iter()
-                .zip(t.shape())
-                .all(|(d, &n)| !matches!(d, Dim::Fixed(f) if *f != n));
-        if !ok {
-            return Err(ExecError::WrongShape {
-                name: v.name.clone(),
-                expected: fmt_dims(dims),
-                given: t.shape().to_vec(),
-            });
-        }
+    let (fits, expected) = match decl.shape {
+        DeclaredShape::Any => (true, String::new()),
+        DeclaredShape::Unknown => (false, "unknown".to_string()),
+        DeclaredShape::Dims(dims) => (
+            dims.len() == t.rank()
+                && dims
+                    .iter()
+                    .zip(t.shape())
+                    .all(|(d, &n)| !matches!(d, Dim::Fixed(f) if *f != n)),
+            fmt_dims(dims),
+        ),
+        DeclaredShape::Sizes(sizes) => (sizes == t.shape(), format!("{sizes:?}")),
+    };
+    if !fits {
+        return Err(ExecError::WrongShape {
+            name: decl.name.to_string(),
+            expected,
+            given: t.shape().to_vec(),
+        });
     }
     Ok(Some(t))
 }
@@ -239,8 +303,7 @@ pub fn run_graph_data(
     arity("captures", graph.captures().len(), captures.len())?;
     let mut slots: Vec<Option<Datum>> = vec![None; graph.values().len()];
     for (&id, &d) in graph.inputs().iter().zip(inputs) {
-        let v = graph.value(id);
-        check_input(v, d)?;
+        check_input(&InputDecl::of(graph.value(id)), d)?;
         slots[id.0] = Some(d.clone());
     }
     for (id, &t) in graph.captures().iter().zip(captures) {

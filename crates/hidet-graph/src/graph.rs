@@ -505,6 +505,14 @@ impl GraphBuilder {
                 .all(|k| *k == ValueKind::Tensor);
             let known = if has_subgraphs || !all_tensors {
                 None
+            } else if domain.is_empty() && matches!(spec.op_type.as_str(), "Shape" | "Size") {
+                ins.first()
+                    .copied()
+                    .flatten()
+                    .and_then(|x| values[x.0].ty.fixed_shape())
+                    .and_then(|shape| {
+                        crate::passes::shape_of(&spec.op_type, spec.opset, &spec.attrs, &shape)
+                    })
             } else {
                 fold_small(op.as_ref(), &ins, &values, &out_types)
             };
@@ -603,7 +611,7 @@ fn formal_type(
 }
 
 /// The free names of every subgraph definition among `attrs`, sorted, without duplicates.
-fn node_free_names(attrs: &Attributes) -> Vec<String> {
+pub(crate) fn node_free_names(attrs: &Attributes) -> Vec<String> {
     let mut free: BTreeSet<String> = BTreeSet::new();
     for (_, a) in attrs.iter() {
         if let Attribute::GraphDef(g) = a {

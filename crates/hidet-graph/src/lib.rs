@@ -10,6 +10,7 @@
 //! - [`passes`]: the rewrite mechanism; [`run_reference`]: op-by-op execution.
 
 pub mod attribute;
+pub mod bind;
 pub mod compiled;
 pub mod dtype;
 pub mod executor;
@@ -29,6 +30,7 @@ pub mod value;
 pub use half;
 
 pub use attribute::{Attribute, Attributes};
+pub use bind::BindError;
 pub use dtype::DType;
 pub use executor::{
     check_input_data, check_inputs, run_graph, run_graph_data, run_reference, run_reference_data,

@@ -117,3 +117,100 @@ fn shape_inference_errors_at_build_time() {
         Err(GraphError::Node { .. })
     ));
 }
+
+#[test]
+fn binding_input_shapes_fixes_every_type_and_keeps_the_values() {
+    let mut b = GraphBuilder::new("dyn");
+    let ty = |dims: Vec<Dim>| TensorType {
+        dtype: DType::F32,
+        shape: Some(dims),
+    };
+    b.input("x", ty(vec![sym("B"), sym("S"), Dim::Fixed(4)]));
+    b.input("m", ty(vec![sym("B"), sym("S"), Dim::Fixed(1)]));
+    b.initializer(
+        "minus_one_four",
+        Tensor::new(vec![2], vec![-1i64, 4]).unwrap(),
+    );
+    b.node(spec("Shape", &["x"], &["shape"]));
+    b.node(spec("Mul", &["x", "m"], &["scaled"]));
+    b.node(spec("Reshape", &["scaled", "minus_one_four"], &["flat"]));
+    b.node(spec("Reshape", &["flat", "shape"], &["y"]));
+    b.output("y");
+    b.output("flat");
+    let graph = b.build(Registry::global()).unwrap();
+    assert!(!graph.has_static_inputs());
+    let bound = graph
+        .with_input_shapes(&[vec![3, 7, 4], vec![3, 7, 1]], Registry::global())
+        .unwrap();
+    assert!(bound.has_static_inputs());
+    let optimized = run_passes(bound.clone(), &default_passes()).unwrap();
+    for n in optimized.nodes() {
+        for v in n.outputs.iter().flatten().map(|&v| optimized.value(v)) {
+            assert!(v.ty.fixed_shape().is_some(), "`{}` is {}", v.name, v.ty);
+        }
+    }
+    let y = bound.value(bound.outputs()[0]);
+    assert_eq!(y.ty.fixed_shape(), Some(vec![3, 7, 4]));
+    let flat = bound.value(bound.outputs()[1]);
+    assert_eq!(flat.ty.fixed_shape(), Some(vec![21, 4]));
+    let x: Vec<f32> = (0..84).map(|i| (i as f32 - 40.5) / 8.0).collect();
+    let m: Vec<f32> = (0..21).map(|i| 1.5 - i as f32 / 4.0).collect();
+    let inputs = vec![
+        (
+            "x".to_string(),
+            Tensor::new(vec![3, 7, 4], x.clone()).unwrap(),
+        ),
+        (
+            "m".to_string(),
+            Tensor::new(vec![3, 7, 1], m.clone()).unwrap(),
+        ),
+    ];
+    let want: Vec<f32> = (0..84).map(|i| x[i] * m[i / 4]).collect();
+    for g in [&graph, &bound, &optimized] {
+        let out = run_reference(g, &inputs).unwrap();
+        assert_eq!(out[0].1.as_slice::<f32>().unwrap(), &want[..]);
+        assert_eq!(out[1].1.shape(), &[21, 4]);
+    }
+}
+
+#[test]
+fn binding_shapes_that_contradict_the_model_names_the_input_and_dimension() {
+    let mut b = GraphBuilder::new("fixed_batch");
+    b.input(
+        "x",
+        TensorType {
+            dtype: DType::F32,
+            shape: Some(vec![Dim::Fixed(1), sym("S")]),
+        },
+    );
+    b.input(
+        "y",
+        TensorType {
+            dtype: DType::F32,
+            shape: Some(vec![Dim::Fixed(1), sym("S")]),
+        },
+    );
+    b.node(spec("Add", &["x", "y"], &["z"]));
+    b.output("z");
+    let graph = b.build(Registry::global()).unwrap();
+    let bind = |shapes: &[Vec<usize>]| {
+        graph
+            .with_input_shapes(shapes, Registry::global())
+            .unwrap_err()
+            .to_string()
+    };
+    let e = bind(&[vec![8, 5], vec![8, 5]]);
+    assert!(
+        e.contains("input `x`: dimension 0 is fixed at 1") && e.contains("given 8"),
+        "{e}"
+    );
+    let e = bind(&[vec![1, 5], vec![1, 6]]);
+    assert!(
+        e.contains("input `y`: dimension 1 (`S`) is 6, but 5 in input `x`"),
+        "{e}"
+    );
+    let e = bind(&[vec![1, 5, 1], vec![1, 5]]);
+    assert!(e.contains("input `x`") && e.contains("rank 2"), "{e}");
+    let e = bind(&[vec![1, 5]]);
+    assert!(e.contains("1 input shapes given for 2"), "{e}");
+}

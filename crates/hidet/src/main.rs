@@ -39,8 +39,9 @@ enum Command {
         /// Use the reference executor (every operator's `eval`) instead of compiled kernels.
         #[arg(long)]
         reference: bool,
-        /// Worker threads (default: all cores).
-        #[arg(long, value_name = "N")]
+        /// Threads the compiled kernels run on (default: all cores; the reference executor
+        /// runs on one).
+        #[arg(long, value_name = "N", value_parser = parse_threads)]
         threads: Option<usize>,
     },
     /// Compile a model (an .onnx file or zoo:NAME) and time its runs.
@@ -51,8 +52,9 @@ enum Command {
         /// An input as NAME=FILE.npy (repeatable); missing inputs get seeded random data.
         #[arg(long = "input", value_name = "NAME=FILE.npy")]
         inputs: Vec<String>,
-        /// Worker threads (default: all cores).
-        #[arg(long, value_name = "N")]
+        /// Threads the compiled kernels run on (default: all cores; the reference executor
+        /// runs on one).
+        #[arg(long, value_name = "N", value_parser = parse_threads)]
         threads: Option<usize>,
         /// Timed runs.
         #[arg(long, value_name = "N", default_value_t = 10)]
@@ -66,9 +68,14 @@ enum Command {
         /// Time the reference executor (every operator's `eval`) instead of compiled kernels.
         #[arg(long, conflicts_with = "check")]
         reference: bool,
-        /// Also run the reference executor once and report the largest output difference.
+        /// Also run the reference executor once and report the largest output difference;
+        /// fail when it exceeds --check-tolerance.
         #[arg(long)]
         check: bool,
+        /// The largest output difference --check accepts, relative to the largest magnitude
+        /// of the reference's output.
+        #[arg(long, value_name = "FRACTION", default_value_t = 1e-3, value_parser = parse_spread)]
+        check_tolerance: f64,
         /// Time every kernel of the launch list over the timed runs and print the slowest,
         /// with GFLOP/s where the kernel reduces (matmul, convolution).
         #[arg(long, conflicts_with = "reference")]
@@ -88,7 +95,7 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// Threads the kernels are scheduled for (default: all cores).
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", value_parser = parse_threads)]
         threads: Option<usize>,
     },
     /// List the built-in models (use them as zoo:NAME).
@@ -102,7 +109,7 @@ enum Command {
         #[arg(long, value_name = "N", default_value_t = 1)]
         level: u32,
         /// Threads the kernels are scheduled and measured with (default: all cores).
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", value_parser = parse_threads)]
         threads: Option<usize>,
         /// An input as NAME=FILE.npy (repeatable), fixing its shape.
         #[arg(long = "input", value_name = "NAME=FILE.npy")]
@@ -132,7 +139,8 @@ enum Command {
     },
 }
 
-/// A `--model-check-max-spread` value: a finite, non-negative fraction.
+/// A `--model-check-max-spread` or `--check-tolerance` value: a finite, non-negative
+/// fraction.
 fn parse_spread(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
@@ -142,8 +150,20 @@ fn parse_spread(text: &str) -> Result<f64, String> {
     }
 }
 
+/// A `--threads` value: a whole number of at least 1.
+fn parse_threads(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("`{text}` is not a thread count (1 or more)")),
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Err(e) = hidet_cpu::CpuTarget::try_host() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match args.command {
         Command::Info { model } => cli::info::run(&model),
         Command::Ops => cli::ops::run(),
@@ -163,6 +183,7 @@ fn main() -> ExitCode {
             json,
             reference,
             check,
+            check_tolerance,
             profile,
             list,
         } => match model {
@@ -175,6 +196,7 @@ fn main() -> ExitCode {
                 json,
                 reference,
                 check,
+                check_tolerance,
                 profile,
             }),
             _ => {

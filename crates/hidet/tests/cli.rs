@@ -248,3 +248,123 @@ fn info_and_ops_succeed() {
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("MatMul"));
 }
+
+/// The test model and its inputs, written under `dir`: `--input` arguments and the model.
+fn cached_run_files(dir: &Path) -> (PathBuf, [String; 4]) {
+    let m = write_model(dir, &model(vec![]));
+    let xp = write_npy(
+        &dir.join("x.npy"),
+        &[2, 3],
+        &[0.3f32, -1.7, 2.2, -0.4, 1.1, -2.9],
+    );
+    let yp = write_npy(&dir.join("y.npy"), &[3], &[0.6f32, 1.3, -0.8]);
+    let inputs = [
+        "--input".into(),
+        format!("x={xp}"),
+        "--input".into(),
+        format!("y={yp}"),
+    ];
+    (m, inputs)
+}
+
+/// `hidet run` of the files of [`cached_run_files`] with a private kernel cache at `cache`,
+/// writing under `out`; the process's output and the values written.
+fn run_cached(files: &(PathBuf, [String; 4]), cache: &Path, out: &Path) -> (Output, Vec<f32>) {
+    let o = Command::new(env!("CARGO_BIN_EXE_hidet"))
+        .arg("run")
+        .arg(&files.0)
+        .args(&files.1)
+        .arg("--output-dir")
+        .arg(out)
+        .env("HIDET_CACHE_DIR", cache)
+        .output()
+        .unwrap();
+    if !o.status.success() {
+        return (o, Vec::new());
+    }
+    let f = std::fs::File::open(out.join("out_0.npy")).unwrap();
+    let values = npyz::NpyFile::new(std::io::BufReader::new(f))
+        .unwrap()
+        .into_vec()
+        .unwrap();
+    (o, values)
+}
+
+/// Every `lib.so` of the kernel cache under `cache`.
+fn cached_libraries(cache: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![cache.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.file_name().is_some_and(|n| n == "lib.so") {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// A cached kernel library overwritten with garbage (its digest then disagrees), or with
+/// garbage under a matching digest (it then fails to load), is rebuilt by the next run, with
+/// a warning naming it, and the outputs are the same.
+#[test]
+fn a_damaged_kernel_cache_heals_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let files = cached_run_files(dir.path());
+    let (o, first) = run_cached(&files, &cache, &dir.path().join("out0"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let libraries = cached_libraries(&cache);
+    assert!(!libraries.is_empty());
+    for (round, matching_digest) in [false, true].into_iter().enumerate() {
+        for lib in &libraries {
+            let garbage = b"\x7fELF but not really a library";
+            std::fs::write(lib, garbage).unwrap();
+            if matching_digest {
+                use sha2::Digest;
+                let digest: String = sha2::Sha256::digest(garbage)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                std::fs::write(lib.with_extension("so.sha256"), digest).unwrap();
+            }
+        }
+        let out = dir.path().join(format!("out{}", round + 1));
+        let (o, again) = run_cached(&files, &cache, &out);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let warning = stderr(&o);
+        assert!(
+            warning.contains("rebuilding") && warning.contains(libraries[0].to_str().unwrap()),
+            "{warning}"
+        );
+        assert_eq!(again, first);
+    }
+}
+
+/// Processes compiling the same kernels into one empty cache at once all load complete
+/// libraries and compute the same outputs.
+#[test]
+fn concurrent_processes_share_a_cache_safely() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let files = cached_run_files(dir.path());
+    let runs: Vec<(Output, Vec<f32>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..4)
+            .map(|i| {
+                let (files, cache) = (&files, &cache);
+                let out = dir.path().join(format!("out{i}"));
+                scope.spawn(move || run_cached(files, cache, &out))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (o, values) in &runs {
+        assert!(o.status.success(), "{}", stderr(o));
+        assert_eq!(values, &runs[0].1);
+        assert!(!stderr(o).contains("rebuilding"), "{}", stderr(o));
+    }
+    assert_eq!(runs[0].1.len(), 6);
+}

@@ -357,3 +357,83 @@ fn zoo_lists_every_model() {
         }
     }
 }
+
+/// The kernel sources `hidet compile zoo:tiny_mlp` emits under `HIDET_CPU_FEATURES=features`
+/// (compiling only, so any x86-64 target works on any x86-64 host), and the JSON report.
+fn sources_for_features(cache: &Path, features: &str) -> (String, serde_json::Value) {
+    let emit = cache.join(format!("emitted-{features}"));
+    let o = Command::new(env!("CARGO_BIN_EXE_hidet"))
+        .args(["compile", "zoo:tiny_mlp", "--json", "--emit-source"])
+        .arg(&emit)
+        .env("HIDET_CACHE_DIR", cache)
+        .env("HIDET_CPU_FEATURES", features)
+        .output()
+        .expect("the hidet binary runs");
+    assert!(o.status.success(), "{features}: {}", text(&o.stderr));
+    let mut sources = String::new();
+    for entry in std::fs::read_dir(&emit).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|x| x == "src") {
+            sources += &std::fs::read_to_string(path).unwrap();
+        }
+    }
+    (sources, last_json(&o))
+}
+
+#[test]
+fn cpu_features_env_pins_the_target_of_generated_code() {
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (avx2, report) = sources_for_features(dir.path(), "avx2,fma");
+    assert!(avx2.contains("f32x8") && !avx2.contains("f32x16"), "{avx2}");
+    assert_eq!(
+        report["target_features"],
+        serde_json::json!(["sse2", "avx", "avx2", "fma"])
+    );
+    let (avx512, report) = sources_for_features(dir.path(), "avx512f,avx512bw,avx512dq,avx512vl");
+    assert!(avx512.contains("f32x16"), "{avx512}");
+    assert!(report["target_features"]
+        .as_array()
+        .unwrap()
+        .contains(&serde_json::json!("avx512f")));
+
+    let o = Command::new(env!("CARGO_BIN_EXE_hidet"))
+        .args(["compile", "zoo:tiny_mlp"])
+        .env("HIDET_CACHE_DIR", dir.path())
+        .env("HIDET_CPU_FEATURES", "avx2,sse9")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = text(&o.stderr);
+    assert!(
+        e.contains("HIDET_CPU_FEATURES") && e.contains("`sse9`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn threads_must_be_a_positive_count() {
+    let dir = tempfile::tempdir().unwrap();
+    for cmd in ["bench", "compile", "tune"] {
+        let o = hidet(dir.path(), &[cmd, "zoo:tiny_mlp", "--threads", "0"]);
+        assert!(!o.status.success());
+        let e = text(&o.stderr);
+        assert!(e.contains("--threads") && e.contains("`0`"), "{cmd}: {e}");
+    }
+    let o = hidet(
+        dir.path(),
+        &[
+            "bench",
+            "zoo:tiny_mlp",
+            "--threads",
+            "1",
+            "--runs",
+            "2",
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(last_json(&o)["threads"], 1);
+}

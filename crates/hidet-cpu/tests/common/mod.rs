@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
-use hidet_cpu::{BuildOptions, KernelCache};
+use hidet_cpu::{BuildOptions, CpuFeatures, CpuTarget, KernelCache};
 use hidet_graph::{Attributes, NodeSpec, Tensor};
 use std::path::Path;
 
@@ -22,6 +22,42 @@ pub fn cpu_backend(dir: &Path, template: bool) -> CpuBackend {
         matmul_template: template,
         compile_jobs: Some(2),
     })
+}
+
+/// [`cpu_backend`] building for `target` instead of the host.
+pub fn cpu_backend_for(dir: &Path, template: bool, target: &CpuTarget) -> CpuBackend {
+    let mut backend = cpu_backend(dir, template);
+    backend.options.build.target = Some(target.clone());
+    backend
+}
+
+/// The targets whose generated code the code-shape tests check, pinned rather than taken
+/// from the host so the tests mean the same on every machine: on x86-64 an AVX2 CPU and an
+/// AVX-512 CPU, elsewhere this machine; plus this machine when it can run neither. Kernels
+/// of a target this machine lacks features for are compiled and inspected, not run
+/// ([`runs_here`]).
+pub fn codegen_targets() -> Vec<CpuTarget> {
+    let detected = CpuTarget::detected();
+    let mut targets: Vec<CpuTarget> = if cfg!(target_arch = "x86_64") {
+        ["avx2,fma", "avx512f,avx512bw,avx512dq,avx512vl"]
+            .into_iter()
+            .map(|list| {
+                let features = CpuFeatures::parse(list).expect("known feature names");
+                detected.with_features(features).expect("x86-64 features")
+            })
+            .collect()
+    } else {
+        vec![detected.clone()]
+    };
+    if !targets.iter().any(runs_here) {
+        targets.push(detected.clone());
+    }
+    targets
+}
+
+/// Whether kernels built for `target` can run on this machine.
+pub fn runs_here(target: &CpuTarget) -> bool {
+    target.missing_here().is_empty()
 }
 
 /// A default-domain, opset-17 node `op` named after its single `output`.

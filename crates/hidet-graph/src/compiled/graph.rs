@@ -21,7 +21,7 @@ use super::backend::{
 use super::concat_in_place;
 use super::plan::{plan_memory, BufferRequest, ALIGN};
 use crate::dtype::DType;
-use crate::executor::ExecError;
+use crate::executor::{match_inputs, DeclaredShape, ExecError, InputDecl};
 use crate::fusion::{
     partition_with, FusedTask, Group, GroupKind, Partition, Specialization, SpecializeError,
     TaskError,
@@ -664,43 +664,24 @@ impl<B: Backend> CompiledGraph<B> {
         inputs: &[(String, Datum)],
         times: Option<&mut Vec<Duration>>,
     ) -> Result<Vec<(String, Datum)>, CompiledError> {
+        let declared: Vec<InputDecl<'_>> = self
+            .inputs
+            .iter()
+            .map(|v| {
+                let slot = &self.values[v.0];
+                InputDecl {
+                    name: &slot.name,
+                    kind: slot.kind,
+                    dtype: slot.dtype,
+                    shape: slot
+                        .shape
+                        .as_deref()
+                        .map_or(DeclaredShape::Unknown, DeclaredShape::Sizes),
+                }
+            })
+            .collect();
+        match_inputs(&declared, inputs)?;
         let by_name: HashMap<&str, &Datum> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        for (n, _) in inputs {
-            if !self.inputs.iter().any(|v| self.values[v.0].name == *n) {
-                return Err(ExecError::UnknownInput(n.clone()).into());
-            }
-        }
-        for v in &self.inputs {
-            let slot = &self.values[v.0];
-            let d = by_name
-                .get(slot.name.as_str())
-                .ok_or_else(|| ExecError::MissingInput(slot.name.clone()))?;
-            if !d.is_kind(slot.kind) {
-                return Err(ExecError::WrongKind {
-                    name: slot.name.clone(),
-                    expected: slot.kind,
-                    given: d.describe(),
-                }
-                .into());
-            }
-            let Datum::Tensor(t) = d else { continue };
-            if t.dtype() != slot.dtype {
-                return Err(ExecError::WrongDType {
-                    name: slot.name.clone(),
-                    expected: slot.dtype,
-                    given: t.dtype(),
-                }
-                .into());
-            }
-            if Some(t.shape()) != slot.shape.as_deref() {
-                return Err(ExecError::WrongShape {
-                    name: slot.name.clone(),
-                    expected: format!("{:?}", slot.shape.clone().unwrap_or_default()),
-                    given: t.shape().to_vec(),
-                }
-                .into());
-            }
-        }
         let taken = self
             .pool
             .lock()

@@ -122,18 +122,25 @@ fn fold_node(graph: &Graph, node: &Node, known: &HashMap<ValueId, Tensor>) -> Op
 fn fold_shape_of(graph: &Graph, node: &Node) -> Option<Vec<Tensor>> {
     let x = node.inputs.first().copied().flatten()?;
     let shape = graph.value(x).ty.fixed_shape()?;
-    shape_directly(node, &shape)
+    shape_of(&node.op_type, node.opset, &node.attrs, &shape)
 }
 
-fn shape_directly(node: &Node, shape: &[usize]) -> Option<Vec<Tensor>> {
+/// The output of a `Shape` (opset `opset`, `attrs` holding its `start`/`end` from opset 15)
+/// or `Size` node reading a value of static shape `shape`; `None` for another operator.
+pub(crate) fn shape_of(
+    op_type: &str,
+    opset: i64,
+    attrs: &crate::attribute::Attributes,
+    shape: &[usize],
+) -> Option<Vec<Tensor>> {
     let rank = shape.len() as i64;
-    match node.op_type.as_str() {
+    match op_type {
         "Size" => Some(vec![Tensor::scalar(checked_numel(shape)? as i64)]),
         "Shape" => {
             let clamp = |v: i64| (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize;
-            let (start, end) = if node.opset >= 15 {
-                let s = node.attrs.int("start").ok()?.copied().unwrap_or(0);
-                let e = node.attrs.int("end").ok()?.copied().unwrap_or(rank);
+            let (start, end) = if opset >= 15 {
+                let s = attrs.int("start").ok()?.copied().unwrap_or(0);
+                let e = attrs.int("end").ok()?.copied().unwrap_or(rank);
                 (clamp(s), clamp(e))
             } else {
                 (0, shape.len())

@@ -22,6 +22,7 @@ mod simplify;
 
 pub use batchnorm_fold::BatchNormFolding;
 pub use channels_last::{DepthwiseChannelsLast, SinkTransposes};
+pub(crate) use constant_fold::shape_of;
 pub use constant_fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
 pub use conv_implicit_gemm::{ConvToImplicitGemm, FEW_CHANNELS};
 pub use conv_winograd::{ConvWinograd, WINOGRAD_MIN_CHANNEL_HARMONIC, WINOGRAD_MIN_TILES};

@@ -11,6 +11,7 @@ use hidet::graph::Tensor;
 use hidet::pipeline::{self, PipelineError};
 use hidet::zoo::inputs::{complete_inputs, InputKind};
 use hidet::zoo::{self, SEED};
+use hidet_cpu::CpuTarget;
 
 use super::progress::CompileBar;
 use super::{npy, source, CliError};
@@ -29,6 +30,9 @@ pub struct BenchArgs {
     pub reference: bool,
     /// Also run the reference executor once and report the largest difference.
     pub check: bool,
+    /// The largest difference (relative to the reference's largest magnitude) `check`
+    /// accepts; above it, the command fails after reporting.
+    pub check_tolerance: f64,
     /// Time every step of the launch list during the timed runs.
     pub profile: bool,
 }
@@ -47,20 +51,6 @@ pub fn stats_ms(times: &[Duration]) -> (f64, f64, f64, f64) {
         0.5 * (ms[n / 2 - 1] + ms[n / 2])
     };
     (ms[0], median, ms[n - 1], ms.iter().sum::<f64>() / n as f64)
-}
-
-/// Configures the global rayon pool (reference executor, host nodes) for `threads`.
-pub fn set_threads(threads: Option<usize>) -> Result<(), CliError> {
-    if let Some(n) = threads {
-        if n == 0 {
-            return Err(CliError::Other("--threads must be at least 1".into()));
-        }
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global()
-            .map_err(|e| CliError::Other(format!("--threads: {e}")))?;
-    }
-    Ok(())
 }
 
 fn describe(t: &Tensor) -> String {
@@ -119,7 +109,6 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     if args.runs == 0 {
         return Err(CliError::Other("--runs must be at least 1".into()));
     }
-    set_threads(args.threads)?;
     let specs = super::run::parse_inputs(&args.inputs)?;
     let loaded = source::load(&args.model)?;
     let graph = &loaded.model.graph;
@@ -240,7 +229,11 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         );
     }
     if let Some((abs, rel)) = check {
-        println!("  vs reference: max abs diff {abs:.3e}, relative to max |ref| {rel:.3e}");
+        println!(
+            "  vs reference: max abs diff {abs:.3e}, relative to max |ref| {rel:.3e} ({} tolerance {:.0e})",
+            if rel <= args.check_tolerance { "within" } else { "ABOVE" },
+            args.check_tolerance
+        );
     }
     if let Some(rows) = &profile {
         print_profile(rows);
@@ -253,7 +246,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         let mut obj = serde_json::json!({
             "model": loaded.label,
             "executor": if args.reference { "reference" } else { "compiled" },
-            "threads": args.threads.unwrap_or_else(rayon::current_num_threads),
+            "threads": if args.reference { 1 } else { args.threads.unwrap_or(CpuTarget::host().cores) },
             "runs": args.runs,
             "warmup": args.warmup,
             "min_ms": min_ms,
@@ -285,7 +278,16 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         }
         println!("{obj}");
     }
-    Ok(())
+    match check {
+        Some((_, rel)) if rel.is_nan() || rel > args.check_tolerance => {
+            Err(CliError::Other(format!(
+                "the compiled outputs differ from the reference executor by {rel:.3e} of the \
+             largest reference magnitude, above --check-tolerance {}",
+                args.check_tolerance
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// One step of the launch list in a `--profile` report.

@@ -80,6 +80,7 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
             "unplanned_bytes": report.unplanned_bytes,
             "constant_bytes": report.constant_bytes,
             "emit_source": args.emit_source.as_ref().map(|p| p.display().to_string()),
+            "target_features": hidet_cpu::CpuTarget::host().features.names(),
         });
         println!("{obj}");
         return Ok(());
@@ -93,6 +94,7 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
         report.aliases,
         report.folded
     );
+    println!("target: {}", hidet_cpu::CpuTarget::host());
     println!(
         "compiled in {compile_seconds:.2} s (load {:.2} s, C build {:.2} s: {} compiler invocations, {} cached)",
         loaded.load_time.as_secs_f64(),

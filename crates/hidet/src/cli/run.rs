@@ -48,15 +48,6 @@ pub fn run(
     reference: bool,
     threads: Option<usize>,
 ) -> Result<(), CliError> {
-    if let Some(n) = threads {
-        if n == 0 {
-            return Err(CliError::Other("--threads must be at least 1".into()));
-        }
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global()
-            .map_err(|e| CliError::Other(format!("--threads: {e}")))?;
-    }
     let specs = parse_inputs(inputs)?;
     let m = pipeline::load(model)?;
     let tensors: Vec<(String, Tensor)> = specs

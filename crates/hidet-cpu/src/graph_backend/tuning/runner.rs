@@ -236,6 +236,7 @@ impl TuneBackend for CpuTuneBackend {
             message,
         };
         let handle = unit.kernel(kernel).map_err(|e| fail(e.to_string()))?;
+        handle.check_runs_here().map_err(|e| fail(e.to_string()))?;
         let sizes = buffers(handle.signature()).map_err(fail)?;
         if sizes.len() != workload.arenas.len() {
             return Err(fail(format!(
@@ -265,7 +266,8 @@ impl TuneBackend for CpuTuneBackend {
             .zip(&workload.strides)
             .map(|(arena, stride)| (arena.base() as usize + copy * stride) as *mut c_void)
             .collect();
-        // SAFETY: one pointer per parameter, in order (counts checked above); every parameter
+        // SAFETY: the kernel runs on this CPU (checked above); one pointer per parameter, in
+        // order (counts checked above); every parameter
         // is a tensor of constant size whose bytes from its copy's offset lie inside its arena
         // (checked above), 64-byte aligned (strides are multiples of 64); the arenas are
         // distinct allocations owned by `workload`, borrowed mutably here, so nothing else
