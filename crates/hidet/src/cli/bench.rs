@@ -185,7 +185,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             report.kernels,
             report.module.compiled,
             report.module.cached,
-            report.host_nodes,
+            report.host_nodes(),
             report.intermediate_bytes as f64 / (1 << 20) as f64
         );
         for _ in 0..args.warmup {

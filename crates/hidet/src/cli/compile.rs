@@ -67,7 +67,7 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
         let obj = serde_json::json!({
             "model": loaded.label,
             "kernels": report.kernels,
-            "host_nodes": report.host_nodes,
+            "host_nodes": report.host_nodes(),
             "aliases": report.aliases,
             "folded_nodes": report.folded,
             "refusals": report.refusals.len(),
@@ -89,7 +89,7 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
         loaded.label,
         graph.nodes().len(),
         report.kernels,
-        report.host_nodes,
+        report.host_nodes(),
         report.aliases,
         report.folded
     );
