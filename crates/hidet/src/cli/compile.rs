@@ -50,11 +50,11 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
         progress: Some(bar.sink()),
         ..CompileOptions::default()
     };
-    let model = pipeline::compile(&loaded.model, opts);
     let start = Instant::now();
-    let compiled = model.compiled(&shapes);
+    let compiled = pipeline::compile(&loaded.model, opts)
+        .and_then(|model| model.compiled(&shapes).map_err(PipelineError::from));
     bar.finish();
-    let compiled = compiled.map_err(PipelineError::from)?;
+    let compiled = compiled?;
     let compile_seconds = start.elapsed().as_secs_f64();
     let report = compiled.report();
     if let Some(dir) = &args.emit_source {
