@@ -185,7 +185,7 @@ fn check_kernels(
         .unwrap();
         let report = compiled.report();
         assert_eq!(report.kernels, kernels, "{}", report.partition);
-        assert_eq!(report.host_nodes, 0, "{}", report.partition);
+        assert_eq!(report.host_nodes(), 0, "{}", report.partition);
         assert!(report.refusals.is_empty(), "{:?}", report.refusals);
         let dump = &report.partition;
         assert!(dump.contains("[anchored] MatMul"), "{dump}");
@@ -467,7 +467,7 @@ fn winograd_convolutions_match_float64_loops() {
         )
         .unwrap();
         let report = compiled.report();
-        assert_eq!(report.host_nodes, 0, "{what}: {}", report.partition);
+        assert_eq!(report.host_nodes(), 0, "{what}: {}", report.partition);
         assert!(report.refusals.is_empty(), "{what}: {:?}", report.refusals);
         let inputs = vec![("x".to_string(), bl.x), ("r".to_string(), bl.r)];
         let out = compiled.run(&inputs).unwrap();

@@ -337,7 +337,8 @@ fn random_graphs_fused_unfused_and_reference_agree() {
             } else {
                 fused_kernels += report.kernels;
                 assert_eq!(
-                    report.host_nodes, 0,
+                    report.host_nodes(),
+                    0,
                     "case {case} ({ops}):\n{}",
                     report.partition
                 );

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use common::{cpu_backend as backend, node, Rng};
 use hidet_cpu::graph_backend::CpuBackend;
-use hidet_graph::compiled::{CompileOptions, CompiledGraph, CompiledModel};
+use hidet_graph::compiled::{CompileOptions, CompiledGraph, CompiledModel, HostStep};
+use hidet_graph::fusion::HostReason;
 use hidet_graph::passes::{default_passes, run_passes};
 use hidet_graph::{
     run_reference, Attribute, Attributes, DType, Dim, Graph, GraphBuilder, Registry, Tensor,
@@ -113,7 +114,7 @@ fn matmul_bias_relu_add_is_one_kernel() {
     let compiled = compile(&graph, &[vec![M, K], vec![M, N]], dir.path(), false);
     let report = compiled.report();
     assert_eq!(report.kernels, 1, "{}", report.partition);
-    assert_eq!(report.host_nodes, 0, "{}", report.partition);
+    assert_eq!(report.host_nodes(), 0, "{}", report.partition);
     assert!(
         report.partition.contains("epilogues"),
         "{}",
@@ -262,9 +263,50 @@ fn operators_without_compute_definitions_run_on_the_host() {
     // Exp and Neg are compiled; Transpose runs on the host until it has a compute definition.
     assert!(r.kernels >= 1, "{}", r.partition);
     assert!(
-        r.host_nodes == 0 || r.partition.contains("host Transpose"),
+        r.host_steps
+            .iter()
+            .all(|h| h.op_type == "Transpose" && h.reason == HostReason::NoComputeDefinition),
+        "{:?}",
+        r.host_steps
+    );
+}
+
+/// A node whose output shape depends on the data runs on the host and the report says which
+/// and why; the nodes around it are kernels.
+#[test]
+fn host_steps_name_the_node_and_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = GraphBuilder::new("nonzero");
+    g.input("x", TensorType::fixed(DType::F32, &[2, 3]));
+    g.node(node("Relu", &["x"], "r", Attributes::new()));
+    g.node(node("NonZero", &["r"], "idx", Attributes::new()));
+    g.node(node("Neg", &["r"], "y", Attributes::new()));
+    g.output("idx");
+    g.output("y");
+    let graph = g.build(Registry::global()).unwrap();
+    let x = Tensor::new(vec![2, 3], vec![1.0f32, -2.0, 0.0, 3.0, -1.0, 4.0]).unwrap();
+    let inputs = vec![("x".to_string(), x)];
+    let compiled = compile(&graph, &[vec![2, 3]], dir.path(), true);
+    let r = compiled.report();
+    assert_eq!(
+        r.host_steps,
+        vec![HostStep {
+            node: "NonZero_idx".into(),
+            op_type: "NonZero".into(),
+            reason: HostReason::DataDependentShape {
+                value: "idx".into()
+            },
+        }],
         "{}",
         r.partition
+    );
+    assert_eq!(r.host_nodes(), 1);
+    assert!(r.kernels >= 1, "{}", r.partition);
+    let got = compiled.run(&inputs).unwrap();
+    assert_eq!(got, run_reference(&graph, &inputs).unwrap());
+    assert_eq!(
+        got[0].1,
+        Tensor::new(vec![2, 3], vec![0i64, 1, 1, 0, 0, 2]).unwrap()
     );
 }
 

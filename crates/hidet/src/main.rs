@@ -36,7 +36,8 @@ enum Command {
         /// Folder for the outputs (created if missing).
         #[arg(long, value_name = "DIR")]
         output_dir: PathBuf,
-        /// Use the reference executor (every operator's `eval`) instead of compiled kernels.
+        /// Use the reference executor (every operator's `eval`, on the graph as imported)
+        /// instead of compiled kernels.
         #[arg(long)]
         reference: bool,
         /// Threads the compiled kernels run on (default: all cores; the reference executor

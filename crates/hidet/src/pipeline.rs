@@ -2,6 +2,10 @@
 //!
 //! Two executors: the compiled path ([`compile`], [`run`]: fused CPU kernels, the default)
 //! and the reference executor ([`run_reference`]: every operator's `eval`, the oracle).
+//!
+//! [`load`] gives the graph exactly as imported. The reference executor runs that graph, so
+//! it shares no graph rewrite with the path it checks; [`compile`] applies the backend's
+//! graph passes ([`optimize`]) itself, once per compiled model.
 
 use std::path::Path;
 
@@ -11,7 +15,7 @@ use hidet_graph::compiled::{CompileOptions, CompiledError, CompiledModel};
 use hidet_graph::passes::{passes_for, run_passes, GraphPass};
 use hidet_graph::{
     run_reference as reference_executor, run_reference_data as reference_executor_data, Datum,
-    ExecError, GraphError, Tensor,
+    ExecError, Graph, GraphError, Tensor,
 };
 use hidet_onnx::{OnnxError, OnnxModel};
 
@@ -31,11 +35,9 @@ pub enum PipelineError {
     Compiled(#[from] CompiledError),
 }
 
-/// Imports `path` and applies the default graph passes ([`default_passes`]).
+/// Imports `path`: the graph as imported, no graph pass applied (see the module docs).
 pub fn load(path: &Path) -> Result<OnnxModel, PipelineError> {
-    let mut m = hidet_onnx::load_model(path)?;
-    m.graph = run_passes(m.graph, &default_passes())?;
-    Ok(m)
+    Ok(hidet_onnx::load_model(path)?)
 }
 
 /// The default graph passes, with the options of the CPU backend on this host
@@ -44,15 +46,21 @@ pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
     passes_for(&pass_options(CpuTarget::host()))
 }
 
-/// The compiled CPU model of `model`. Nothing is compiled until the first run (or
-/// [`CompiledModel::compiled`]) with concrete input shapes; compiled kernels are cached on
-/// disk (`HIDET_CACHE_DIR`) and in the returned model per input shapes.
-pub fn compile(model: &OnnxModel, opts: CompileOptions) -> CpuModel {
-    CompiledModel::new(
-        model.graph.clone(),
+/// `graph` rewritten by the [`default_passes`]: the graph the CPU backend compiles.
+pub fn optimize(graph: Graph) -> Result<Graph, PipelineError> {
+    Ok(run_passes(graph, &default_passes())?)
+}
+
+/// The compiled CPU model of `model`, a model as imported ([`load`]): its graph is
+/// [`optimize`]d here, so it must not have been already. Nothing is compiled until the first
+/// run (or [`CompiledModel::compiled`]) with concrete input shapes; compiled kernels are
+/// cached on disk (`HIDET_CACHE_DIR`) and in the returned model per input shapes.
+pub fn compile(model: &OnnxModel, opts: CompileOptions) -> Result<CpuModel, PipelineError> {
+    Ok(CompiledModel::new(
+        optimize(model.graph.clone())?,
         CpuBackend::new(CpuBackendOptions::default()),
         opts,
-    )
+    ))
 }
 
 /// Runs a compiled model on named inputs and returns every graph output as (name, tensor).

@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 
 use hidet::graph::compiled::CompileOptions;
-use hidet::graph::passes::{default_passes, run_passes};
 use hidet::graph::{DType, Graph, Tensor};
 use hidet::onnx::OnnxModel;
 use hidet::pipeline;
@@ -222,7 +221,7 @@ fn unknown_names_list_the_zoo() {
 
 fn model_of(g: Graph) -> OnnxModel {
     OnnxModel {
-        graph: run_passes(g, &default_passes()).unwrap(),
+        graph: g,
         ir_version: 8,
         opsets: vec![(String::new(), 17)],
         producer: "test".into(),
@@ -267,11 +266,23 @@ fn small_models_compile_and_match_the_reference() {
             let max = v.iter().fold(0f64, |m, x| m.max(x.abs()));
             assert!(max < 50.0, "{name}/{n}: max |x| = {max}");
         }
-        let compiled = pipeline::compile(&model, CompileOptions::default());
+        let compiled = pipeline::compile(&model, CompileOptions::default()).unwrap();
         let got = pipeline::run(&compiled, &inputs).unwrap();
         let err = relative_error(&got, &want);
         assert!(err < 1e-4, "{name}: relative error {err}");
     }
+}
+
+/// The compiled path applies the graph passes to a copy of the imported graph, which the
+/// reference executor runs untouched.
+#[test]
+fn compile_applies_the_graph_passes_to_the_imported_graph() {
+    let model = model_of(zoo::build("tiny_cnn").unwrap());
+    let compiled = pipeline::compile(&model, CompileOptions::default()).unwrap();
+    let optimized = pipeline::optimize(model.graph.clone()).unwrap();
+    assert_eq!(histogram(compiled.graph()), histogram(&optimized));
+    assert_ne!(histogram(compiled.graph()), histogram(&model.graph));
+    assert!(model.graph.nodes().iter().any(|n| n.op_type == "Conv"));
 }
 
 type Build = fn() -> Result<Graph, ZooError>;

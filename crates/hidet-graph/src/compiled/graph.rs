@@ -23,8 +23,8 @@ use super::plan::{plan_memory, BufferRequest, ALIGN};
 use crate::dtype::DType;
 use crate::executor::{match_inputs, DeclaredShape, ExecError, InputDecl};
 use crate::fusion::{
-    partition_with, FusedTask, Group, GroupKind, Partition, Specialization, SpecializeError,
-    TaskError,
+    partition_with, FusedTask, Group, GroupKind, HostReason, Partition, Specialization,
+    SpecializeError, TaskError,
 };
 use crate::graph::{Graph, ValueId};
 use crate::operator::{OpError, Operator};
@@ -116,13 +116,21 @@ pub struct StepInfo {
     pub flops: Option<f64>,
 }
 
+/// A node that a compiled graph runs with its reference `eval` on the host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostStep {
+    pub node: String,
+    pub op_type: String,
+    pub reason: HostReason,
+}
+
 /// What a compilation produced.
 #[derive(Debug, Clone, Default)]
 pub struct CompileReport {
     /// Compiled kernels (one per fused task).
     pub kernels: usize,
-    /// Nodes run with their reference `eval` on the host.
-    pub host_nodes: usize,
+    /// Every node run on the host, in launch order, with why it has no kernel.
+    pub host_steps: Vec<HostStep>,
     /// Groups that became buffer aliases (no kernel).
     pub aliases: usize,
     /// Nodes evaluated at compile time.
@@ -149,6 +157,11 @@ pub struct CompileReport {
 }
 
 impl CompileReport {
+    /// How many nodes run with their reference `eval` on the host.
+    pub fn host_nodes(&self) -> usize {
+        self.host_steps.len()
+    }
+
     /// Writes `partition.txt` (the partition dump) and every kept kernel source
     /// (`<unit>.src`) into `dir`, creating it.
     pub fn write_sources(&self, dir: &std::path::Path) -> std::io::Result<()> {
@@ -395,9 +408,16 @@ impl<B: Backend> CompiledGraph<B> {
                     at[dst.0] = at[src.0];
                     report.aliases += 1;
                 }
-                (_, None) => {
+                (kind, None) => {
                     for id in &group.nodes {
                         let n = &graph.nodes()[id.0];
+                        if let GroupKind::Host(reason) = kind {
+                            report.host_steps.push(HostStep {
+                                node: n.name.clone(),
+                                op_type: n.op_type.clone(),
+                                reason: reason.clone(),
+                            });
+                        }
                         steps.push(Step::Host {
                             node: n.name.clone(),
                             op_type: n.op_type.clone(),
@@ -405,7 +425,6 @@ impl<B: Backend> CompiledGraph<B> {
                             inputs: n.inputs.clone(),
                             outputs: n.outputs.clone(),
                         });
-                        report.host_nodes += 1;
                     }
                 }
             }

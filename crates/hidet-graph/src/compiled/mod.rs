@@ -18,6 +18,6 @@ pub use backend::{
     ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport, OutputSlot,
     ProgressSink,
 };
-pub use graph::{CompileReport, CompiledError, CompiledGraph, StepInfo};
+pub use graph::{CompileReport, CompiledError, CompiledGraph, HostStep, StepInfo};
 pub use model::CompiledModel;
 pub use plan::{plan_memory, BufferRequest, MemoryPlan};

@@ -94,6 +94,16 @@ impl<B: Backend> CompiledModel<B> {
         &self,
         inputs: &[(String, Datum)],
     ) -> Result<Vec<(String, Datum)>, CompiledError> {
+        self.compiled_for(inputs)?.run_data(inputs)
+    }
+
+    /// Checks `inputs` against the graph's declared inputs and returns the compiled graph
+    /// that [`CompiledModel::run_data`] runs them with (compiled now if not cached), so a
+    /// caller can read its [`CompiledGraph::report`] for the shapes of a run.
+    pub fn compiled_for(
+        &self,
+        inputs: &[(String, Datum)],
+    ) -> Result<Arc<CompiledGraph<B>>, CompiledError> {
         check_input_data(&self.graph, inputs)?;
         let shapes: Vec<Vec<usize>> = self
             .graph
@@ -109,6 +119,6 @@ impl<B: Backend> CompiledModel<B> {
                     .unwrap_or_default()
             })
             .collect();
-        self.compiled(&shapes)?.run_data(inputs)
+        self.compiled(&shapes)
     }
 }

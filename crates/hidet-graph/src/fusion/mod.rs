@@ -15,5 +15,5 @@ pub use partition::{
     partition, partition_with, Group, GroupKind, Partition, MATERIALIZE, PROLOGUE_ONLY,
     RESHAPE_LIKE,
 };
-pub use specialize::{NodeMode, Specialization, SpecializeError, ValueInfo};
+pub use specialize::{HostReason, NodeMode, Specialization, SpecializeError, ValueInfo};
 pub use task::{AnchorInfo, AnchorOperand, FusedTask, TaskEpilogue, TaskError};

@@ -24,7 +24,7 @@ use std::fmt;
 use hidet_ir::compute::ComputeNode;
 
 use super::index_map::invert_read;
-use super::specialize::{NodeMode, Specialization};
+use super::specialize::{HostReason, NodeMode, Specialization};
 use crate::graph::{Graph, NodeId, ValueId};
 use crate::shape::fmt_dims;
 
@@ -53,7 +53,7 @@ pub enum GroupKind {
     /// A chain of reshape-like operators: no kernel, the output aliases the input buffer.
     Alias,
     /// One node evaluated on the host, with the reason.
-    Host(String),
+    Host(HostReason),
 }
 
 /// One group of the partition.
@@ -233,13 +233,12 @@ pub fn partition_with(graph: &Graph, spec: &Specialization, fuse: bool) -> Parti
     for (i, c) in class.iter().enumerate() {
         match c {
             Class::Host => {
-                owner[i] = Some(drafts.len());
-                let why = match &spec.nodes[i] {
-                    NodeMode::Host(w) => w.clone(),
-                    _ => String::new(),
+                let NodeMode::Host(why) = &spec.nodes[i] else {
+                    continue;
                 };
+                owner[i] = Some(drafts.len());
                 drafts.push(Draft {
-                    kind: GroupKind::Host(why),
+                    kind: GroupKind::Host(why.clone()),
                     members: vec![NodeId(i)],
                     anchor: None,
                     prologues: vec![],

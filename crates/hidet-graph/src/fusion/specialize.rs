@@ -1,6 +1,13 @@
 //! Specialization of a graph for concrete input shapes: the concrete type of every value,
 //! the values known before any run (weights and folded constants), and each node's compute
-//! definition — or why it has none and runs on the host.
+//! definition — or why it has none and runs on the host ([`HostReason`]).
+//!
+//! A node runs on the host only for a reason that no compute definition could remove: a
+//! value that is not a tensor, a shape that depends on run-time data, a dtype without a
+//! kernel type, or an operator that defines no computation for its inputs
+//! ([`crate::Operator::compute`] returns `Ok(None)`). A compute definition that fails or
+//! contradicts shape inference is an error of specialization naming the node
+//! ([`SpecializeError::Compute`]), never a silent fall back to the host.
 
 use crate::dtype::DType;
 use crate::graph::{Graph, NodeId, ValueId};
@@ -34,6 +41,59 @@ pub enum SpecializeError {
         op_type: String,
         reason: String,
     },
+    /// A node's compute definition failed, or disagrees with its shape inference.
+    #[error("node `{node}` ({op_type}): compute definition: {reason}")]
+    Compute {
+        node: String,
+        op_type: String,
+        reason: String,
+    },
+}
+
+/// Why a node runs its reference `eval` on the host instead of a kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostReason {
+    /// The value is a sequence or an optional (kept in a host slot).
+    NotATensor { value: String, kind: ValueKind },
+    /// The value's shape depends on run-time data.
+    DataDependentShape { value: String },
+    /// The value's dtype has no kernel IR type (strings, float8, 4-bit integers).
+    NoKernelType { value: String, dtype: DType },
+    /// The operator defines no computation for these inputs
+    /// ([`crate::Operator::compute`] returned `Ok(None)`).
+    NoComputeDefinition,
+}
+
+impl HostReason {
+    /// The kind of reason, without the value it names (for counting reasons across graphs).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HostReason::NotATensor { .. } => "a sequence or optional value",
+            HostReason::DataDependentShape { .. } => "a data-dependent shape",
+            HostReason::NoKernelType { .. } => "a dtype without a kernel type",
+            HostReason::NoComputeDefinition => "no compute definition",
+        }
+    }
+}
+
+impl std::fmt::Display for HostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostReason::NotATensor { value, kind } => {
+                write!(f, "`{value}` is a {kind:?} value, kept on the host")
+            }
+            HostReason::DataDependentShape { value } => {
+                write!(f, "`{value}` has a data-dependent shape")
+            }
+            HostReason::NoKernelType { value, dtype } => {
+                write!(
+                    f,
+                    "`{value}` has the dtype {dtype}, which kernels do not compute on"
+                )
+            }
+            HostReason::NoComputeDefinition => f.write_str("no compute definition"),
+        }
+    }
 }
 
 /// What specialization knows about one value.
@@ -67,7 +127,7 @@ pub enum NodeMode {
     /// Compiled from this compute definition.
     Compute(ComputeDef),
     /// Runs its reference `eval` on the host, for the stated reason.
-    Host(String),
+    Host(HostReason),
 }
 
 /// A graph specialized for concrete input shapes (see the module docs).
@@ -84,9 +144,9 @@ impl Specialization {
     ///
     /// Shape inference runs again with concrete types; nodes whose inputs are all known and
     /// whose outputs are small enough are folded ([`FOLD_LIMIT`]); every other node gets its
-    /// compute definition when its input shapes are static and the operator provides one.
-    /// Operator failures are not errors here: such nodes run on the host, where the same
-    /// failure surfaces when the graph runs (as it would on the reference path).
+    /// compute definition when its input shapes are static and the operator provides one;
+    /// the others run on the host for a [`HostReason`]. A failing or inconsistent compute
+    /// definition is an error ([`SpecializeError::Compute`]).
     pub fn new(graph: &Graph, inputs: &[(ValueId, Vec<usize>)]) -> Result<Self, SpecializeError> {
         let mut values: Vec<ValueInfo> = graph
             .values()
@@ -222,6 +282,18 @@ fn specialize_node(
         }
     }
 
+    if let Some(v) = node
+        .inputs
+        .iter()
+        .chain(&node.outputs)
+        .flatten()
+        .find(|v| graph.value(**v).kind != ValueKind::Tensor)
+    {
+        return Ok(NodeMode::Host(HostReason::NotATensor {
+            value: graph.value(*v).name.clone(),
+            kind: graph.value(*v).kind,
+        }));
+    }
     let mut shapes: Vec<Option<StaticInput<'_>>> = Vec::new();
     for i in &node.inputs {
         match i {
@@ -229,10 +301,9 @@ fn specialize_node(
             Some(v) => match &values[v.0].shape {
                 Some(s) => shapes.push(Some((values[v.0].dtype, s, values[v.0].constant.as_ref()))),
                 None => {
-                    return Ok(NodeMode::Host(format!(
-                        "input `{}` has a data-dependent shape",
-                        graph.value(*v).name
-                    )))
+                    return Ok(NodeMode::Host(HostReason::DataDependentShape {
+                        value: graph.value(*v).name.clone(),
+                    }))
                 }
             },
         }
@@ -243,13 +314,10 @@ fn specialize_node(
         .flatten()
         .find(|o| values[o.0].shape.is_none())
     {
-        return Ok(NodeMode::Host(format!(
-            "output `{}` has a data-dependent shape",
-            graph.value(*o).name
-        )));
+        return Ok(NodeMode::Host(HostReason::DataDependentShape {
+            value: graph.value(*o).name.clone(),
+        }));
     }
-    // Storage-only dtypes (float8, 4-bit integers) and strings have no kernel IR type: such
-    // nodes run their reference `eval` on the host.
     if let Some(v) = node
         .inputs
         .iter()
@@ -257,11 +325,10 @@ fn specialize_node(
         .flatten()
         .find(|v| !values[v.0].dtype.has_kernel_type())
     {
-        return Ok(NodeMode::Host(format!(
-            "`{}` has the dtype {}, which kernels do not compute on",
-            graph.value(*v).name,
-            values[v.0].dtype
-        )));
+        return Ok(NodeMode::Host(HostReason::NoKernelType {
+            value: graph.value(*v).name.clone(),
+            dtype: values[v.0].dtype,
+        }));
     }
     let compute_inputs: Vec<Option<ComputeInput<'_>>> = shapes
         .iter()
@@ -273,18 +340,23 @@ fn specialize_node(
             })
         })
         .collect();
+    let failed = |reason: String| SpecializeError::Compute {
+        node: node.name.clone(),
+        op_type: node.op_type.clone(),
+        reason,
+    };
     match node.op.compute(&compute_inputs) {
-        Ok(Some(def)) => match check_def(&def, node, values) {
-            Ok(()) => Ok(NodeMode::Compute(def)),
-            Err(why) => Ok(NodeMode::Host(why)),
-        },
-        Ok(None) => Ok(NodeMode::Host("no compute definition".to_string())),
-        Err(e) => Ok(NodeMode::Host(format!("compute definition failed: {e}"))),
+        Ok(Some(def)) => {
+            check_def(&def, node, values).map_err(failed)?;
+            Ok(NodeMode::Compute(def))
+        }
+        Ok(None) => Ok(NodeMode::Host(HostReason::NoComputeDefinition)),
+        Err(e) => Err(failed(e.to_string())),
     }
 }
 
-/// Checks the [`crate::Operator::compute`] contract against the specialized types, so that a
-/// definition that disagrees with inference runs on the host instead of computing garbage.
+/// Checks the [`crate::Operator::compute`] contract against the specialized types: a
+/// definition that disagrees with inference is an error, never compiled.
 fn check_def(
     def: &ComputeDef,
     node: &crate::graph::Node,
@@ -339,4 +411,98 @@ fn check_def(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribute::Attributes;
+    use crate::graph::{GraphBuilder, NodeSpec};
+    use crate::operator::{OpError, Operator};
+    use crate::registry::Registry;
+
+    /// An identity whose compute definition is `compute` (`eval` copies its input).
+    #[derive(Debug)]
+    struct Copy {
+        compute: Result<(), &'static str>,
+    }
+
+    impl Operator for Copy {
+        fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
+            let x = inputs
+                .first()
+                .copied()
+                .flatten()
+                .ok_or(OpError::MissingInput(0))?;
+            Ok(vec![x.ty.clone()])
+        }
+
+        fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+            let x = inputs
+                .first()
+                .copied()
+                .flatten()
+                .ok_or(OpError::MissingInput(0))?;
+            Ok(vec![x.clone()])
+        }
+
+        fn compute(&self, _: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+            match self.compute {
+                Ok(()) => Ok(None),
+                Err(why) => Err(OpError::Invalid(why.to_string())),
+            }
+        }
+    }
+
+    /// `x: f32[2] → op_type → y`, with `Opaque` (no compute definition) and `Broken` (a
+    /// failing one) registered.
+    fn graph(op_type: &str) -> Graph {
+        let mut r = Registry::new();
+        r.register("", "Opaque", 1..=30, |_| {
+            Ok(Box::new(Copy { compute: Ok(()) }))
+        });
+        r.register("", "Broken", 1..=30, |_| {
+            Ok(Box::new(Copy {
+                compute: Err("no rule for this layout"),
+            }))
+        });
+        let mut b = GraphBuilder::new("g");
+        b.input("x", TensorType::fixed(DType::F32, &[2]));
+        b.node(NodeSpec {
+            name: "the_node".into(),
+            domain: String::new(),
+            op_type: op_type.into(),
+            opset: 17,
+            attrs: Attributes::new(),
+            inputs: vec!["x".into()],
+            outputs: vec!["y".into()],
+        });
+        b.output("y");
+        b.build(&r).expect("the graph builds")
+    }
+
+    #[test]
+    fn no_compute_definition_runs_on_the_host() {
+        let g = graph("Opaque");
+        let spec = Specialization::new(&g, &[(g.inputs()[0], vec![2])]).expect("specializes");
+        assert!(matches!(
+            spec.nodes[..],
+            [NodeMode::Host(HostReason::NoComputeDefinition)]
+        ));
+    }
+
+    #[test]
+    fn a_failing_compute_definition_is_an_error_naming_the_node() {
+        let g = graph("Broken");
+        let e = Specialization::new(&g, &[(g.inputs()[0], vec![2])]).unwrap_err();
+        assert_eq!(
+            e,
+            SpecializeError::Compute {
+                node: "the_node".into(),
+                op_type: "Broken".into(),
+                reason: "no rule for this layout".into(),
+            }
+        );
+        assert!(e.to_string().contains("`the_node` (Broken)"), "{e}");
+    }
 }

@@ -160,11 +160,11 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             ..CompileOptions::default()
         };
         let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, t)| t.shape().to_vec()).collect();
-        let model = pipeline::compile(&loaded.model, opts);
         let start = Instant::now();
-        let compiled = model.compiled(&shapes);
+        let compiled = pipeline::compile(&loaded.model, opts)
+            .and_then(|model| model.compiled(&shapes).map_err(PipelineError::from));
         bar.finish();
-        let compiled = compiled.map_err(PipelineError::from)?;
+        let compiled = compiled?;
         compile_seconds = start.elapsed().as_secs_f64();
         let report = compiled.report();
         kernels = report.kernels;
@@ -174,7 +174,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             report.kernels,
             report.module.compiled,
             report.module.cached,
-            report.host_nodes,
+            report.host_nodes(),
             report.intermediate_bytes as f64 / (1 << 20) as f64
         );
         for _ in 0..args.warmup {

@@ -50,11 +50,11 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
         progress: Some(bar.sink()),
         ..CompileOptions::default()
     };
-    let model = pipeline::compile(&loaded.model, opts);
     let start = Instant::now();
-    let compiled = model.compiled(&shapes);
+    let compiled = pipeline::compile(&loaded.model, opts)
+        .and_then(|model| model.compiled(&shapes).map_err(PipelineError::from));
     bar.finish();
-    let compiled = compiled.map_err(PipelineError::from)?;
+    let compiled = compiled?;
     let compile_seconds = start.elapsed().as_secs_f64();
     let report = compiled.report();
     if let Some(dir) = &args.emit_source {
@@ -67,7 +67,7 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
         let obj = serde_json::json!({
             "model": loaded.label,
             "kernels": report.kernels,
-            "host_nodes": report.host_nodes,
+            "host_nodes": report.host_nodes(),
             "aliases": report.aliases,
             "folded_nodes": report.folded,
             "refusals": report.refusals.len(),
@@ -90,7 +90,7 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
         loaded.label,
         graph.nodes().len(),
         report.kernels,
-        report.host_nodes,
+        report.host_nodes(),
         report.aliases,
         report.folded
     );

@@ -39,8 +39,8 @@ pub fn parse_inputs(args: &[String]) -> Result<Vec<(String, PathBuf)>, CliError>
     Ok(out)
 }
 
-/// Loads `model`, reads the inputs, runs (compiled, or with the reference executor when
-/// `reference`), writes `output_dir/<sanitized name>.npy` for every graph output.
+/// Loads `model`, reads the inputs, runs (compiled, or with the reference executor on the
+/// graph as imported when `reference`), writes `output_dir/<sanitized name>.npy` for every graph output.
 pub fn run(
     model: &Path,
     inputs: &[String],
@@ -63,7 +63,7 @@ pub fn run(
                 threads,
                 ..CompileOptions::default()
             },
-        );
+        )?;
         pipeline::run(&compiled, &tensors)?
     };
     std::fs::create_dir_all(output_dir).map_err(|e| CliError::Io {

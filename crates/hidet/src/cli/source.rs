@@ -3,31 +3,29 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hidet::graph::passes::run_passes;
 use hidet::onnx::OnnxModel;
-use hidet::pipeline::{self, PipelineError};
+use hidet::pipeline;
 use hidet::zoo;
 
 use super::CliError;
 
-/// A loaded model (graph passes applied) with how long loading took.
+/// A loaded model, as imported or built (no graph pass applied: [`pipeline::compile`]
+/// applies them), with how long loading took.
 pub struct Loaded {
     pub model: OnnxModel,
     /// What the user named (`zoo:resnet50`, `path/model.onnx`).
     pub label: String,
-    /// Import or zoo construction plus graph passes.
+    /// Import or zoo construction.
     pub load_time: Duration,
 }
 
 /// Loads `spec`: `zoo:NAME` builds the zoo model, anything else is read as an `.onnx` file.
-/// Either way the default graph passes are applied, as `hidet run` does.
+/// Either way the graph is returned as built, as `hidet run` loads it.
 pub fn load(spec: &str) -> Result<Loaded, CliError> {
     let start = Instant::now();
     let model = match zoo::strip_prefix(spec) {
         Some(name) => {
             let graph = zoo::build(name)?;
-            let graph =
-                run_passes(graph, &pipeline::default_passes()).map_err(PipelineError::from)?;
             OnnxModel {
                 graph,
                 ir_version: 8,
