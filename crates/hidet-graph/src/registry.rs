@@ -214,5 +214,8 @@ mod tests {
         assert!(r.lookup("", "Add", 14).is_some());
         assert!(r.lookup("ai.onnx", "Add", 7).is_some());
         assert!(r.lookup("", "NoSuchOp", 14).is_none());
+        assert!(r.lookup("", "Add", 6).is_none() && r.lookup_expansion("", "Add", 6).is_some());
+        assert!(r.supports("", "Add", 1) && r.supports("", "Add", 7));
+        assert!(!r.supports("", "NoSuchOp", 1));
     }
 }
