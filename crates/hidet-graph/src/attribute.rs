@@ -83,6 +83,11 @@ impl Attributes {
         self.map.insert(name.into(), value);
     }
 
+    /// Removes an attribute; returns it if it was present.
+    pub fn remove(&mut self, name: &str) -> Option<Attribute> {
+        self.map.remove(name)
+    }
+
     /// The raw attribute, if present.
     pub fn get(&self, name: &str) -> Option<&Attribute> {
         self.map.get(name)

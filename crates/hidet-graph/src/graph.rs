@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::attribute::{Attribute, Attributes};
+use crate::expansion::Expansion;
 use crate::operator::{InferInput, OpContext, OpError, Operator};
 use crate::registry::{normalize_domain, Registry};
 use crate::shape::{Dim, TensorType};
@@ -306,7 +307,7 @@ impl GraphBuilder {
         let mut missing: Vec<UnsupportedOp> = Vec::new();
         for n in &self.nodes {
             let domain = normalize_domain(&n.domain);
-            if registry.lookup(domain, &n.op_type, n.opset).is_none() {
+            if !registry.supports(domain, &n.op_type, n.opset) {
                 match missing
                     .iter_mut()
                     .find(|m| m.domain == domain && m.op_type == n.op_type && m.opset == n.opset)
@@ -401,166 +402,33 @@ impl GraphBuilder {
             .collect();
         let order = topo_order(&self.nodes, &node_captures, &by_name)?;
 
-        // 4. Nodes, values, operators and inference.
-        let mut nodes: Vec<Node> = Vec::with_capacity(order.len());
+        // 4. Nodes, values, operators and inference; expansions are replaced by the nodes
+        //    they emit, built in their place.
+        let mut taken: HashSet<String> = by_name.keys().cloned().collect();
+        for n in &self.nodes {
+            taken.extend(n.inputs.iter().chain(&n.outputs).cloned());
+        }
+        let mut st = BuildState {
+            registry,
+            depth,
+            values,
+            by_name,
+            nodes: Vec::with_capacity(order.len()),
+            taken,
+        };
         let mut specs: Vec<Option<NodeSpec>> = self.nodes.into_iter().map(Some).collect();
         for idx in order {
             let Some(spec) = specs[idx].take() else {
                 unreachable!("topo_order yields each node once")
             };
-            let nid = NodeId(nodes.len());
-            let node_err = |source: OpError| GraphError::Node {
-                node: spec.name.clone(),
-                op_type: spec.op_type.clone(),
-                source,
-            };
-            let mut ins = Vec::with_capacity(spec.inputs.len());
-            for (slot, name) in spec.inputs.iter().enumerate() {
-                if name.is_empty() {
-                    ins.push(None);
-                    continue;
-                }
-                let id = *by_name
-                    .get(name)
-                    .ok_or_else(|| GraphError::UndefinedValue {
-                        node: spec.name.clone(),
-                        value: name.clone(),
-                    })?;
-                values[id.0].users.push((nid, slot));
-                ins.push(Some(id));
-            }
-            let captured = &node_captures[idx];
-            for name in captured {
-                let id = *by_name
-                    .get(name)
-                    .ok_or_else(|| GraphError::UndefinedValue {
-                        node: spec.name.clone(),
-                        value: name.clone(),
-                    })?;
-                values[id.0].users.push((nid, ins.len()));
-                ins.push(Some(id));
-            }
-            let domain = normalize_domain(&spec.domain).to_string();
-            let ctx = OpContext {
-                domain: &domain,
-                op_type: &spec.op_type,
-                opset: spec.opset,
-                attrs: &spec.attrs,
-                num_inputs: spec.inputs.len(),
-                num_outputs: spec.outputs.len(),
-            };
-            let Some(schema) = registry.lookup(&domain, &spec.op_type, spec.opset) else {
-                unreachable!("step 1 checked every node has a registration")
-            };
-            let mut op: Box<dyn Operator> = schema.build(&ctx).map_err(node_err)?;
-            let in_info: Vec<Option<InferInput<'_>>> = ins
-                .iter()
-                .map(|i| {
-                    i.map(|id: ValueId| InferInput {
-                        ty: &values[id.0].ty,
-                        value: values[id.0].known.as_ref(),
-                    })
-                })
-                .collect();
-            let in_kinds: Vec<Option<ValueKind>> = ins
-                .iter()
-                .map(|i| i.map(|id: ValueId| values[id.0].kind))
-                .collect();
-            let has_subgraphs = spec
-                .attrs
-                .iter()
-                .any(|(_, a)| matches!(a, Attribute::GraphDef(_)));
-            if has_subgraphs {
-                let sub = SubgraphContext {
-                    registry,
-                    depth: depth + 1,
-                    captures: captured
-                        .iter()
-                        .map(String::as_str)
-                        .zip(in_info[spec.inputs.len()..].iter().flatten().copied())
-                        .zip(in_kinds[spec.inputs.len()..].iter().flatten().copied())
-                        .map(|((n, i), k)| (n, i, k))
-                        .collect(),
-                    input_kinds: in_kinds.clone(),
-                };
-                match op.instantiate(&in_info, &sub) {
-                    Ok(Some(specialized)) => op = specialized,
-                    Ok(None) => {}
-                    Err(OpError::Subgraph { source, .. }) if source.is_unsupported() => {
-                        return Err(*source)
-                    }
-                    Err(e) => return Err(node_err(e)),
-                }
-            }
-            let op: Arc<dyn Operator> = Arc::from(op);
-            let out_kinds = op
-                .infer_kinds(&in_kinds, spec.outputs.len())
-                .map_err(node_err)?;
-            let out_types = op.infer(&in_info).map_err(node_err)?;
-            // Subgraphs may loop for as long as their inputs say: never run them at import.
-            let all_tensors = in_kinds
-                .iter()
-                .flatten()
-                .chain(&out_kinds)
-                .all(|k| *k == ValueKind::Tensor);
-            let known = if has_subgraphs || !all_tensors {
-                None
-            } else if domain.is_empty() && matches!(spec.op_type.as_str(), "Shape" | "Size") {
-                ins.first()
-                    .copied()
-                    .flatten()
-                    .and_then(|x| values[x.0].ty.fixed_shape())
-                    .and_then(|shape| {
-                        crate::passes::shape_of(&spec.op_type, spec.opset, &spec.attrs, &shape)
-                    })
-            } else {
-                fold_small(op.as_ref(), &ins, &values, &out_types)
-            };
-            let mut outs = Vec::with_capacity(spec.outputs.len());
-            for (slot, name) in spec.outputs.iter().enumerate() {
-                if name.is_empty() {
-                    outs.push(None);
-                    continue;
-                }
-                if by_name.contains_key(name) {
-                    return Err(GraphError::DuplicateValue(name.clone()));
-                }
-                let ty = out_types.get(slot).cloned().ok_or_else(|| {
-                    node_err(OpError::Invalid(format!(
-                        "node declares output #{slot} but the operator has {}",
-                        out_types.len()
-                    )))
-                })?;
-                let kind = out_kinds.get(slot).copied().ok_or_else(|| {
-                    node_err(OpError::Invalid(format!(
-                        "node declares output #{slot} but the operator gives {} kinds",
-                        out_kinds.len()
-                    )))
-                })?;
-                let id = ValueId(values.len());
-                by_name.insert(name.clone(), id);
-                values.push(Value {
-                    name: name.clone(),
-                    ty,
-                    kind,
-                    producer: Some((nid, slot)),
-                    users: vec![],
-                    initializer: None,
-                    known: known.as_ref().and_then(|k| k.get(slot).cloned()),
-                });
-                outs.push(Some(id));
-            }
-            nodes.push(Node {
-                name: spec.name,
-                domain,
-                op_type: spec.op_type,
-                opset: spec.opset,
-                attrs: spec.attrs,
-                inputs: ins,
-                outputs: outs,
-                op,
-            });
+            st.add_node(spec, &node_captures[idx], 0)?;
         }
+        let BuildState {
+            values,
+            by_name,
+            nodes,
+            ..
+        } = st;
         let outputs = self
             .outputs
             .into_iter()
@@ -579,6 +447,243 @@ impl GraphBuilder {
             outputs,
             captures: capture_ids,
         })
+    }
+}
+
+/// How many expansions may nest (an expansion emitting nodes that are expanded again).
+const MAX_EXPANSION_DEPTH: usize = 8;
+
+/// The graph under construction in [`GraphBuilder::build_scoped`] step 4.
+struct BuildState<'r> {
+    registry: &'r Registry,
+    depth: usize,
+    values: Vec<Value>,
+    by_name: HashMap<String, ValueId>,
+    nodes: Vec<Node>,
+    /// Every name in use, so that expansions name their values apart.
+    taken: HashSet<String>,
+}
+
+impl BuildState<'_> {
+    /// Adds `spec` (whose subgraphs read the outer-scope names `captured`), or the nodes its
+    /// expansion emits; `nested` counts the expansions that led to it.
+    fn add_node(
+        &mut self,
+        spec: NodeSpec,
+        captured: &[String],
+        nested: usize,
+    ) -> Result<(), GraphError> {
+        let registry = self.registry;
+        let node_err = |source: OpError| GraphError::Node {
+            node: spec.name.clone(),
+            op_type: spec.op_type.clone(),
+            source,
+        };
+        let domain = normalize_domain(&spec.domain).to_string();
+        if let Some(expansion) = registry.lookup_expansion(&domain, &spec.op_type, spec.opset) {
+            if nested >= MAX_EXPANSION_DEPTH {
+                return Err(node_err(OpError::Invalid(format!(
+                    "expansions nest more than {MAX_EXPANSION_DEPTH} deep"
+                ))));
+            }
+            let emitted = {
+                let mut types = Vec::with_capacity(spec.inputs.len());
+                for name in &spec.inputs {
+                    if name.is_empty() {
+                        types.push(None);
+                        continue;
+                    }
+                    let id = *self
+                        .by_name
+                        .get(name)
+                        .ok_or_else(|| GraphError::UndefinedValue {
+                            node: spec.name.clone(),
+                            value: name.clone(),
+                        })?;
+                    let v = &self.values[id.0];
+                    if v.kind != ValueKind::Tensor {
+                        return Err(node_err(OpError::Unsupported(format!(
+                            "input `{name}` is a {}",
+                            v.kind
+                        ))));
+                    }
+                    types.push(Some(InferInput {
+                        ty: &v.ty,
+                        value: v.known.as_ref(),
+                    }));
+                }
+                let mut e = Expansion::new(&spec, &types, &mut self.taken);
+                expansion.expand(&mut e).map_err(node_err)?;
+                e.finish()
+            };
+            for out in spec.outputs.iter().filter(|o| !o.is_empty()) {
+                if !emitted.iter().any(|n| n.outputs.contains(out)) {
+                    return Err(node_err(OpError::Invalid(format!(
+                        "the expansion of {} defines no output `{out}`",
+                        spec.op_type
+                    ))));
+                }
+            }
+            for n in emitted {
+                let captured = node_free_names(&n.attrs);
+                self.add_node(n, &captured, nested + 1)?;
+            }
+            return Ok(());
+        }
+        let values = &mut self.values;
+        let by_name = &mut self.by_name;
+        let nodes = &mut self.nodes;
+        let nid = NodeId(nodes.len());
+        let mut ins = Vec::with_capacity(spec.inputs.len());
+        for (slot, name) in spec.inputs.iter().enumerate() {
+            if name.is_empty() {
+                ins.push(None);
+                continue;
+            }
+            let id = *by_name
+                .get(name)
+                .ok_or_else(|| GraphError::UndefinedValue {
+                    node: spec.name.clone(),
+                    value: name.clone(),
+                })?;
+            values[id.0].users.push((nid, slot));
+            ins.push(Some(id));
+        }
+        for name in captured {
+            let id = *by_name
+                .get(name)
+                .ok_or_else(|| GraphError::UndefinedValue {
+                    node: spec.name.clone(),
+                    value: name.clone(),
+                })?;
+            values[id.0].users.push((nid, ins.len()));
+            ins.push(Some(id));
+        }
+        let ctx = OpContext {
+            domain: &domain,
+            op_type: &spec.op_type,
+            opset: spec.opset,
+            attrs: &spec.attrs,
+            num_inputs: spec.inputs.len(),
+            num_outputs: spec.outputs.len(),
+        };
+        let schema = registry
+            .lookup(&domain, &spec.op_type, spec.opset)
+            .ok_or_else(|| {
+                node_err(OpError::Unsupported(format!(
+                    "{} at opset {} is not registered",
+                    spec.op_type, spec.opset
+                )))
+            })?;
+        let mut op: Box<dyn Operator> = schema.build(&ctx).map_err(node_err)?;
+        let in_info: Vec<Option<InferInput<'_>>> = ins
+            .iter()
+            .map(|i| {
+                i.map(|id: ValueId| InferInput {
+                    ty: &values[id.0].ty,
+                    value: values[id.0].known.as_ref(),
+                })
+            })
+            .collect();
+        let in_kinds: Vec<Option<ValueKind>> = ins
+            .iter()
+            .map(|i| i.map(|id: ValueId| values[id.0].kind))
+            .collect();
+        let has_subgraphs = spec
+            .attrs
+            .iter()
+            .any(|(_, a)| matches!(a, Attribute::GraphDef(_)));
+        if has_subgraphs {
+            let sub = SubgraphContext {
+                registry,
+                depth: self.depth + 1,
+                captures: captured
+                    .iter()
+                    .map(String::as_str)
+                    .zip(in_info[spec.inputs.len()..].iter().flatten().copied())
+                    .zip(in_kinds[spec.inputs.len()..].iter().flatten().copied())
+                    .map(|((n, i), k)| (n, i, k))
+                    .collect(),
+                input_kinds: in_kinds.clone(),
+            };
+            match op.instantiate(&in_info, &sub) {
+                Ok(Some(specialized)) => op = specialized,
+                Ok(None) => {}
+                Err(OpError::Subgraph { source, .. }) if source.is_unsupported() => {
+                    return Err(*source)
+                }
+                Err(e) => return Err(node_err(e)),
+            }
+        }
+        let op: Arc<dyn Operator> = Arc::from(op);
+        let out_kinds = op
+            .infer_kinds(&in_kinds, spec.outputs.len())
+            .map_err(node_err)?;
+        let out_types = op.infer(&in_info).map_err(node_err)?;
+        // Subgraphs may loop for as long as their inputs say: never run them at import.
+        let all_tensors = in_kinds
+            .iter()
+            .flatten()
+            .chain(&out_kinds)
+            .all(|k| *k == ValueKind::Tensor);
+        let known = if has_subgraphs || !all_tensors {
+            None
+        } else if domain.is_empty() && matches!(spec.op_type.as_str(), "Shape" | "Size") {
+            ins.first()
+                .copied()
+                .flatten()
+                .and_then(|x| values[x.0].ty.fixed_shape())
+                .and_then(|shape| {
+                    crate::passes::shape_of(&spec.op_type, spec.opset, &spec.attrs, &shape)
+                })
+        } else {
+            fold_small(op.as_ref(), &ins, values, &out_types)
+        };
+        let mut outs = Vec::with_capacity(spec.outputs.len());
+        for (slot, name) in spec.outputs.iter().enumerate() {
+            if name.is_empty() {
+                outs.push(None);
+                continue;
+            }
+            if by_name.contains_key(name) {
+                return Err(GraphError::DuplicateValue(name.clone()));
+            }
+            let ty = out_types.get(slot).cloned().ok_or_else(|| {
+                node_err(OpError::Invalid(format!(
+                    "node declares output #{slot} but the operator has {}",
+                    out_types.len()
+                )))
+            })?;
+            let kind = out_kinds.get(slot).copied().ok_or_else(|| {
+                node_err(OpError::Invalid(format!(
+                    "node declares output #{slot} but the operator gives {} kinds",
+                    out_kinds.len()
+                )))
+            })?;
+            let id = ValueId(values.len());
+            by_name.insert(name.clone(), id);
+            values.push(Value {
+                name: name.clone(),
+                ty,
+                kind,
+                producer: Some((nid, slot)),
+                users: vec![],
+                initializer: None,
+                known: known.as_ref().and_then(|k| k.get(slot).cloned()),
+            });
+            outs.push(Some(id));
+        }
+        nodes.push(Node {
+            name: spec.name,
+            domain,
+            op_type: spec.op_type,
+            opset: spec.opset,
+            attrs: spec.attrs,
+            inputs: ins,
+            outputs: outs,
+            op,
+        });
+        Ok(())
     }
 }
 

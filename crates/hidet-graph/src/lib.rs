@@ -14,6 +14,7 @@ pub mod bind;
 pub mod compiled;
 pub mod dtype;
 pub mod executor;
+pub mod expansion;
 pub mod fusion;
 pub mod graph;
 pub mod kernels;
@@ -36,12 +37,13 @@ pub use executor::{
     check_input_data, check_inputs, run_graph, run_graph_data, run_reference, run_reference_data,
     ExecError,
 };
+pub use expansion::Expansion;
 pub use graph::{
     Graph, GraphBuilder, GraphError, Node, NodeId, NodeSpec, SubgraphContext, UnsupportedOp, Value,
     ValueId,
 };
 pub use operator::{ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator};
-pub use registry::{OpSchema, Registry, LATEST_OPSET};
+pub use registry::{ExpansionSchema, OpSchema, Registry, LATEST_OPSET};
 pub use shape::{Dim, TensorType};
 pub use tensor::{Element, Tensor, TensorData, TensorError};
 pub use value::{Datum, ValueKind};

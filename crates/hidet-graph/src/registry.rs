@@ -1,9 +1,12 @@
-//! The operator registry: (domain, op_type, opset range) → constructor.
+//! The operator registry: (domain, op_type, opset range) → constructor, or → expansion (a
+//! node of an old opset rewritten into nodes of registered operators when the graph is built,
+//! see [`Expansion`]).
 
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 use std::sync::OnceLock;
 
+use crate::expansion::Expansion;
 use crate::operator::{OpContext, OpError, Operator};
 
 /// Newest default-domain opset whose semantics hidet claims to know (onnx 1.17: opset 22).
@@ -30,10 +33,31 @@ impl OpSchema {
     }
 }
 
-/// Maps (domain, op_type, opset) to operator constructors.
+/// Rewrites one node into nodes of registered operators (see [`Expansion`]).
+pub type ExpandFn = Box<dyn Fn(&mut Expansion<'_>) -> Result<(), OpError> + Send + Sync>;
+
+/// One expansion: which model opsets of which op it rewrites, and how.
+pub struct ExpansionSchema {
+    /// Normalized domain (`""` for the default ONNX domain).
+    pub domain: String,
+    pub op_type: String,
+    /// Model opset versions (of `domain`) this expansion handles.
+    pub opsets: RangeInclusive<i64>,
+    expand: ExpandFn,
+}
+
+impl ExpansionSchema {
+    /// Emits the replacement nodes into `e`.
+    pub fn expand(&self, e: &mut Expansion<'_>) -> Result<(), OpError> {
+        (self.expand)(e)
+    }
+}
+
+/// Maps (domain, op_type, opset) to operator constructors or expansions.
 #[derive(Default)]
 pub struct Registry {
     ops: BTreeMap<(String, String), Vec<OpSchema>>,
+    expansions: BTreeMap<(String, String), Vec<ExpansionSchema>>,
 }
 
 /// `"ai.onnx"` and `""` name the same domain; hidet stores `""`.
@@ -76,15 +100,8 @@ impl Registry {
         F: Fn(&OpContext<'_>) -> Result<Box<dyn Operator>, OpError> + Send + Sync + 'static,
     {
         let key = (normalize_domain(domain).to_string(), op_type.to_string());
+        self.assert_free(&key, &opsets);
         let list = self.ops.entry(key.clone()).or_default();
-        for s in list.iter() {
-            let overlap = s.opsets.start() <= opsets.end() && opsets.start() <= s.opsets.end();
-            assert!(
-                !overlap,
-                "operator {key:?} registered twice for overlapping opsets {opsets:?} / {:?}",
-                s.opsets
-            );
-        }
         list.push(OpSchema {
             domain: key.0,
             op_type: key.1,
@@ -92,6 +109,57 @@ impl Registry {
             build: Box::new(build),
         });
         list.sort_by_key(|s| *s.opsets.start());
+    }
+
+    /// Registers `expand` for `op_type` in `domain` for the model opsets in `opsets`: a node of
+    /// those opsets is replaced, when the graph is built, by the nodes `expand` emits.
+    ///
+    /// # Panics
+    /// If the range overlaps an existing constructor or expansion of the same op (a bug in an
+    /// op family, caught like [`Registry::register`]'s).
+    pub fn register_expansion<F>(
+        &mut self,
+        domain: &str,
+        op_type: &str,
+        opsets: RangeInclusive<i64>,
+        expand: F,
+    ) where
+        F: Fn(&mut Expansion<'_>) -> Result<(), OpError> + Send + Sync + 'static,
+    {
+        let key = (normalize_domain(domain).to_string(), op_type.to_string());
+        self.assert_free(&key, &opsets);
+        let list = self.expansions.entry(key.clone()).or_default();
+        list.push(ExpansionSchema {
+            domain: key.0,
+            op_type: key.1,
+            opsets,
+            expand: Box::new(expand),
+        });
+        list.sort_by_key(|s| *s.opsets.start());
+    }
+
+    /// Panics if `opsets` overlaps a constructor or an expansion registered for `key`.
+    fn assert_free(&self, key: &(String, String), opsets: &RangeInclusive<i64>) {
+        let taken = self
+            .ops
+            .get(key)
+            .into_iter()
+            .flatten()
+            .map(|s| &s.opsets)
+            .chain(
+                self.expansions
+                    .get(key)
+                    .into_iter()
+                    .flatten()
+                    .map(|s| &s.opsets),
+            );
+        for r in taken {
+            let overlap = r.start() <= opsets.end() && opsets.start() <= r.end();
+            assert!(
+                !overlap,
+                "operator {key:?} registered twice for overlapping opsets {opsets:?} / {r:?}"
+            );
+        }
     }
 
     /// The registration handling `op_type` at model opset `opset`, if any.
@@ -103,9 +171,35 @@ impl Registry {
             .find(|s| s.opsets.contains(&opset))
     }
 
+    /// The expansion handling `op_type` at model opset `opset`, if any.
+    pub fn lookup_expansion(
+        &self,
+        domain: &str,
+        op_type: &str,
+        opset: i64,
+    ) -> Option<&ExpansionSchema> {
+        let key = (normalize_domain(domain).to_string(), op_type.to_string());
+        self.expansions
+            .get(&key)?
+            .iter()
+            .find(|s| s.opsets.contains(&opset))
+    }
+
+    /// Whether a node of `op_type` at model opset `opset` can be built: a constructor or an
+    /// expansion handles it.
+    pub fn supports(&self, domain: &str, op_type: &str, opset: i64) -> bool {
+        self.lookup(domain, op_type, opset).is_some()
+            || self.lookup_expansion(domain, op_type, opset).is_some()
+    }
+
     /// Every registration, sorted by domain, op type and opset.
     pub fn schemas(&self) -> impl Iterator<Item = &OpSchema> {
         self.ops.values().flatten()
+    }
+
+    /// Every expansion, sorted by domain, op type and opset.
+    pub fn expansions(&self) -> impl Iterator<Item = &ExpansionSchema> {
+        self.expansions.values().flatten()
     }
 }
 
@@ -120,5 +214,8 @@ mod tests {
         assert!(r.lookup("", "Add", 14).is_some());
         assert!(r.lookup("ai.onnx", "Add", 7).is_some());
         assert!(r.lookup("", "NoSuchOp", 14).is_none());
+        assert!(r.lookup("", "Add", 6).is_none() && r.lookup_expansion("", "Add", 6).is_some());
+        assert!(r.supports("", "Add", 1) && r.supports("", "Add", 7));
+        assert!(!r.supports("", "NoSuchOp", 1));
     }
 }

@@ -118,6 +118,98 @@ fn shape_inference_errors_at_build_time() {
     ));
 }
 
+/// A registry with Relu, Identity and three expansions: `Twice` (Relu then Relu, through a
+/// fresh value), `Lost` (defines nothing) and `Forever` (expands to itself).
+fn expansion_registry() -> Registry {
+    let mut r = Registry::new();
+    hidet_graph::ops::unary::register(&mut r);
+    hidet_graph::ops::constant::register(&mut r);
+    r.register_expansion("", "Twice", 1..=1, |e| {
+        let x = e.input_name(0)?.to_string();
+        let out = e.output_names()[0].clone();
+        let mid = e.emit_value("Relu", 14, Attributes::new(), &[&x]);
+        e.emit("Relu", 14, Attributes::new(), &[&mid], &[&out]);
+        Ok(())
+    });
+    r.register_expansion("", "Lost", 1..=1, |_| Ok(()));
+    r.register_expansion("", "Forever", 1..=1, |e| {
+        let x = e.input_name(0)?.to_string();
+        let out = e.output_names()[0].clone();
+        e.emit("Forever", 1, Attributes::new(), &[&x], &[&out]);
+        Ok(())
+    });
+    r
+}
+
+#[test]
+fn expansions_replace_nodes_with_fresh_value_names() {
+    let r = expansion_registry();
+    assert!(r.supports("", "Twice", 1) && !r.supports("", "Twice", 2));
+    assert!(r.lookup("", "Twice", 1).is_none() && r.lookup_expansion("", "Twice", 1).is_some());
+    let mut b = GraphBuilder::new("g");
+    b.input("x", TensorType::fixed(DType::F32, &[2]));
+    // `t/Relu` is the name the expansion would pick first: it must choose another.
+    b.node(NodeSpec {
+        opset: 14,
+        ..spec("Identity", &["x"], &["t/Relu"])
+    });
+    b.node(NodeSpec {
+        name: "t".into(),
+        opset: 1,
+        ..spec("Twice", &["t/Relu"], &["y"])
+    });
+    b.output("y");
+    let g = b.build(&r).unwrap();
+    let ops: Vec<(&str, &str)> = g
+        .nodes()
+        .iter()
+        .map(|n| (n.op_type.as_str(), n.name.as_str()))
+        .collect();
+    assert_eq!(ops[0].0, "Identity");
+    assert_eq!(ops[1].0, "Relu");
+    assert_eq!(
+        ops[2],
+        ("Relu", "t"),
+        "the node defining `y` keeps the name"
+    );
+    let mid = g.nodes()[1].outputs[0].unwrap();
+    assert_eq!(g.value(mid).name, "t/Relu#1");
+    let x = Tensor::new(vec![2], vec![-1.0f32, 2.0]).unwrap();
+    let out = run_reference(&g, &[("x".into(), x)]).unwrap();
+    assert_eq!(out[0].1.as_slice::<f32>().unwrap(), &[0.0, 2.0]);
+}
+
+#[test]
+fn expansions_that_lose_outputs_or_never_end_are_errors() {
+    let r = expansion_registry();
+    for (op, why) in [
+        ("Lost", "defines no output `y`"),
+        ("Forever", "nest more than"),
+    ] {
+        let mut b = GraphBuilder::new("g");
+        b.input("x", TensorType::fixed(DType::F32, &[2]));
+        b.node(NodeSpec {
+            opset: 1,
+            ..spec(op, &["x"], &["y"])
+        });
+        b.output("y");
+        let e = b.build(&r).unwrap_err();
+        assert!(
+            matches!(&e, GraphError::Node { node, .. } if node == &format!("{op}_y")),
+            "{e}"
+        );
+        assert!(e.to_string().contains(why), "{e}");
+    }
+}
+
+#[test]
+#[should_panic(expected = "overlapping opsets")]
+fn an_expansion_may_not_overlap_a_constructor() {
+    let mut r = Registry::new();
+    hidet_graph::ops::unary::register(&mut r);
+    r.register_expansion("", "Relu", 10..=14, |_| Ok(()));
+}
+
 #[test]
 fn binding_input_shapes_fixes_every_type_and_keeps_the_values() {
     let mut b = GraphBuilder::new("dyn");

@@ -121,7 +121,7 @@ impl Importer<'_> {
         for n in &g.node {
             let opset = self.opset_of(n)?;
             let domain = normalize_domain(n.domain());
-            if self.registry.lookup(domain, n.op_type(), opset).is_none() {
+            if !self.registry.supports(domain, n.op_type(), opset) {
                 match missing
                     .iter_mut()
                     .find(|u| u.domain == domain && u.op_type == n.op_type() && u.opset == opset)

@@ -18,16 +18,17 @@ use crate::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
 use crate::value::{Datum, ValueKind};
 
-/// Registers If (7+), Loop (7+), Scan-8 (batched) and Scan (9+).
+/// Registers If and Loop (opset 1+: If-1 and Loop-1 are the versions of opsets 1–10), Scan-8
+/// (batched) and Scan (9+).
 pub fn register(r: &mut Registry) {
-    r.register("", "If", 7..=LATEST_OPSET, |c| {
+    r.register("", "If", 1..=LATEST_OPSET, |c| {
         Ok(Box::new(Unbuilt::If {
             then_branch: c.attrs.req_graph_def("then_branch")?.clone(),
             else_branch: c.attrs.req_graph_def("else_branch")?.clone(),
             num_outputs: c.num_outputs,
         }))
     });
-    r.register("", "Loop", 7..=LATEST_OPSET, |c| {
+    r.register("", "Loop", 1..=LATEST_OPSET, |c| {
         Ok(Box::new(Unbuilt::Loop {
             body: c.attrs.req_graph_def("body")?.clone(),
             num_inputs: c.num_inputs,

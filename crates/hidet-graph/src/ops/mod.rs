@@ -88,4 +88,5 @@ families! {
     optional,
     sequence,
     sequence_map,
+    legacy,
 }

@@ -1,28 +1,48 @@
 //! `hidet ops`: the supported operators with their opset ranges.
 
+use std::collections::BTreeMap;
+
 use hidet::graph::Registry;
 
 use super::CliError;
 
-/// Prints one line per operator: domain, op type and its opset ranges.
+/// An opset range and whether it is converted at import (an expansion).
+type Range = (i64, i64, bool);
+
+/// Prints one line per operator: domain, op type and its opset ranges; a range marked `*` is
+/// converted at import into operators of later opsets (an expansion).
 pub fn run() -> Result<(), CliError> {
-    let mut rows: Vec<(String, String, Vec<String>)> = Vec::new();
-    for s in Registry::global().schemas() {
-        let domain = if s.domain.is_empty() {
+    let r = Registry::global();
+    let mut rows: BTreeMap<(String, String), Vec<Range>> = BTreeMap::new();
+    let domain = |d: &str| {
+        if d.is_empty() {
             "ai.onnx".to_string()
         } else {
-            s.domain.clone()
-        };
-        let range = format!("{}-{}", s.opsets.start(), s.opsets.end());
-        match rows.last_mut() {
-            Some(r) if r.0 == domain && r.1 == s.op_type => r.2.push(range),
-            _ => rows.push((domain, s.op_type.clone(), vec![range])),
+            d.to_string()
         }
+    };
+    for s in r.schemas() {
+        rows.entry((domain(&s.domain), s.op_type.clone()))
+            .or_default()
+            .push((*s.opsets.start(), *s.opsets.end(), false));
+    }
+    for s in r.expansions() {
+        rows.entry((domain(&s.domain), s.op_type.clone()))
+            .or_default()
+            .push((*s.opsets.start(), *s.opsets.end(), true));
     }
     println!("{:<10} {:<24} opsets", "domain", "operator");
-    for (d, op, ranges) in &rows {
-        println!("{d:<10} {op:<24} {}", ranges.join(", "));
+    for ((d, op), mut ranges) in rows.iter().map(|(k, v)| (k, v.clone())) {
+        ranges.sort();
+        let text: Vec<String> = ranges
+            .iter()
+            .map(|(a, b, converted)| format!("{a}-{b}{}", if *converted { "*" } else { "" }))
+            .collect();
+        println!("{d:<10} {op:<24} {}", text.join(", "));
     }
-    println!("{} operators", rows.len());
+    println!(
+        "{} operators (* converted at import into operators of later opsets)",
+        rows.len()
+    );
     Ok(())
 }
