@@ -346,6 +346,11 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
+    /// The graph passes with this backend's options for its target ([`pass_options`]).
+    fn graph_passes(&self) -> Vec<Box<dyn hidet_graph::passes::GraphPass>> {
+        hidet_graph::passes::passes_for(&pass_options(self.options.build.target()))
+    }
+
     fn lower(&self, task: &FusedTask, opts: &CompileOptions) -> Result<CpuKernel, BackendError> {
         let fused = task.nodes.len() > 1;
         if self.options.matmul_template {

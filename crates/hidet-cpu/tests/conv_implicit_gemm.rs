@@ -11,6 +11,8 @@ mod common;
 use std::sync::Arc;
 
 use common::{codegen_targets, cpu_backend, cpu_backend_for, node, random, runs_here, Rng};
+use hidet_cpu::graph_backend::CpuBackend;
+use hidet_cpu::CpuTarget;
 use hidet_graph::compiled::{CompileOptions, CompiledGraph};
 use hidet_graph::passes::{default_passes, run_passes};
 use hidet_graph::{
@@ -170,19 +172,8 @@ fn check_kernels(
     let o = win.out(hw);
     let mut checked = Vec::new();
     for target in codegen_targets() {
-        let dir = tempfile::tempdir().unwrap();
-        let sources = tempfile::tempdir().unwrap();
-        let options = CompileOptions {
-            emit_source_dir: Some(sources.path().to_path_buf()),
-            ..CompileOptions::default()
-        };
-        let compiled = CompiledGraph::compile(
-            &graph,
-            &[vec![1, c, hw, hw], vec![1, oc, o, o]],
-            Arc::new(cpu_backend_for(dir.path(), true, &target)),
-            &options,
-        )
-        .unwrap();
+        let (compiled, source) =
+            compile_for(&target, &graph, &[vec![1, c, hw, hw], vec![1, oc, o, o]]);
         let report = compiled.report();
         assert_eq!(report.kernels, kernels, "{}", report.partition);
         assert_eq!(report.host_nodes(), 0, "{}", report.partition);
@@ -214,20 +205,33 @@ fn check_kernels(
         checked.push(Checked {
             lanes: target.f32_lanes(),
             epilogues: epilogues.to_string(),
-            source: emitted_source(sources.path()),
+            source,
         });
     }
     checked
 }
 
-/// The C sources written to `dir`, concatenated; never empty.
-fn emitted_source(dir: &std::path::Path) -> String {
+/// `graph` compiled for `target` and `shapes` into a private kernel cache, and the C
+/// sources of its kernels, concatenated (never empty).
+fn compile_for(
+    target: &CpuTarget,
+    graph: &Graph,
+    shapes: &[Vec<usize>],
+) -> (CompiledGraph<CpuBackend>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let sources = tempfile::tempdir().unwrap();
+    let options = CompileOptions {
+        emit_source_dir: Some(sources.path().to_path_buf()),
+        ..CompileOptions::default()
+    };
+    let backend = Arc::new(cpu_backend_for(dir.path(), true, target));
+    let compiled = CompiledGraph::compile(graph, shapes, backend, &options).unwrap();
     let mut source = String::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
+    for entry in std::fs::read_dir(sources.path()).unwrap() {
         source += &std::fs::read_to_string(entry.unwrap().path()).unwrap();
     }
     assert!(!source.is_empty(), "no kernel source was emitted");
-    source
+    (compiled, source)
 }
 
 /// [`assert_direct`] on every target's source, and the stores transposed back channels-first.
@@ -505,26 +509,14 @@ fn a_direct_convolution_reads_a_computed_input_in_place() {
     let want: Vec<f64> = want[0].1.to_f64_vec();
     let optimized = run_passes(graph, &default_passes()).unwrap();
     for target in codegen_targets() {
-        let dir = tempfile::tempdir().unwrap();
-        let sources = tempfile::tempdir().unwrap();
-        let options = CompileOptions {
-            emit_source_dir: Some(sources.path().to_path_buf()),
-            ..CompileOptions::default()
-        };
-        let compiled = CompiledGraph::compile(
-            &optimized,
-            &[vec![1, c, hw, hw]],
-            Arc::new(cpu_backend_for(dir.path(), true, &target)),
-            &options,
-        )
-        .unwrap();
+        let (compiled, source) = compile_for(&target, &optimized, &[vec![1, c, hw, hw]]);
         let report = compiled.report();
         assert_eq!(report.kernels, 2, "{}", report.partition);
         if runs_here(&target) {
             let out = compiled.run(&inputs).unwrap();
             assert_close(&out[0].1, &want, "relu then direct convolution");
         }
-        assert_direct(&emitted_source(sources.path()), target.f32_lanes());
+        assert_direct(&source, target.f32_lanes());
     }
 }
 

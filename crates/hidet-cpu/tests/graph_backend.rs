@@ -795,3 +795,77 @@ fn compiled_inputs_are_checked_like_the_reference_executor() {
     let error = compiled.run_data(&[]).unwrap_err().to_string();
     assert!(error.contains("missing input `s`"), "{error}");
 }
+
+/// A transformer-style block (`x @ w1 + b`, ReLU, `@ w2`, residual) with `x: [batch, seq,
+/// 37]` compiles, at every shape, into exactly the kernels of the same block exported with
+/// those sizes fixed (the shapes are bound before the graph passes run), and both match the
+/// reference executor. The sizes (3 × 29 rows, 37 and 53 columns) are multiples of no tile.
+#[test]
+fn symbolic_dimensions_compile_like_the_static_export() {
+    let mut rng = Rng::new(12);
+    let (k, hidden) = (37usize, 53usize);
+    let w1 = random(&mut rng, &[k, hidden]);
+    let b1 = random(&mut rng, &[hidden]);
+    let w2 = random(&mut rng, &[hidden, k]);
+    let block = |dims: Vec<Dim>| {
+        let mut g = GraphBuilder::new("block");
+        g.input(
+            "x",
+            TensorType {
+                dtype: DType::F32,
+                shape: Some(dims),
+            },
+        );
+        g.initializer("w1", w1.clone());
+        g.initializer("b1", b1.clone());
+        g.initializer("w2", w2.clone());
+        g.node(node("MatMul", &["x", "w1"], "h", Attributes::new()));
+        g.node(node("Add", &["h", "b1"], "hb", Attributes::new()));
+        g.node(node("Relu", &["hb"], "r", Attributes::new()));
+        g.node(node("MatMul", &["r", "w2"], "o", Attributes::new()));
+        g.node(node("Add", &["o", "x"], "y", Attributes::new()));
+        g.output("y");
+        g.build(Registry::global()).unwrap()
+    };
+    let symbolic = block(vec![
+        Dim::Symbol(Arc::from("batch")),
+        Dim::Symbol(Arc::from("seq")),
+        Dim::Fixed(k),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let dynamic = CompiledModel::new(
+        symbolic.clone(),
+        backend(dir.path(), true),
+        CompileOptions::default(),
+    );
+    for (batch, seq) in [(3usize, 29usize), (1, 1)] {
+        let shape = [batch, seq, k];
+        let fixed = block(shape.iter().map(|&d| Dim::Fixed(d)).collect());
+        let static_model =
+            CompiledModel::new(fixed, backend(dir.path(), true), CompileOptions::default());
+        let sources = |m: &CompiledModel<CpuBackend>| {
+            let compiled = m.compiled(&[shape.to_vec()]).unwrap();
+            let report = compiled.report();
+            assert_eq!(report.host_nodes(), 0, "{}", report.partition);
+            let mut sources: Vec<String> = report
+                .module
+                .sources
+                .iter()
+                .map(|(_, s)| s.clone())
+                .collect();
+            sources.sort();
+            assert!(
+                !sources.is_empty() && report.kernels >= 2,
+                "{}",
+                report.partition
+            );
+            (report.kernels, sources)
+        };
+        assert_eq!(sources(&dynamic), sources(&static_model), "{shape:?}");
+        let x = random(&mut rng, &shape);
+        let inputs = vec![("x".to_string(), x)];
+        let want = run_reference(&symbolic, &inputs).unwrap()[0].1.to_f64_vec();
+        let got = dynamic.run(&inputs).unwrap();
+        assert_close(&f32s(&got[0].1), &want, "symbolic block");
+    }
+}

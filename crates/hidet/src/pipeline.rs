@@ -4,15 +4,14 @@
 //! and the reference executor ([`run_reference`]: every operator's `eval`, the oracle).
 //!
 //! [`load`] gives the graph exactly as imported. The reference executor runs that graph, so
-//! it shares no graph rewrite with the path it checks; [`compile`] applies the backend's
-//! graph passes ([`optimize`]) itself, once per compiled model.
+//! it shares no graph rewrite with the path it checks; [`compile`] binds the graph to each
+//! run's input shapes and applies the backend's graph passes itself.
 
 use std::path::Path;
 
-use hidet_cpu::graph_backend::{pass_options, CpuBackend, CpuBackendOptions};
-use hidet_cpu::CpuTarget;
-use hidet_graph::compiled::{CompileOptions, CompiledError, CompiledModel};
-use hidet_graph::passes::{passes_for, run_passes, GraphPass};
+use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
+use hidet_graph::compiled::{Backend, CompileOptions, CompiledError, CompiledModel};
+use hidet_graph::passes::{run_passes, GraphPass};
 use hidet_graph::{
     run_reference as reference_executor, run_reference_data as reference_executor_data, Datum,
     ExecError, Graph, GraphError, Tensor,
@@ -40,27 +39,29 @@ pub fn load(path: &Path) -> Result<OnnxModel, PipelineError> {
     Ok(hidet_onnx::load_model(path)?)
 }
 
-/// The default graph passes, with the options of the CPU backend on this host
-/// ([`hidet_cpu::graph_backend::pass_options`]).
+/// The CPU backend's graph passes on this host ([`CpuBackend`]'s
+/// [`Backend::graph_passes`](hidet_graph::compiled::Backend::graph_passes)).
 pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
-    passes_for(&pass_options(CpuTarget::host()))
+    CpuBackend::new(CpuBackendOptions::default()).graph_passes()
 }
 
-/// `graph` rewritten by the [`default_passes`]: the graph the CPU backend compiles.
+/// `graph` rewritten by the [`default_passes`]: for a graph with static input shapes, the
+/// graph the CPU backend compiles (a symbolic one is first bound to each run's shapes).
 pub fn optimize(graph: Graph) -> Result<Graph, PipelineError> {
     Ok(run_passes(graph, &default_passes())?)
 }
 
-/// The compiled CPU model of `model`, a model as imported ([`load`]): its graph is
-/// [`optimize`]d here, so it must not have been already. Nothing is compiled until the first
-/// run (or [`CompiledModel::compiled`]) with concrete input shapes; compiled kernels are
-/// cached on disk (`HIDET_CACHE_DIR`) and in the returned model per input shapes.
-pub fn compile(model: &OnnxModel, opts: CompileOptions) -> Result<CpuModel, PipelineError> {
-    Ok(CompiledModel::new(
-        optimize(model.graph.clone())?,
+/// The compiled CPU model of `model`, a model as imported ([`load`]). Nothing is compiled
+/// until the first run (or [`CompiledModel::compiled`]) with concrete input shapes: each
+/// distinct set of shapes binds the graph's symbolic dimensions, applies the
+/// [`default_passes`] and compiles (see [`CompiledModel`]); compiled kernels are cached on
+/// disk (`HIDET_CACHE_DIR`) and in the returned model per input shapes.
+pub fn compile(model: &OnnxModel, opts: CompileOptions) -> CpuModel {
+    CompiledModel::new(
+        model.graph.clone(),
         CpuBackend::new(CpuBackendOptions::default()),
         opts,
-    ))
+    )
 }
 
 /// Runs a compiled model on named inputs and returns every graph output as (name, tensor).

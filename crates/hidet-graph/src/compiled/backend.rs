@@ -137,6 +137,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// A short name for reports (`"cpu"`, `"cuda"`).
     fn name(&self) -> &'static str;
 
+    /// The graph passes to run on a graph bound to concrete input shapes, before fusion
+    /// ([`crate::compiled::CompiledModel`] runs them on every graph it compiles). The default
+    /// is [`crate::passes::default_passes`].
+    fn graph_passes(&self) -> Vec<Box<dyn crate::passes::GraphPass>> {
+        crate::passes::default_passes()
+    }
+
     /// Lowers one task. [`BackendError::Refused`] asks the graph layer to split the task.
     fn lower(&self, task: &FusedTask, opts: &CompileOptions) -> Result<Self::Kernel, BackendError>;
 

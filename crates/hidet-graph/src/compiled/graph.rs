@@ -43,6 +43,10 @@ pub enum CompiledError {
     /// Bad inputs, or a host node failed.
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// Input shapes that contradict the graph, or graph passes that failed on the graph
+    /// bound to them.
+    #[error(transparent)]
+    Bind(#[from] crate::bind::BindError),
 }
 
 /// Where a value lives while a compiled graph runs.

@@ -1,13 +1,19 @@
 //! A model compiled lazily per input shapes: graph inputs with symbolic dimensions are
-//! compiled for the concrete shapes seen, once per distinct set of shapes.
+//! compiled for the concrete shapes seen, once per distinct set of shapes. Shapes are bound
+//! before the backend's graph passes run ([`Graph::with_input_shapes`]), so a model exported
+//! with symbolic dimensions compiles into the same kernels as its static export at the same
+//! shapes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::backend::{Backend, BackendError, CompileOptions};
 use super::graph::{CompiledError, CompiledGraph};
+use crate::bind::BindError;
 use crate::executor::check_input_data;
 use crate::graph::Graph;
+use crate::passes::run_passes;
+use crate::registry::Registry;
 use crate::tensor::Tensor;
 use crate::value::Datum;
 
@@ -16,6 +22,10 @@ type ShapeCache<B> = HashMap<Vec<Vec<usize>>, Arc<CompiledGraph<B>>>;
 
 /// A graph with a backend and a cache of [`CompiledGraph`]s keyed by input shapes.
 /// `Send + Sync`: any number of threads may call [`CompiledModel::run`] at once.
+///
+/// The graph is kept as given (a model as imported); each compilation binds it to the input
+/// shapes (when any dimension is symbolic), applies the backend's graph passes
+/// ([`Backend::graph_passes`]) and compiles the result.
 pub struct CompiledModel<B: Backend> {
     graph: Graph,
     backend: Arc<B>,
@@ -33,7 +43,8 @@ impl<B: Backend> std::fmt::Debug for CompiledModel<B> {
 }
 
 impl<B: Backend> CompiledModel<B> {
-    /// A model of `graph` (after graph passes) for `backend`; nothing is compiled yet.
+    /// A model of `graph` for `backend`; nothing is compiled yet. `graph` must not have been
+    /// through the backend's graph passes: every compilation applies them.
     pub fn new(graph: Graph, backend: B, opts: CompileOptions) -> CompiledModel<B> {
         CompiledModel {
             graph,
@@ -43,12 +54,26 @@ impl<B: Backend> CompiledModel<B> {
         }
     }
 
+    /// The graph as given to [`CompiledModel::new`].
     pub fn graph(&self) -> &Graph {
         &self.graph
     }
 
-    /// The compiled graph for `shapes` (one per runtime input, in input order), compiled now
-    /// if not cached. Compilations are serialized.
+    /// The graph compiled for `shapes`: bound to them when any input dimension is symbolic,
+    /// then rewritten by the backend's graph passes. An error names the input and the
+    /// dimension when `shapes` contradict the graph.
+    pub fn optimized_graph(&self, shapes: &[Vec<usize>]) -> Result<Graph, CompiledError> {
+        let bound = if self.graph.has_static_inputs() {
+            self.graph.clone()
+        } else {
+            self.graph.with_input_shapes(shapes, Registry::global())?
+        };
+        Ok(run_passes(bound, &self.backend.graph_passes()).map_err(BindError::Graph)?)
+    }
+
+    /// The compiled graph for `shapes` (one per runtime input, in input order; see
+    /// [`CompiledModel::optimized_graph`]), compiled now if not cached. Compilations are
+    /// serialized.
     pub fn compiled(&self, shapes: &[Vec<usize>]) -> Result<Arc<CompiledGraph<B>>, CompiledError> {
         let mut cache = self
             .cache
@@ -58,7 +83,7 @@ impl<B: Backend> CompiledModel<B> {
             return Ok(Arc::clone(c));
         }
         let compiled = Arc::new(CompiledGraph::compile(
-            &self.graph,
+            &self.optimized_graph(shapes)?,
             shapes,
             Arc::clone(&self.backend),
             &self.opts,

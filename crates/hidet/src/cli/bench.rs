@@ -162,7 +162,8 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, t)| t.shape().to_vec()).collect();
         let start = Instant::now();
         let compiled = pipeline::compile(&loaded.model, opts)
-            .and_then(|model| model.compiled(&shapes).map_err(PipelineError::from));
+            .compiled(&shapes)
+            .map_err(PipelineError::from);
         bar.finish();
         let compiled = compiled?;
         compile_seconds = start.elapsed().as_secs_f64();

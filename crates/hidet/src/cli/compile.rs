@@ -52,7 +52,8 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
     };
     let start = Instant::now();
     let compiled = pipeline::compile(&loaded.model, opts)
-        .and_then(|model| model.compiled(&shapes).map_err(PipelineError::from));
+        .compiled(&shapes)
+        .map_err(PipelineError::from);
     bar.finish();
     let compiled = compiled?;
     let compile_seconds = start.elapsed().as_secs_f64();

@@ -63,7 +63,7 @@ pub fn run(
                 threads,
                 ..CompileOptions::default()
             },
-        )?;
+        );
         pipeline::run(&compiled, &tensors)?
     };
     std::fs::create_dir_all(output_dir).map_err(|e| CliError::Io {

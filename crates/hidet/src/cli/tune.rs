@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use hidet::graph::compiled::{CompileOptions, CompiledGraph, CompiledModel};
 use hidet::graph::{Graph, Tensor};
-use hidet::pipeline::{self, PipelineError};
+use hidet::pipeline::PipelineError;
 use hidet::zoo::inputs::complete_inputs;
 use hidet::zoo::SEED;
 use hidet_cpu::graph_backend::tuning::model_check::{
@@ -63,7 +63,7 @@ pub fn run(args: &TuneArgs) -> Result<(), CliError> {
     let start = Instant::now();
     let specs = super::run::parse_inputs(&args.inputs)?;
     let loaded = source::load(&args.model)?;
-    let graph = &pipeline::optimize(loaded.model.graph)?;
+    let graph = &loaded.model.graph;
     let given: Vec<(String, Tensor)> = specs
         .iter()
         .map(|(name, path): &(String, PathBuf)| Ok((name.clone(), npy::read(path)?)))
