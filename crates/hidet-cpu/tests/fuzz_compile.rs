@@ -307,10 +307,12 @@ fn fits(d: DType, bound: f64) -> bool {
         DType::F32 | DType::BF16 | DType::F64 => 1e30,
         DType::I32 => 1e8,
         DType::I64 => 1e15,
+        // Unsigned and narrow integers wrap (defined in C after promotion, like numpy).
+        DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::U32 | DType::U64 => f64::INFINITY,
         DType::Bool => 2.0,
         _ => 100.0,
     };
-    bound.is_finite() && bound < limit
+    bound < limit || (limit.is_infinite() && !bound.is_nan())
 }
 
 fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
@@ -434,8 +436,17 @@ impl Gen {
         format!("{prefix}{}", self.next)
     }
 
+    /// Whether `nodes` more fit in the case (Constant nodes do not count).
     fn room(&self, nodes: usize) -> bool {
-        self.case.nodes.len() + nodes <= self.max_nodes
+        self.counted() + nodes <= self.max_nodes
+    }
+
+    fn counted(&self) -> usize {
+        self.case
+            .nodes
+            .iter()
+            .filter(|n| n.op_type != "Constant")
+            .count()
     }
 
     /// An axis size: from [`DIMS`], or in a case with a larger element limit sometimes one
@@ -533,9 +544,22 @@ impl Gen {
         Gen::leaf_val(name, dtype, shape)
     }
 
+    /// A constant: an initializer, or sometimes the output of a Constant node.
     fn const_tensor(&mut self, t: Tensor) -> String {
         let name = self.fresh("c");
-        self.case.consts.push((name.clone(), t));
+        if self.chance(15) {
+            self.case.nodes.push(NodeSpec {
+                name: format!("Constant_{name}"),
+                domain: String::new(),
+                op_type: "Constant".into(),
+                opset: 13,
+                attrs: attrs(vec![("value", Attribute::Tensor(t))]),
+                inputs: vec![],
+                outputs: vec![name.clone()],
+            });
+        } else {
+            self.case.consts.push((name.clone(), t));
+        }
         name
     }
 
@@ -585,13 +609,24 @@ impl Gen {
                 return None;
             }
         };
-        let types: Option<Vec<(String, DType, Vec<usize>)>> = outs
+        // Static inference may leave a shape unknown (a Reshape to a shape computed from
+        // `Shape`, which the graph builder does not fold); the reference values tell it.
+        let static_types: Option<Vec<(String, DType, Vec<usize>)>> = outs
             .iter()
             .map(|o| {
                 let v = graph.values().iter().find(|v| v.name == *o)?;
                 Some((o.clone(), v.ty.dtype, v.ty.fixed_shape()?))
             })
             .collect();
+        let types = static_types.or_else(|| {
+            let values = run_reference(&graph, &probe.inputs).ok()?;
+            Some(
+                values
+                    .into_iter()
+                    .map(|(n, t)| (n, t.dtype(), t.shape().to_vec()))
+                    .collect(),
+            )
+        });
         let ok = types.as_ref().is_some_and(|t| {
             t.iter()
                 .all(|(_, _, s)| numel(s) > 0 && numel(s) <= 2 * self.max_elems)
@@ -599,8 +634,10 @@ impl Gen {
         if !ok {
             let node = self.case.nodes.pop().expect("just pushed");
             if types.is_none() {
-                self.rejected
-                    .push(format!("{op} {:?}: output shape unknown", node.inputs));
+                self.rejected.push(format!(
+                    "{op} {:?}: the reference executor refuses it",
+                    node.inputs
+                ));
             }
             return None;
         }
@@ -855,6 +892,8 @@ impl Gen {
             (1, Gen::trilu),
             (2, Gen::einsum),
             (3, Gen::diamond),
+            (3, Gen::int_unary),
+            (2, Gen::shape_reshape),
             (3, Gen::shuffle),
             (1, Gen::gather_elements),
             (1, Gen::cumsum),
@@ -1061,7 +1100,19 @@ impl Gen {
         let int = x.dtype.is_int();
         let op = if int {
             self.choose(&[
-                "Add", "Sub", "Mul", "Max", "Min", "Sum", "Div", "Mod", "Scale",
+                "Add",
+                "Sub",
+                "Mul",
+                "Max",
+                "Min",
+                "Sum",
+                "Div",
+                "Mod",
+                "Scale",
+                "BitwiseAnd",
+                "BitwiseOr",
+                "BitwiseXor",
+                "BitShift",
             ])
         } else {
             self.choose(&[
@@ -1107,6 +1158,56 @@ impl Gen {
                 let bound = if op == "Div" { 20.0 * b } else { 9.0 };
                 self.emit1(op, 14, &[&x.name, &d.name], a, bound, int, |_| u, x.rtol)
                     .map(|_| ())
+            }
+            "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" => {
+                let y = self.partner(&x, true);
+                let out = broadcast_shapes(&x.shape, &y.shape)?;
+                let u = broadcast_uniform(&out, &[&x, &y]);
+                let bound = if x.dtype.is_signed_int() {
+                    2.0 * x.bound.max(y.bound)
+                } else {
+                    f64::INFINITY
+                };
+                if !fits(x.dtype, bound) {
+                    return None;
+                }
+                self.emit1(
+                    op,
+                    18,
+                    &[&x.name, &y.name],
+                    Attributes::new(),
+                    bound,
+                    true,
+                    |_| u,
+                    0.0,
+                )
+                .map(|_| ())
+            }
+            "BitShift" => {
+                if x.dtype.is_signed_int() {
+                    return None;
+                }
+                let shape = self.partner_shape(&x.shape);
+                let bits = (x.dtype.size_in_bytes() * 8) as u64;
+                let amounts: Vec<f32> = (0..numel(&shape))
+                    .map(|_| (self.rng.next_u64() % bits) as f32)
+                    .collect();
+                let c = self.const_f(x.dtype, &shape, amounts);
+                let cv = Gen::leaf_val(c.clone(), x.dtype, shape);
+                let out = broadcast_shapes(&x.shape, &cv.shape)?;
+                let u = broadcast_uniform(&out, &[&x, &cv]);
+                let dir = self.choose(&["LEFT", "RIGHT"]);
+                self.emit1(
+                    op,
+                    11,
+                    &[&x.name, &c],
+                    attrs(vec![("direction", Attribute::String(dir.into()))]),
+                    f64::INFINITY,
+                    true,
+                    |_| u,
+                    0.0,
+                )
+                .map(|_| ())
             }
             "Pow" => {
                 if self.chance(50) {
@@ -1296,17 +1397,31 @@ impl Gen {
             return None;
         }
         let mut input = x.clone();
+        const INTS: [DType; 8] = [
+            DType::I8,
+            DType::U8,
+            DType::I16,
+            DType::U16,
+            DType::I32,
+            DType::U32,
+            DType::I64,
+            DType::U64,
+        ];
         let to = match x.dtype {
             DType::F32 => {
-                let to = self.choose(&[
-                    DType::F64,
-                    DType::F16,
-                    DType::BF16,
-                    DType::I32,
-                    DType::I64,
-                    DType::Bool,
-                    DType::F32,
-                ]);
+                let to = if self.chance(30) {
+                    self.choose(&INTS)
+                } else {
+                    self.choose(&[
+                        DType::F64,
+                        DType::F16,
+                        DType::BF16,
+                        DType::I32,
+                        DType::I64,
+                        DType::Bool,
+                        DType::F32,
+                    ])
+                };
                 if !to.is_float() {
                     if !x.exact {
                         return None;
@@ -1317,8 +1432,12 @@ impl Gen {
                 }
                 to
             }
-            DType::I32 | DType::I64 => {
-                self.choose(&[DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool])
+            d if d.is_int() => {
+                if self.chance(50) {
+                    self.choose(&INTS)
+                } else {
+                    self.choose(&[DType::F32, DType::F64, DType::Bool])
+                }
             }
             DType::Bool => self.choose(&[DType::F32, DType::I32, DType::I64]),
             _ => self.choose(&[DType::F32, DType::F32, DType::F64]),
@@ -3046,6 +3165,101 @@ impl Gen {
         )
         .map(|_| ())
     }
+    fn int_unary(&mut self) -> Option<()> {
+        let x = self.pick(|v| v.dtype.is_int())?;
+        if !self.room(1) {
+            return None;
+        }
+        let signed = x.dtype.is_signed_int();
+        let op = if signed {
+            self.choose(&["Neg", "Abs", "Sign", "Relu", "BitwiseNot"])
+        } else {
+            self.choose(&["Abs", "Sign", "BitwiseNot"])
+        };
+        let bound = match op {
+            "Sign" => 1.0,
+            "BitwiseNot" if !signed => f64::INFINITY,
+            _ => x.bound + 1.0,
+        };
+        if !fits(x.dtype, bound) {
+            return None;
+        }
+        let u = x.uniform.clone();
+        let opset = if op == "BitwiseNot" { 18 } else { 14 };
+        self.emit1(
+            op,
+            opset,
+            &[&x.name],
+            Attributes::new(),
+            bound,
+            true,
+            |_| u,
+            0.0,
+        )
+        .map(|_| ())
+    }
+
+    /// `Reshape(x, Concat(Shape(x)[..k], [-1]))`: a target computed from a shape, as exported
+    /// models compute them (folded once the input shapes are known).
+    fn shape_reshape(&mut self) -> Option<()> {
+        let x = self.pick(|v| v.shape.len() >= 2)?;
+        if !self.room(4) {
+            return None;
+        }
+        let r = x.shape.len() as i64;
+        let k = 1 + self.below(r as usize - 1) as i64;
+        let head = if self.chance(50) {
+            let (_, _, _) = self
+                .emit(
+                    "Shape",
+                    15,
+                    &[&x.name],
+                    attrs(vec![("end", Attribute::Int(k))]),
+                    1,
+                )?
+                .pop()?;
+            self.case.nodes.last()?.outputs[0].clone()
+        } else {
+            let (s, _, _) = self
+                .emit("Shape", 13, &[&x.name], Attributes::new(), 1)?
+                .pop()?;
+            let idx: Vec<i64> = (0..k).collect();
+            let t = Tensor::new(vec![k as usize], idx).expect("a vector");
+            let i = self.const_tensor(t);
+            let (g, _, _) = self
+                .emit(
+                    "Gather",
+                    13,
+                    &[&s, &i],
+                    attrs(vec![("axis", Attribute::Int(0))]),
+                    1,
+                )?
+                .pop()?;
+            g
+        };
+        let tail = self.ints(&[-1]);
+        let (target, _, _) = self
+            .emit(
+                "Concat",
+                13,
+                &[&head, &tail],
+                attrs(vec![("axis", Attribute::Int(0))]),
+                1,
+            )?
+            .pop()?;
+        let xv = x.clone();
+        self.emit1(
+            "Reshape",
+            14,
+            &[&x.name, &target],
+            Attributes::new(),
+            x.bound,
+            x.exact,
+            |s| mixed_uniform(s, &[&xv]),
+            x.rtol,
+        )
+        .map(|_| ())
+    }
 }
 
 /// The case of `seed`, and the nodes building refused while generating it.
@@ -3053,7 +3267,7 @@ fn generate(seed: u64) -> (Case, Vec<String>) {
     let mut g = Gen::new(seed);
     g.start();
     let mut attempts = 0;
-    while g.case.nodes.len() < g.max_nodes && attempts < 300 {
+    while g.counted() < g.max_nodes && attempts < 300 {
         attempts += 1;
         g.step();
     }
