@@ -31,9 +31,9 @@
 //! first run returned. Comparison contract ([`compare`]): integer and boolean outputs, and
 //! float outputs computed exactly in the above sense, are equal element for element. Other
 //! float outputs agree within `rtol·|w| + rtol/10·(S + max S/10) + rtol/100·max|w|`, where `S`
-//! is the element's sensitivity to a relative perturbation of the float inputs and weights
-//! (measured with the reference executor: the magnitude of the terms it sums, amplified by any
-//! cancellation), and `rtol` is 1e-3, or 1e-2 (f16) and 3e-2 (bf16) once the value passed
+//! is the element's sensitivity to a relative perturbation of every float value, inputs,
+//! weights and intermediates alike (measured with the reference executor: the magnitude of the
+//! terms it sums, amplified by any cancellation), and `rtol` is 1e-3, or 1e-2 (f16) and 3e-2 (bf16) once the value passed
 //! through a narrower float; such a value may also differ by `rtol/10` times the bound of its
 //! terms, since a fused kernel keeps f16 intermediates in f32 where the reference rounds them.
 //!
@@ -3367,11 +3367,8 @@ fn references(case: &Case, graph: &Graph) -> Result<(Outputs, Outputs), Failure>
             format!("the reference executor refuses it: {e}"),
         )
     })?;
-    let nudged = perturbed(case);
-    let sensitivity = nudged
-        .graph()
-        .ok()
-        .and_then(|g| run_reference(&g, &nudged.inputs).ok())
+    let sensitivity = perturbed(case)
+        .and_then(|p| run_reference(&p.graph().ok()?, &p.inputs).ok())
         .unwrap_or_default();
     Ok((want, sensitivity))
 }
@@ -3492,42 +3489,84 @@ fn compile(case: &Case, graph: Graph, dir: &Path) -> Result<CompiledGraph<CpuBac
     .map_err(|e| format!("compile: {e}"))
 }
 
-/// Relative size of the input perturbation that measures how sensitive each output is.
+/// Relative size of the perturbation that measures how sensitive each output is.
 const PERTURBATION: f64 = 1e-5;
 
-/// `case` with every float input and initializer of more than one element multiplied
-/// elementwise by `1 + PERTURBATION·u`, `u` uniform in `[-1, 1]` (scalars, such as exponents
-/// and clip bounds, stay).
-fn perturbed(case: &Case) -> Case {
+/// `case` with every float value multiplied elementwise by `1 + PERTURBATION·u`, `u` uniform
+/// in `[-1, 1]`: inputs, initializers and constants of more than one element (scalars, such as
+/// exponents and clip bounds, stay), and every computed value (through a `Mul` by a constant
+/// after its node), so that the outputs move as the roundings of every intermediate can move
+/// them. `None` when the reference refuses the case.
+fn perturbed(case: &Case) -> Option<Case> {
     let mut rng = Rng::new(0x5eed);
-    let mut nudge = |t: &Tensor| -> Tensor {
-        if !matches!(t.dtype(), DType::F32 | DType::F64) || t.numel() <= 1 {
-            return t.clone();
-        }
-        let v: Vec<f64> = t
-            .to_f64_vec()
-            .into_iter()
-            .map(|x| {
+    let mut noise = |shape: &[usize]| -> Vec<f64> {
+        (0..numel(shape))
+            .map(|_| {
                 let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
-                x * (1.0 + PERTURBATION * u)
+                1.0 + PERTURBATION * u
             })
-            .collect();
-        Tensor::new(t.shape().to_vec(), v)
-            .expect("same shape")
-            .cast(t.dtype())
+            .collect()
     };
+    let is_float = |t: &Tensor| matches!(t.dtype(), DType::F32 | DType::F64);
     let mut c = case.clone();
     for (_, t) in c.inputs.iter_mut().chain(c.consts.iter_mut()) {
-        *t = nudge(t);
+        if is_float(t) && t.numel() > 1 {
+            let v: Vec<f64> = t
+                .to_f64_vec()
+                .iter()
+                .zip(noise(t.shape()))
+                .map(|(x, n)| x * n)
+                .collect();
+            *t = Tensor::new(t.shape().to_vec(), v).ok()?.cast(t.dtype());
+        }
     }
-    c
+    let mut probe = case.clone();
+    probe.outputs = case
+        .nodes
+        .iter()
+        .flat_map(|n| n.outputs.iter().filter(|o| !o.is_empty()))
+        .map(|o| (o.clone(), Cmp::Exact))
+        .collect();
+    let values = run_reference(&probe.graph().ok()?, &probe.inputs).ok()?;
+    c.nodes.clear();
+    for node in &case.nodes {
+        let mut n = node.clone();
+        let mut scaled = vec![];
+        for o in n.outputs.iter_mut().filter(|o| !o.is_empty()) {
+            let Some((_, t)) = values.iter().find(|(name, _)| name == o) else {
+                continue;
+            };
+            if !is_float(t) || (node.op_type == "Constant" && t.numel() <= 1) {
+                continue;
+            }
+            let raw = format!("{o}~raw");
+            let factor = format!("{o}~noise");
+            let f = Tensor::new(t.shape().to_vec(), noise(t.shape()))
+                .ok()?
+                .cast(t.dtype());
+            c.consts.push((factor.clone(), f));
+            scaled.push(NodeSpec {
+                name: format!("{o}~perturb"),
+                domain: String::new(),
+                op_type: "Mul".into(),
+                opset: 14,
+                attrs: Attributes::new(),
+                inputs: vec![raw.clone(), factor],
+                outputs: vec![o.clone()],
+            });
+            *o = raw;
+        }
+        c.nodes.push(n);
+        c.nodes.extend(scaled);
+    }
+    Some(c)
 }
 
 /// `got` against `want` under `cmp`; integer and boolean tensors always exactly.
 ///
 /// `Close { rtol, atol }` allows `rtol·|w| + rtol/10·(S + max S/10) + rtol/100·max|w| + atol` at each
 /// element, where `S = |w' - w| / PERTURBATION` is the element's sensitivity, `w'` its
-/// reference value on the [`perturbed`] inputs (`perturbed`, when given): the magnitude of the
+/// reference value in the [`perturbed`] case (`perturbed`, when given): the magnitude of the
 /// terms it sums and how much cancellation amplifies their rounding. An element whose
 /// perturbed value is not finite (an unstable one) is not compared.
 fn compare(
