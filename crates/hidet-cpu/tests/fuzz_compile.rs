@@ -945,13 +945,27 @@ impl Gen {
             .iter()
             .flat_map(|n| n.outputs.iter().cloned())
             .collect();
+        let multi: BTreeSet<String> = self
+            .case
+            .nodes
+            .iter()
+            .filter(|n| n.outputs.len() > 1)
+            .flat_map(|n| n.outputs.iter().cloned())
+            .collect();
         let mut outs: Vec<String> = vec![];
         for o in produced {
-            if !read.contains(&o) || self.chance(15) {
+            // An unread output of a node with several is sometimes left dead.
+            let dead = multi.contains(&o) && self.chance(40);
+            if (!read.contains(&o) && !dead) || self.chance(15) {
                 outs.push(o);
             }
         }
-        if self.chance(3) && !self.case.inputs.is_empty() {
+        if outs.is_empty() {
+            if let Some(last) = self.pool.last() {
+                outs.push(last.name.clone());
+            }
+        }
+        if self.chance(8) && !self.case.inputs.is_empty() {
             outs.push(self.case.inputs[0].0.clone());
         }
         for o in outs {
@@ -1930,17 +1944,31 @@ impl Gen {
             x.bound
         };
         let opset = if op == "LpPool" { 18 } else { 19 };
-        self.emit1(
-            op,
-            opset,
-            &[&x.name],
-            a,
-            bound,
-            exact,
-            |s| mixed_uniform(s, &[&xv]),
-            x.rtol,
-        )
-        .map(|_| ())
+        let outputs = if op == "MaxPool" && self.chance(15) {
+            2
+        } else {
+            1
+        };
+        for (i, (name, dtype, shape)) in self
+            .emit(op, opset, &[&x.name], a, outputs)?
+            .into_iter()
+            .enumerate()
+        {
+            self.pool.push(Val {
+                name,
+                dtype,
+                uniform: mixed_uniform(&shape, &[&xv]),
+                bound: if i == 0 {
+                    bound
+                } else {
+                    numel(&x.shape) as f64
+                },
+                exact: exact || i == 1,
+                rtol: x.rtol,
+                shape,
+            });
+        }
+        Some(())
     }
 
     /// An `auto_pad` mode; `VALID` only when every window fits in the unpadded input.
@@ -2232,17 +2260,27 @@ impl Gen {
                 }
                 let n = numel(&x.shape[axis.rem_euclid(r as i64) as usize..]) as f64;
                 let names: Vec<&str> = inputs.iter().map(String::as_str).collect();
-                self.emit1(
-                    "LayerNormalization",
-                    17,
-                    &names,
-                    a,
-                    n.sqrt() + 1.0,
-                    false,
-                    |_| u,
-                    x.rtol,
-                )
-                .map(|_| ())
+                // Sometimes the statistics too: the mean and the inverse standard deviation.
+                let outputs = if self.chance(20) { 3 } else { 1 };
+                let outs = self.emit("LayerNormalization", 17, &names, a, outputs)?;
+                for (i, (name, dtype, shape)) in outs.into_iter().enumerate() {
+                    let bound = [n.sqrt() + 1.0, x.bound, 1.0 / (eps as f64).sqrt()][i];
+                    let uniform = if i == 0 {
+                        u.clone()
+                    } else {
+                        mixed_uniform(&shape, &[&x])
+                    };
+                    self.pool.push(Val {
+                        name,
+                        dtype,
+                        shape,
+                        bound,
+                        exact: false,
+                        uniform,
+                        rtol: x.rtol,
+                    });
+                }
+                Some(())
             }
             1 => {
                 if r < 2 {
