@@ -70,7 +70,7 @@ use hidet_graph::{
 };
 
 /// Cases of the default (CI) mode: seeds `1..=QUICK_SEEDS`.
-const QUICK_SEEDS: u64 = 32;
+const QUICK_SEEDS: u64 = 48;
 /// Sizes drawn for axes: 1s (broadcasting, squeezing) and primes weighted in.
 const DIMS: [usize; 12] = [1, 1, 2, 3, 4, 5, 6, 7, 8, 13, 16, 31];
 /// Larger sizes, drawn in the cases with a larger element limit.
@@ -372,6 +372,16 @@ fn attrs(items: Vec<(&str, Attribute)>) -> Attributes {
 
 fn divisors(n: usize) -> Vec<usize> {
     (1..=n).filter(|d| n % d == 0).collect()
+}
+
+/// Which convolution [`Gen::conv_on`] draws.
+#[derive(Debug, Clone, Copy)]
+enum ConvKind {
+    Random,
+    /// 1×1 with this many output channels.
+    Pointwise(usize),
+    /// 3×3, one group per channel, padded to keep the size.
+    Depthwise,
 }
 
 /// A random-graph generator: the case so far and the values it may read.
@@ -895,6 +905,7 @@ impl Gen {
             (1, Gen::trilu),
             (2, Gen::einsum),
             (3, Gen::diamond),
+            (3, Gen::pattern),
             (3, Gen::int_unary),
             (2, Gen::shape_reshape),
             (3, Gen::shuffle),
@@ -1752,23 +1763,32 @@ impl Gen {
         if !self.room(1) {
             return None;
         }
+        self.conv_on(&x, ConvKind::Random).map(|_| ())
+    }
+
+    /// A convolution of `x` (rank 3 or 4, f32) with new weights (and sometimes a bias).
+    fn conv_on(&mut self, x: &Val, kind: ConvKind) -> Option<Val> {
         let c = x.shape[1];
         let spatial = x.shape[2..].to_vec();
-        let g = if self.chance(25) {
-            c
-        } else {
-            let d = divisors(c);
-            self.choose(&d)
+        let g = match kind {
+            ConvKind::Random if self.chance(25) => c,
+            ConvKind::Random => {
+                let d = divisors(c);
+                self.choose(&d)
+            }
+            ConvKind::Pointwise(_) => 1,
+            ConvKind::Depthwise => c,
         };
         let oc = if g == 1 {
             self.choose(&[1, 2, 3, 4, 5, 8, 16])
         } else {
             g * self.choose(&[1, 1, 2, 3])
         };
-        let oc = if c >= 16 && g == 1 && self.chance(50) {
-            c
-        } else {
-            oc
+        let oc = match kind {
+            ConvKind::Pointwise(oc) => oc,
+            ConvKind::Depthwise => c,
+            ConvKind::Random if c >= 16 && g == 1 && self.chance(50) => c,
+            ConvKind::Random => oc,
         };
         let mut kernel = vec![];
         let mut strides = vec![];
@@ -1778,10 +1798,13 @@ impl Gen {
         let mut valid_fits = true;
         // Sometimes the windows the graph passes rewrite: 3×3, 1×7 and 7×1 at stride 1, padded
         // to keep the size (Winograd, direct convolutions).
-        let same = if spatial.len() == 2 && self.chance(30) {
-            Some(self.choose(&[[3, 3], [3, 3], [1, 7], [7, 1]]))
-        } else {
-            None
+        let same = match kind {
+            ConvKind::Pointwise(_) => Some([1, 1]),
+            ConvKind::Depthwise => Some([3, 3]),
+            ConvKind::Random if spatial.len() == 2 && self.chance(30) => {
+                Some(self.choose(&[[3, 3], [3, 3], [1, 7], [7, 1]]))
+            }
+            ConvKind::Random => None,
         };
         for (axis, &d) in spatial.iter().enumerate() {
             let (k, dil, s, b, e) = match same {
@@ -1850,7 +1873,88 @@ impl Gen {
             |s| mixed_uniform(s, &[&xv]),
             x.rtol,
         )
-        .map(|_| ())
+    }
+
+    /// Chains the graph passes rewrite: a convolution and a BatchNormalization (folded), an
+    /// average pooling before a pointwise convolution with fewer channels (moved after it),
+    /// a depthwise convolution, an activation and a pointwise convolution (channels-last).
+    fn pattern(&mut self) -> Option<()> {
+        let x = self.pick(|v| v.dtype == DType::F32 && v.shape.len() == 4)?;
+        let c = x.shape[1];
+        match self.below(3) {
+            0 => {
+                if !self.room(2) {
+                    return None;
+                }
+                let y = self.conv_on(&x, ConvKind::Random)?;
+                self.batch_norm_on(&y, 1e-5).map(|_| ())
+            }
+            1 => {
+                if !self.room(2) || c < 2 {
+                    return None;
+                }
+                let (h, w) = (x.shape[2], x.shape[3]);
+                let a = if h >= 2 && w >= 2 && self.chance(60) {
+                    attrs(vec![
+                        ("kernel_shape", Attribute::Ints(vec![2, 2])),
+                        ("strides", Attribute::Ints(vec![2, 2])),
+                    ])
+                } else {
+                    attrs(vec![
+                        ("kernel_shape", Attribute::Ints(vec![3, 3])),
+                        ("pads", Attribute::Ints(vec![1, 1, 1, 1])),
+                        ("count_include_pad", Attribute::Int(self.below(2) as i64)),
+                    ])
+                };
+                let xv = x.clone();
+                let p = self.emit1(
+                    "AveragePool",
+                    19,
+                    &[&x.name],
+                    a,
+                    x.bound,
+                    false,
+                    |s| mixed_uniform(s, &[&xv]),
+                    x.rtol,
+                )?;
+                let oc = 1 + self.below(c - 1);
+                self.conv_on(&p, ConvKind::Pointwise(oc)).map(|_| ())
+            }
+            _ => {
+                if !self.room(3) {
+                    return None;
+                }
+                let d = self.conv_on(&x, ConvKind::Depthwise)?;
+                let u = d.uniform.clone();
+                let act = if self.chance(50) {
+                    self.emit1(
+                        "Relu",
+                        14,
+                        &[&d.name],
+                        Attributes::new(),
+                        d.bound,
+                        false,
+                        |_| u,
+                        d.rtol,
+                    )?
+                } else {
+                    let lo = self.const_f(DType::F32, &[], vec![0.0]);
+                    let hi = self.const_f(DType::F32, &[], vec![6.0]);
+                    self.emit1(
+                        "Clip",
+                        13,
+                        &[&d.name, &lo, &hi],
+                        Attributes::new(),
+                        d.bound,
+                        false,
+                        |_| u,
+                        d.rtol,
+                    )?
+                };
+                let oc = self.choose(&[1, 3, 8, 16, 24]);
+                self.conv_on(&act, ConvKind::Pointwise(oc)).map(|_| ())
+            }
+        }
     }
 
     fn pool(&mut self) -> Option<()> {
@@ -2216,6 +2320,37 @@ impl Gen {
         })
     }
 
+    /// Inference BatchNormalization of `x` (rank ≥ 2) with constant statistics.
+    fn batch_norm_on(&mut self, x: &Val, eps: f32) -> Option<Val> {
+        let c = x.shape[1];
+        let names: Vec<String> = (0..4)
+            .map(|i| {
+                let values: Vec<f32> = (0..c)
+                    .map(|_| {
+                        let v = self.rng.nonzero_f32();
+                        if i == 3 {
+                            v.abs() + 0.1
+                        } else {
+                            v
+                        }
+                    })
+                    .collect();
+                self.const_f(DType::F32, &[c], values)
+            })
+            .collect();
+        let u = x.uniform.clone();
+        self.emit1(
+            "BatchNormalization",
+            15,
+            &[&x.name, &names[0], &names[1], &names[2], &names[3]],
+            attrs(vec![("epsilon", Attribute::Float(eps))]),
+            4.0 * x.bound + 4.0,
+            false,
+            |_| u,
+            x.rtol,
+        )
+    }
+
     fn normalization(&mut self) -> Option<()> {
         let x = self.pick(|v| v.dtype == DType::F32 && !v.shape.is_empty())?;
         if !self.room(1) {
@@ -2286,34 +2421,7 @@ impl Gen {
                 if r < 2 {
                     return None;
                 }
-                let c = x.shape[1];
-                let names: Vec<String> = (0..4)
-                    .map(|i| {
-                        let values: Vec<f32> = (0..c)
-                            .map(|_| {
-                                let v = self.rng.nonzero_f32();
-                                if i == 3 {
-                                    v.abs() + 0.1
-                                } else {
-                                    v
-                                }
-                            })
-                            .collect();
-                        self.const_f(DType::F32, &[c], values)
-                    })
-                    .collect();
-                let a = attrs(vec![("epsilon", Attribute::Float(eps))]);
-                self.emit1(
-                    "BatchNormalization",
-                    15,
-                    &[&x.name, &names[0], &names[1], &names[2], &names[3]],
-                    a,
-                    4.0 * x.bound + 4.0,
-                    false,
-                    |_| u,
-                    x.rtol,
-                )
-                .map(|_| ())
+                self.batch_norm_on(&x, eps).map(|_| ())
             }
             2 => {
                 if r < 3
