@@ -371,7 +371,7 @@ fn attrs(items: Vec<(&str, Attribute)>) -> Attributes {
 }
 
 fn divisors(n: usize) -> Vec<usize> {
-    (1..=n).filter(|d| n % d == 0).collect()
+    (1..=n).filter(|&d| n.is_multiple_of(d)).collect()
 }
 
 /// Which convolution [`Gen::conv_on`] draws.
@@ -402,9 +402,9 @@ impl Gen {
     fn new(seed: u64) -> Gen {
         let mut rng = Rng::new(seed);
         let max_nodes = 1 + (rng.next_u64() % 8) as usize;
-        let template = rng.next_u64() % 5 != 0;
+        let template = !rng.next_u64().is_multiple_of(5);
         let threads = [1, 2, 2, 4][(rng.next_u64() % 4) as usize];
-        let max_elems = if rng.next_u64() % 10 == 0 {
+        let max_elems = if rng.next_u64().is_multiple_of(10) {
             4 * MAX_ELEMS
         } else {
             MAX_ELEMS
@@ -2013,7 +2013,7 @@ impl Gen {
             if d + b + e < dil * (k - 1) + 1 {
                 return None;
             }
-            valid_fits &= d >= dil * (k - 1) + 1;
+            valid_fits &= d > dil * (k - 1);
             kernel.push(k as i64);
             strides.push(s as i64);
             dilations.push(dil as i64);
@@ -3767,7 +3767,8 @@ fn compare(
                                 + rtol / 10.0 * (sens[i] + max_sens / 10.0)
                                 + rtol / 100.0 * scale
                                 + atol;
-                            !((a - b).abs() <= tol)
+                            let within = (a - b).abs() <= tol;
+                            !within
                         }
                     }
             })
