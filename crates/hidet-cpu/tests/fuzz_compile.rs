@@ -65,8 +65,8 @@ use hidet_cpu::CpuTarget;
 use hidet_graph::compiled::{CompileOptions, CompiledGraph};
 use hidet_graph::passes::{passes_for, run_passes};
 use hidet_graph::{
-    run_reference, Attribute, Attributes, DType, Graph, GraphBuilder, NodeSpec, Registry, Tensor,
-    TensorType,
+    run_reference, Attribute, Attributes, DType, Dim, Graph, GraphBuilder, NodeSpec, Registry,
+    Tensor, TensorType,
 };
 
 /// Cases of the default (CI) mode: seeds `1..=QUICK_SEEDS`.
@@ -102,13 +102,34 @@ struct Case {
     /// Whether matmul anchors use the CPU template.
     template: bool,
     threads: usize,
+    /// Whether the graph declares the first axis of each input longer than 1 symbolic (one
+    /// symbol per size), so passes see symbolic shapes and compilation specializes them.
+    symbolic: bool,
 }
 
 impl Case {
     fn graph(&self) -> Result<Graph, String> {
         let mut b = GraphBuilder::new("fuzz");
         for (n, t) in &self.inputs {
-            b.input(n.clone(), TensorType::fixed(t.dtype(), t.shape()));
+            let shape = t
+                .shape()
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| {
+                    if self.symbolic && i == 0 && d > 1 {
+                        Dim::Symbol(Arc::from(format!("n{d}").as_str()))
+                    } else {
+                        Dim::Fixed(d)
+                    }
+                })
+                .collect();
+            b.input(
+                n.clone(),
+                TensorType {
+                    dtype: t.dtype(),
+                    shape: Some(shape),
+                },
+            );
         }
         for (n, t) in &self.consts {
             b.initializer(n.clone(), t.clone());
@@ -224,9 +245,14 @@ impl fmt::Display for Case {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "  compiled with the matmul template {}, {} threads",
+            "  compiled with the matmul template {}, {} threads{}",
             if self.template { "on" } else { "off" },
-            self.threads
+            self.threads,
+            if self.symbolic {
+                ", inputs' first axes symbolic"
+            } else {
+                ""
+            }
         )?;
         for (n, t) in &self.inputs {
             writeln!(f, "  input {n}: {}", tensor_text(t))?;
@@ -418,6 +444,7 @@ impl Gen {
                 outputs: vec![],
                 template,
                 threads,
+                symbolic: false,
             },
             pool: vec![],
             next: 0,
@@ -1000,7 +1027,17 @@ impl Gen {
             };
             self.case.outputs.push((o, cmp));
         }
-        (self.case.pruned(), self.rejected)
+        let mut case = self.case.pruned();
+        // Symbolic first axes where the graph still builds and runs with them (static
+        // inference may not see through every broadcast of a symbol).
+        if self.rng.next_u64().is_multiple_of(5) {
+            case.symbolic = true;
+            let runs = case
+                .graph()
+                .is_ok_and(|g| run_reference(&g, &case.inputs).is_ok());
+            case.symbolic = runs;
+        }
+        (case, self.rejected)
     }
 
     fn unary(&mut self) -> Option<()> {
@@ -3844,6 +3881,7 @@ fn minimize(case: &Case, kind: Kind, dir: &Path) -> Case {
 #[derive(Default)]
 struct Run {
     cases: usize,
+    symbolic: usize,
     nodes: usize,
     kernels: usize,
     host_nodes: usize,
@@ -3856,6 +3894,7 @@ impl Run {
     fn case(&mut self, seed: u64, dir: &Path, verbose: bool) {
         let (case, rejected) = generate(seed);
         self.cases += 1;
+        self.symbolic += usize::from(case.symbolic);
         self.nodes += case.nodes.len();
         for n in &case.nodes {
             *self.ops.entry(n.op_type.clone()).or_default() += 1;
@@ -3913,8 +3952,9 @@ impl Run {
 
     fn summary(&self, elapsed: Duration) -> String {
         format!(
-            "{} cases ({} nodes, {} kernels, {} host nodes) in {:.1?}, {} failures",
+            "{} cases ({} symbolic; {} nodes, {} kernels, {} host nodes) in {:.1?}, {} failures",
             self.cases,
+            self.symbolic,
             self.nodes,
             self.kernels,
             self.host_nodes,
