@@ -3591,7 +3591,7 @@ fn check(case: &Case, dir: &Path) -> Result<Outcome, Failure> {
         let report = compiled.report();
         let outcome = Outcome {
             kernels: report.kernels,
-            host_nodes: report.host_nodes,
+            host_nodes: report.host_nodes(),
         };
         Ok::<_, String>((
             [first, again],
