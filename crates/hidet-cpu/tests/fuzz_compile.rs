@@ -4034,6 +4034,12 @@ impl Fixed {
         Fixed(g)
     }
 
+    /// Declares the inputs' first axes symbolic ([`Case::symbolic`]).
+    fn symbolic(mut self) -> Fixed {
+        self.0.case.symbolic = true;
+        self
+    }
+
     fn input(&mut self, shape: &[usize], values: Vec<f32>) -> String {
         let name = self.0.fresh("x");
         let t = Tensor::new(shape.to_vec(), values).expect("values match the shape");
@@ -4111,4 +4117,33 @@ fn regression_softplus_far_below_zero() {
     let softplus = c.node("Softplus", 1, &[&x], Attributes::new());
     let mish = c.node("Mish", 18, &[&x], Attributes::new());
     c.check(&[&softplus, &mish]);
+}
+
+/// A Gemm without C whose `alpha` is not 1 and that the graph passes leave as a Gemm (here its
+/// left operand's rank is unknown statically: an Einsum of inputs with symbolic axes): its
+/// compute definition read the placeholder of the absent C and panicked (index out of
+/// bounds; seed 143543).
+#[test]
+fn regression_gemm_without_c_scaled() {
+    let mut c = Fixed::new().symbolic();
+    let values: Vec<f32> = (0..8).map(|i| 0.1 * i as f32 - 0.35).collect();
+    let x = c.input(&[8], values.clone());
+    let y = c.input(&[8], values.iter().rev().copied().collect());
+    let outer = c.node(
+        "Einsum",
+        12,
+        &[&x, &y],
+        attrs(vec![("equation", Attribute::String("i,j->ij".into()))]),
+    );
+    let w = c.input(&[1, 8], values);
+    let gemm = c.node(
+        "Gemm",
+        13,
+        &[&outer, &w],
+        attrs(vec![
+            ("alpha", Attribute::Float(0.5)),
+            ("transB", Attribute::Int(1)),
+        ]),
+    );
+    c.check(&[&gemm]);
 }
