@@ -15,7 +15,9 @@
 //! more often than not, so chains form that fusion merges (element-wise after products,
 //! transposes feeding products), reuses values for several consumers, and makes every unread
 //! value a graph output (plus some read ones). Each case also draws whether matmul anchors use
-//! the template and how many threads kernels are scheduled for.
+//! the template, how many threads kernels are scheduled for, and (a third of the cases, where
+//! the graph still builds) whether the inputs' first axes are symbolic, so that the passes
+//! that need static shapes leave operators to their own compute definitions.
 //!
 //! Data: inputs and weights lie in `[-1, -0.05] ∪ [0.05, 1]` (integers in `[-9, -1] ∪ [1, 9]`).
 //! Partial functions only see their domain: Log, Sqrt, Reciprocal and Acosh read `|x| + c`
@@ -40,11 +42,12 @@
 //! Modes:
 //! - default (CI): the cases of seeds `1..=QUICK_SEEDS`, sharing one kernel cache.
 //! - `HIDET_FUZZ_SECONDS=N`: new cases, from seed `HIDET_FUZZ_SEED` (default: the clock)
-//!   upwards, until N seconds have passed. Each failure is printed at once with its seed and a
-//!   minimized graph (nodes cut into inputs holding their reference values, or bypassed, while
-//!   the same kind of failure remains); the test fails at the end, listing the seeds:
-//!   `HIDET_FUZZ_SECONDS=3600 nice -n 10 cargo test --release -p hidet-cpu --test fuzz_compile
-//!   -- fuzz_random_graphs --nocapture`.
+//!   upwards, until N seconds have passed, [`CASES_PER_CHILD`] at a time in a child process
+//!   (a crash names the seed it was running). Each failure is printed at once, marked
+//!   `FAILURE`, with its seed and a minimized graph (nodes cut into inputs holding their
+//!   reference values, or bypassed, while the same kind of failure remains); the test fails at
+//!   the end: `HIDET_FUZZ_SECONDS=3600 nice -n 10 cargo test --release -p hidet-cpu --test
+//!   fuzz_compile -- fuzz_random_graphs --nocapture`.
 //! - `HIDET_FUZZ_SEED=S` alone: replays the case of seed S, printing its graph.
 //!
 //! Each real failure found is kept below as a named regression test (`regression_*`), a small
@@ -1030,7 +1033,7 @@ impl Gen {
         let mut case = self.case.pruned();
         // Symbolic first axes where the graph still builds and runs with them (static
         // inference may not see through every broadcast of a symbol).
-        if self.rng.next_u64().is_multiple_of(5) {
+        if self.rng.next_u64().is_multiple_of(3) {
             case.symbolic = true;
             let runs = case
                 .graph()
@@ -3978,47 +3981,153 @@ fn env_u64(name: &str) -> Option<u64> {
     )
 }
 
+/// Cases per child process of the timed mode. A process never unloads a kernel library (the
+/// CPU backend opens them `RTLD_NODELETE`), so one running many thousands of distinct kernels
+/// exhausts the kernel's limit on memory maps; a child also confines a crash (a kernel that
+/// faults) to its own cases.
+const CASES_PER_CHILD: u64 = 500;
+
 /// The fuzz run: the quick CI mode, the timed mode, or a replay (see the module doc).
 #[test]
 fn fuzz_random_graphs() {
-    let dir = tempfile::tempdir().unwrap();
     let seconds = env_u64("HIDET_FUZZ_SECONDS");
     let seed = env_u64("HIDET_FUZZ_SEED");
-    let started = Instant::now();
-    let mut run = Run::default();
     match (seconds, seed) {
-        (None, None) => {
-            for s in 1..=QUICK_SEEDS {
-                run.case(s, dir.path(), false);
-            }
-        }
-        (None, Some(s)) => run.case(s, dir.path(), true),
+        (None, None) => run_seeds(1..QUICK_SEEDS + 1, None, false),
+        (None, Some(s)) => run_seeds(s..s + 1, None, true),
         (Some(t), start) => {
             let start = start.unwrap_or_else(|| {
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(1, |d| d.as_secs())
             });
-            println!("fuzzing for {t} s from seed {start}");
-            let deadline = started + Duration::from_secs(t);
-            let mut s = start;
-            while Instant::now() < deadline {
-                run.case(s, dir.path(), false);
-                s += 1;
-                if run.cases % 50 == 0 {
-                    println!("{}", run.summary(started.elapsed()));
+            let deadline = Instant::now() + Duration::from_secs(t);
+            match std::env::var_os("HIDET_FUZZ_PROGRESS") {
+                Some(progress) => {
+                    let cases = env_u64("HIDET_FUZZ_CASES").unwrap_or(u64::MAX);
+                    let seeds = start..start.saturating_add(cases);
+                    run_seeds(seeds, Some((deadline, progress.into())), false);
                 }
+                None => supervise(start, deadline),
             }
         }
     }
+}
+
+/// Runs the cases of `seeds` in this process (until `until`'s deadline, writing each seed to
+/// its progress file before running it, when given) and fails if any case failed.
+fn run_seeds(
+    seeds: std::ops::Range<u64>,
+    until: Option<(Instant, std::path::PathBuf)>,
+    verbose: bool,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let mut run = Run::default();
+    for s in seeds {
+        if let Some((deadline, progress)) = &until {
+            if Instant::now() >= *deadline {
+                break;
+            }
+            std::fs::write(progress, format!("seed {s}\n")).unwrap();
+        }
+        run.case(s, dir.path(), verbose);
+        if run.cases % 50 == 0 {
+            println!("{}", run.summary(started.elapsed()));
+        }
+    }
     let summary = run.summary(started.elapsed());
+    if let Some((_, progress)) = &until {
+        let done = format!("done {} {}\n", run.cases, run.failures.len());
+        std::fs::write(progress, done).unwrap();
+    }
     println!("{summary}\n{}", run.op_counts());
     assert!(
         run.failures.is_empty(),
         "{summary}\n\n{}",
         run.failures.join("\n\n")
     );
-    assert!(run.kernels > 0, "no case compiled a kernel: {summary}");
+    assert!(
+        run.cases == 0 || run.kernels > 0,
+        "no case compiled a kernel: {summary}"
+    );
+}
+
+/// The timed mode's parent: runs [`CASES_PER_CHILD`] seeds at a time in a child process (this
+/// test binary, `HIDET_FUZZ_PROGRESS` naming the file where it reports its progress) until
+/// `deadline`; a child that dies, or makes no progress for 15 minutes, is reported with the
+/// seed it was running.
+fn supervise(start: u64, deadline: Instant) {
+    let dir = tempfile::tempdir().unwrap();
+    let progress = dir.path().join("progress");
+    let exe = std::env::current_exe().unwrap();
+    println!(
+        "fuzzing until {:.0?} from now from seed {start}, {CASES_PER_CHILD} cases per process",
+        deadline - Instant::now()
+    );
+    let (mut cases, mut failures, mut crashes) = (0u64, 0u64, vec![]);
+    let mut next = start;
+    while deadline.saturating_duration_since(Instant::now()) >= Duration::from_secs(1) {
+        let left = deadline - Instant::now();
+        let _ = std::fs::remove_file(&progress);
+        let mut child = std::process::Command::new(&exe)
+            .args(["fuzz_random_graphs", "--exact", "--nocapture"])
+            .env("HIDET_FUZZ_SEED", next.to_string())
+            .env("HIDET_FUZZ_SECONDS", left.as_secs().max(1).to_string())
+            .env("HIDET_FUZZ_CASES", CASES_PER_CHILD.to_string())
+            .env("HIDET_FUZZ_PROGRESS", &progress)
+            .spawn()
+            .unwrap();
+        // A child whose progress stands still for `HUNG` is stopped: its threads' stacks are
+        // printed (where gdb is at hand) and its current seed reported.
+        const HUNG: Duration = Duration::from_secs(900);
+        let (mut last, mut since) = (String::new(), Instant::now());
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status.to_string();
+            }
+            let now = std::fs::read_to_string(&progress).unwrap_or_default();
+            if now != last {
+                (last, since) = (now, Instant::now());
+            } else if since.elapsed() > HUNG {
+                let _ = std::process::Command::new("gdb")
+                    .args(["-p", &child.id().to_string(), "-batch"])
+                    .args(["-ex", "thread apply all bt"])
+                    .status();
+                let _ = child.kill();
+                let _ = child.wait();
+                break format!("no progress for {HUNG:?}, stopped");
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        let report = std::fs::read_to_string(&progress).unwrap_or_default();
+        let words: Vec<&str> = report.split_whitespace().collect();
+        match words.as_slice() {
+            ["done", n, f] => {
+                cases += n.parse::<u64>().unwrap_or(0);
+                failures += f.parse::<u64>().unwrap_or(0);
+            }
+            ["seed", s] => {
+                let s: u64 = s.parse().unwrap_or(next);
+                cases += s - next + 1;
+                let crash = format!("seed {s}: the process died ({status})");
+                println!("FAILURE {crash}");
+                crashes.push(crash);
+                next = s + 1;
+                continue;
+            }
+            _ => panic!("the child process reported nothing ({status})"),
+        }
+        next += CASES_PER_CHILD;
+    }
+    println!(
+        "{cases} cases in all from seed {start}, {failures} failures, {} crashes",
+        crashes.len()
+    );
+    assert!(
+        failures == 0 && crashes.is_empty(),
+        "{failures} failing cases (printed above as FAILURE), crashes: {crashes:?}"
+    );
 }
 
 /// A fixed case for a regression test: inputs of given values and nodes added through the
