@@ -4156,6 +4156,12 @@ impl Fixed {
         name
     }
 
+    fn typed_input(&mut self, t: Tensor) -> String {
+        let name = self.0.fresh("x");
+        self.0.case.inputs.push((name.clone(), t));
+        name
+    }
+
     fn node(&mut self, op: &str, opset: i64, inputs: &[&str], attrs: Attributes) -> String {
         match self.0.emit(op, opset, inputs, attrs, 1) {
             Some(mut outs) => outs.remove(0).0,
@@ -4255,4 +4261,44 @@ fn regression_gemm_without_c_scaled() {
         ]),
     );
     c.check(&[&gemm]);
+}
+
+/// Integer operations on types narrower than 32 bits in one kernel with a comparison: C
+/// evaluates `~x`, `x + y`, `-x`, `x * y` and `x << y` of such types in `int`, so a kernel
+/// compared `~5` as -6 where the IR and the reference have the `uint16_t` 65530 (seed 213290:
+/// BitwiseNot then LessOrEqual on u16).
+#[test]
+fn regression_narrow_integers_wrap_before_a_comparison() {
+    let mut c = Fixed::new();
+    let a = c.typed_input(Tensor::new(vec![6], vec![5u16, 0, 65535, 300, 7, 40000]).unwrap());
+    let b = c.typed_input(Tensor::new(vec![6], vec![65530u16, 1, 0, 65000, 9, 30000]).unwrap());
+    let p = c.typed_input(Tensor::new(vec![6], vec![-128i8, 100, 127, 1, 64, 3]).unwrap());
+    let q = c.typed_input(Tensor::new(vec![6], vec![-1i8, 100, 1, -128, 2, 50]).unwrap());
+    let shift = c.typed_input(Tensor::new(vec![6], vec![200u8, 1, 255, 16, 129, 3]).unwrap());
+    let by = c.typed_input(Tensor::new(vec![6], vec![1u8, 7, 4, 4, 1, 6]).unwrap());
+    let none = Attributes::new;
+    let not = c.node("BitwiseNot", 18, &[&a], none());
+    let sum = c.node("Add", 14, &[&a, &b], none());
+    let neg = c.node("Neg", 13, &[&p], none());
+    let product = c.node("Mul", 14, &[&p, &q], none());
+    let difference = c.node("Sub", 14, &[&q, &p], none());
+    let left = c.node(
+        "BitShift",
+        11,
+        &[&shift, &by],
+        attrs(vec![("direction", Attribute::String("LEFT".into()))]),
+    );
+    let mut outputs = vec![];
+    for (x, y) in [
+        (&not, &b),
+        (&sum, &b),
+        (&neg, &q),
+        (&product, &q),
+        (&difference, &p),
+        (&left, &shift),
+    ] {
+        outputs.push(c.node("LessOrEqual", 16, &[x, y], none()));
+    }
+    let names: Vec<&str> = outputs.iter().map(String::as_str).collect();
+    c.check(&names);
 }
