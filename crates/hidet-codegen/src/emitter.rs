@@ -963,7 +963,7 @@ impl<'a> FunctionEmitter<'a> {
         }
         let helper = crate::helpers::floor_div_mod(self.d, op == BinaryOp::Div, dtype, self.uses)
             .map_err(|u| self.unsupported(u))?;
-        Ok(format!("{helper}({x}, {y})"))
+        self.wrapped(e, format!("{helper}({x}, {y})"))
     }
 }
 

@@ -4264,7 +4264,8 @@ fn regression_gemm_without_c_scaled() {
 }
 
 /// Integer operations on types narrower than 32 bits in one kernel with a comparison: C
-/// evaluates `~x`, `x + y`, `-x`, `x * y` and `x << y` of such types in `int`, so a kernel
+/// evaluates `~x`, `x + y`, `-x`, `x * y`, `x << y` (and the floor-division helper of `i8`
+/// and `i16` works in `int32_t`: -128 / -1) of such types in `int`, so a kernel
 /// compared `~5` as -6 where the IR and the reference have the `uint16_t` 65530 (seed 213290:
 /// BitwiseNot then LessOrEqual on u16).
 #[test]
@@ -4282,6 +4283,7 @@ fn regression_narrow_integers_wrap_before_a_comparison() {
     let neg = c.node("Neg", 13, &[&p], none());
     let product = c.node("Mul", 14, &[&p, &q], none());
     let difference = c.node("Sub", 14, &[&q, &p], none());
+    let quotient = c.node("Div", 14, &[&p, &q], none());
     let left = c.node(
         "BitShift",
         11,
@@ -4295,6 +4297,7 @@ fn regression_narrow_integers_wrap_before_a_comparison() {
         (&neg, &q),
         (&product, &q),
         (&difference, &p),
+        (&quotient, &q),
         (&left, &shift),
     ] {
         outputs.push(c.node("LessOrEqual", 16, &[x, y], none()));
