@@ -793,11 +793,11 @@ impl<'a> FunctionEmitter<'a> {
             ExprKind::Builtin(b) => self.d.builtin(*b).map_err(|u| self.unsupported(u)),
             ExprKind::Unary(op, a) => {
                 let x = self.expr(a)?;
-                Ok(match op {
-                    UnaryOp::Neg => format!("(-{x})"),
-                    UnaryOp::Not => format!("(!{x})"),
-                    UnaryOp::BitNot => format!("(~{x})"),
-                })
+                match op {
+                    UnaryOp::Neg => self.wrapped(e, format!("(-{x})")),
+                    UnaryOp::Not => Ok(format!("(!{x})")),
+                    UnaryOp::BitNot => self.wrapped(e, format!("(~{x})")),
+                }
             }
             ExprKind::Binary(op, a, b) => self.binary(e, *op, a, b),
             ExprKind::Select(c, a, b) => {
@@ -909,11 +909,32 @@ impl<'a> FunctionEmitter<'a> {
         }
     }
 
+    /// `text`, the C form of `e`, converted back to `e`'s type when that is a scalar integer
+    /// narrower than `int`: C computes such arithmetic in `int` (integer promotion), where the
+    /// IR wraps in the type itself (`~x` of a `uint16_t` 5 is 65530, not -6).
+    fn wrapped(&mut self, e: &Expr, text: String) -> R<String> {
+        let dtype = self.dtype_of(e)?;
+        if dtype.is_vector() || !dtype.is_integer() || dtype.scalar.bytes() >= 4 {
+            return Ok(text);
+        }
+        let ty = self
+            .d
+            .value_type(dtype, self.uses)
+            .map_err(|u| self.unsupported(u))?;
+        Ok(format!("(({ty}){text})"))
+    }
+
     fn binary(&mut self, e: &Expr, op: BinaryOp, a: &Expr, b: &Expr) -> R<String> {
         let is_divmod = matches!(op, BinaryOp::Div | BinaryOp::Mod);
         if !is_divmod {
             let (x, y) = (self.expr(a)?, self.expr(b)?);
-            return Ok(format!("({x} {} {y})", op.symbol()));
+            let text = format!("({x} {} {y})", op.symbol());
+            return match op {
+                BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Shl => {
+                    self.wrapped(e, text)
+                }
+                _ => Ok(text),
+            };
         }
         let dtype = self.dtype_of(e)?;
         let (x, y) = (self.expr(a)?, self.expr(b)?);
@@ -942,7 +963,7 @@ impl<'a> FunctionEmitter<'a> {
         }
         let helper = crate::helpers::floor_div_mod(self.d, op == BinaryOp::Div, dtype, self.uses)
             .map_err(|u| self.unsupported(u))?;
-        Ok(format!("{helper}({x}, {y})"))
+        self.wrapped(e, format!("{helper}({x}, {y})"))
     }
 }
 

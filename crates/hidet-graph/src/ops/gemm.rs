@@ -288,14 +288,13 @@ impl Operator for Gemm {
             return finish(vars, vec![(sum.clone(), sum_node)], vec![sum]).map(Some);
         }
         let (alpha, beta) = (self.alpha, self.beta);
-        let vc = vars[2].clone();
         let (out, out_node) = grid("out", t, dims(&[m, n]), |i| {
             let mut v = sum.at(i.to_vec());
             if alpha != 1.0 {
                 v = konst(alpha, acc) * v;
             }
             if let Some(c) = c {
-                let cv = broadcast_read(&vc, c.shape, i);
+                let cv = broadcast_read(&vars[2], c.shape, i);
                 let cv = if acc == t { cv } else { cv.cast(acc) };
                 v = v + if beta == 1.0 {
                     cv

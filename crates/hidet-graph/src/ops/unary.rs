@@ -186,9 +186,18 @@ fn sign_f(x: f64) -> f64 {
     }
 }
 
-/// `log(1 + exp(x))`, `x` itself above 30 where `exp` would overflow `f32`.
+/// `log(1 + exp(x))`, `x` itself above 30 where `exp` would overflow `f32`. With `u = exp(x)`
+/// and `w = 1 + u`, the logarithm is `log(w)·u / (w - 1)` (Kahan's `log1p`: the rounding of
+/// `w` cancels), and `u` itself where `w` rounds to 1, so that far below 0 the result keeps
+/// the digits of `exp(x)` instead of being 0.
 fn softplus_ir(x: Expr, t: DataType) -> Expr {
-    let log1p_exp = math1(MathFunc::Log, konst(1.0, t) + x.exp());
+    let u = x.exp();
+    let w = konst(1.0, t) + u.clone();
+    let log1p_exp = Expr::select(
+        w.eq(konst(1.0, t)),
+        u.clone(),
+        math1(MathFunc::Log, w.clone()) * u / (w - konst(1.0, t)),
+    );
     Expr::select(x.gt(konst(30.0, t)), x, log1p_exp)
 }
 
@@ -201,9 +210,23 @@ fn sign_ir(x: Expr, t: DataType) -> Expr {
     Expr::select(x.gt(konst(0.0, t)), konst(1.0, t), negative)
 }
 
-/// `exp(x) - 1`.
+/// `exp(x) - 1`, accurate to a few ulps also near 0, where the plain difference cancels
+/// every digit (`exp(-1e-9) - 1` is 0 in f32): for `|x| < 1/2`, with `u = exp(x)`,
+/// `(u - 1)·x / log(u)` (Kahan: the rounding of `u` cancels between the difference, exact
+/// there, and the logarithm), and `x` itself where `u` rounds to 1.
 fn expm1_ir(x: Expr, t: DataType) -> Expr {
-    x.exp() - konst(1.0, t)
+    let u = x.exp();
+    let d = &u - konst(1.0, t);
+    let small = Expr::select(
+        u.eq(konst(1.0, t)),
+        x.clone(),
+        &d * x.clone() / math1(MathFunc::Log, u),
+    );
+    Expr::select(
+        math1(MathFunc::Abs, x).lt(konst(0.5, t)),
+        small,
+        d,
+    )
 }
 
 /// Registers the unary family.
