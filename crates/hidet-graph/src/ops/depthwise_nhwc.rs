@@ -1,10 +1,10 @@
-//! `hidet::DepthwiseConvNhwc`: a single-image depthwise convolution on channels-last data.
+//! `hidet::DepthwiseConvNhwc`: a depthwise convolution on channels-last data.
 //!
 //! `DepthwiseConvNhwc(X, W, B?; kernel_shape, strides, dilations, pads)` with `X` of shape
-//! `[1, d…, C]`, `W` of shape `[k…, C]` and `B` of shape `[C]` gives `Y` of shape `[1, o…, C]`:
+//! `[N, d…, C]`, `W` of shape `[k…, C]` and `B` of shape `[C]` gives `Y` of shape `[N, o…, C]`:
 //!
 //! ```text
-//! Y[0, o…, c] = Σ_k X[0, o·s + k·d - pad, c] · W[k…, c] + B[c]      (0 in the padding)
+//! Y[n, o…, c] = Σ_k X[n, o·s + k·d - pad, c] · W[k…, c] + B[c]      (0 in the padding)
 //! ```
 //!
 //! This is ONNX `Conv` with `group = C` and one output channel per group, with the channel
@@ -65,9 +65,9 @@ impl DepthwiseConvNhwc {
         bs: Option<&[usize]>,
     ) -> Result<(Geometry, usize), OpError> {
         let rank = self.window.rank();
-        if xs.len() != rank + 2 || xs[0] != 1 {
+        if xs.len() != rank + 2 {
             return Err(OpError::Shape(format!(
-                "DepthwiseConvNhwc needs X of shape [1, d…, C] with {rank} spatial dimensions, \
+                "DepthwiseConvNhwc needs X of shape [N, d…, C] with {rank} spatial dimensions, \
                  got {xs:?}"
             )));
         }
@@ -89,8 +89,8 @@ impl DepthwiseConvNhwc {
         Ok((self.window.resolve(&xs[1..=rank])?, channels))
     }
 
-    fn output_shape(g: &Geometry, channels: usize) -> Vec<usize> {
-        let mut shape = vec![1];
+    fn output_shape(batch: usize, g: &Geometry, channels: usize) -> Vec<usize> {
+        let mut shape = vec![batch];
         shape.extend(&g.output);
         shape.push(channels);
         shape
@@ -111,7 +111,7 @@ impl Operator for DepthwiseConvNhwc {
             (Some(xs), Some(ws)) => {
                 let bs = b.and_then(|b| b.ty.fixed_shape());
                 let (g, channels) = self.geometry(&xs, &ws, bs.as_deref())?;
-                Self::output_shape(&g, channels)
+                Self::output_shape(xs[0], &g, channels)
                     .into_iter()
                     .map(Dim::Fixed)
                     .collect()
@@ -143,25 +143,30 @@ impl Operator for DepthwiseConvNhwc {
             None => None,
         };
         let (g, channels) = self.geometry(x.shape(), w.shape(), b.map(Tensor::shape))?;
-        let (no, nk) = (g.output_size(), g.kernel_size());
+        let (ni, no, nk) = (g.input_size(), g.output_size(), g.kernel_size());
+        let batch = x.shape()[0];
         let offsets = g.offsets()?;
-        let mut y = Vec::with_capacity(no * channels);
-        for o in 0..no {
-            for c in 0..channels {
-                let mut acc = bv.map_or(0.0, |b| f64::from(b[c]));
-                for k in 0..nk {
-                    let off = offsets[k * no + o];
-                    if off < BEYOND_PADDING {
-                        acc += f64::from(xv[off * channels + c]) * f64::from(wv[k * channels + c]);
+        let mut y = Vec::with_capacity(batch * no * channels);
+        for n in 0..batch {
+            let image = &xv[n * ni * channels..];
+            for o in 0..no {
+                for c in 0..channels {
+                    let mut acc = bv.map_or(0.0, |b| f64::from(b[c]));
+                    for k in 0..nk {
+                        let off = offsets[k * no + o];
+                        if off < BEYOND_PADDING {
+                            acc += f64::from(image[off * channels + c])
+                                * f64::from(wv[k * channels + c]);
+                        }
                     }
+                    y.push(acc as f32);
                 }
-                y.push(acc as f32);
             }
         }
-        Ok(vec![Tensor::new(Self::output_shape(&g, channels), y)?])
+        Ok(vec![Tensor::new(Self::output_shape(batch, &g, channels), y)?])
     }
 
-    /// `acc[0, o…, c] = Σ_k x[0, o·s + k·d - pad, c] · w[k…, c]` (0 in the padding: a select
+    /// `acc[n, o…, c] = Σ_k x[n, o·s + k·d - pad, c] · w[k…, c]` (0 in the padding: a select
     /// on the index bounds), then `out = acc + b[c]` when there is a bias. The read itself is
     /// clamped into the input, so that it is a plain load whatever the bounds: the select
     /// then only discards it, and the lanes (channels) of a padded window still vectorize.
@@ -174,7 +179,7 @@ impl Operator for DepthwiseConvNhwc {
             check_dtype(2, b.dtype, |d| d == DType::F32)?;
         }
         let (g, channels) = self.geometry(x.shape, w.shape, bias.map(|b| b.shape))?;
-        let shape = Self::output_shape(&g, channels);
+        let shape = Self::output_shape(x.shape[0], &g, channels);
         if !fits_i32(&[x.shape, w.shape, &shape]) {
             return Ok(None);
         }

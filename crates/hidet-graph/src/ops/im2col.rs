@@ -1,11 +1,12 @@
-//! `hidet::Im2Col`: the column matrix of a single-image convolution, the right operand of
-//! convolution as a matrix product (`Y[oc, o] = Σ_r Wmat[oc, r] · Col[r, o]`).
+//! `hidet::Im2Col`: the column matrix of a convolution, the right operand of convolution as
+//! a matrix product (`Y[oc, (n, o)] = Σ_r Wmat[oc, r] · Col[r, (n, o)]`).
 //!
-//! `Im2Col(X; kernel_shape, strides, dilations, pads)` with `X` of shape `[1, C, d…]` gives
-//! `Col` of shape `[C·∏k, ∏o]`: row `r = (c, k…)` (row-major over the channel and the kernel
-//! position), column `o` (row-major over the output positions), holding the input element
-//! the window at `o` reads at kernel position `k` of channel `c`, or 0 in the padding. The
-//! window geometry is the convolution's ([`crate::kernels::window`]) with explicit pads.
+//! `Im2Col(X; kernel_shape, strides, dilations, pads)` with `X` of shape `[N, C, d…]` gives
+//! `Col` of shape `[C·∏k, N·∏o]`: row `r = (c, k…)` (row-major over the channel and the
+//! kernel position), column `(n, o)` (row-major over the image and the output positions),
+//! holding the element of image `n` the window at `o` reads at kernel position `k` of channel
+//! `c`, or 0 in the padding. The window geometry is the convolution's
+//! ([`crate::kernels::window`]) with explicit pads.
 //!
 //! The operator is internal (domain [`HIDET_DOMAIN`]): the implicit-GEMM pass creates it in
 //! front of a matrix product, whose kernel inlines its compute definition into the loads of
@@ -51,9 +52,9 @@ pub fn register(r: &mut Registry) {
 impl Im2Col {
     /// The geometry for input spatial sizes `spatial`, after checking `X`'s shape.
     fn geometry(&self, xs: &[usize]) -> Result<Geometry, OpError> {
-        if xs.len() != self.window.rank() + 2 || xs[0] != 1 {
+        if xs.len() != self.window.rank() + 2 {
             return Err(OpError::Shape(format!(
-                "Im2Col needs X of shape [1, C, d…] with {} spatial dimensions, got {xs:?}",
+                "Im2Col needs X of shape [N, C, d…] with {} spatial dimensions, got {xs:?}",
                 self.window.rank()
             )));
         }
@@ -69,7 +70,7 @@ impl Operator for Im2Col {
         let shape = match x.ty.fixed_shape() {
             Some(xs) => {
                 let g = self.geometry(&xs)?;
-                vec![Dim::Fixed(xs[1] * kernel), Dim::Fixed(g.output_size())]
+                vec![Dim::Fixed(xs[1] * kernel), Dim::Fixed(xs[0] * g.output_size())]
             }
             None => vec![Dim::Unknown, Dim::Unknown],
         };
@@ -84,21 +85,25 @@ impl Operator for Im2Col {
         check_dtype(0, x.dtype(), DType::is_float)?;
         let g = self.geometry(x.shape())?;
         let (ni, no, nk) = (g.input_size(), g.output_size(), g.kernel_size());
-        let channels = x.shape()[1];
+        let (batch, channels) = (x.shape()[0], x.shape()[1]);
         let offsets = g.offsets()?;
         let xv = x.to_f64_vec();
-        let mut col = Vec::with_capacity(channels * nk * no);
+        let mut col = Vec::with_capacity(channels * nk * batch * no);
         for c in 0..channels {
-            let plane = &xv[c * ni..(c + 1) * ni];
-            col.extend(offsets.iter().map(|&off| {
-                if off < BEYOND_PADDING {
-                    plane[off]
-                } else {
-                    0.0
+            for k in 0..nk {
+                for n in 0..batch {
+                    let plane = &xv[(n * channels + c) * ni..][..ni];
+                    col.extend(offsets[k * no..][..no].iter().map(|&off| {
+                        if off < BEYOND_PADDING {
+                            plane[off]
+                        } else {
+                            0.0
+                        }
+                    }));
                 }
-            }));
+            }
         }
-        let shape = vec![channels * nk, no];
+        let shape = vec![channels * nk, batch * no];
         let dtype = x.dtype();
         let out = dispatch_float!(dtype,
             T => Tensor::new(shape, col.iter().map(|&v| T::from_f64(v)).collect::<Vec<T>>())?,
@@ -106,14 +111,14 @@ impl Operator for Im2Col {
         Ok(vec![out])
     }
 
-    /// `Col[r, o] = x[0, c, o·s + k·d - pad]` (0 in the padding: a select on the index
-    /// bounds), with `(c, k…)` unraveled from `r` and the output position from `o`.
+    /// `Col[r, j] = x[n, c, o·s + k·d - pad]` (0 in the padding: a select on the index
+    /// bounds), with `(c, k…)` unraveled from `r` and `(n, o…)` from `j`.
     fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
         let x = input(inputs, 0)?;
         check_dtype(0, x.dtype, DType::is_float)?;
         let g = self.geometry(x.shape)?;
-        let channels = x.shape[1];
-        let shape = [channels * g.kernel_size(), g.output_size()];
+        let (batch, channels) = (x.shape[0], x.shape[1]);
+        let shape = [channels * g.kernel_size(), batch * g.output_size()];
         if !fits_i32(&[x.shape, &shape]) {
             return Ok(None);
         }
@@ -124,9 +129,11 @@ impl Operator for Im2Col {
         row_shape.extend(&g.kernel);
         grid_def(vars, dtype, &shape, |i| {
             let row = unravel(&i[0], &row_shape);
-            let out = unravel(&i[1], &g.output);
-            let read = window_read(&g, &out, &row[1..]);
-            let mut idx = vec![Expr::int(0), row[0].clone()];
+            let mut column_shape = vec![batch];
+            column_shape.extend(&g.output);
+            let column = unravel(&i[1], &column_shape);
+            let read = window_read(&g, &column[1..], &row[1..]);
+            let mut idx = vec![column[0].clone(), row[0].clone()];
             idx.extend(read.index);
             guarded(&read.inside, vx.at(idx), Expr::zero(dtype))
         })
@@ -146,10 +153,11 @@ mod tests {
 
     #[test]
     fn columns_hold_the_window_reads_with_zero_padding() {
-        // 2 channels of 4×5, kernel 3×2, stride (2, 1), dilation (1, 2), pads (1, 0, 0, 1).
-        let (c, h, w) = (2usize, 4usize, 5usize);
-        let xv: Vec<f32> = (0..c * h * w).map(|i| 0.25 * i as f32 - 3.1).collect();
-        let x = Tensor::new(vec![1, c, h, w], xv.clone()).unwrap();
+        // 3 images of 2 channels of 4×5, kernel 3×2, stride (2, 1), dilation (1, 2), pads
+        // (1, 0, 0, 1).
+        let (n, c, h, w) = (3usize, 2usize, 4usize, 5usize);
+        let xv: Vec<f32> = (0..n * c * h * w).map(|i| 0.25 * i as f32 - 3.1).collect();
+        let x = Tensor::new(vec![n, c, h, w], xv.clone()).unwrap();
         let op = build(&[
             ("kernel_shape", Attribute::Ints(vec![3, 2])),
             ("strides", Attribute::Ints(vec![2, 1])),
@@ -159,28 +167,32 @@ mod tests {
         .unwrap();
         let col = op.eval(&[Some(&x)]).unwrap().remove(0);
         let (oh, ow) = ((h + 1 - 3) / 2 + 1, (w + 1 - 3) + 1);
-        assert_eq!(col.shape(), &[c * 6, oh * ow]);
+        let cols = n * oh * ow;
+        assert_eq!(col.shape(), &[c * 6, cols]);
         let got = col.as_slice::<f32>().unwrap();
-        for ci in 0..c {
-            for a in 0..3 {
-                for b in 0..2 {
-                    for i in 0..oh {
-                        for j in 0..ow {
-                            let hi = (i * 2 + a) as i64 - 1;
-                            let wi = (j + 2 * b) as i64;
-                            let want = if hi < 0 || hi >= h as i64 || wi >= w as i64 {
-                                0.0
-                            } else {
-                                xv[(ci * h + hi as usize) * w + wi as usize]
-                            };
-                            let r = (ci * 3 + a) * 2 + b;
-                            assert_eq!(got[r * oh * ow + i * ow + j], want, "row {r} ({i}, {j})");
+        for ni in 0..n {
+            for ci in 0..c {
+                for a in 0..3 {
+                    for b in 0..2 {
+                        for i in 0..oh {
+                            for j in 0..ow {
+                                let hi = (i * 2 + a) as i64 - 1;
+                                let wi = (j + 2 * b) as i64;
+                                let want = if hi < 0 || hi >= h as i64 || wi >= w as i64 {
+                                    0.0
+                                } else {
+                                    xv[((ni * c + ci) * h + hi as usize) * w + wi as usize]
+                                };
+                                let r = (ci * 3 + a) * 2 + b;
+                                let o = (ni * oh + i) * ow + j;
+                                assert_eq!(got[r * cols + o], want, "row {r} column {o}");
+                            }
                         }
                     }
                 }
             }
         }
-        let ty = TensorType::fixed(DType::F32, &[1, c, h, w]);
+        let ty = TensorType::fixed(DType::F32, &[n, c, h, w]);
         let inferred = op
             .infer(&[Some(InferInput {
                 ty: &ty,
@@ -189,14 +201,14 @@ mod tests {
             .unwrap();
         assert_eq!(
             inferred[0],
-            TensorType::fixed(DType::F32, &[c * 6, oh * ow])
+            TensorType::fixed(DType::F32, &[c * 6, cols])
         );
     }
 
     #[test]
-    fn batches_auto_pad_and_missing_kernel_are_errors() {
+    fn wrong_ranks_auto_pad_and_missing_kernel_are_errors() {
         let op = build(&[("kernel_shape", Attribute::Ints(vec![2, 2]))]).unwrap();
-        let x = Tensor::new(vec![2, 1, 3, 3], vec![1.0f32; 18]).unwrap();
+        let x = Tensor::new(vec![2, 3, 3], vec![1.0f32; 18]).unwrap();
         assert!(matches!(op.eval(&[Some(&x)]), Err(OpError::Shape(_))));
         assert!(matches!(build(&[]), Err(OpError::Attribute { .. })));
         assert!(matches!(

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! and the implicit-GEMM pass ([`super::ConvToImplicitGemm`]) gives the convolutions next to
-//! it the same form, `Transpose(Reshape(MatMul(pixels × channels, W), [1, o…, OC]), to_first)`:
+//! it the same form, `Transpose(Reshape(MatMul(pixels × channels, W), [N, o…, OC]), to_first)`:
 //! those whose output feeds a `to_last` transpose (the expansion before a depthwise
 //! convolution) and the pointwise ones whose input comes from a `to_first` one (the
 //! projection after it, and the next block's expansion through the residual add).
@@ -27,7 +27,7 @@ use crate::graph::{Graph, GraphError, NodeId, ValueId};
 use crate::ops::depthwise_nhwc;
 use crate::ops::im2col::HIDET_DOMAIN;
 use crate::passes::conv_implicit_gemm::transposed;
-use crate::passes::conv_node::single_image_conv;
+use crate::passes::conv_node::static_conv;
 use crate::passes::rewrite::Rewriter;
 use crate::passes::GraphPass;
 use crate::tensor::Tensor;
@@ -181,8 +181,8 @@ pub fn channels_last_source(g: &Graph, v: ValueId, rewritten: &HashSet<ValueId>)
     rank_of(g, v).is_some_and(|rank| rank >= 3 && walk(g, v, rank, rewritten, MAX_DEPTH))
 }
 
-/// Rewrites single-image f32 depthwise `Conv` nodes (default domain, `group` equal to the
-/// input and output channel count, a constant weight, a static input) into
+/// Rewrites f32 depthwise `Conv` nodes (default domain, `group` equal to the input and
+/// output channel count, a constant weight, a static input of any batch) into
 /// `hidet::DepthwiseConvNhwc` between transposes (see the module docs).
 pub struct DepthwiseChannelsLast;
 
@@ -224,10 +224,10 @@ struct DepthwisePlan {
     attrs: Attributes,
 }
 
-/// The plan for node `n`, when it is a single-image convolution ([`single_image_conv`])
+/// The plan for node `n`, when it is a statically shaped convolution ([`static_conv`])
 /// with `group` equal to its input and output channel counts (at least 2).
 fn depthwise_plan(rw: &Rewriter, n: NodeId) -> Option<DepthwisePlan> {
-    let conv = single_image_conv(rw, n)?;
+    let conv = static_conv(rw, n)?;
     let channels = conv.channels();
     let ws = conv.weight.shape();
     if conv.group != channels || ws[0] != channels || ws[1] != 1 || channels < 2 {

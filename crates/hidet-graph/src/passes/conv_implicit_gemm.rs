@@ -1,17 +1,25 @@
-//! Convolution as implicit GEMM (DESIGN §2): a single-image f32 convolution with a constant
-//! weight becomes a matrix product whose right operand is the im2col transform of the input.
+//! Convolution as implicit GEMM (DESIGN §2): an f32 convolution with a constant weight
+//! becomes a matrix product whose right operand is the im2col transform of the input, with
+//! the batch folded into its columns.
 //!
 //! ```text
-//! Conv(X[1, C, d…], W[OC, C, k…], B?)  →  Reshape(Add(MatMul(Wmat, ColT), B[OC, 1]), [1, OC, o…])
+//! Conv(X[N, C, d…], W[OC, C, k…], B?)
+//!     →  Transpose(Reshape(Add(MatMul(Wmat, Col), B[OC, 1]), [OC, N, o…]), [1, 0, 2…])
 //!     Wmat = Transpose(WmatT), WmatT = W reshaped to [OC, C·∏k] and transposed (a new constant)
-//!     ColT = hidet::Im2Col(X) [C·∏k, ∏o]   (Reshape(X, [C, ∏d]) for 1×1 unpadded stride-1 kernels)
+//!     Col = hidet::Im2Col(X) [C·∏k, N·∏o]   (X read as [C, N·∏d] for 1×1 unpadded stride-1 kernels)
 //! ```
 //!
-//! The product has the pixels as rows and is stored channels-last, `Transpose(Reshape(
-//! Add(MatMul(Xl, WmatT), B[1, OC]), [1, o…, OC]), to_first)`, where `Xl` is
+//! (for one image, `N = 1`, the transpose is a plain `Reshape` to `[1, OC, o…]`). A grouped
+//! convolution (`group = G`, not depthwise, see [`super::channels_last`]) is a product
+//! batched over the groups, `MatMul(Wmat[G, OC/G, C/G·∏k], Reshape(Col, [G, C/G·∏k, N·∏o]))`,
+//! reshaped back to `[OC, N·∏o]`.
+//!
+//! Ungrouped, the product can also have the pixels of every image as rows and be stored
+//! channels-last, `Transpose(Reshape(Add(MatMul(Xl, WmatT), B[1, OC]), [N, o…, OC]),
+//! to_first)`, where `Xl` is
 //! `Transpose(ColT)`, for a direct convolution `hidet::OffsetGather(X, pixel offsets,
 //! window offsets)` (the same matrix, addressed through two offset tables), or for a
-//! pointwise kernel `Reshape(Transpose(X, to_last), [∏d, C])`, in four cases: next to
+//! pointwise kernel `Reshape(Transpose(X, to_last), [N·∏d, C])`, in four cases: next to
 //! channels-last depthwise convolutions ([`super::channels_last`]); for windowed
 //! convolutions with few output pixels (ResNet-50's last stage, 7×7, see `pixels_as_rows`);
 //! for direct convolutions (`ConvToImplicitGemm::short_direct`: few output channels and a
@@ -38,18 +46,18 @@ use crate::ops::offset_gather::OP_TYPE as OFFSET_GATHER;
 use crate::passes::channels_last::{
     channels_last_source, feeds_channels_last, perm_attrs, to_first, to_last,
 };
-use crate::passes::conv_node::{is_pointwise, single_image_conv};
+use crate::passes::conv_node::{is_pointwise, static_conv};
 use crate::passes::rewrite::Rewriter;
 use crate::passes::GraphPass;
 use crate::tensor::Tensor;
 use crate::Attribute;
 use std::collections::HashSet;
 
-/// Rewrites `Conv` nodes (default domain) with f32 data, a constant weight, `group == 1` and
-/// a static input of batch 1 into an implicit GEMM (see the module docs). Other convolutions
-/// (batched, grouped or depthwise, non-constant weights, other dtypes) are kept.
+/// Rewrites `Conv` nodes (default domain) with f32 data of a static shape (any batch) and a
+/// constant weight into an implicit GEMM (see the module docs), grouped ones included. Other
+/// convolutions (non-constant weights, other dtypes, symbolic shapes) are kept.
 ///
-/// The product is stored channels-last when the convolution's output feeds a `to_last`
+/// An ungrouped product is stored channels-last when the convolution's output feeds a `to_last`
 /// transpose, when it is windowed with few output pixels (`pixels_as_rows`), when it is a
 /// direct convolution (few output channels and a short window,
 /// `ConvToImplicitGemm::short_direct`, or with window rows of 3 or more, `window_direct`), or when it is
@@ -85,6 +93,13 @@ impl GraphPass for ConvToImplicitGemm {
             };
             let g = rw.graph();
             let out_ch = plan.weight.shape()[0];
+            if plan.group != 1 {
+                rw.focus(NodeId(i));
+                let out = rewrite(&mut rw, &plan)?;
+                rw.replace(plan.y, out);
+                rw.remove_node(NodeId(i));
+                continue;
+            }
             let short_direct = self.short_direct(&plan.geometry, plan.channels, out_ch);
             let other_reason = feeds_channels_last(g, plan.y)
                 || pixels_as_rows(&plan.geometry)
@@ -112,23 +127,30 @@ struct Plan {
     bias: Option<ValueId>,
     y: ValueId,
     weight: Tensor,
+    /// Images in the batch (`N`).
+    batch: usize,
     channels: usize,
+    /// Groups (`G`); a grouped product is always channels-first.
+    group: usize,
     geometry: Geometry,
-    /// Store the product channels-last, `[1, o…, OC]`, behind a `to_first` transpose.
+    /// Store the product channels-last, `[N, o…, OC]`, behind a `to_first` transpose.
     channels_last: bool,
     /// Run it as a direct convolution ([`ConvToImplicitGemm::short_direct`] or
     /// [`window_direct`]; implies `channels_last`).
     direct: bool,
 }
 
-/// The plan for node `n`, when the rewrite applies to it: a single-image convolution
-/// ([`single_image_conv`]) with `group == 1`.
+/// The plan for node `n`, when the rewrite applies to it: a statically shaped convolution
+/// ([`static_conv`]) whose groups divide its input and output channels.
 fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
-    let conv = single_image_conv(rw, n)?;
-    if conv.group != 1 || conv.weight.shape()[1] != conv.channels() {
+    let conv = static_conv(rw, n)?;
+    let ws = conv.weight.shape();
+    if conv.weight.shape()[1] * conv.group != conv.channels() || ws[0] % conv.group != 0 {
         return None;
     }
     Some(Plan {
+        batch: conv.batch(),
+        group: conv.group,
         channels: conv.channels(),
         node: conv.name,
         x: conv.x,
@@ -245,18 +267,21 @@ pub(super) fn materialized_pad(
 }
 
 /// The offset tables of a direct convolution's pixels-as-rows operand over an unpadded
-/// geometry `g` of a `[1, channels, d…]` input (see [`crate::ops::offset_gather`]): the flat
-/// offset of each output pixel's window origin, row-major over the output, and of each
-/// window element `(c, k…)` from the origin, row-major over the channel and the kernel
-/// position (the row order of `Im2Col`); both read off [`Geometry::offsets`] (kernel
-/// position 0 for the pixels, output position 0 for the window). `None` when an offset does
-/// not fit `i32`.
-fn window_offsets(g: &Geometry, channels: usize) -> Option<(Vec<i32>, Vec<i32>)> {
+/// geometry `g` of a `[batch, channels, d…]` input (see [`crate::ops::offset_gather`]): the
+/// flat offset of each output pixel's window origin, row-major over the image and the
+/// output, and of each window element `(c, k…)` from the origin, row-major over the channel
+/// and the kernel position (the row order of `Im2Col`); both read off [`Geometry::offsets`]
+/// (kernel position 0 for the pixels, output position 0 for the window). `None` when an
+/// offset does not fit `i32`.
+fn window_offsets(g: &Geometry, batch: usize, channels: usize) -> Option<(Vec<i32>, Vec<i32>)> {
     let plane = g.input_size();
-    i32::try_from(plane.checked_mul(channels)?).ok()?;
+    let image = plane.checked_mul(channels)?;
+    i32::try_from(image.checked_mul(batch)?).ok()?;
     let offsets = g.offsets().ok()?;
     let (nk, no) = (g.kernel_size(), g.output_size());
-    let pixels = offsets[..no].iter().map(|&o| i32::try_from(o).ok());
+    let pixels = (0..batch)
+        .flat_map(|n| offsets[..no].iter().map(move |&o| n * image + o))
+        .map(|o| i32::try_from(o).ok());
     let pixels = pixels.collect::<Option<Vec<i32>>>()?;
     let origin: Vec<usize> = (0..nk).map(|k| offsets[k * no]).collect();
     let window = (0..channels)
@@ -271,25 +296,28 @@ fn window_offsets(g: &Geometry, channels: usize) -> Option<(Vec<i32>, Vec<i32>)>
 fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     let g = &p.geometry;
     let out_ch = p.weight.shape()[0];
-    let rows = p.channels * g.kernel_size();
-    let cols = g.output_size();
-    let wmat_t = transposed(&p.weight, out_ch, rows).map_err(|e| node_error(p, e))?;
-    let wmat_t = rw.add_constant("conv_wmat_t", wmat_t);
     let rank = g.output.len() + 2;
     if p.channels_last && is_pointwise(g) {
+        let rows = p.channels * g.kernel_size();
+        let wmat_t = transposed(&p.weight, out_ch, rows).map_err(|e| node_error(p, e))?;
+        let wmat_t = rw.add_constant("conv_wmat_t", wmat_t);
         let x_last = rw.add_op("Transpose", perm_attrs(to_last(rank)), &[p.x])?;
-        let shape = shape_const(rw, &[cols, p.channels]).map_err(|e| node_error(p, e))?;
+        let pixels = p.batch * g.output_size();
+        let shape = shape_const(rw, &[pixels, p.channels]).map_err(|e| node_error(p, e))?;
         let pixels = rw.add_op("Reshape", Attributes::new(), &[x_last, shape])?;
         let y = rw.add_op("MatMul", Attributes::new(), &[pixels, wmat_t])?;
         return finish_channels_last(rw, p, y, out_ch);
     }
     if p.direct {
+        let rows = p.channels * g.kernel_size();
+        let wmat_t = transposed(&p.weight, out_ch, rows).map_err(|e| node_error(p, e))?;
+        let wmat_t = rw.add_constant("conv_wmat_t", wmat_t);
         let (x, unpadded) = if is_padded(g) {
             padded_input(rw, p)?
         } else {
             (p.x, g.clone())
         };
-        let rows = match window_offsets(&unpadded, p.channels) {
+        let rows = match window_offsets(&unpadded, p.batch, p.channels) {
             Some((pixels, window)) => {
                 let pixels =
                     Tensor::new(vec![pixels.len()], pixels).map_err(|e| node_error(p, e))?;
@@ -309,28 +337,103 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         let y = rw.add_op("MatMul", Attributes::new(), &[rows, wmat_t])?;
         return finish_channels_last(rw, p, y, out_ch);
     }
-    let col = if is_pointwise(g) {
-        let shape = shape_const(rw, &[p.channels, cols]).map_err(|e| node_error(p, e))?;
-        rw.add_op("Reshape", Attributes::new(), &[p.x, shape])?
-    } else {
-        rw.add_domain_op(HIDET_DOMAIN, "Im2Col", g.explicit_attrs(), &[p.x])?
-    };
+    let col = columns(rw, p)?;
     if p.channels_last {
+        let rows = p.channels * g.kernel_size();
+        let wmat_t = transposed(&p.weight, out_ch, rows).map_err(|e| node_error(p, e))?;
+        let wmat_t = rw.add_constant("conv_wmat_t", wmat_t);
         let col_t = rw.add_op("Transpose", swap(false), &[col])?;
         let y = rw.add_op("MatMul", Attributes::new(), &[col_t, wmat_t])?;
         return finish_channels_last(rw, p, y, out_ch);
     }
-    let wmat = rw.add_op("Transpose", swap(true), &[wmat_t])?;
-    let y = rw.add_op("MatMul", Attributes::new(), &[wmat, col])?;
+    let y = channels_first_product(rw, p, col)?;
     let y = add_bias(rw, p, y, [out_ch, 1])?;
-    let mut out_shape = vec![1, out_ch];
+    let mut out_shape = vec![p.batch, out_ch];
     out_shape.extend(&g.output);
+    if p.batch == 1 {
+        let shape = shape_const(rw, &out_shape).map_err(|e| node_error(p, e))?;
+        return rw.add_op("Reshape", Attributes::new(), &[y, shape]);
+    }
+    out_shape.swap(0, 1);
     let shape = shape_const(rw, &out_shape).map_err(|e| node_error(p, e))?;
+    let y = rw.add_op("Reshape", Attributes::new(), &[y, shape])?;
+    let mut perm = vec![1, 0];
+    perm.extend(2..rank as i64);
+    rw.add_op("Transpose", perm_attrs(perm), &[y])
+}
+
+/// The column matrix of `p`, `[C·∏k, N·∏o]` (see [`crate::ops::im2col`]): for a pointwise
+/// kernel the input itself, read as `[C, N·∏d]`.
+fn columns(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
+    let g = &p.geometry;
+    if !is_pointwise(g) {
+        return rw.add_domain_op(HIDET_DOMAIN, "Im2Col", g.explicit_attrs(), &[p.x]);
+    }
+    let pixels = g.output_size();
+    let mut x = p.x;
+    if p.batch != 1 {
+        let shape = [p.batch, p.channels, pixels];
+        let shape = shape_const(rw, &shape).map_err(|e| node_error(p, e))?;
+        x = rw.add_op("Reshape", Attributes::new(), &[x, shape])?;
+        x = rw.add_op("Transpose", perm_attrs(vec![1, 0, 2]), &[x])?;
+    }
+    let shape = [p.channels, p.batch * pixels];
+    let shape = shape_const(rw, &shape).map_err(|e| node_error(p, e))?;
+    rw.add_op("Reshape", Attributes::new(), &[x, shape])
+}
+
+/// `Wmat × col`, `[OC, N·∏o]`: for `G` groups, the product batched over the groups of the
+/// weight `[G, OC/G, C/G·∏k]` and the columns `[G, C/G·∏k, N·∏o]`, reshaped back. The
+/// weight is stored transposed (per group) and read through a transpose kept as a layout.
+fn channels_first_product(
+    rw: &mut Rewriter,
+    p: &Plan,
+    col: ValueId,
+) -> Result<ValueId, GraphError> {
+    let out_ch = p.weight.shape()[0];
+    let rows = p.weight.numel() / out_ch;
+    if p.group == 1 {
+        let wmat_t = transposed(&p.weight, out_ch, rows).map_err(|e| node_error(p, e))?;
+        let wmat_t = rw.add_constant("conv_wmat_t", wmat_t);
+        let wmat = rw.add_op("Transpose", swap(true), &[wmat_t])?;
+        return rw.add_op("MatMul", Attributes::new(), &[wmat, col]);
+    }
+    let (groups, group_out) = (p.group, out_ch / p.group);
+    let wmat_t =
+        grouped_transposed(&p.weight, groups, group_out, rows).map_err(|e| node_error(p, e))?;
+    let wmat_t = rw.add_constant("conv_wmat_t", wmat_t);
+    let mut attrs = perm_attrs(vec![0, 2, 1]);
+    attrs.insert(KEEP_LAYOUT, Attribute::Int(1));
+    let wmat = rw.add_op("Transpose", attrs, &[wmat_t])?;
+    let cols = p.batch * p.geometry.output_size();
+    let shape = shape_const(rw, &[groups, rows, cols]).map_err(|e| node_error(p, e))?;
+    let col = rw.add_op("Reshape", Attributes::new(), &[col, shape])?;
+    let y = rw.add_op("MatMul", Attributes::new(), &[wmat, col])?;
+    let shape = shape_const(rw, &[out_ch, cols]).map_err(|e| node_error(p, e))?;
     rw.add_op("Reshape", Attributes::new(), &[y, shape])
 }
 
-/// The product `y` (`[∏o, OC]`, pixels as rows) plus the bias, reshaped to the channels-last
-/// output `[1, o…, OC]` and transposed back to `[1, OC, o…]`.
+/// The f32 `weight` `[G·OCg, Kg…]`, read as `G` row-major `[OCg, Kg]` matrices, each
+/// transposed: `[G, Kg, OCg]`.
+fn grouped_transposed(
+    weight: &Tensor,
+    groups: usize,
+    rows: usize,
+    cols: usize,
+) -> Result<Tensor, crate::tensor::TensorError> {
+    let w = weight.as_slice::<f32>()?;
+    let per_group = rows * cols;
+    let data: Vec<f32> = (0..groups * per_group)
+        .map(|i| {
+            let (grp, at) = (i / per_group, i % per_group);
+            w[grp * per_group + (at % rows) * cols + at / rows]
+        })
+        .collect();
+    Tensor::new(vec![groups, cols, rows], data)
+}
+
+/// The product `y` (`[N·∏o, OC]`, pixels as rows) plus the bias, reshaped to the channels-last
+/// output `[N, o…, OC]` and transposed back to `[N, OC, o…]`.
 fn finish_channels_last(
     rw: &mut Rewriter,
     p: &Plan,
@@ -338,7 +441,7 @@ fn finish_channels_last(
     out_ch: usize,
 ) -> Result<ValueId, GraphError> {
     let y = add_bias(rw, p, y, [1, out_ch])?;
-    let mut shape = vec![1];
+    let mut shape = vec![p.batch];
     shape.extend(&p.geometry.output);
     shape.push(out_ch);
     let rank = shape.len();

@@ -1,5 +1,5 @@
-//! The convolutions the convolution rewrites start from: a `Conv` node that reads one image
-//! of f32 data with a static shape, a constant f32 weight and an optional f32 bias, over a
+//! The convolutions the convolution rewrites start from: a `Conv` node that reads a batch
+//! of f32 images with a static shape, a constant f32 weight and an optional f32 bias, over a
 //! window that resolves to a non-empty output.
 
 use crate::dtype::DType;
@@ -8,7 +8,7 @@ use crate::kernels::window::{Geometry, WindowSpec};
 use crate::passes::rewrite::Rewriter;
 use crate::tensor::Tensor;
 
-/// What a single-image convolution node reads and computes.
+/// What a statically shaped convolution node reads and computes.
 pub(super) struct ConvNode {
     pub name: String,
     pub x: ValueId,
@@ -16,7 +16,7 @@ pub(super) struct ConvNode {
     pub y: ValueId,
     /// `[OC, C / group, k…]`.
     pub weight: Tensor,
-    /// The input's shape, `[1, C, d…]`.
+    /// The input's shape, `[N, C, d…]`.
     pub input_shape: Vec<usize>,
     pub group: usize,
     pub geometry: Geometry,
@@ -27,13 +27,18 @@ impl ConvNode {
     pub fn channels(&self) -> usize {
         self.input_shape[1]
     }
+
+    /// Images in the batch (`N`).
+    pub fn batch(&self) -> usize {
+        self.input_shape[0]
+    }
 }
 
 /// Node `n` when it is a `Conv` (default domain) with one output, f32 data of a static shape
-/// `[1, C, d…]` (at least one spatial axis), a constant f32 weight of the same rank with at
+/// `[N, C, d…]` (at least one spatial axis, `N ≥ 1`), a constant f32 weight of the same rank with at
 /// least one element, a bias (if any) of f32 `[OC]`, a `group` attribute that is a positive
 /// integer, and a window whose kernel matches the weight and whose output is not empty.
-pub(super) fn single_image_conv(rw: &Rewriter, n: NodeId) -> Option<ConvNode> {
+pub(super) fn static_conv(rw: &Rewriter, n: NodeId) -> Option<ConvNode> {
     let g = rw.graph();
     let node = &g.nodes()[n.0];
     if node.op_type != "Conv" || !node.domain.is_empty() {
@@ -53,7 +58,7 @@ pub(super) fn single_image_conv(rw: &Rewriter, n: NodeId) -> Option<ConvNode> {
     if g.value(x).ty.dtype != DType::F32 || weight.dtype() != DType::F32 {
         return None;
     }
-    if xs.len() < 3 || ws.len() != xs.len() || xs[0] != 1 || group == 0 || weight.numel() == 0 {
+    if xs.len() < 3 || ws.len() != xs.len() || xs[0] == 0 || group == 0 || weight.numel() == 0 {
         return None;
     }
     if let Some(b) = bias {

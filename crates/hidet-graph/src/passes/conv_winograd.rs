@@ -9,14 +9,16 @@
 //! it. With the `N = n₀·n₁` positions `ξ` of a transformed tile, the products are
 //!
 //! ```text
-//! Xp = Pad(X) (marked materialize)                       [1, C, m₀·T₀ + r₀ − 1, m₁·T₁ + r₁ − 1]
-//! D  = hidet::OffsetGather(Xp, tile element, tile origin) [N, C·T]    T = T₀·T₁ tiles
+//! Xp = Pad(X) (marked materialize)                       [B, C, m₀·T₀ + r₀ − 1, m₁·T₁ + r₁ − 1]
+//! D  = hidet::OffsetGather(Xp, tile element, tile origin) [N, C·T]    T = B·T₀·T₁ tiles
 //! V  = MatMul(Bk, D)                                      [N, C·T]    Bk = Bᵀ₀ ⊗ Bᵀ₁  [N, N]
 //! M  = MatMul(Transpose(Reshape(V, [N, C, T])), Uᵀ)        [N, T, OC]  Uᵀ[ξ] = (G₀ g G₁ᵀ)[ξ]ᵀ
 //! Y' = MatMul(Transpose(Reshape(M, [N, T·OC])), Akᵀ)      [T·OC, m₀·m₁]  Ak = Aᵀ₀ ⊗ Aᵀ₁
-//! Y  = Slice(Reshape(Transpose(Reshape(Y', [T₀, T₁, OC, m₀, m₁]), [2, 0, 3, 1, 4]),
-//!            [1, OC, m₀·T₀, m₁·T₁]) + bias, to the output)
+//! Y  = Slice(Reshape(Transpose(Reshape(Y', [B, T₀, T₁, OC, m₀, m₁]), [0, 3, 1, 4, 2, 5]),
+//!            [B, OC, m₀·T₀, m₁·T₁]) + bias, to the output)
 //! ```
+//!
+//! for a batch of `B` images: the tiles of every image are the products' rows (or columns).
 //!
 //! The middle product does `N·OC·C·T` multiply-adds where the convolution does
 //! `r₀r₁·OC·C·m₀m₁·T`: 2.25× fewer for `F(2×2, 3×3)`, 4× for `F(4×4, 3×3)`, 1.75× for
@@ -44,15 +46,16 @@ use crate::ops::im2col::HIDET_DOMAIN;
 use crate::ops::offset_gather::OP_TYPE as OFFSET_GATHER;
 use crate::passes::channels_last::perm_attrs;
 use crate::passes::conv_implicit_gemm::{materialized_pad, shape_const, transposed};
-use crate::passes::conv_node::{single_image_conv, ConvNode};
+use crate::passes::conv_node::{static_conv, ConvNode};
 use crate::passes::rewrite::Rewriter;
 use crate::passes::GraphPass;
 use crate::tensor::{Tensor, TensorError};
 use crate::Attribute;
 
-/// Rewrites single-image f32 `Conv` nodes (`single_image_conv`) with a 3×3, 1×7 or 7×1
+/// Rewrites f32 `Conv` nodes of a static shape (`static_conv`) with a 3×3, 1×7 or 7×1
 /// window, stride 1, dilation 1 and `group == 1` into the Winograd products of the module
-/// docs, with `m = 4` along the windowed axes when that gives at least `min_tiles` tiles,
+/// docs, with `m = 4` along the windowed axes when that gives at least `min_tiles` tiles
+/// (over the whole batch),
 /// else `m = 2` when that does, and only when `C·OC / (C + OC)` is at least
 /// `min_channel_harmonic`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,7 +97,7 @@ impl GraphPass for ConvWinograd {
     fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
         let mut rw = Rewriter::new(graph);
         for i in 0..rw.graph().nodes().len() {
-            let Some(conv) = single_image_conv(&rw, NodeId(i)) else {
+            let Some(conv) = static_conv(&rw, NodeId(i)) else {
                 continue;
             };
             let Some(axes) = self.plan(&conv) else {
@@ -135,9 +138,10 @@ impl ConvWinograd {
             return None;
         }
         let tiles = |m: [usize; 2]| {
-            (0..2)
-                .map(|d| g.output[d].div_ceil(m[d]))
-                .product::<usize>()
+            conv.batch()
+                * (0..2)
+                    .map(|d| g.output[d].div_ceil(m[d]))
+                    .product::<usize>()
         };
         let tile_sizes: &[[usize; 2]] = match g.kernel.as_slice() {
             [3, 3] => &[[4, 4], [2, 2]],
@@ -151,7 +155,10 @@ impl ConvWinograd {
         let plane: usize = (0..2)
             .map(|d| g.output[d].div_ceil(m[d]) * m[d] + axes[d].r - 1)
             .product();
-        let offsets_fit = i32::try_from(plane.checked_mul(conv.channels())?).is_ok();
+        let elements = plane
+            .checked_mul(conv.channels())?
+            .checked_mul(conv.batch())?;
+        let offsets_fit = i32::try_from(elements).is_ok();
         offsets_fit.then_some(axes)
     }
 }
@@ -429,8 +436,9 @@ fn transposed_for_consumer(
 fn rewrite(rw: &mut Rewriter, conv: &ConvNode, axes: &[Axis; 2]) -> Result<ValueId, Failure> {
     let g: &Geometry = &conv.geometry;
     let [x0, x1] = axes;
-    let (c, oc) = (conv.channels(), conv.weight.shape()[0]);
+    let (batch, c, oc) = (conv.batch(), conv.channels(), conv.weight.shape()[0]);
     let (t0, t1) = (g.output[0].div_ceil(x0.m), g.output[1].div_ceil(x1.m));
+    let tiles = batch * t0 * t1;
     let (hp, wp) = (t0 * x0.m + x0.r - 1, t1 * x1.m + x1.r - 1);
     let pads_end = [
         hp - g.input[0] - g.pads_begin[0],
@@ -456,10 +464,12 @@ fn rewrite(rw: &mut Rewriter, conv: &ConvNode, axes: &[Axis; 2]) -> Result<Value
     let element: Vec<i32> = (0..nn)
         .map(|e| ((e / x1.n) * wp + e % x1.n) as i32)
         .collect();
-    let origin: Vec<i32> = (0..c * t0 * t1)
+    let origin: Vec<i32> = (0..c * tiles)
         .map(|f| {
-            let (ch, t) = (f / (t0 * t1), f % (t0 * t1));
-            (ch * hp * wp + (t / t1) * x0.m * wp + (t % t1) * x1.m) as i32
+            let (ch, tile) = (f / tiles, f % tiles);
+            let (image, t) = (tile / (t0 * t1), tile % (t0 * t1));
+            let plane = (image * c + ch) * hp * wp;
+            (plane + (t / t1) * x0.m * wp + (t % t1) * x1.m) as i32
         })
         .collect();
     let element = i32_const(rw, "winograd_tile_elements", element)?;
@@ -473,19 +483,24 @@ fn rewrite(rw: &mut Rewriter, conv: &ConvNode, axes: &[Axis; 2]) -> Result<Value
     let bk = kron(&x0.bt, [x0.n, x0.n], &x1.bt, [x1.n, x1.n])?;
     let bk = rw.add_constant("winograd_input_transform", bk);
     let v = rw.add_op("MatMul", Attributes::new(), &[bk, d])?;
-    let v = reshape(rw, v, &[nn, c, t0 * t1])?;
+    let v = reshape(rw, v, &[nn, c, tiles])?;
     let v_t = transposed_for_consumer(rw, v, vec![0, 2, 1])?;
     let u_t = rw.add_constant("winograd_weight", transformed_weight(&conv.weight, axes)?);
     let prod = rw.add_op("MatMul", Attributes::new(), &[v_t, u_t])?;
-    let prod = reshape(rw, prod, &[nn, t0 * t1 * oc])?;
+    let prod = reshape(rw, prod, &[nn, tiles * oc])?;
     let prod_t = transposed_for_consumer(rw, prod, vec![1, 0])?;
     let ak = kron(&x0.at, [x0.m, x0.n], &x1.at, [x1.m, x1.n])?;
     let ak_t = transposed(&ak, x0.m * x1.m, nn)?;
     let ak_t = rw.add_constant("winograd_output_transform", ak_t);
     let y = rw.add_op("MatMul", Attributes::new(), &[prod_t, ak_t])?;
-    let y = reshape(rw, y, &[t0, t1, oc, x0.m, x1.m])?;
-    let y = rw.add_op("Transpose", perm_attrs(vec![2, 0, 3, 1, 4]), &[y])?;
-    let mut y = reshape(rw, y, &[1, oc, t0 * x0.m, t1 * x1.m])?;
+    let y = if batch == 1 {
+        let y = reshape(rw, y, &[t0, t1, oc, x0.m, x1.m])?;
+        rw.add_op("Transpose", perm_attrs(vec![2, 0, 3, 1, 4]), &[y])?
+    } else {
+        let y = reshape(rw, y, &[batch, t0, t1, oc, x0.m, x1.m])?;
+        rw.add_op("Transpose", perm_attrs(vec![0, 3, 1, 4, 2, 5]), &[y])?
+    };
+    let mut y = reshape(rw, y, &[batch, oc, t0 * x0.m, t1 * x1.m])?;
     if let Some(b) = conv.bias {
         let bias = match rw.constant(b) {
             Some(t) => {

@@ -94,9 +94,9 @@ pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
         // Conv 1×1 (fewer output channels) of an AveragePool → the pooling of the
         // convolution's product, then the bias: fewer channels pooled.
         Box::new(PoolAfterPointwise),
-        // Single-image f32 depthwise Conv → hidet::DepthwiseConvNhwc between transposes.
+        // Static f32 depthwise Conv (any batch) → hidet::DepthwiseConvNhwc between transposes.
         Box::new(DepthwiseChannelsLast),
-        // Single-image f32 3×3 stride-1 Conv with a constant weight → Winograd's three
+        // Static f32 3×3 stride-1 Conv (any batch) with a constant weight → Winograd's three
         // products (input transform, per-position product, output transform).
         Box::new(ConvWinograd {
             min_tiles: if options.winograd {
@@ -106,7 +106,8 @@ pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
             },
             ..ConvWinograd::default()
         }),
-        // Single-image f32 Conv with a constant weight → Im2Col + MatMul + bias + Reshape.
+        // Static f32 Conv with a constant weight (any batch, grouped too) → Im2Col + MatMul +
+        // bias + Reshape, the batch folded into the product's columns or rows.
         Box::new(ConvToImplicitGemm {
             direct_max_channels: options.direct_conv_max_channels,
         }),

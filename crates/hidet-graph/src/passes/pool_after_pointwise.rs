@@ -19,14 +19,14 @@
 use crate::attribute::Attributes;
 use crate::dtype::DType;
 use crate::graph::{Graph, GraphError, NodeId, ValueId};
-use crate::passes::conv_node::{is_pointwise, single_image_conv};
+use crate::passes::conv_node::{is_pointwise, static_conv};
 use crate::passes::rewrite::Rewriter;
 use crate::passes::GraphPass;
 use crate::tensor::Tensor;
 
 /// Rewrites `Conv(AveragePool(X))` (default domain) where the convolution is a
-/// single-image pointwise one (a 1… window, stride 1, no padding, `group == 1`, see
-/// `single_image_conv`) with a constant bias or none and fewer output channels than input
+/// statically shaped pointwise one (a 1… window, stride 1, no padding, `group == 1`, see
+/// `static_conv`) with a constant bias or none and fewer output channels than input
 /// channels, and the pooling's output is read by that convolution alone and is no graph
 /// output (see the module docs).
 pub struct PoolAfterPointwise;
@@ -77,7 +77,7 @@ struct Plan {
 
 /// The plan for node `n`, when the rewrite applies to it.
 fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
-    let conv = single_image_conv(rw, n)?;
+    let conv = static_conv(rw, n)?;
     let g = rw.graph();
     let out_channels = conv.weight.shape()[0];
     if !is_pointwise(&conv.geometry) || conv.group != 1 || out_channels >= conv.channels() {
