@@ -188,23 +188,30 @@ fn auto_pad_and_a_computed_bias_are_rewritten() {
     assert_same_outputs(&before, &after, &inputs, 1e-5);
 }
 
+/// Batched, grouped and depthwise convolutions with constant weights become products (the
+/// batch in the columns, the groups a batch of products) that compute what the convolution
+/// computes; a convolution whose weight is a graph input stays.
 #[test]
-fn batched_grouped_and_dynamic_weight_convolutions_stay() {
+fn batched_grouped_and_depthwise_convolutions_become_products_dynamic_weights_stay() {
     let mut rng = Rng::new(7);
     let cases: Vec<([usize; 4], [usize; 4], i64, bool)> = vec![
         ([2, 4, 7, 7], [5, 4, 3, 3], 1, true),  // batch 2
         ([1, 4, 7, 7], [6, 2, 3, 3], 2, true),  // grouped
+        ([3, 4, 7, 5], [6, 2, 2, 3], 2, true),  // grouped, batch 3
         ([1, 4, 7, 7], [4, 1, 3, 3], 4, true),  // depthwise
         ([1, 4, 7, 7], [5, 4, 3, 3], 1, false), // weight is an input
     ];
     for (xs, ws, group, constant) in cases {
         let w = rng.f32s(&ws);
-        let mut g = GraphBuilder::new("kept");
+        let x = rng.f32s(&xs);
+        let mut g = GraphBuilder::new("conv");
         g.input("x", f32_input(&xs));
+        let mut inputs = vec![("x".to_string(), x)];
         if constant {
             g.initializer("w", w.clone());
         } else {
             g.input("w", f32_input(&ws));
+            inputs.push(("w".to_string(), w));
         }
         g.node(node(
             "Conv",
@@ -219,7 +226,13 @@ fn batched_grouped_and_dynamic_weight_convolutions_stay() {
         g.output("y");
         let before = build(g);
         let after = ConvToImplicitGemm::default().run(before.clone()).unwrap();
-        assert_eq!(ops(&after), vec!["Conv"], "{xs:?} {ws:?} group {group}");
+        let what = format!("{xs:?} {ws:?} group {group}");
+        if constant {
+            assert_eq!(count(&after, "Conv"), 0, "{what}: {:?}", ops(&after));
+            assert_same_outputs(&before, &after, &inputs, 1e-5);
+        } else {
+            assert_eq!(ops(&after), vec!["Conv"], "{what}");
+        }
     }
 }
 

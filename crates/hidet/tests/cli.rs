@@ -368,3 +368,25 @@ fn concurrent_processes_share_a_cache_safely() {
     }
     assert_eq!(runs[0].1.len(), 6);
 }
+
+/// `hidet compile --json` counts the host steps and names their operators (a `NonZero`,
+/// whose output shape depends on the data, cannot be a kernel); the text report lists them.
+#[test]
+fn compile_reports_host_steps_by_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = model(vec![node("NonZero", &["out:0"], &["nz"])]);
+    let graph = m.graph.as_mut().unwrap();
+    graph.output.push(value_info("nz", 7, &[Ok(2), Err("K")]));
+    let path = write_model(dir.path(), &m);
+    let path = path.to_str().unwrap();
+    let o = hidet(&["compile", path, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(v["host_steps"], 1, "{v}");
+    assert_eq!(v["host_ops"], serde_json::json!({"NonZero": 1}), "{v}");
+    let o = hidet(&["compile", path]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("host steps: NonZero x1"), "{stdout}");
+}

@@ -166,6 +166,15 @@ impl CompileReport {
         self.host_steps.len()
     }
 
+    /// How many host steps each operator type has, in name order.
+    pub fn host_ops(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut ops = std::collections::BTreeMap::new();
+        for step in &self.host_steps {
+            *ops.entry(step.op_type.clone()).or_insert(0) += 1;
+        }
+        ops
+    }
+
     /// Writes `partition.txt` (the partition dump) and every kept kernel source
     /// (`<unit>.src`) into `dir`, creating it.
     pub fn write_sources(&self, dir: &std::path::Path) -> std::io::Result<()> {

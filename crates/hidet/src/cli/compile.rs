@@ -69,6 +69,8 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
             "model": loaded.label,
             "kernels": report.kernels,
             "host_nodes": report.host_nodes(),
+            "host_steps": report.host_nodes(),
+            "host_ops": report.host_ops(),
             "aliases": report.aliases,
             "folded_nodes": report.folded,
             "refusals": report.refusals.len(),
@@ -110,6 +112,14 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
         mib(report.unplanned_bytes),
         mib(report.constant_bytes)
     );
+    if !report.host_steps.is_empty() {
+        let ops: Vec<String> = report
+            .host_ops()
+            .iter()
+            .map(|(op, n)| format!("{op} x{n}"))
+            .collect();
+        println!("host steps: {}", ops.join(", "));
+    }
     if !report.refusals.is_empty() {
         println!(
             "{} fused groups were split after a backend refusal",
