@@ -188,9 +188,9 @@ fn check(seed: u64, case: Case, rewritten_to: &str) -> Vec<String> {
         "{case:?}: no {rewritten_to}: {ops:?}"
     );
     let target = CpuTarget::detected();
-    assert!(runs_here(&target));
+    assert!(runs_here(target));
     let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(cpu_backend_for(dir.path(), true, &target));
+    let backend = Arc::new(cpu_backend_for(dir.path(), true, target));
     let shapes = [vec![case.n, case.c, case.h, case.w]];
     let compiled =
         CompiledGraph::compile(&graph, &shapes, backend, &CompileOptions::default()).unwrap();

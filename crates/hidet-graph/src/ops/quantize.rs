@@ -3,6 +3,10 @@
 //!
 //! Quotients and products are rounded to the precision of the float operand's dtype before
 //! rounding to integers, as the ONNX reference does (it computes in that dtype).
+//!
+//! QuantizeLinear and DequantizeLinear have compute definitions (so they fuse into
+//! element-wise kernels) for f32 data quantized to 8- or 16-bit integers with a scale and zero
+//! point per tensor or per axis; blocked and float8 quantization run on the host.
 
 use crate::dtype::DType;
 use crate::kernels::broadcast::{broadcast_offsets, broadcast_shapes};
@@ -11,9 +15,13 @@ use crate::kernels::quant::{
     int_range, int_values, param_index, quantize_to, saturate_round, scalar_f64,
 };
 use crate::operator::{
-    arg, infer_arg, infer_opt, opt_arg, InferInput, OpContext, OpError, Operator,
+    arg, infer_arg, infer_opt, opt_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError,
+    Operator,
 };
 use crate::ops::common::check_dtype;
+use crate::ops::compute_util::{float_to_int, input, math1, opt_input, placeholders, try_grid_def};
+use hidet_ir::expr::{Expr, Var};
+use hidet_ir::intrinsic::MathFunc;
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{broadcast_dims, TensorType};
 use crate::tensor::{Element, Tensor};
@@ -256,6 +264,64 @@ impl Operator for Quantize {
             .collect();
         Ok(vec![quantize_to(&v, x.shape().to_vec(), 0.0, dtype)?])
     }
+
+    /// `y = saturate(round_half_even(x / scale) + zero_point)` (a NaN quotient counts as 0),
+    /// for f32 `x` and an 8- or 16-bit integer `y`, with the parameters per tensor or per
+    /// axis ([`param_read`]); `None` otherwise.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let (x, scale) = (input(inputs, 0)?, input(inputs, 1)?);
+        let zp = opt_input(inputs, 2);
+        let dtype = self.out_dtype(zp.map(|z| z.dtype))?;
+        let narrow_int = matches!(dtype, DType::I8 | DType::U8 | DType::I16 | DType::U16);
+        if x.dtype != DType::F32 || scale.dtype != DType::F32 || !narrow_int || self.block_size != 0
+        {
+            return Ok(None);
+        }
+        let vars = placeholders(inputs);
+        let (to, f32) = (dtype.to_ir(), DType::F32.to_ir());
+        let read = |p: usize, shape: &[usize], i: &[Expr]| {
+            param_read(&vars[p], shape, i, x.shape, self.axis, self.per_tensor_only)
+        };
+        try_grid_def(vars.clone(), to, x.shape, |i| {
+            let s = read(1, scale.shape, i)?;
+            let q = vars[0].at(i.to_vec()) / s;
+            let rounded = Expr::select(
+                math1(MathFunc::IsNan, q.clone()),
+                Expr::zero(f32),
+                math1(MathFunc::Round, q),
+            );
+            let shifted = match zp {
+                Some(z) => rounded + read(2, z.shape, i)?.cast(f32),
+                None => rounded,
+            };
+            float_to_int(shifted, f32, to)
+        })
+    }
+}
+
+/// The read of a quantization parameter `p` of shape `shape` at the element `i` of data of
+/// shape `data`: one value (`[]` or `[1]`) or, unless `per_tensor_only`, one per index along
+/// `axis` (a 1-D `p` as long as that axis); `None` for other shapes (blocked parameters, or
+/// shapes `eval` rejects with an error).
+fn param_read(
+    p: &Var,
+    shape: &[usize],
+    i: &[Expr],
+    data: &[usize],
+    axis: i64,
+    per_tensor_only: bool,
+) -> Option<Expr> {
+    match shape {
+        [] => Some(p.at(Vec::<Expr>::new())),
+        [1] => Some(p.at([Expr::int(0)])),
+        [len] if !per_tensor_only => {
+            let rank = data.len() as i64;
+            let axis = if axis < 0 { axis + rank } else { axis };
+            let at = usize::try_from(axis).ok().filter(|&a| a < data.len())?;
+            (data[at] == *len).then(|| p.at([i[at].clone()]))
+        }
+        _ => None,
+    }
 }
 
 /// Float8 tensor of `dtype` from f32 values (see [`crate::narrow`] for the rounding).
@@ -325,6 +391,38 @@ impl Operator for Dequantize {
         let out = dispatch_float!(dtype, T => Tensor::new(x.shape().to_vec(), v.map(T::from_f64).collect::<Vec<T>>())?,
             else return Err(OpError::DType { index: 1, dtype }));
         Ok(vec![out])
+    }
+
+    /// `y = (x - zero_point) · scale` in f32 for 8- or 16-bit integer `x`, with the
+    /// parameters per tensor or per axis ([`param_read`]); `None` otherwise. The difference
+    /// is exact in f32, so the product rounds once, as the reference's does.
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let (x, scale) = (input(inputs, 0)?, input(inputs, 1)?);
+        let zp = opt_input(inputs, 2);
+        let narrow_int = matches!(x.dtype, DType::I8 | DType::U8 | DType::I16 | DType::U16);
+        if scale.dtype != DType::F32 || !narrow_int || self.block_size != 0 {
+            return Ok(None);
+        }
+        if zp.is_some_and(|z| z.dtype != x.dtype) {
+            return Err(OpError::DType {
+                index: 2,
+                dtype: zp.map_or(x.dtype, |z| z.dtype),
+            });
+        }
+        let vars = placeholders(inputs);
+        let f32 = DType::F32.to_ir();
+        let read = |p: usize, shape: &[usize], i: &[Expr]| {
+            param_read(&vars[p], shape, i, x.shape, self.axis, self.per_tensor_only)
+        };
+        try_grid_def(vars.clone(), f32, x.shape, |i| {
+            let s = read(1, scale.shape, i)?;
+            let v = vars[0].at(i.to_vec()).cast(f32);
+            let centered = match zp {
+                Some(z) => v - read(2, z.shape, i)?.cast(f32),
+                None => v,
+            };
+            Some(centered * s)
+        })
     }
 }
 
