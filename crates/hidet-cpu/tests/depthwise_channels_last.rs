@@ -1,6 +1,7 @@
 //! Channels-last depthwise convolutions, end to end on the CPU: after the default passes a
 //! MobileNet-V2 inverted residual block (1×1 expansion, ReLU6, 3×3 depthwise, ReLU6, 1×1
-//! projection, residual add) runs as three kernels with no transpose between them, and
+//! projection, residual add), or EfficientNet's with SiLU (`x·sigmoid(x)`) activations, of
+//! one image or a batch, runs as three kernels with no transpose between them, and
 //! every output matches the reference executor on the original graph, including where a
 //! padded window's clamped read lands on an infinite input it must not see.
 
@@ -24,28 +25,49 @@ fn conv_attrs(group: usize, stride: usize, pad: usize) -> Attributes {
     a
 }
 
-/// `Clip(input, 0, 6)` into `output`.
-fn relu6(g: &mut GraphBuilder, input: &str, output: &str) {
-    g.node(node(
-        "Clip",
-        &[input, "zero", "six"],
-        output,
-        Attributes::new(),
-    ));
+/// The activation of a block.
+#[derive(Clone, Copy, Debug)]
+enum Act {
+    /// `Clip(x, 0, 6)`.
+    Relu6,
+    /// `Mul(x, Sigmoid(x))`.
+    Silu,
 }
 
-/// The inverted residual block on `x` `[1, c, h, w]` with `e` expanded channels; the residual
+/// The activation `act` of `input` into `output`.
+fn activation(g: &mut GraphBuilder, act: Act, input: &str, output: &str) {
+    match act {
+        Act::Relu6 => {
+            g.node(node(
+                "Clip",
+                &[input, "zero", "six"],
+                output,
+                Attributes::new(),
+            ));
+        }
+        Act::Silu => {
+            let sigmoid = format!("{output}_sigmoid");
+            g.node(node("Sigmoid", &[input], &sigmoid, Attributes::new()));
+            g.node(node("Mul", &[input, &sigmoid], output, Attributes::new()));
+        }
+    }
+}
+
+/// The inverted residual block on `x` `[n, c, h, w]` with `e` expanded channels; the residual
 /// add only at stride 1.
+#[allow(clippy::too_many_arguments)]
 fn inverted_residual(
     rng: &mut Rng,
+    n: usize,
     c: usize,
     e: usize,
     h: usize,
     w: usize,
     stride: usize,
+    act: Act,
 ) -> Graph {
     let mut g = GraphBuilder::new("inverted_residual");
-    g.input("x", TensorType::fixed(DType::F32, &[1, c, h, w]));
+    g.input("x", TensorType::fixed(DType::F32, &[n, c, h, w]));
     g.initializer("zero", Tensor::new(vec![], vec![0f32]).unwrap());
     g.initializer("six", Tensor::new(vec![], vec![6f32]).unwrap());
     g.initializer("w_expand", random(rng, &[e, c, 1, 1]));
@@ -60,14 +82,14 @@ fn inverted_residual(
         "expanded",
         conv_attrs(1, 1, 0),
     ));
-    relu6(&mut g, "expanded", "expanded6");
+    activation(&mut g, act, "expanded", "expanded6");
     g.node(node(
         "Conv",
         &["expanded6", "w_depthwise", "b_depthwise"],
         "filtered",
         conv_attrs(e, stride, 1),
     ));
-    relu6(&mut g, "filtered", "filtered6");
+    activation(&mut g, act, "filtered", "filtered6");
     let projected = if stride == 1 { "projected" } else { "y" };
     g.node(node(
         "Conv",
@@ -111,11 +133,17 @@ fn compile(dir: &std::path::Path, graph: &Graph, shape: &[usize]) -> CompiledGra
 #[test]
 fn an_inverted_residual_block_runs_channels_last_without_transposes() {
     // Expanded channels that fill no whole vector, an image that is not square.
-    for (seed, c, e, h, w, stride) in [(5, 6, 20, 9, 11, 1), (6, 5, 36, 10, 7, 2)] {
+    for (seed, n, c, e, h, w, stride, act) in [
+        (5, 1, 6, 20, 9, 11, 1, Act::Relu6),
+        (6, 1, 5, 36, 10, 7, 2, Act::Relu6),
+        (7, 1, 6, 20, 9, 11, 1, Act::Silu),
+        (8, 3, 5, 36, 10, 7, 2, Act::Silu),
+        (9, 2, 6, 20, 9, 11, 1, Act::Relu6),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let mut rng = Rng::new(seed);
-        let graph = inverted_residual(&mut rng, c, e, h, w, stride);
-        let compiled = compile(dir.path(), &graph, &[1, c, h, w]);
+        let graph = inverted_residual(&mut rng, n, c, e, h, w, stride, act);
+        let compiled = compile(dir.path(), &graph, &[n, c, h, w]);
         let report = compiled.report();
         let dump = &report.partition;
         assert_eq!(report.kernels, 3, "{dump}");
@@ -127,10 +155,10 @@ fn an_inverted_residual_block_runs_channels_last_without_transposes() {
             .find(|k| k.contains("DepthwiseConvNhwc"))
             .unwrap();
         assert!(!depthwise.contains("Transpose"), "{dump}");
-        let inputs = vec![("x".to_string(), random(&mut rng, &[1, c, h, w]))];
+        let inputs = vec![("x".to_string(), random(&mut rng, &[n, c, h, w]))];
         let want = run_reference(&graph, &inputs).unwrap();
         let got = compiled.run(&inputs).unwrap();
-        assert_matches(&got[0].1, &want[0].1, "inverted residual block");
+        assert_matches(&got[0].1, &want[0].1, &format!("block {n}×{c}, {act:?}"));
     }
 }
 

@@ -106,7 +106,8 @@ fn rank_of(g: &Graph, v: ValueId) -> Option<usize> {
 }
 
 /// True when `v` is read once, by a chain of one-input element-wise operators (each output
-/// read once) ending in a `to_last` transpose: its producer may store it channels-last.
+/// read once) and SiLUs (`Mul(x, Sigmoid(x))`, see [`silu_of`]) ending in a `to_last`
+/// transpose: its producer may store it channels-last.
 pub fn feeds_channels_last(g: &Graph, v: ValueId) -> bool {
     let Some(rank) = rank_of(g, v) else {
         return false;
@@ -116,6 +117,10 @@ pub fn feeds_channels_last(g: &Graph, v: ValueId) -> bool {
         let value = g.value(v);
         if g.outputs().contains(&v) {
             return false;
+        }
+        if let Some(out) = silu_of(g, v) {
+            v = out;
+            continue;
         }
         let [(user, slot)] = value.users.as_slice() else {
             return false;
@@ -139,6 +144,38 @@ pub fn feeds_channels_last(g: &Graph, v: ValueId) -> bool {
         }
     }
     false
+}
+
+/// The output of `Mul(v, Sigmoid(v))` (in either order) when those two nodes are `v`'s only
+/// readers, the sigmoid is read by the product alone, and neither output is a graph output.
+fn silu_of(g: &Graph, v: ValueId) -> Option<ValueId> {
+    let single_output = |n: NodeId| -> Option<ValueId> {
+        let node = &g.nodes()[n.0];
+        match node.outputs.as_slice() {
+            [Some(out)] if node.domain.is_empty() && !g.outputs().contains(out) => Some(*out),
+            _ => None,
+        }
+    };
+    let users = &g.value(v).users;
+    let [(a, _), (b, _)] = users.as_slice() else {
+        return None;
+    };
+    let (sigmoid, mul) = match (
+        g.nodes()[a.0].op_type.as_str(),
+        g.nodes()[b.0].op_type.as_str(),
+    ) {
+        ("Sigmoid", "Mul") => (*a, *b),
+        ("Mul", "Sigmoid") => (*b, *a),
+        _ => return None,
+    };
+    let s = single_output(sigmoid)?;
+    let [(reader, _)] = g.value(s).users.as_slice() else {
+        return None;
+    };
+    let inputs: Vec<ValueId> = g.nodes()[mul.0].inputs.iter().flatten().copied().collect();
+    let pair = inputs == [v, s] || inputs == [s, v];
+    (*reader == mul && pair).then_some(())?;
+    single_output(mul)
 }
 
 /// True when `v` is, through element-wise operators, a `to_first` transpose of channels-last

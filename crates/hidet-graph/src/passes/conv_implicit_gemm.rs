@@ -9,7 +9,9 @@
 //!     Col = hidet::Im2Col(X) [C·∏k, N·∏o]   (X read as [C, N·∏d] for 1×1 unpadded stride-1 kernels)
 //! ```
 //!
-//! (for one image, `N = 1`, the transpose is a plain `Reshape` to `[1, OC, o…]`). A grouped
+//! (for one image, `N = 1`, the transpose is a plain `Reshape` to `[1, OC, o…]`; a pointwise
+//! kernel over several images is instead a product batched over them, `MatMul(Wmat[1, OC,
+//! C], Reshape(X, [N, C, ∏d]))`, with nothing transposed). A grouped
 //! convolution (`group = G`, not depthwise, see [`super::channels_last`]) is a product
 //! batched over the groups, `MatMul(Wmat[G, OC/G, C/G·∏k], Reshape(Col, [G, C/G·∏k, N·∏o]))`,
 //! reshaped back to `[OC, N·∏o]`.
@@ -337,6 +339,9 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         let y = rw.add_op("MatMul", Attributes::new(), &[rows, wmat_t])?;
         return finish_channels_last(rw, p, y, out_ch);
     }
+    if is_pointwise(g) && p.batch != 1 && p.group == 1 && !p.channels_last {
+        return batched_pointwise(rw, p);
+    }
     let col = columns(rw, p)?;
     if p.channels_last {
         let rows = p.channels * g.kernel_size();
@@ -360,6 +365,31 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     let mut perm = vec![1, 0];
     perm.extend(2..rank as i64);
     rw.add_op("Transpose", perm_attrs(perm), &[y])
+}
+
+/// A pointwise convolution of a batch as a product batched over the images, each image's
+/// `[C, ∏d]` read where it is: `MatMul(Wmat[1, OC, C], Reshape(X, [N, C, ∏d]))`, `[N, OC,
+/// ∏d]`, plus the bias, reshaped to the output. Nothing is transposed.
+fn batched_pointwise(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
+    let g = &p.geometry;
+    let out_ch = p.weight.shape()[0];
+    let pixels = g.output_size();
+    let wmat_t = transposed(&p.weight, out_ch, p.channels)
+        .and_then(|t| t.reshape(vec![1, p.channels, out_ch]))
+        .map_err(|e| node_error(p, e))?;
+    let wmat_t = rw.add_constant("conv_wmat_t", wmat_t);
+    let mut attrs = perm_attrs(vec![0, 2, 1]);
+    attrs.insert(KEEP_LAYOUT, Attribute::Int(1));
+    let wmat = rw.add_op("Transpose", attrs, &[wmat_t])?;
+    let shape = [p.batch, p.channels, pixels];
+    let shape = shape_const(rw, &shape).map_err(|e| node_error(p, e))?;
+    let x = rw.add_op("Reshape", Attributes::new(), &[p.x, shape])?;
+    let y = rw.add_op("MatMul", Attributes::new(), &[wmat, x])?;
+    let y = add_bias(rw, p, y, [out_ch, 1])?;
+    let mut out_shape = vec![p.batch, out_ch];
+    out_shape.extend(&g.output);
+    let shape = shape_const(rw, &out_shape).map_err(|e| node_error(p, e))?;
+    rw.add_op("Reshape", Attributes::new(), &[y, shape])
 }
 
 /// The column matrix of `p`, `[C·∏k, N·∏o]` (see [`crate::ops::im2col`]): for a pointwise
