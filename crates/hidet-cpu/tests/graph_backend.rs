@@ -596,6 +596,62 @@ fn a_concatenation_followed_by_reshapes_runs_in_place() {
     assert_close(&f32s(&out[0].1), &want, "compiled");
 }
 
+/// A matrix product reading a concatenation through an element-wise operator (DenseNet's
+/// bottleneck after its dense block) inlines a concatenation of two inputs into its
+/// operand's loads, but one of three or more is stored first (by the products that produce
+/// its parts, in place), so that each element is read with one load rather than a select
+/// among every input.
+#[test]
+fn wide_concatenations_are_stored_before_a_product_reads_them() {
+    for parts in [2usize, 3, 4] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = Rng::new(23 + parts as u64);
+        let rows = [5usize, 3, 6, 2];
+        let k: usize = rows[..parts].iter().sum();
+        let mut g = GraphBuilder::new("dense");
+        let mut names = Vec::new();
+        let mut inputs = Vec::new();
+        let mut shapes = Vec::new();
+        for (i, &r) in rows[..parts].iter().enumerate() {
+            let (x, w, p) = (format!("x{i}"), format!("w{i}"), format!("p{i}"));
+            g.input(&x, TensorType::fixed(DType::F32, &[r, 9]));
+            g.initializer(&w, random(&mut rng, &[9, 11]));
+            g.node(node("MatMul", &[&x, &w], &p, Attributes::new()));
+            inputs.push((x, random(&mut rng, &[r, 9])));
+            shapes.push(vec![r, 9]);
+            names.push(p);
+        }
+        g.initializer("w", random(&mut rng, &[7, k]));
+        let mut cat = Attributes::new();
+        cat.insert("axis", Attribute::Int(0));
+        let parts_in: Vec<&str> = names.iter().map(String::as_str).collect();
+        g.node(node("Concat", &parts_in, "c", cat));
+        g.node(node("Relu", &["c"], "r", Attributes::new()));
+        g.node(node("MatMul", &["w", "r"], "y", Attributes::new()));
+        g.output("y");
+        let graph = g.build(Registry::global()).unwrap();
+        let reference = run_reference(&graph, &inputs).unwrap();
+        let compiled = compile(&graph, &shapes, dir.path(), true);
+        let report = compiled.report();
+        let dump = &report.partition;
+        let prologues = dump.lines().rfind(|l| l.contains("prologues:")).unwrap();
+        assert_eq!(
+            prologues.contains("Concat"),
+            parts < 3,
+            "{parts} parts:\n{dump}"
+        );
+        assert!(prologues.contains("Relu"), "{parts} parts:\n{dump}");
+        assert_eq!(dump.contains("in place: Concat"), parts >= 3, "{dump}");
+        let out = compiled.run(&inputs).unwrap();
+        let want: Vec<f64> = f32s(&reference[0].1).iter().map(|&v| v as f64).collect();
+        assert!(
+            want.iter().any(|&v| v != 0.0),
+            "the check sees non-zero data"
+        );
+        assert_close(&f32s(&out[0].1), &want, "compiled");
+    }
+}
+
 /// Kernels read a graph input where the caller keeps it, also through an alias (`Flatten`),
 /// and every run sees its own input; an input that is also aliased by a graph output is
 /// still copied into the arena, so that output reads it.
