@@ -181,6 +181,27 @@ def _calibrate_batchnorm(module: torch.nn.Module, size: int, seed: int) -> None:
     module.eval()
 
 
+def _randomize_zero_weights(module: torch.nn.Module, seed: int) -> list[str]:
+    """Give every all-zero weight of a Linear or convolution random normals (std 1/sqrt(fan in)).
+
+    torchvision zero-initializes some layers (ViT's classification head): its output would be
+    all zeros, which any wrong compilation matches. Returns the names of the layers changed.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    changed = []
+    with torch.no_grad():
+        for name, m in module.named_modules():
+            if isinstance(m, (torch.nn.Linear, torch.nn.modules.conv._ConvNd)) and not m.weight.any():
+                fan_in = m.weight[0].numel()
+                m.weight.copy_(torch.randn(m.weight.shape, generator=gen) / fan_in**0.5)
+                if m.bias is not None:
+                    m.bias.copy_(torch.randn(m.bias.shape, generator=gen) * 0.1)
+                changed.append(name)
+    return changed
+
+
 def _vision(name: str, description: str, **kwargs: Any) -> ModelSpec:
     """A torchvision classifier at 224x224: input `input` [batch, 3, 224, 224], output `output`."""
 
@@ -189,6 +210,7 @@ def _vision(name: str, description: str, **kwargs: Any) -> ModelSpec:
 
         _seed_all(seed)
         model = torchvision.models.get_model(name, weights=None, **kwargs)
+        _randomize_zero_weights(model, seed + 3)
         _calibrate_batchnorm(model, IMAGE, seed + 1)
         return model.eval()
 
@@ -450,9 +472,19 @@ def _torch_export(spec: ModelSpec, module: torch.nn.Module, inputs: dict[str, np
         kwargs["dynamo"] = False
     args = tuple(torch.from_numpy(a) for a in inputs.values())
     tmp = _atomic_path(path)
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # TracerWarnings and the TorchScript exporter's deprecation
-        torch.onnx.export(module, args, str(tmp), **kwargs)
+    # Under no_grad, nn.MultiheadAttention (ViT) takes its fused fast path,
+    # aten::_native_multi_head_attention, which the TorchScript exporter cannot export.
+    mha = getattr(torch.backends, "mha", None)
+    fastpath = mha.get_fastpath_enabled() if mha else None
+    if mha:
+        mha.set_fastpath_enabled(False)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TracerWarnings and the TorchScript exporter's deprecation
+            torch.onnx.export(module, args, str(tmp), **kwargs)
+    finally:
+        if mha:
+            mha.set_fastpath_enabled(fastpath)
     os.replace(tmp, path)
 
 
@@ -472,6 +504,12 @@ def _ort_session(path: Path) -> Any:
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def _stats(a: np.ndarray) -> dict[str, float]:
+    """max |a| and the standard deviation of `a`: a constant output (std 0) checks nothing."""
+    a64 = a.astype(np.float64)
+    return {"max_abs": float(np.max(np.abs(a64))) if a64.size else 0.0, "std": float(np.std(a64)) if a64.size else 0.0}
 
 
 def _max_rel_err(got: np.ndarray, ref: np.ndarray) -> float:
@@ -605,6 +643,7 @@ def export_fp32(spec: ModelSpec, module: torch.nn.Module, batch: int, dynamic: b
     ort_s = time.perf_counter() - t0
     want = _torch_outputs(module, inputs)
     errs = {o.name: _max_rel_err(got, ref) for o, got, ref in zip(spec.outputs, ort_out, want)}
+    stats = {o.name: _stats(got) for o, got in zip(spec.outputs, ort_out)}
     manifest: dict[str, Any] = {
         "name": spec.name,
         "family": spec.family,
@@ -615,6 +654,7 @@ def export_fp32(spec: ModelSpec, module: torch.nn.Module, batch: int, dynamic: b
         "dims": {"batch": batch, "sequence": seq},
         "inputs": _input_manifest(spec, batch, seq),
         "torch_vs_ort_max_rel_err": errs,
+        "ort_output_stats": stats,
         "timings_s": {"export": round(export_s, 2), "ort_first_run": round(ort_s, 2)},
         "seed": seed,
         "opset": OPSET,
@@ -681,6 +721,7 @@ def export_qdq(spec: ModelSpec, batch: int, dynamic: bool, seq: int, seed: int, 
     fp32_out = _ort_session(base).run(None, inputs)
     int8_out = _ort_session(path).run(None, inputs)
     base_spec = MODELS[spec.quantize_from]
+    stats = {o.name: _stats(got) for o, got in zip(base_spec.outputs, int8_out)}
     manifest: dict[str, Any] = {
         "name": spec.name,
         "family": spec.family,
@@ -696,6 +737,7 @@ def export_qdq(spec: ModelSpec, batch: int, dynamic: bool, seq: int, seed: int, 
         "int8_vs_fp32_max_rel_err": {
             o.name: _max_rel_err(got, ref) for o, got, ref in zip(base_spec.outputs, int8_out, fp32_out)
         },
+        "ort_output_stats": stats,
         "timings_s": {"quantize": round(quant_s, 2)},
         "notes": notes,
         "seed": seed,
@@ -720,6 +762,9 @@ def _summary(m: dict) -> str:
     for key, label in (("torch_vs_ort_max_rel_err", "ORT vs torch"), ("int8_vs_fp32_max_rel_err", "int8 vs fp32")):
         if key in m:
             parts.append(f"{label} max rel err {max(m[key].values()):.1e}")
+    constant = [n for n, st in m.get("ort_output_stats", {}).items() if st["std"] == 0]
+    if constant:
+        parts.append(f"WARNING: constant output {', '.join(constant)}")
     dc = m.get("dynamic_check")
     if dc:
         parts.append(f"ORT at batch {dc['batch']}: " + ("ok" if dc["ok"] else f"FAILED ({dc.get('error')})"))
