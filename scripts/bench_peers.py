@@ -54,7 +54,7 @@ Usage:
       [--only SUBSTR (repeatable)] [--no-models] [--no-ops] [--markdown] [--hidet-bin PATH]
       [--tuned LEVEL] [--tract PATH]
   .venv/bin/python scripts/bench_peers.py --broad [DIR] | --model PATH ... [--only SUBSTR]
-      [--rounds 3] [--max-seconds 5] [--rtol 1e-3] [--qdq-rtol 0.05] [--no-check] [--dim NAME=N]
+      [--rounds 3] [--max-seconds 5] [--rtol 1e-3] [--qdq-rtol 0.1] [--no-check] [--dim NAME=N]
       [--batch N] [--seq-len 128] [--save FILE.json] [--markdown]
 """
 
@@ -112,6 +112,8 @@ class BroadInfo:
     check: str = "-"
     host_ops: dict[str, int] | None = None
     hidet_error: str | None = None
+    # The probe's three slowest steps of hidet's launch list: (label, ms, GFLOP/s or None).
+    top_steps: list[tuple[str, float, float | None]] = field(default_factory=list)
 
 
 def op_cases(out_dir: Path, rng: np.random.Generator) -> list[Case]:
@@ -553,6 +555,9 @@ def probe_case(case: Case, hidet: Path, threads: int, work: Path, cache: Path, c
         if label.startswith("host "):
             ops[label.split()[1]] += 1
     info.host_ops = dict(ops.most_common())
+    slowest = sorted(report.get("profile", []), key=lambda row: -float(row.get("median_ms") or 0.0))[:3]
+    info.top_steps = [(row.get("label", "?"), float(row.get("median_ms") or 0.0), row.get("gflops"))
+                      for row in slowest]
 
 
 def broad_runs(case: Case, runs: int, warmup: int, min_seconds: float, max_seconds: float) -> tuple[int, int]:
@@ -589,7 +594,7 @@ def broad_report(cases: list[Case], markdown: bool, engines: list[str]) -> tuple
                                                                              "check vs ORT"]
     rows, records, ratios = [], [], []
     groups: dict[str, list[float]] = collections.defaultdict(list)
-    hidet_ms: dict[tuple[str, int | None, bool], float] = {}
+    by_key: dict[tuple[str, int | None, bool], Case] = {}
     for case in cases:
         info = case.broad
         med = {e: statistics.median(t) for e, t in case.times.items() if t}
@@ -601,8 +606,7 @@ def broad_report(cases: list[Case], markdown: bool, engines: list[str]) -> tuple
         if ratio:
             ratios.append(ratio)
             groups[f"batch {info.batch} {shapes}"].append(ratio)
-        if h:
-            hidet_ms[(info.model, info.batch, info.dynamic)] = h
+        by_key[(info.model, info.batch, info.dynamic)] = case
 
         def cell(e: str) -> str:
             if e in med:
@@ -616,7 +620,9 @@ def broad_report(cases: list[Case], markdown: bool, engines: list[str]) -> tuple
                         "times_ms": case.times, "median_ms": med, "ratio": ratio,
                         "paired": statistics.median(pairs) if pairs else None, "host_ops": info.host_ops,
                         "max_abs": info.max_abs, "max_rel": info.max_rel, "check": info.check,
-                        "errors": case.errors, "runs": case.runs, "warmup": case.warmup})
+                        "errors": case.errors, "runs": case.runs, "warmup": case.warmup,
+                        "probe_ms": {"hidet": info.hidet_probe_ms, "onnxruntime": info.ort_probe_ms},
+                        "top_steps": info.top_steps})
     lines = []
     if markdown:
         lines.append("| " + " | ".join(header) + " |")
@@ -635,16 +641,30 @@ def broad_report(cases: list[Case], markdown: bool, engines: list[str]) -> tuple
     above = sorted([a for a in above if a[1] > 1.5], key=lambda a: -a[1])
     lines.append(f"rows above 1.5x: {len(above)}" + (": " + ", ".join(f"{n} {r:.1f}x" for n, r in above)
                                                      if above else ""))
+    named = {c.name: c for c in cases}
+    for n, _ in above:
+        steps = named[n].broad.top_steps
+        if steps:
+            lines.append(f"  {n} slowest steps (probe, profiled): " + "; ".join(
+                f"{label} {ms:.1f} ms" + (f" {g:.1f} GFLOP/s" if g else "") for label, ms, g in steps))
     failed = [c.name for c in cases if "hidet" in c.errors]
     lines.append(f"hidet failures: {len(failed)}" + (": " + ", ".join(failed) if failed else ""))
     with_host = [c.name for c in cases if c.broad.host_ops]
     lines.append(f"rows with host steps: {len(with_host)}" + (": " + ", ".join(with_host) if with_host else ""))
     dyn = []
-    for (model, batch, dynamic), t in sorted(hidet_ms.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-        if dynamic and (model, batch, False) in hidet_ms:
-            dyn.append(f"{model} b{batch} {t / hidet_ms[(model, batch, False)]:.2f}")
+    for (model, batch, dynamic), case in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        static = by_key.get((model, batch, False))
+        if not dynamic or static is None:
+            continue
+        ratios_by_engine = {}
+        for e in ("hidet", "onnxruntime"):
+            pairs = [a / b for a, b in zip(case.times.get(e, []), static.times.get(e, []))]
+            ratios_by_engine[e] = f"{statistics.median(pairs):.2f}" if pairs else "-"
+        if ratios_by_engine["hidet"] != "-":
+            dyn.append(f"{model} b{batch} {ratios_by_engine['hidet']} ({ratios_by_engine['onnxruntime']})")
     if dyn:
-        lines.append("hidet dynamic/static at the same shape: " + ", ".join(dyn))
+        lines.append("dynamic/static time at the same shape, median over rounds, hidet (ONNX Runtime's, a noise "
+                     "gauge): " + ", ".join(dyn))
     return "\n".join(lines), records
 
 
@@ -683,8 +703,13 @@ def main(argv: list[str]) -> int:
     broad.add_argument("--max-seconds", type=float, default=5.0,
                        help="at most this long per measurement on the slower engine (at least one run)")
     broad.add_argument("--rtol", type=float, default=1e-3, help="max rel error vs ONNX Runtime for `ok`")
-    broad.add_argument("--qdq-rtol", type=float, default=0.05,
-                       help="max rel error for models with QuantizeLinear/DequantizeLinear")
+    # QDQ models amplify rounding: a float sum that lands on the other side of a rounding
+    # boundary in one of many QuantizeLinear nodes moves the output by whole quantization steps.
+    # ONNX Runtime and onnx's own reference evaluator differ by 8.2% of the largest output on
+    # mobilenet_v3_small_qdq_b1 (1.7% on resnet18_qdq_b1); a wrong scale or zero point is off by
+    # far more.
+    broad.add_argument("--qdq-rtol", type=float, default=0.1,
+                       help="max rel error for models with QuantizeLinear/DequantizeLinear (default 0.1)")
     broad.add_argument("--no-check", action="store_true", help="skip `hidet run` and the comparison")
     broad.add_argument("--timeout", type=float, default=3600, help="seconds per hidet command")
     broad.add_argument("--save", type=Path, metavar="FILE", help="also write the results as JSON")
