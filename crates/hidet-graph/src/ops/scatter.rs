@@ -1,13 +1,25 @@
 //! Indexed writes: ScatterElements (and its deprecated alias Scatter) and ScatterND, with the
 //! `reduction` attribute (`add`/`mul` from opset 16, `max`/`min` from opset 18). Updates are
 //! applied in row-major order of the indices, so with `none` the last duplicate wins.
+//!
+//! ScatterND also has a compute definition in gather form, for scatters small enough
+//! ([`MAX_SCATTER_MATCHES`]): each output element looks for the index tuples that name it
+//! (the last one with `none`, all of them reduced otherwise). As for the gathers, an index
+//! that `eval` rejects as out of range matches no element in a kernel.
 
 use crate::kernels::movement::{
     element_offsets, index_values, is_index_dtype, offsets, scatter, strides, wrap_index,
     Reduction,
 };
-use crate::operator::{arg, infer_arg, InferInput, OpContext, OpError, Operator};
+use crate::dtype::DType;
+use crate::operator::{
+    arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
+};
 use crate::ops::common::norm_axis;
+use crate::ops::compute_util::{dims, finish, input, placeholders, unravel};
+use hidet_ir::compute::{grid, reduce, ReduceKind};
+use hidet_ir::dtype::DataType;
+use hidet_ir::expr::Expr;
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
@@ -152,6 +164,107 @@ impl Operator for ScatterNd {
             Ok(off + inner)
         })?;
         Ok(vec![scatter(x, upd, &dst, self.reduction)?])
+    }
+
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        self.gather_form(inputs)
+    }
+}
+
+/// The most (output prefix element, index tuple) pairs a ScatterND kernel compares: above
+/// it the host's `eval`, linear in the updates, runs instead.
+pub const MAX_SCATTER_MATCHES: usize = 1 << 24;
+
+impl ScatterNd {
+    /// `out[i] = updates[u, i[k..]]` for the last index tuple `u` equal to `i[..k]` (negative
+    /// entries counting from the end), else `data[i]`; with a reduction, `data[i] ⊕` the
+    /// reduction of every matching update. `None` for non-numeric data, booleans, or more
+    /// than [`MAX_SCATTER_MATCHES`] comparisons.
+    fn gather_form(
+        &self,
+        inputs: &[Option<ComputeInput<'_>>],
+    ) -> Result<Option<ComputeDef>, OpError> {
+        let (x, ind, upd) = (input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?);
+        let (r, q) = (x.shape.len(), ind.shape.len());
+        let k = ind.shape.last().copied().unwrap_or(0);
+        if q == 0 || k > r || k == 0 {
+            return Ok(None);
+        }
+        let tuples_shape = &ind.shape[..q - 1];
+        let want = [tuples_shape, &x.shape[k..]].concat();
+        let tuples: usize = tuples_shape.iter().product();
+        let prefix: usize = x.shape[..k].iter().product();
+        let numeric = x.dtype.is_float()
+            || matches!(
+                x.dtype,
+                DType::I8 | DType::I16 | DType::I32 | DType::I64 | DType::U8 | DType::U16 | DType::U32 | DType::U64
+            );
+        let fits = tuples
+            .checked_mul(if self.reduction == Reduction::None { prefix } else { x.shape.iter().product() })
+            .is_some_and(|n| n <= MAX_SCATTER_MATCHES);
+        if upd.shape != want.as_slice() || !numeric || x.dtype.is_storage_only() || !fits || tuples == 0 {
+            return Ok(None);
+        }
+        let vars = placeholders(inputs);
+        let (vx, vi, vu) = (vars[0].clone(), vars[1].clone(), vars[2].clone());
+        let (dtype, idx_ty) = (x.dtype.to_ir(), ind.dtype.to_ir());
+        let shape = x.shape.to_vec();
+        // Whether index tuple `u` (flat over the tuples) names the prefix `i[..k]`.
+        let matches = |u: &Expr, i: &[Expr]| -> Expr {
+            let mut at = unravel(u, tuples_shape);
+            at.push(Expr::int(0));
+            let mut all = Expr::bool(true);
+            for (j, ij) in i.iter().take(k).enumerate() {
+                at[q - 1] = Expr::int(j as i64);
+                let v = vi.at(at.clone());
+                let dim = Expr::int_of(shape[j] as i64, idx_ty);
+                let wrapped = Expr::select(v.lt(Expr::zero(idx_ty)), v.clone() + dim, v);
+                all = all.and(wrapped.eq(ij.cast(idx_ty)));
+            }
+            all
+        };
+        let update_at = |u: &Expr, i: &[Expr]| -> Expr {
+            let mut at = unravel(u, tuples_shape);
+            at.extend(i[k..].iter().cloned());
+            vu.at(at)
+        };
+        if self.reduction == Reduction::None {
+            let (last, last_node) = reduce(
+                "last",
+                DataType::I32,
+                dims(&shape[..k]),
+                [tuples as i64],
+                ReduceKind::Max,
+                |i, t| Expr::select(matches(&t[0], i), t[0].clone(), Expr::int(-1)),
+            );
+            let (out, out_node) = grid("out", dtype, dims(&shape), |i| {
+                let l = last.at(i[..k].to_vec());
+                let safe = Expr::select(l.lt(Expr::int(0)), Expr::int(0), l.clone());
+                Expr::select(l.ge(Expr::int(0)), update_at(&safe, i), vx.at(i.to_vec()))
+            });
+            return finish(vars, vec![(last, last_node), (out.clone(), out_node)], vec![out])
+                .map(Some);
+        }
+        let kind = match self.reduction {
+            Reduction::Add => ReduceKind::Sum,
+            Reduction::Mul => ReduceKind::Prod,
+            Reduction::Max => ReduceKind::Max,
+            Reduction::Min => ReduceKind::Min,
+            Reduction::None => unreachable!("handled above"),
+        };
+        let (acc, acc_node) = reduce("acc", dtype, dims(&shape), [tuples as i64], kind, |i, t| {
+            Expr::select(matches(&t[0], i), update_at(&t[0], i), kind.identity(dtype))
+        });
+        let (out, out_node) = grid("out", dtype, dims(&shape), |i| {
+            let (d, a) = (vx.at(i.to_vec()), acc.at(i.to_vec()));
+            match kind {
+                ReduceKind::Sum => d + a,
+                ReduceKind::Prod => d * a,
+                ReduceKind::Max => d.max(a),
+                ReduceKind::Min => d.min(a),
+            }
+        });
+        finish(vars, vec![(acc, acc_node), (out.clone(), out_node)], vec![out]).map(Some)
     }
 }
 
