@@ -1180,12 +1180,25 @@ fn movement_cases() -> Vec<Case> {
         )
         .none(scatter_why),
     );
+    // ScatterND in gather form: the last of duplicate tuples wins; a reduction reduces them.
+    c.push(case(
+        "ScatterND",
+        vec![
+            f(F32, &[4, 3]),
+            i64s(&[3, 1], &[1, -1, -3]),
+            f(F32, &[3, 3]),
+        ],
+    ));
     c.push(
         case(
             "ScatterND",
-            vec![f(F32, &[4, 3]), i64s(&[2, 1], &[1, -1]), f(F32, &[2, 3])],
+            vec![
+                f(F32, &[4, 3]),
+                i64s(&[3, 2], &[1, 2, 0, 0, -3, -1]),
+                f(F32, &[3]),
+            ],
         )
-        .none(scatter_why),
+        .attr("reduction", Attribute::String("max".into())),
     );
     c
 }

@@ -17,6 +17,7 @@ mod panel_weights;
 mod pool_after_pointwise;
 mod resolve_variants;
 pub mod rewrite;
+mod scatter_as_gather;
 mod separable_pool;
 mod simplify;
 
@@ -32,6 +33,7 @@ pub use panel_weights::PanelConstantWeights;
 pub use pool_after_pointwise::PoolAfterPointwise;
 pub use resolve_variants::{FlattenBatchedMatMul, GemmToMatMul};
 pub use rewrite::Rewriter;
+pub use scatter_as_gather::{ScatterAsGather, MAX_SCATTER_PREFIXES};
 pub use separable_pool::SeparablePool;
 pub use simplify::{exact_cast, SimplifyChains};
 
@@ -86,6 +88,9 @@ pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
         // Identity/Dropout/no-op Cast/Reshape/Transpose removed; Reshape, Transpose and
         // exact Cast chains merged; static Squeeze/Unsqueeze/Flatten → Reshape.
         Box::new(SimplifyChains),
+        // ScatterND with constant indices → Gather of the updates (+ Where): one read per
+        // element instead of a comparison with every index tuple.
+        Box::new(ScatterAsGather),
         // Gemm → MatMul (+ Add), constant weights pre-transposed and pre-scaled; before BN
         // folding so a BN after a Gemm folds into the MatMul weights.
         Box::new(GemmToMatMul),
