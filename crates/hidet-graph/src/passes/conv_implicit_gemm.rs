@@ -300,9 +300,7 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     let out_ch = p.weight.shape()[0];
     let rank = g.output.len() + 2;
     if p.channels_last && is_pointwise(g) {
-        let rows = p.channels * g.kernel_size();
-        let wmat_t = transposed(&p.weight, out_ch, rows).map_err(|e| node_error(p, e))?;
-        let wmat_t = rw.add_constant("conv_wmat_t", wmat_t);
+        let wmat_t = stored_weight(rw, p)?;
         let x_last = rw.add_op("Transpose", perm_attrs(to_last(rank)), &[p.x])?;
         let pixels = p.batch * g.output_size();
         let shape = shape_const(rw, &[pixels, p.channels]).map_err(|e| node_error(p, e))?;
@@ -311,9 +309,7 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         return finish_channels_last(rw, p, y, out_ch);
     }
     if p.direct {
-        let rows = p.channels * g.kernel_size();
-        let wmat_t = transposed(&p.weight, out_ch, rows).map_err(|e| node_error(p, e))?;
-        let wmat_t = rw.add_constant("conv_wmat_t", wmat_t);
+        let wmat_t = stored_weight(rw, p)?;
         let (x, unpadded) = if is_padded(g) {
             padded_input(rw, p)?
         } else {
@@ -344,9 +340,7 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     }
     let col = columns(rw, p)?;
     if p.channels_last {
-        let rows = p.channels * g.kernel_size();
-        let wmat_t = transposed(&p.weight, out_ch, rows).map_err(|e| node_error(p, e))?;
-        let wmat_t = rw.add_constant("conv_wmat_t", wmat_t);
+        let wmat_t = stored_weight(rw, p)?;
         let col_t = rw.add_op("Transpose", swap(false), &[col])?;
         let y = rw.add_op("MatMul", Attributes::new(), &[col_t, wmat_t])?;
         return finish_channels_last(rw, p, y, out_ch);
@@ -423,8 +417,7 @@ fn channels_first_product(
     let out_ch = p.weight.shape()[0];
     let rows = p.weight.numel() / out_ch;
     if p.group == 1 {
-        let wmat_t = transposed(&p.weight, out_ch, rows).map_err(|e| node_error(p, e))?;
-        let wmat_t = rw.add_constant("conv_wmat_t", wmat_t);
+        let wmat_t = stored_weight(rw, p)?;
         let wmat = rw.add_op("Transpose", swap(true), &[wmat_t])?;
         return rw.add_op("MatMul", Attributes::new(), &[wmat, col]);
     }
@@ -478,6 +471,14 @@ fn finish_channels_last(
     let shape = shape_const(rw, &shape).map_err(|e| node_error(p, e))?;
     let y = rw.add_op("Reshape", Attributes::new(), &[y, shape])?;
     rw.add_op("Transpose", perm_attrs(to_first(rank)), &[y])
+}
+
+/// The ungrouped weight of `p` as a new constant, stored transposed: `[C·∏k, OC]`.
+fn stored_weight(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
+    let out_ch = p.weight.shape()[0];
+    let rows = p.weight.numel() / out_ch;
+    let wmat_t = transposed(&p.weight, out_ch, rows).map_err(|e| node_error(p, e))?;
+    Ok(rw.add_constant("conv_wmat_t", wmat_t))
 }
 
 /// `y + bias` with the bias reshaped to `bias_shape`, or `y` when the convolution has none.
