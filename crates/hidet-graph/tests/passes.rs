@@ -951,3 +951,30 @@ mod resolve {
         assert_same_outputs(&before, &after, &inputs, 1e-6);
     }
 }
+
+/// The target-neutral passes leave convolutions and pooling to the backend: a static
+/// convolution with a constant weight stays a `Conv`, a pooling a `MaxPool`, and no node of a
+/// backend's internal domain appears (those come from a backend's own passes).
+#[test]
+fn target_neutral_passes_leave_convolutions_to_the_backend() {
+    let mut rng = Rng::new(7);
+    let mut b = GraphBuilder::new("conv");
+    b.input("x", f32_input(&[2, 3, 11, 9]));
+    b.initializer("w", rng.f32s(&[5, 3, 3, 3]));
+    b.initializer("b", rng.f32s(&[5]));
+    let pads = attrs(vec![("pads", ints(&[1, 1, 1, 1]))]);
+    b.node(node("Conv", 17, &["x", "w", "b"], &["y"], pads));
+    b.node(node("Relu", 17, &["y"], &["r"], Attributes::new()));
+    let window = attrs(vec![("kernel_shape", ints(&[2, 2]))]);
+    b.node(node("MaxPool", 17, &["r"], &["out"], window));
+    b.output("out");
+    let before = build(b);
+    let after =
+        hidet_graph::passes::run_passes(before.clone(), &hidet_graph::passes::default_passes())
+            .unwrap();
+    assert_eq!(count(&after, "Conv"), 1, "{:?}", ops(&after));
+    assert_eq!(count(&after, "MaxPool"), 1, "{:?}", ops(&after));
+    assert!(after.nodes().iter().all(|n| n.domain.is_empty()));
+    let inputs = vec![("x".to_string(), rng.f32s(&[2, 3, 11, 9]))];
+    assert_same_outputs(&before, &after, &inputs, 1e-6);
+}
