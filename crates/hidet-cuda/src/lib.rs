@@ -14,6 +14,7 @@ pub mod error;
 pub mod locate;
 pub mod nvrtc;
 pub mod ptxas;
+pub mod sim;
 pub mod source;
 pub mod templates;
 
