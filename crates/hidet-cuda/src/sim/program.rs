@@ -549,14 +549,26 @@ impl<'f> Compiler<'f> {
     fn evaluate(&mut self, e: &Expr) -> R<()> {
         if let ExprKind::Call(intr, args) = e.kind() {
             let instr = match (intr, args.as_slice()) {
-                (Intrinsic::Mma { shape, input, acc }, [a, b, c]) => Instr::Mma {
+                (Intrinsic::Mma { shape, input, acc }, [a, b, c]) => {
+                    let supported = matches!(
+                        (shape, input.scalar, acc.scalar),
+                        (_, S::F16 | S::BF16, S::F32)
+                            | (_, S::F16, S::F16)
+                            | (MmaShape::M16N8K8, S::F32, S::F32)
+                    ) && !input.is_vector()
+                        && !acc.is_vector();
+                    if !supported {
+                        return Err(self.unsupported(format!("the intrinsic {intr}")));
+                    }
+                    Instr::Mma {
                     shape: *shape,
                     input: *input,
                     acc: *acc,
                     a: self.expr(a)?,
                     b: self.expr(b)?,
                     c: self.expr(c)?,
-                },
+                    }
+                }
                 (Intrinsic::LdMatrix { count, trans }, [dst, src]) => {
                     if !matches!(count, 1 | 2 | 4) {
                         return Err(self.unsupported(format!("{intr}")));
