@@ -228,6 +228,7 @@ impl Memory {
     pub fn read(&mut self, p: u64, out: &mut [u8], who: Actor) -> Result<(), Fault> {
         let n = out.len();
         let (ri, off) = self.locate(p, n)?;
+        self.check_pending(ri, off, n)?;
         let region = &self.regions[ri];
         if let Some(init) = &region.init {
             if let Some(i) = init[off..off + n].iter().position(|b| !b) {
@@ -237,7 +238,6 @@ impl Memory {
                 });
             }
         }
-        self.check_pending(ri, off, n)?;
         if self.regions[ri].shadow.is_some() {
             self.track(ri, off, n, who, false)?;
         }
