@@ -16,10 +16,10 @@
 //! product over the elements those blocks computed is printed (0 for a correct kernel),
 //! or the simulator's error.
 
+use hidet_cuda::sim::{BlockSelection, DeviceBuffer, LaunchOptions, SimArg, Simulator};
 use hidet_cuda::templates::matmul_simt::{
     build, kernel_name, schedule_space, showcase_schedules, SimtLimits,
 };
-use hidet_cuda::sim::{BlockSelection, DeviceBuffer, LaunchOptions, SimArg, Simulator};
 use hidet_cuda::{assemble, compile_to_ptx, emit_cuda, Arch, CompileOptions};
 use hidet_ir::function::IRModule;
 use std::path::PathBuf;

@@ -2,6 +2,9 @@
 //! (printed by the IR printer), the block and the thread; and the SIMT rules the checkers
 //! rely on (early return, divergent branches that reconverge).
 
+// Index loops mirror the references' formulas (lane, row, column).
+#![allow(clippy::needless_range_loop)]
+
 use hidet_cuda::sim::{
     BlockSelection, DeviceBuffer, Fault, LaunchOptions, RaceKind, SimArg, SimError, Simulator,
 };
@@ -36,12 +39,7 @@ fn output(len: usize) -> SimArg {
 /// The fault, statement and thread of a `SimError::Fault`.
 fn fault(r: Result<(), SimError>) -> (Fault, String, [i64; 3]) {
     match r {
-        Err(SimError::Fault {
-            fault,
-            stmt,
-            thread,
-            ..
-        }) => (fault, stmt, thread.0),
+        Err(SimError::Fault(r)) => (r.fault, r.stmt, r.thread.0),
         other => panic!("expected a fault, got {other:?}"),
     }
 }
@@ -71,7 +69,10 @@ fn missing_syncthreads_between_a_shared_store_and_another_threads_load_is_a_race
     assert_eq!(memory, "smem");
     assert_eq!(kind, RaceKind::WriteAfterRead);
     assert_eq!((thread, other_thread.0), ([32, 0, 0], [0, 0, 0]));
-    assert!(stmt.contains("smem[threadIdx.x] = x[threadIdx.x]"), "{stmt}");
+    assert!(
+        stmt.contains("smem[threadIdx.x] = x[threadIdx.x]"),
+        "{stmt}"
+    );
 
     // With the barrier, the same kernel is clean.
     let mut fb = kernel("with_sync", 64);
@@ -85,7 +86,10 @@ fn missing_syncthreads_between_a_shared_store_and_another_threads_load_is_a_race
     fb.store(&y, [tid()], smem.at([(tid() + 32) % 64]));
     let mut args = [f32s(64), output(64)];
     simulate(fb, &mut args).unwrap_or_else(|e| panic!("{e}"));
-    let y = args[1].buffer().and_then(DeviceBuffer::to_f32).expect("f32");
+    let y = args[1]
+        .buffer()
+        .and_then(DeviceBuffer::to_f32)
+        .expect("f32");
     assert!((0..64).all(|t| y[t] == ((t + 32) % 64) as f32));
 }
 
@@ -109,7 +113,10 @@ fn a_shuffle_under_a_lane_dependent_branch_is_divergent() {
         matches!(&f, Fault::DivergentCollective { active: 0xffff, what } if what.contains("shuffle")),
         "{f}"
     );
-    assert!(stmt.contains("< 16:") && stmt.contains("shfl_down"), "{stmt}");
+    assert!(
+        stmt.contains("< 16:") && stmt.contains("shfl_down"),
+        "{stmt}"
+    );
     assert_eq!(thread, [0, 0, 0]);
 }
 
@@ -131,11 +138,7 @@ fn a_barrier_under_a_thread_dependent_branch_is_divergent() {
     // Warps waiting at two different barriers.
     let mut fb = kernel("two_barriers", 64);
     let y = fb.tensor_param("y", DataType::F32, [64]);
-    fb.if_then_else(
-        tid().lt(32),
-        |fb| fb.sync_threads(),
-        |fb| fb.sync_threads(),
-    );
+    fb.if_then_else(tid().lt(32), |fb| fb.sync_threads(), |fb| fb.sync_threads());
     fb.store(&y, [tid()], Expr::f32(1.0));
     let (f, _, _) = fault(simulate(fb, &mut [output(64)]));
     assert!(
@@ -184,7 +187,11 @@ fn ldmatrix_on_a_misaligned_row_is_reported() {
     let y = fb.tensor_param("y", DataType::F16, [32]);
     let cols = repeat_unrolled([9]).expect("positive extent");
     fb.for_each(cols.on(0), |fb, j| {
-        fb.store(&smem, [tid(), j[0].clone()], Expr::float_of(1.0, DataType::F16));
+        fb.store(
+            &smem,
+            [tid(), j[0].clone()],
+            Expr::float_of(1.0, DataType::F16),
+        );
     });
     fb.sync_threads();
     fb.call(
@@ -224,7 +231,10 @@ fn a_read_of_uninitialised_shared_memory_is_reported() {
         "{f}"
     );
     assert_eq!(thread, [48, 0, 0]);
-    assert!(stmt.contains("y[threadIdx.x] = smem[threadIdx.x]"), "{stmt}");
+    assert!(
+        stmt.contains("y[threadIdx.x] = smem[threadIdx.x]"),
+        "{stmt}"
+    );
 }
 
 #[test]
@@ -240,7 +250,10 @@ fn two_threads_writing_one_output_element_are_reported() {
         "{f}"
     );
     assert_eq!(thread, [1, 0, 0]);
-    assert!(stmt.contains("y[threadIdx.x >> 1] = x[threadIdx.x]"), "{stmt}");
+    assert!(
+        stmt.contains("y[threadIdx.x >> 1] = x[threadIdx.x]"),
+        "{stmt}"
+    );
 
     // Without the output check, the same writes are a race (same warp, two writes).
     let mut fb = kernel("write_twice_race", 64);
@@ -301,7 +314,10 @@ fn out_of_bounds_accesses_and_uninitialised_variables_are_reported() {
     fb.if_then(tid().lt(8), |fb| fb.assign(&v, Expr::f32(1.0)));
     fb.store(&y, [tid()], v.expr());
     let (f, _, thread) = fault(simulate(fb, &mut [f32s(32)]));
-    assert!(matches!(&f, Fault::UninitializedVariable { var } if var == "v"), "{f}");
+    assert!(
+        matches!(&f, Fault::UninitializedVariable { var } if var == "v"),
+        "{f}"
+    );
     assert_eq!(thread, [8, 0, 0]);
 }
 
@@ -328,7 +344,10 @@ fn early_return_retires_lanes_and_branches_reconverge() {
     ];
     let sim_result = simulate(fb, &mut args);
     sim_result.unwrap_or_else(|e| panic!("{e}"));
-    let y = args[0].buffer().and_then(DeviceBuffer::to_f32).expect("f32");
+    let y = args[0]
+        .buffer()
+        .and_then(DeviceBuffer::to_f32)
+        .expect("f32");
     for t in 0..64usize {
         let want = if t < 40 {
             let s = (t + 1) % 40;
@@ -342,7 +361,11 @@ fn early_return_retires_lanes_and_branches_reconverge() {
 
 #[test]
 fn sampled_launches_run_the_corner_blocks_and_skip_the_coverage_check() {
-    let mut fb = FunctionBuilder::cuda_kernel("grid", [Expr::int(10), Expr::int(7), Expr::int(1)], [32, 1, 1]);
+    let mut fb = FunctionBuilder::cuda_kernel(
+        "grid",
+        [Expr::int(10), Expr::int(7), Expr::int(1)],
+        [32, 1, 1],
+    );
     let y = fb.tensor_param("y", DataType::F32, [7, 10, 32]);
     fb.store(
         &y,
@@ -356,7 +379,9 @@ fn sampled_launches_run_the_corner_blocks_and_skip_the_coverage_check() {
     let options = LaunchOptions {
         blocks: BlockSelection::Sample { random: 3, seed: 7 },
     };
-    let report = sim.launch(&mut args, &options).unwrap_or_else(|e| panic!("{e}"));
+    let report = sim
+        .launch(&mut args, &options)
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((report.blocks_simulated, report.blocks_total), (7, 70));
     let y = args[0].buffer().expect("buffer").to_f64();
     for (bx, by) in [(0, 0), (9, 0), (0, 6), (9, 6)] {

@@ -3,6 +3,9 @@
 //! multiples of any tile, with integer-valued inputs in [-4, 4] so that every product and
 //! sum is exact in `f32`: the output must equal the f64 reference bit for bit.
 
+// Index loops mirror the references' formulas (lane, row, column).
+#![allow(clippy::needless_range_loop)]
+
 mod common;
 
 use common::Rng;
@@ -13,7 +16,9 @@ use hidet_cuda::templates::matmul_simt::{
 use std::time::Instant;
 
 fn ints(rng: &mut Rng, len: usize) -> Vec<f32> {
-    (0..len).map(|_| (rng.next_u64() % 9) as f32 - 4.0).collect()
+    (0..len)
+        .map(|_| (rng.next_u64() % 9) as f32 - 4.0)
+        .collect()
 }
 
 /// Simulates `schedule` on `m × n × k` and compares with the f64 product, bit for bit.
@@ -33,7 +38,10 @@ fn check(schedule: &MatmulSimtSchedule, m: usize, n: usize, k: usize, seed: u64)
         .launch(&mut args, &LaunchOptions::default())
         .unwrap_or_else(|e| panic!("{schedule} at {m}x{n}x{k}: {e}"));
     let elapsed = start.elapsed();
-    let c = args[2].buffer().and_then(|b| b.to_f32()).expect("f32 output");
+    let c = args[2]
+        .buffer()
+        .and_then(|b| b.to_f32())
+        .expect("f32 output");
     for i in 0..m {
         for j in 0..n {
             let want: f64 = (0..k)

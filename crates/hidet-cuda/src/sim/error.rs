@@ -101,7 +101,9 @@ pub enum Fault {
     DivergentBarrier { detail: String },
     /// A warp-collective operation (shuffle with the full mask, `mma.sync`, `ldmatrix`,
     /// `__syncwarp`) run without all 32 lanes of the warp.
-    #[error("divergent {what}: active lanes {active:#010x}, the operation needs all 32 (0xffffffff)")]
+    #[error(
+        "divergent {what}: active lanes {active:#010x}, the operation needs all 32 (0xffffffff)"
+    )]
     DivergentCollective { what: String, active: u32 },
     /// An element of an output written a second time.
     #[error("output `{tensor}` element {element} written twice (first by thread {first_thread} of block {first_block})")]
@@ -124,18 +126,23 @@ pub enum Fault {
     Invalid { what: String },
 }
 
+/// A fault with its context: the statement, printed with the IR printer (its enclosing
+/// statements' headers first), the block and the thread.
+#[derive(thiserror::Error, Debug, Clone, PartialEq)]
+#[error("{fault}\n  in block {block}, thread {thread}, at:\n{stmt}")]
+pub struct FaultReport {
+    pub fault: Fault,
+    pub stmt: String,
+    pub block: Idx3,
+    pub thread: Idx3,
+}
+
 /// Errors of [`crate::sim::Simulator`].
 #[derive(thiserror::Error, Debug, Clone, PartialEq)]
 pub enum SimError {
-    /// The kernel faulted; see [`Fault`].
-    #[error("{fault}\n  in block {block}, thread {thread}, at:\n{stmt}")]
-    Fault {
-        fault: Fault,
-        /// The statement, printed with the IR printer (its enclosing headers first).
-        stmt: String,
-        block: Idx3,
-        thread: Idx3,
-    },
+    /// The kernel faulted: what, where and in which thread (boxed to keep results small).
+    #[error("{0}")]
+    Fault(Box<FaultReport>),
     /// An output element no simulated thread wrote (checked only when every block ran).
     #[error("output `{tensor}`: {count} elements never written, the first is element {first}")]
     OutputNeverWritten {

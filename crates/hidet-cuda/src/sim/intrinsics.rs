@@ -72,8 +72,8 @@ impl BlockRun<'_> {
                     args[lane] = self.eval(arg, t).map_err(|f| (f, t))? as i64;
                 }
                 let _ = ty;
-                for lane in 0..32usize {
-                    let src = shuffle_source(*kind, *width, lane, args[lane]);
+                for (lane, &x) in args.iter().enumerate() {
+                    let src = shuffle_source(*kind, *width, lane, x);
                     self.set_slot(*slot, base + lane, vals[src]);
                 }
                 Ok(())
@@ -254,15 +254,15 @@ impl BlockRun<'_> {
         let mut b = [[0f64; 8]; 16];
         let mut c = [[0f64; 8]; 16];
         let mut addr = [[0u64; 3]; 32];
-        for lane in 0..32 {
+        for (lane, at) in addr.iter_mut().enumerate() {
             let t = base + lane;
             for (i, p) in ptrs.iter().enumerate() {
-                addr[lane][i] = self.eval(p, t).map_err(|f| (f, t))?;
+                at[i] = self.eval(p, t).map_err(|f| (f, t))?;
             }
             let (group, tig) = (lane / 4, lane % 4);
-            let ra = self.regs_of(addr[lane][0], a_regs, t).map_err(|f| (f, t))?;
-            let rb = self.regs_of(addr[lane][1], b_regs, t).map_err(|f| (f, t))?;
-            let rc = self.regs_of(addr[lane][2], c_regs, t).map_err(|f| (f, t))?;
+            let ra = self.regs_of(at[0], a_regs, t).map_err(|f| (f, t))?;
+            let rb = self.regs_of(at[1], b_regs, t).map_err(|f| (f, t))?;
+            let rc = self.regs_of(at[2], c_regs, t).map_err(|f| (f, t))?;
             if input.scalar == S::F32 {
                 // tf32 m16n8k8: a0..a3, b0..b1, one element per register.
                 for (i, &r) in ra.iter().enumerate().take(4) {
@@ -307,7 +307,7 @@ impl BlockRun<'_> {
                 *x = value::round(s, acc.scalar);
             }
         }
-        for lane in 0..32 {
+        for (lane, at) in addr.iter().enumerate() {
             let t = base + lane;
             let (group, tig) = (lane / 4, lane % 4);
             let mut out = [0u8; 16];
@@ -321,7 +321,7 @@ impl BlockRun<'_> {
             }
             let who = self.actor(t);
             self.mem
-                .write(addr[lane][2], &out[..4 * c_regs], who)
+                .write(at[2], &out[..4 * c_regs], who)
                 .map_err(|f| (f, t))?;
         }
         Ok(())

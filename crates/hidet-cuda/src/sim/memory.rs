@@ -307,7 +307,14 @@ impl Memory {
     }
 
     /// Updates the race shadow of the elements covering `off..off + n`, failing on a race.
-    fn track(&mut self, ri: usize, off: usize, n: usize, who: Actor, write: bool) -> Result<(), Fault> {
+    fn track(
+        &mut self,
+        ri: usize,
+        off: usize,
+        n: usize,
+        who: Actor,
+        write: bool,
+    ) -> Result<(), Fault> {
         let epoch = self.epoch;
         let tpb = self.threads_per_block;
         let shift = self.regions[ri].shift;

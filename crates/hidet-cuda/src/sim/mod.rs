@@ -22,6 +22,5 @@ pub mod simulator;
 mod value;
 mod warp;
 
-pub use error::{Fault, Idx3, RaceKind, SimError};
+pub use error::{Fault, FaultReport, Idx3, RaceKind, SimError};
 pub use simulator::{BlockSelection, DeviceBuffer, LaunchOptions, LaunchReport, SimArg, Simulator};
-

@@ -92,11 +92,19 @@ pub(crate) enum Instr {
     },
     /// A register tensor's declaration: points the slot at this thread's region `local`
     /// and poisons it.
-    DeclLocal { slot: u32, local: usize },
+    DeclLocal {
+        slot: u32,
+        local: usize,
+    },
     /// A static shared tensor's declaration.
-    DeclShared { slot: u32, shared: usize },
+    DeclShared {
+        slot: u32,
+        shared: usize,
+    },
     /// The dynamic shared memory pointer.
-    DeclDynamic { slot: u32 },
+    DeclDynamic {
+        slot: u32,
+    },
     Store {
         access: Access,
         value: E,
@@ -107,18 +115,25 @@ pub(crate) enum Instr {
         else_pc: usize,
         end_pc: usize,
     },
-    Else { end_pc: usize },
+    Else {
+        end_pc: usize,
+    },
     EndIf,
     For {
         slot: u32,
         extent: E,
         end_pc: usize,
     },
-    EndFor { begin_pc: usize },
+    EndFor {
+        begin_pc: usize,
+    },
     SyncThreads,
     SyncWarp,
     Eval(E),
-    Assert { cond: E, message: String },
+    Assert {
+        cond: E,
+        message: String,
+    },
     Return,
     Shuffle {
         slot: u32,
@@ -149,8 +164,14 @@ pub(crate) enum Instr {
         src_bytes: E,
     },
     CpCommit,
-    CpWait { n: u32 },
-    VectorStore { ptr: E, value: E, dtype: DataType },
+    CpWait {
+        n: u32,
+    },
+    VectorStore {
+        ptr: E,
+        value: E,
+        dtype: DataType,
+    },
 }
 
 /// An instruction with the statement it comes from (an index into [`Program::stmts`]).
@@ -300,10 +321,13 @@ impl<'f> Compiler<'f> {
     }
 
     fn slot_of(&self, var: &Var) -> R<(u32, u16)> {
-        self.slots.get(&var.id()).copied().ok_or_else(|| SimError::NotAKernel {
-            function: self.name.clone(),
-            reason: format!("variable `{}` is used outside its definition", var.name()),
-        })
+        self.slots
+            .get(&var.id())
+            .copied()
+            .ok_or_else(|| SimError::NotAKernel {
+                function: self.name.clone(),
+                reason: format!("variable `{}` is used outside its definition", var.name()),
+            })
     }
 
     fn push(&mut self, instr: Instr) -> usize {
@@ -511,10 +535,8 @@ impl<'f> Compiler<'f> {
                     return Ok(());
                 }
                 let Some(size) = t.layout.size().as_int() else {
-                    return Err(self.unsupported(format!(
-                        "the tensor `{}` of non-constant size",
-                        var.name()
-                    )));
+                    return Err(self
+                        .unsupported(format!("the tensor `{}` of non-constant size", var.name())));
                 };
                 let storage = Storage {
                     name: var.name().to_string(),
@@ -541,7 +563,9 @@ impl<'f> Compiler<'f> {
                     }
                 }
             }
-            Type::Void => return Err(self.unsupported(format!("the void variable `{}`", var.name()))),
+            Type::Void => {
+                return Err(self.unsupported(format!("the void variable `{}`", var.name())))
+            }
         }
         Ok(())
     }
@@ -561,12 +585,12 @@ impl<'f> Compiler<'f> {
                         return Err(self.unsupported(format!("the intrinsic {intr}")));
                     }
                     Instr::Mma {
-                    shape: *shape,
-                    input: *input,
-                    acc: *acc,
-                    a: self.expr(a)?,
-                    b: self.expr(b)?,
-                    c: self.expr(c)?,
+                        shape: *shape,
+                        input: *input,
+                        acc: *acc,
+                        a: self.expr(a)?,
+                        b: self.expr(b)?,
+                        c: self.expr(c)?,
                     }
                 }
                 (Intrinsic::LdMatrix { count, trans }, [dst, src]) => {
@@ -629,7 +653,10 @@ impl<'f> Compiler<'f> {
     fn value_as(&mut self, e: &Expr, dtype: DataType) -> R<E> {
         let compiled = self.expr(e)?;
         let Some(from) = e.dtype() else {
-            return Err(self.unsupported(format!("a value of type {} where {dtype} is expected", e.ty())));
+            return Err(self.unsupported(format!(
+                "a value of type {} where {dtype} is expected",
+                e.ty()
+            )));
         };
         self.convert(compiled, from, dtype)
     }
@@ -654,10 +681,7 @@ impl<'f> Compiler<'f> {
 
     fn access(&mut self, tensor: &Var, indices: &[Expr]) -> R<Access> {
         let (base, _) = self.slot_of(tensor)?;
-        let idx: Vec<E> = indices
-            .iter()
-            .map(|i| self.index(i))
-            .collect::<R<_>>()?;
+        let idx: Vec<E> = indices.iter().map(|i| self.index(i)).collect::<R<_>>()?;
         match tensor.ty() {
             Type::Tensor(t) => {
                 let layout = &t.layout;
@@ -675,9 +699,9 @@ impl<'f> Compiler<'f> {
                     .map(|s| self.index(s))
                     .collect::<R<Vec<_>>>()?;
                 let offset = match layout.node() {
-                    LayoutNode::Strided { strides, .. } => Offset::Strides(
-                        strides.iter().map(|s| self.index(s)).collect::<R<_>>()?,
-                    ),
+                    LayoutNode::Strided { strides, .. } => {
+                        Offset::Strides(strides.iter().map(|s| self.index(s)).collect::<R<_>>()?)
+                    }
                     _ => Offset::Expr(self.index(&layout.offset(indices))?),
                 };
                 if t.dtype.lanes > 4 {
@@ -828,11 +852,7 @@ impl<'f> Compiler<'f> {
                 (Intrinsic::Function { name, .. }, _) => {
                     return Err(self.unsupported(format!("the call of device function `{name}`")))
                 }
-                _ => {
-                    return Err(self.unsupported(format!(
-                        "the intrinsic {intr} used as a value"
-                    )))
-                }
+                _ => return Err(self.unsupported(format!("the intrinsic {intr} used as a value"))),
             },
             ExprKind::TensorElement { tensor, indices } => {
                 E::Load(Box::new(self.access(tensor, indices)?))

@@ -225,10 +225,12 @@ impl Simulator {
         hidet_ir::verify::verify_module(module).map_err(|e| SimError::Prepare(e.to_string()))?;
         let lowered = hidet_ir::passes::lower_module(module.clone())
             .map_err(|e| SimError::Prepare(e.to_string()))?;
-        let f = lowered.function(kernel).ok_or_else(|| SimError::NotAKernel {
-            function: kernel.to_string(),
-            reason: format!("module `{}` has no such function", module.name),
-        })?;
+        let f = lowered
+            .function(kernel)
+            .ok_or_else(|| SimError::NotAKernel {
+                function: kernel.to_string(),
+                reason: format!("module `{}` has no such function", module.name),
+            })?;
         Simulator::new(f)
     }
 
@@ -266,9 +268,11 @@ impl Simulator {
                         Scalar::Int(v) => (v as u64, S::I64),
                         Scalar::Float(v) => (fw(v), S::F64),
                     };
-                    Some(value::cast(w, from, d.scalar).map_err(|f| {
-                        self.arg_error(format!("argument `{}`: {f}", p.var.name()))
-                    })?)
+                    Some(
+                        value::cast(w, from, d.scalar).map_err(|f| {
+                            self.arg_error(format!("argument `{}`: {f}", p.var.name()))
+                        })?,
+                    )
                 }
                 (ParamKind::Buffer(d), SimArg::Buffer(b)) => {
                     if b.dtype != *d {

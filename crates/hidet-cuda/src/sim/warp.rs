@@ -13,7 +13,7 @@
 //! the waiting warps go on. A barrier that not every live thread of a warp reaches, or
 //! warps waiting at different barriers, is a [`Fault::DivergentBarrier`].
 
-use super::error::{Fault, Idx3, SimError};
+use super::error::{Fault, FaultReport, Idx3, SimError};
 use super::memory::{ptr, unptr, Actor, Memory, Space};
 use super::program::{Access, Instr, Offset, Program, E};
 use super::value::{self, Word};
@@ -36,8 +36,15 @@ pub(crate) struct CpState {
 }
 
 enum Frame {
-    If { saved: u32, else_mask: u32 },
-    For { saved: u32, iter: i64, extents: Box<[i64; 32]> },
+    If {
+        saved: u32,
+        else_mask: u32,
+    },
+    For {
+        saved: u32,
+        iter: i64,
+        extents: Box<[i64; 32]>,
+    },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -108,12 +115,12 @@ impl BlockRun<'_> {
             .and_then(|op| self.prog.stmts.get(op.stmt as usize))
             .cloned()
             .unwrap_or_default();
-        SimError::Fault {
+        SimError::Fault(Box::new(FaultReport {
             fault,
             stmt,
             block: Idx3(self.block_idx),
             thread: Idx3(self.thread_idx(t)),
-        }
+        }))
     }
 
     /// Runs the block to its end.
@@ -258,8 +265,8 @@ impl BlockRun<'_> {
     pub fn eval_vec(&mut self, e: &E, t: usize, out: &mut [Word; 4]) -> F<()> {
         match e {
             E::VSlot(s, lanes) => {
-                for l in 0..*lanes as usize {
-                    out[l] = self.slot(s + l as u32, t)?;
+                for (l, o) in out.iter_mut().enumerate().take(*lanes as usize) {
+                    *o = self.slot(s + l as u32, t)?;
                 }
             }
             E::Broadcast(a, lanes) => {
@@ -270,8 +277,8 @@ impl BlockRun<'_> {
                 let (mut x, mut y) = ([0; 4], [0; 4]);
                 self.eval_vec(a, t, &mut x)?;
                 self.eval_vec(b, t, &mut y)?;
-                for l in 0..*lanes as usize {
-                    out[l] = value::binary(*op, *ty, x[l], y[l])?;
+                for (l, o) in out.iter_mut().enumerate().take(*lanes as usize) {
+                    *o = value::binary(*op, *ty, x[l], y[l])?;
                 }
             }
             E::Select(c, a, b) => {
@@ -283,7 +290,8 @@ impl BlockRun<'_> {
             }
             E::Load(a) => {
                 let p = self.address(a, t, true)?;
-                self.mem.aligned(p, a.dtype.bytes(), "a vector element access")?;
+                self.mem
+                    .aligned(p, a.dtype.bytes(), "a vector element access")?;
                 self.load_lanes(p, a.dtype, t, out)?;
             }
             E::VecLoad(p, dtype) => {
@@ -479,7 +487,11 @@ impl BlockRun<'_> {
                             let mut out = [0; 4];
                             self.eval_vec(value, t, &mut out).and_then(|()| {
                                 let p = self.address(access, t, true)?;
-                                self.mem.aligned(p, access.dtype.bytes(), "a vector element access")?;
+                                self.mem.aligned(
+                                    p,
+                                    access.dtype.bytes(),
+                                    "a vector element access",
+                                )?;
                                 self.store_lanes(p, access.dtype, &out, t)
                             })
                         })
