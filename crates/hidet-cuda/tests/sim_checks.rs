@@ -388,3 +388,106 @@ fn sampled_launches_run_the_corner_blocks_and_skip_the_coverage_check() {
         assert_eq!(y[(by * 10 + bx) * 32], 1.0, "corner block ({bx}, {by})");
     }
 }
+
+#[test]
+fn blocks_touching_one_global_element_race() {
+    // Every block accumulates into y[0]: nothing orders blocks.
+    let mut fb = FunctionBuilder::cuda_kernel(
+        "blocks_race",
+        [Expr::int(2), Expr::int(1), Expr::int(1)],
+        [32, 1, 1],
+    );
+    let y = fb.tensor_param("y", DataType::F32, [1]);
+    fb.if_then(tid().eq(0), |fb| {
+        fb.store(&y, [Expr::int(0)], y.at([Expr::int(0)]) + 1.0f32);
+    });
+    let f = fb.finish();
+    let module = IRModule::new("blocks_race", Target::Cuda).with(f);
+    let sim = Simulator::from_module(&module, "blocks_race").unwrap_or_else(|e| panic!("{e}"));
+    let mut args = [f32s(1)];
+    match sim.launch(&mut args, &LaunchOptions::default()) {
+        Err(SimError::Fault(r)) => {
+            assert!(
+                matches!(&r.fault, Fault::DataRace { kind: RaceKind::ReadAfterWrite, other_block, .. } if other_block.0 == [0, 0, 0]),
+                "{r}"
+            );
+            assert_eq!(r.block.0, [1, 0, 0]);
+        }
+        other => panic!("expected a race between blocks, got {other:?}"),
+    }
+}
+
+#[test]
+fn wait_group_leaves_the_youngest_groups_pending() {
+    // Two groups; `wait_group 1` completes only the first: reading the second's bytes
+    // faults, reading the first's does not.
+    let build = |read_col: i64| {
+        let mut fb = kernel("groups", 32);
+        let g = fb.tensor_param("g", DataType::F32, [32, 2]);
+        let y = fb.tensor_param("y", DataType::F32, [32]);
+        let smem = fb.shared_tensor("smem", DataType::F32, row_major([32, 2]));
+        for col in 0..2 {
+            fb.call(
+                Intrinsic::CpAsync { bytes: 4 },
+                vec![
+                    smem.at([tid(), Expr::int(col)]).address(),
+                    g.at([tid(), Expr::int(col)]).address(),
+                    Expr::int(4),
+                ],
+            );
+            fb.call(Intrinsic::CpAsyncCommit, vec![]);
+        }
+        fb.call(Intrinsic::CpAsyncWait { n: 1 }, vec![]);
+        fb.store(&y, [tid()], smem.at([tid(), Expr::int(read_col)]));
+        fb.call(Intrinsic::CpAsyncWait { n: 0 }, vec![]);
+        fb
+    };
+    let mut args = [f32s(64), output(32)];
+    simulate(build(0), &mut args).unwrap_or_else(|e| panic!("{e}"));
+    let y = args[1]
+        .buffer()
+        .and_then(DeviceBuffer::to_f32)
+        .expect("f32");
+    assert!((0..32).all(|t| y[t] == (2 * t) as f32));
+    let (f, _, _) = fault(simulate(build(1), &mut [f32s(64), output(32)]));
+    assert!(matches!(f, Fault::PendingCpAsync { .. }), "{f}");
+}
+
+#[test]
+fn register_tensors_start_poisoned() {
+    let mut fb = kernel("uninit_regs", 32);
+    let y = fb.tensor_param("y", DataType::F32, [32]);
+    let r = fb.register_tensor("r", DataType::F32, row_major([4]));
+    fb.store(&r, [Expr::int(0)], Expr::f32(1.0));
+    fb.store(&y, [tid()], r.at([Expr::int(0)]) + r.at([Expr::int(1)]));
+    let (f, _, thread) = fault(simulate(fb, &mut [output(32)]));
+    assert!(
+        matches!(&f, Fault::UninitializedRead { memory, offset: 4 } if memory.starts_with("r of thread")),
+        "{f}"
+    );
+    assert_eq!(thread, [0, 0, 0]);
+}
+
+#[test]
+fn constructs_the_simulator_does_not_model_are_refused_by_name() {
+    let mut fb = kernel("calls", 32);
+    let y = fb.tensor_param("y", DataType::F32, [32]);
+    let call = Expr::call(
+        Intrinsic::Function {
+            name: "helper".into(),
+            ret: Type::Data(DataType::F32),
+        },
+        vec![],
+    );
+    fb.store(&y, [tid()], call);
+    match Simulator::new(&fb.finish()) {
+        Err(SimError::Unsupported { what, .. }) => assert!(what.contains("`helper`"), "{what}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+    let mut fb = kernel("shared_scalar", 32);
+    fb.declare("s", DataType::F32, Scope::Shared);
+    match Simulator::new(&fb.finish()) {
+        Err(SimError::Unsupported { what, .. }) => assert!(what.contains("`s`"), "{what}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
