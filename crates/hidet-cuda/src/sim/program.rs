@@ -16,7 +16,7 @@
 //! [`SimError::Unsupported`] naming it.
 
 use super::error::SimError;
-use super::value::{fit, fw, round, Word};
+use super::value::{fit, fw, lossless, round, Word};
 use hidet_ir::dtype::{DataType, ScalarType as S};
 use hidet_ir::expr::{BinaryOp, Builtin, Constant, Dim, Expr, ExprKind, UnaryOp, Var};
 use hidet_ir::function::{Function, FunctionKind};
@@ -662,7 +662,8 @@ impl<'f> Compiler<'f> {
     }
 
     fn convert(&self, e: E, from: DataType, to: DataType) -> R<E> {
-        if from == to {
+        if from == to || (!from.is_vector() && !to.is_vector() && lossless(from.scalar, to.scalar))
+        {
             return Ok(e);
         }
         if from.lanes != to.lanes || to.is_vector() {

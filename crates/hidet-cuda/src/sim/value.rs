@@ -75,7 +75,28 @@ pub(crate) fn fit(v: i128, t: S) -> Result<Word, Fault> {
         }
         Ok(v as i64 as u64)
     } else {
-        Ok(v.rem_euclid(1i128 << bits) as u64)
+        // Modulo 2^bits of a two's-complement value: its low bits.
+        Ok((v as u128 & ((1u128 << bits) - 1)) as u64)
+    }
+}
+
+/// Whether converting a `from` value to `to` keeps the word unchanged: a bool or an integer
+/// to an integer type that holds every value of `from` (words are sign- or zero-extended).
+#[inline]
+pub(crate) fn lossless(from: S, to: S) -> bool {
+    if from == to {
+        return true;
+    }
+    if !to.is_integer() || !(from.is_integer() || from == S::Bool) {
+        return false;
+    }
+    if from == S::Bool {
+        return true;
+    }
+    match (from.is_signed(), to.is_signed()) {
+        (true, true) | (false, false) => to.bytes() >= from.bytes(),
+        (false, true) => to.bytes() > from.bytes(),
+        (true, false) => false,
     }
 }
 
@@ -132,6 +153,20 @@ pub(crate) fn binary(op: BinaryOp, t: S, a: Word, b: Word) -> Result<Word, Fault
             }
         };
         return Ok(fw(v));
+    }
+    // Fast paths: i32/i64 addition, subtraction and multiplication (index arithmetic).
+    if matches!(t, S::I32 | S::I64) && matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul) {
+        let (x, y) = (a as i64, b as i64);
+        let r = match op {
+            BinaryOp::Add => x.checked_add(y),
+            BinaryOp::Sub => x.checked_sub(y),
+            _ => x.checked_mul(y),
+        };
+        if let Some(r) = r {
+            if t == S::I64 || i32::try_from(r).is_ok() {
+                return Ok(r as u64);
+            }
+        }
     }
     let (p, q) = (wi(a, t), wi(b, t));
     let bits = (t.bytes() * 8) as i128;
@@ -224,7 +259,7 @@ pub(crate) fn unary(op: hidet_ir::expr::UnaryOp, t: S, a: Word) -> Result<Word, 
 /// 16-bit float with one rounding, a float converted to an integer is truncated and must
 /// fit (a NaN or out-of-range value is a fault; CUDA would saturate silently).
 pub(crate) fn cast(w: Word, from: S, to: S) -> Result<Word, Fault> {
-    if from == to {
+    if lossless(from, to) {
         return Ok(w);
     }
     if to == S::Bool {
@@ -272,7 +307,7 @@ pub(crate) fn cast(w: Word, from: S, to: S) -> Result<Word, Fault> {
     // Integer to integer: C's modular conversion.
     let bits = (to.bytes() * 8) as u32;
     let m = 1i128 << bits;
-    let mut v = wi(w, from).rem_euclid(m);
+    let mut v = (wi(w, from) as u128 & (m as u128 - 1)) as i128;
     if to.is_signed() && v >= m / 2 {
         v -= m;
     }
