@@ -6,7 +6,7 @@
 //! byte offset ([`ptr`], [`unptr`]), so typed views of any region (vector loads, `half2`,
 //! `cp.async`, `ldmatrix`) are byte reads and writes.
 //!
-//! Per region, what the checkers need:
+//! Per region, what the checkers (`checks.rs`) need:
 //! - `init`: which bytes were written (shared and register tensors start poisoned, as do
 //!   buffers passed as outputs): reading an unwritten byte is a fault;
 //! - `shadow` (global and shared memory): per element, the last writer and a summary of
@@ -22,12 +22,9 @@
 //! a warp, reads and writes are ordered by the lockstep execution (as if `__syncwarp` were
 //! between statements); two writes of one element by two lanes in one interval still race.
 
-use super::error::{Fault, Idx3, RaceKind};
+use super::checks::{Shadow, FRESH, NONE};
+use super::error::{Fault, Idx3};
 
-/// No thread / no block.
-const NONE: u32 = u32::MAX;
-/// More than one warp / block.
-const MULTI: u32 = u32::MAX - 1;
 const OFFSET_BITS: u32 = 40;
 const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
 
@@ -53,39 +50,20 @@ pub(crate) enum Space {
     Local,
 }
 
-#[derive(Clone, Copy)]
-struct Shadow {
-    writer: u32,
-    w_epoch: u32,
-    reader: u32,
-    r_epoch: u32,
-    r_warp: u32,
-    r_block: u32,
-}
-
-const FRESH: Shadow = Shadow {
-    writer: NONE,
-    w_epoch: 0,
-    reader: NONE,
-    r_epoch: 0,
-    r_warp: NONE,
-    r_block: NONE,
-};
-
 /// One allocation.
 pub(crate) struct Region {
     pub name: String,
     pub space: Space,
     pub data: Vec<u8>,
     /// `None`: every byte is initialised.
-    init: Option<Vec<bool>>,
+    pub(super) init: Option<Vec<bool>>,
     /// Race shadow per element of `1 << shift` bytes.
-    shadow: Option<Vec<Shadow>>,
-    shift: u32,
+    pub(super) shadow: Option<Vec<Shadow>>,
+    pub(super) shift: u32,
     /// Per byte, `1 + g` of the thread whose `cp.async` still targets it, or 0.
-    pending: Option<Vec<u32>>,
+    pub(super) pending: Option<Vec<u32>>,
     /// For outputs: per element, the first writer's `g`.
-    writer: Option<Vec<u32>>,
+    pub(super) writer: Option<Vec<u32>>,
 }
 
 impl Region {
@@ -173,22 +151,6 @@ impl Memory {
         (Idx3(block), Idx3([t % bx, t / bx % by, t / (bx * by)]))
     }
 
-    fn warp_of(&self, g: u32) -> u32 {
-        let tpb = self.threads_per_block;
-        (g / tpb) * tpb.div_ceil(32) + (g % tpb) / 32
-    }
-
-    fn race(&self, r: &Region, offset: i64, kind: RaceKind, other: u32) -> Fault {
-        let (other_block, other_thread) = self.who(other);
-        Fault::DataRace {
-            memory: r.name.clone(),
-            offset,
-            kind,
-            other_block,
-            other_thread,
-        }
-    }
-
     /// The region and offset of `n` bytes at `p`, checked against the region's bounds.
     #[inline]
     pub fn locate(&self, p: u64, n: usize) -> Result<(usize, usize), Fault> {
@@ -267,112 +229,6 @@ impl Memory {
             init[off..off + n].fill(true);
         }
         region.data[off..off + n].copy_from_slice(bytes);
-        Ok(())
-    }
-
-    fn check_pending(&self, ri: usize, off: usize, n: usize) -> Result<(), Fault> {
-        let region = &self.regions[ri];
-        if let Some(p) = &region.pending {
-            if let Some(i) = p[off..off + n].iter().position(|&x| x != 0) {
-                let (_, issuer) = self.who(p[off + i] - 1);
-                return Err(Fault::PendingCpAsync {
-                    memory: region.name.clone(),
-                    offset: (off + i) as i64,
-                    issuer,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    fn track_output(&mut self, ri: usize, off: usize, n: usize, who: Actor) -> Result<(), Fault> {
-        let shift = self.regions[ri].shift;
-        let (first, last) = (off >> shift, (off + n - 1) >> shift);
-        for e in first..=last {
-            let prev = self.regions[ri].writer.as_ref().map_or(NONE, |w| w[e]);
-            if prev != NONE {
-                let (first_block, first_thread) = self.who(prev);
-                return Err(Fault::OutputWrittenTwice {
-                    tensor: self.regions[ri].name.clone(),
-                    element: e as i64,
-                    first_block,
-                    first_thread,
-                });
-            }
-            if let Some(w) = &mut self.regions[ri].writer {
-                w[e] = who.g;
-            }
-        }
-        Ok(())
-    }
-
-    /// Updates the race shadow of the elements covering `off..off + n`, failing on a race.
-    fn track(
-        &mut self,
-        ri: usize,
-        off: usize,
-        n: usize,
-        who: Actor,
-        write: bool,
-    ) -> Result<(), Fault> {
-        let epoch = self.epoch;
-        let tpb = self.threads_per_block;
-        let shift = self.regions[ri].shift;
-        let (first, last) = (off >> shift, (off + n - 1) >> shift);
-        for e in first..=last {
-            let s = match &self.regions[ri].shadow {
-                Some(sh) => sh[e],
-                None => return Ok(()),
-            };
-            let offset = (e << shift) as i64;
-            let other_block = |g: u32| g / tpb != who.block;
-            if s.writer != NONE && s.writer != who.g {
-                let ordered = !other_block(s.writer)
-                    && (s.w_epoch != epoch || (!write && self.warp_of(s.writer) == who.warp));
-                if !ordered {
-                    let kind = if write {
-                        RaceKind::WriteAfterWrite
-                    } else {
-                        RaceKind::ReadAfterWrite
-                    };
-                    return Err(self.race(&self.regions[ri], offset, kind, s.writer));
-                }
-            }
-            let mut s = s;
-            if write {
-                if s.reader != NONE && s.reader != who.g {
-                    let race = s.r_block == MULTI
-                        || s.r_block != who.block
-                        || (s.r_epoch == epoch && (s.r_warp == MULTI || s.r_warp != who.warp));
-                    if race {
-                        return Err(self.race(
-                            &self.regions[ri],
-                            offset,
-                            RaceKind::WriteAfterRead,
-                            s.reader,
-                        ));
-                    }
-                }
-                s.writer = who.g;
-                s.w_epoch = epoch;
-            } else if s.reader == NONE || (s.r_block == who.block && s.r_epoch != epoch) {
-                s.reader = who.g;
-                s.r_epoch = epoch;
-                s.r_warp = who.warp;
-                s.r_block = who.block;
-            } else {
-                if s.r_warp != who.warp {
-                    s.r_warp = MULTI;
-                }
-                if s.r_block != who.block {
-                    s.r_block = MULTI;
-                }
-                s.r_epoch = epoch;
-            }
-            if let Some(sh) = &mut self.regions[ri].shadow {
-                sh[e] = s;
-            }
-        }
         Ok(())
     }
 

@@ -6,14 +6,16 @@
 //! - `program`: the kernel translated once into instructions over dense variable slots;
 //! - `warp`: a block's warps run in lockstep under active masks, barriers between warps;
 //! - `intrinsics`: shuffles, `mma.sync`, `ldmatrix`, `cp.async`, vector stores;
-//! - `memory`: byte-addressed regions with the checkers' shadow state (initialisation,
-//!   races, pending copies, output coverage);
+//! - `memory`: byte-addressed regions (bounds, alignment, poisoned bytes);
+//! - `checks`: the checkers on memory accesses (data races, pending `cp.async` targets,
+//!   outputs written twice or never);
 //! - `value`: scalar semantics (exact integer and float rounding of each type);
 //! - [`error`]: the typed errors ([`SimError`], [`Fault`]).
 //!
 //! What it models and what it does not is written down in `ARCHITECTURE.md` ("The GPU
 //! simulator").
 
+mod checks;
 pub mod error;
 mod intrinsics;
 mod memory;
