@@ -256,6 +256,7 @@ impl Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::error::RaceKind;
 
     fn memory() -> Memory {
         Memory {
