@@ -124,8 +124,10 @@ pub(crate) enum Instr {
         extent: E,
         end_pc: usize,
     },
+    /// The end of the loop starting at `begin_pc`, whose variable is `slot`.
     EndFor {
         begin_pc: usize,
+        slot: u32,
     },
     SyncThreads,
     SyncWarp,
@@ -413,7 +415,10 @@ impl<'f> Compiler<'f> {
                 let here = self.cur_stmt;
                 self.stmt(body)?;
                 self.cur_stmt = here;
-                let end = self.push(Instr::EndFor { begin_pc: begin });
+                let end = self.push(Instr::EndFor {
+                    begin_pc: begin,
+                    slot,
+                });
                 if let Instr::For { end_pc, .. } = &mut self.ops[begin].instr {
                     *end_pc = end;
                 }

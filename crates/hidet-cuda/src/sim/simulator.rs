@@ -40,9 +40,9 @@ impl DeviceBuffer {
         }
     }
 
-    /// Float values rounded (to nearest even) to the float type `dtype`, or converted to
-    /// the integer type `dtype` (they must be integers that fit; others are stored as the
-    /// nearest representable).
+    /// `values` as elements of `dtype`: rounded to nearest even for a float type, `!= 0`
+    /// for `bool`, and for an integer type truncated toward zero, saturated to `i64` (NaN
+    /// to 0) and wrapped to the type's width.
     pub fn from_f64(dtype: DataType, values: &[f64]) -> DeviceBuffer {
         let eb = dtype.scalar.bytes();
         let mut bytes = vec![0u8; values.len() * eb];
@@ -52,7 +52,14 @@ impl DeviceBuffer {
             } else if dtype.is_bool() {
                 Word::from(v != 0.0)
             } else {
-                value::cast(fw(v), S::F64, dtype.scalar).unwrap_or(0)
+                let bits = (dtype.scalar.bytes() * 8) as u32;
+                let wrapped = (v as i64 as u64) & (u64::MAX >> (64 - bits));
+                // Sign-extend a signed type's wrapped bits back into a word.
+                if dtype.scalar.is_signed() && bits < 64 {
+                    (((wrapped << (64 - bits)) as i64) >> (64 - bits)) as u64
+                } else {
+                    wrapped
+                }
             };
             value::encode(w, dtype.scalar, &mut bytes[i * eb..(i + 1) * eb]);
         }

@@ -566,7 +566,7 @@ impl BlockRun<'_> {
                     });
                     warp.active = run;
                 }
-                Instr::EndFor { begin_pc } => {
+                Instr::EndFor { begin_pc, slot } => {
                     let retired = warp.retired;
                     let Some(Frame::For {
                         saved,
@@ -594,9 +594,6 @@ impl BlockRun<'_> {
                         }
                     }
                     if run != 0 {
-                        let Instr::For { slot, .. } = &prog.ops[*begin_pc].instr else {
-                            unreachable!("EndFor always points at its For")
-                        };
                         let mut m = run;
                         while m != 0 {
                             let lane = m.trailing_zeros() as usize;
