@@ -141,6 +141,7 @@ fn simulate(module: &IRModule, name: &str, [m, n, k]: [i64; 3]) -> String {
     ];
     let options = LaunchOptions {
         blocks: BlockSelection::Sample { random: 4, seed: 1 },
+        ..LaunchOptions::default()
     };
     let start = std::time::Instant::now();
     let report = match sim.launch(&mut args, &options) {

@@ -378,6 +378,7 @@ fn sampled_launches_run_the_corner_blocks_and_skip_the_coverage_check() {
     let mut args = [output(7 * 10 * 32)];
     let options = LaunchOptions {
         blocks: BlockSelection::Sample { random: 3, seed: 7 },
+        ..LaunchOptions::default()
     };
     let report = sim
         .launch(&mut args, &options)
@@ -415,6 +416,18 @@ fn blocks_touching_one_global_element_race() {
         }
         other => panic!("expected a race between blocks, got {other:?}"),
     }
+    // Without the global race checker the launch runs (blocks one after another).
+    let mut args = [f32s(1)];
+    let options = LaunchOptions {
+        global_races: false,
+        ..LaunchOptions::default()
+    };
+    sim.launch(&mut args, &options)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        args[0].buffer().and_then(DeviceBuffer::to_f32),
+        Some(vec![2.0])
+    );
 }
 
 #[test]

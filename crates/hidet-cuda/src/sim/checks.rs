@@ -22,7 +22,7 @@ const MULTI: u32 = u32::MAX - 1;
 /// The race shadow of one element: its last writer and the readers since (threads as
 /// global numbers `g`, see `memory.rs`).
 #[derive(Clone, Copy)]
-pub(super) struct Shadow {
+pub(crate) struct Shadow {
     writer: u32,
     w_epoch: u32,
     reader: u32,

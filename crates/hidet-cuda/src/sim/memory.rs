@@ -58,7 +58,7 @@ pub(crate) struct Region {
     /// `None`: every byte is initialised.
     pub(super) init: Option<Vec<bool>>,
     /// Race shadow per element of `1 << shift` bytes.
-    pub(super) shadow: Option<Vec<Shadow>>,
+    pub(crate) shadow: Option<Vec<Shadow>>,
     pub(super) shift: u32,
     /// Per byte, `1 + g` of the thread whose `cp.async` still targets it, or 0.
     pub(super) pending: Option<Vec<u32>>,

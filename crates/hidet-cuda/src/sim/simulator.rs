@@ -177,13 +177,18 @@ pub enum BlockSelection {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LaunchOptions {
     pub blocks: BlockSelection,
+    /// Whether to look for data races on global memory. Their shadow state takes 24 bytes
+    /// per element of every buffer, which large launches may not want; shared memory is
+    /// always checked.
+    pub global_races: bool,
 }
 
 impl Default for LaunchOptions {
-    /// Every block.
+    /// Every block, every checker.
     fn default() -> Self {
         LaunchOptions {
             blocks: BlockSelection::All,
+            global_races: true,
         }
     }
 }
@@ -370,14 +375,18 @@ impl Simulator {
         for (i, (p, a)) in prog.params.iter().zip(args.iter_mut()).enumerate() {
             if let SimArg::Buffer(b) = a {
                 buffer_of_param[i] = Some(regions.len());
-                regions.push(Region::new(
+                let mut region = Region::new(
                     p.var.name().to_string(),
                     Space::Global,
                     std::mem::take(&mut b.bytes),
                     b.dtype.scalar.bytes(),
                     b.output,
                     b.output,
-                ));
+                );
+                if !options.global_races {
+                    region.shadow = None;
+                }
+                regions.push(region);
             }
         }
         let shared_regions: Vec<usize> = prog
