@@ -129,12 +129,20 @@ pub enum Fault {
 /// A fault with its context: the statement, printed with the IR printer (its enclosing
 /// statements' headers first), the block and the thread.
 #[derive(thiserror::Error, Debug, Clone, PartialEq)]
-#[error("{fault}\n  in block {block}, thread {thread}, at:\n{stmt}")]
+#[error("{fault}\n  in block {block}, thread {thread}, at:\n{}", indent(.stmt))]
 pub struct FaultReport {
     pub fault: Fault,
     pub stmt: String,
     pub block: Idx3,
     pub thread: Idx3,
+}
+
+/// `text` with every line indented by four spaces.
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Errors of [`crate::sim::Simulator`].

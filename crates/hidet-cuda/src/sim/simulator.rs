@@ -70,6 +70,22 @@ impl DeviceBuffer {
         }
     }
 
+    /// A buffer of `dtype` elements stored little-endian in `bytes` (as a device copy of
+    /// host memory would be). `None` when `bytes.len()` is not a multiple of the element
+    /// size.
+    pub fn from_bytes(dtype: DataType, bytes: Vec<u8>) -> Option<DeviceBuffer> {
+        (bytes.len() % dtype.bytes().max(1) == 0).then_some(DeviceBuffer {
+            dtype,
+            bytes,
+            output: false,
+        })
+    }
+
+    /// The raw little-endian bytes, giving up the buffer.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+
     /// An `f32` buffer.
     pub fn from_f32(values: &[f32]) -> DeviceBuffer {
         let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
