@@ -74,11 +74,14 @@ impl DeviceBuffer {
     /// host memory would be). `None` when `bytes.len()` is not a multiple of the element
     /// size.
     pub fn from_bytes(dtype: DataType, bytes: Vec<u8>) -> Option<DeviceBuffer> {
-        (bytes.len() % dtype.bytes().max(1) == 0).then_some(DeviceBuffer {
-            dtype,
-            bytes,
-            output: false,
-        })
+        bytes
+            .len()
+            .is_multiple_of(dtype.bytes().max(1))
+            .then_some(DeviceBuffer {
+                dtype,
+                bytes,
+                output: false,
+            })
     }
 
     /// The raw little-endian bytes, giving up the buffer.
