@@ -817,3 +817,128 @@ fn cpu_constructs_are_rejected() {
         Err(SimError::NotAKernel { .. })
     ));
 }
+
+/// A one-warp tensor-core tile, as a tensor-core template would write it: `cp.async` of
+/// `A[16, 16]` and `B` into shared memory, `ldmatrix` of the fragments (`B` stored `[N, K]`
+/// and loaded plainly, or stored `[K, N]` and loaded with `.trans`), one m16n8k16 `mma`,
+/// the accumulators stored to `C[16, 8]`.
+fn tensor_core_tile(b_transposed: bool) -> (IRModule, String) {
+    let name = format!("tensor_core_tile_{b_transposed}");
+    let mut fb = kernel(&name, 32);
+    let a = fb.tensor_param("a", DataType::F16, [16, 16]);
+    let b_shape = if b_transposed { [8, 16] } else { [16, 8] };
+    let b = fb.tensor_param("b", DataType::F16, b_shape);
+    let c = fb.tensor_param("c", DataType::F32, [16, 8]);
+    let sa = fb.shared_tensor("sa", DataType::F16, row_major([16, 16]));
+    let sb = fb.shared_tensor("sb", DataType::F16, row_major(b_shape));
+    let ra = fb.register_tensor("ra", DataType::F16, row_major([8]));
+    let rb = fb.register_tensor("rb", DataType::F16, row_major([4]));
+    let rc = fb.register_tensor("rc", DataType::F32, row_major([4]));
+    let lane = tid() % 32;
+    // 16-byte chunks: A has 32 (two per row), B 16.
+    let copy = |fb: &mut FunctionBuilder, dst: &Var, src: &Var, row: Expr, col: Expr| {
+        fb.call(
+            Intrinsic::CpAsync { bytes: 16 },
+            vec![
+                dst.at([row.clone(), col.clone()]).address(),
+                src.at([row, col]).address(),
+                Expr::int(16),
+            ],
+        );
+    };
+    let per_row = b_shape[1] / 8;
+    copy(&mut fb, &sa, &a, lane.clone() / 2, lane.clone() % 2 * 8);
+    fb.if_then(lane.lt(16), |fb| {
+        copy(
+            fb,
+            &sb,
+            &b,
+            lane.clone() / per_row,
+            lane.clone() % per_row * 8,
+        );
+    });
+    fb.call(Intrinsic::CpAsyncCommit, vec![]);
+    fb.call(Intrinsic::CpAsyncWait { n: 0 }, vec![]);
+    fb.sync_threads();
+    // Matrix i of the x4 load: rows 8·(i % 2).., columns 8·(i / 2)..
+    fb.call(
+        Intrinsic::LdMatrix {
+            count: 4,
+            trans: false,
+        },
+        vec![
+            ra.at([0]).address(),
+            sa.at([
+                lane.clone() % 8 + lane.clone() / 8 % 2 * 8,
+                lane.clone() / 16 * 8,
+            ])
+            .address(),
+        ],
+    );
+    let b_row = if b_transposed {
+        // [N, K]: matrix j holds columns (k) 8j.. of the 8 rows (n).
+        vec![lane.clone() % 8, lane.clone() / 8 % 2 * 8]
+    } else {
+        // [K, N]: matrix j holds rows (k) 8j..; `.trans` hands out columns.
+        vec![lane.clone() % 16, Expr::int(0)]
+    };
+    fb.call(
+        Intrinsic::LdMatrix {
+            count: 2,
+            trans: !b_transposed,
+        },
+        vec![rb.at([0]).address(), sb.at(b_row).address()],
+    );
+    let four = repeat_unrolled([4]).expect("positive extent");
+    fb.for_each(four.on(0), |fb, i| {
+        fb.store(&rc, [i[0].clone()], Expr::f32(0.0));
+    });
+    fb.call(
+        Intrinsic::Mma {
+            shape: MmaShape::M16N8K16,
+            input: DataType::F16,
+            acc: DataType::F32,
+        },
+        vec![
+            ra.at([0]).address(),
+            rb.at([0]).address(),
+            rc.at([0]).address(),
+        ],
+    );
+    fb.for_each(four.on(0), |fb, i| {
+        let row = lane.clone() / 4 + i[0].clone() / 2 * 8;
+        let col = lane.clone() % 4 * 2 + i[0].clone() % 2;
+        fb.store(&c, [row, col], rc.at([i[0].clone()]));
+    });
+    module_of(fb)
+}
+
+#[test]
+fn a_tensor_core_tile_with_cp_async_ldmatrix_and_mma_is_exact() {
+    for b_transposed in [true, false] {
+        let module = tensor_core_tile(b_transposed);
+        let mut rng = Rng::new(77);
+        let mut int = || (rng.next_u64() % 9) as f64 - 4.0;
+        let a: Vec<f64> = (0..256).map(|_| int()).collect();
+        let b: Vec<f64> = (0..128).map(|_| int()).collect(); // B[k, n] = b[k * 8 + n]
+        let b_stored: Vec<f64> = if b_transposed {
+            (0..128).map(|i| b[(i % 16) * 8 + i / 16]).collect()
+        } else {
+            b.clone()
+        };
+        let mut args = vec![
+            buf(&a, DataType::F16),
+            buf(&b_stored, DataType::F16),
+            SimArg::Buffer(DeviceBuffer::output(DataType::F32, 128)),
+        ];
+        run(&module, &mut args);
+        let want: Vec<f64> = (0..128)
+            .map(|i| {
+                (0..16)
+                    .map(|k| a[(i / 8) * 16 + k] * b[k * 8 + i % 8])
+                    .sum()
+            })
+            .collect();
+        assert_same(&out(&args, 2), &want, &module.1);
+    }
+}
