@@ -5,6 +5,7 @@
 //!   [`LaunchOptions`]);
 //! - `program`: the kernel translated once into instructions over dense variable slots;
 //! - `warp`: a block's warps run in lockstep under active masks, barriers between warps;
+//! - `eval`: expressions evaluated for all active lanes of a warp at once;
 //! - `intrinsics`: shuffles, `mma.sync`, `ldmatrix`, `cp.async`, vector stores;
 //! - `memory`: byte-addressed regions (bounds, alignment, poisoned bytes);
 //! - `checks`: the checkers on memory accesses (data races, pending `cp.async` targets,
@@ -17,6 +18,7 @@
 
 mod checks;
 pub mod error;
+mod eval;
 mod intrinsics;
 mod memory;
 mod program;

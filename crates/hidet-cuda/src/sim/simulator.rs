@@ -475,7 +475,7 @@ impl Simulator {
             init.fill(false);
             for t in 0..threads {
                 for (i, (p, w)) in prog.params.iter().zip(&scalars).enumerate() {
-                    let at = t * prog.slots + p.slot as usize;
+                    let at = p.slot as usize * threads + t;
                     init[at] = true;
                     regs[at] = match (w, buffer_of_param[i]) {
                         (Some(w), _) => *w,

@@ -14,8 +14,9 @@
 //! warps waiting at different barriers, is a [`Fault::DivergentBarrier`].
 
 use super::error::{Fault, FaultReport, Idx3, SimError};
+use super::eval::Bits;
 use super::memory::{ptr, unptr, Actor, Memory, Space};
-use super::program::{Access, Instr, Offset, Program, E};
+use super::program::{Instr, Program, E};
 use super::value::{self, Word};
 use hidet_ir::dtype::{DataType, ScalarType as S};
 use std::collections::VecDeque;
@@ -177,90 +178,6 @@ impl BlockRun<'_> {
         Ok(())
     }
 
-    #[inline]
-    fn slot(&self, slot: u32, t: usize) -> F<Word> {
-        let i = t * self.prog.slots + slot as usize;
-        if !self.init[i] {
-            return Err(Fault::UninitializedVariable {
-                var: self.prog.slot_names[slot as usize].clone(),
-            });
-        }
-        Ok(self.regs[i])
-    }
-
-    #[inline]
-    pub fn set_slot(&mut self, slot: u32, t: usize, w: Word) {
-        let i = t * self.prog.slots + slot as usize;
-        self.regs[i] = w;
-        self.init[i] = true;
-    }
-
-    /// The value of the scalar (or pointer) expression `e` in thread `t`.
-    pub fn eval(&mut self, e: &E, t: usize) -> F<Word> {
-        match e {
-            E::Const(w) => Ok(*w),
-            E::Slot(s) => self.slot(*s, t),
-            E::Builtin(k) => {
-                let d = (*k % 3) as usize;
-                let v = match k / 3 {
-                    0 => self.thread_idx(t)[d],
-                    1 => self.block_idx[d],
-                    2 => self.prog.block[d],
-                    _ => self.grid[d],
-                };
-                Ok(v as u64)
-            }
-            E::Unary(op, ty, a) => {
-                let x = self.eval(a, t)?;
-                value::unary(*op, *ty, x)
-            }
-            E::Binary(op, ty, a, b) => {
-                let x = self.eval(a, t)?;
-                let y = self.eval(b, t)?;
-                value::binary(*op, *ty, x, y)
-            }
-            E::Cmp(op, ta, tb, a, b) => {
-                let x = self.eval(a, t)?;
-                let y = self.eval(b, t)?;
-                Ok(Word::from(compare_mixed(*op, *ta, x, *tb, y)))
-            }
-            E::And(a, b) => Ok(Word::from(self.eval(a, t)? != 0 && self.eval(b, t)? != 0)),
-            E::Or(a, b) => Ok(Word::from(self.eval(a, t)? != 0 || self.eval(b, t)? != 0)),
-            E::Select(c, a, b) => {
-                if self.eval(c, t)? != 0 {
-                    self.eval(a, t)
-                } else {
-                    self.eval(b, t)
-                }
-            }
-            E::Cast(from, to, a) => {
-                let x = self.eval(a, t)?;
-                value::cast(x, *from, *to)
-            }
-            E::Math(f, ty, args) => {
-                let mut xs = [0 as Word; 3];
-                for (i, a) in args.iter().enumerate().take(3) {
-                    xs[i] = self.eval(a, t)?;
-                }
-                value::math(*f, *ty, &xs[..args.len().min(3)])
-            }
-            E::Load(a) => {
-                let p = self.address(a, t, true)?;
-                self.load(p, a.dtype.scalar, t)
-            }
-            E::Addr(a) => self.address(a, t, false),
-            E::VecLoad(p, dtype) if dtype.lanes == 1 => {
-                let p = self.eval(p, t)?;
-                self.load(p, dtype.scalar, t)
-            }
-            E::VSlot(..) | E::VBinary(..) | E::Broadcast(..) | E::VecLoad(..) => {
-                Err(Fault::Invalid {
-                    what: "a vector value where a scalar is expected".into(),
-                })
-            }
-        }
-    }
-
     /// The lanes of the vector expression `e` in thread `t` (into `out[..lanes]`).
     pub fn eval_vec(&mut self, e: &E, t: usize, out: &mut [Word; 4]) -> F<()> {
         match e {
@@ -357,52 +274,6 @@ impl BlockRun<'_> {
             .write(p, &buf[..eb * dtype.lanes as usize], self.actor(t))
     }
 
-    /// The address of an access in thread `t`; `check` tests each index against its
-    /// dimension.
-    fn address(&mut self, a: &Access, t: usize, check: bool) -> F<u64> {
-        let base = self.slot(a.base, t)?;
-        let mut idx = [0i64; 8];
-        let rank = a.indices.len();
-        if rank > idx.len() {
-            return Err(Fault::Invalid {
-                what: format!("`{}` has rank {rank} (at most 8)", a.tensor),
-            });
-        }
-        for (d, ie) in a.indices.iter().enumerate() {
-            idx[d] = self.eval(ie, t)? as i64;
-        }
-        if let (true, Some(extents)) = (check, &a.extents) {
-            for (d, ee) in extents.iter().enumerate() {
-                let extent = self.eval(ee, t)? as i64;
-                if idx[d] < 0 || idx[d] >= extent {
-                    return Err(Fault::IndexOutOfBounds {
-                        tensor: a.tensor.clone(),
-                        dim: d,
-                        index: idx[d],
-                        extent,
-                    });
-                }
-            }
-        }
-        let off = match &a.offset {
-            Offset::Index => idx[0],
-            Offset::Strides(strides) => {
-                let mut off = 0i64;
-                for (d, se) in strides.iter().enumerate() {
-                    let s = match se {
-                        E::Const(w) => *w as i64,
-                        se => self.eval(se, t)? as i64,
-                    };
-                    off = off.wrapping_add(idx[d].wrapping_mul(s));
-                }
-                off
-            }
-            Offset::Expr(oe) => self.eval(oe, t)? as i64,
-        };
-        let (r, o) = unptr(base);
-        Ok(ptr(r, o + off * a.dtype.bytes() as i64))
-    }
-
     /// Runs warp `w` until it reaches a barrier or its end.
     fn run_warp(&mut self, w: usize, warp: &mut Warp) -> Result<(), SimError> {
         let prog = self.prog;
@@ -430,13 +301,18 @@ impl BlockRun<'_> {
                     match value {
                         None => lanes!(active, |t| {
                             for l in 0..n {
-                                self.init[t * prog.slots + slot as usize + l] = false;
+                                self.unset_slot(slot + l as u32, t);
                             }
                             F::Ok(())
                         }),
-                        Some(v) if n == 1 => lanes!(active, |t| self
-                            .eval(v, t)
-                            .map(|x| self.set_slot(slot, t, x))),
+                        Some(v) if n == 1 => {
+                            let mut out = [0; 32];
+                            self.eval_w(v, base, active, &mut out)
+                                .map_err(|(f, t)| self.error(f, pc, t))?;
+                            for l in Bits(active) {
+                                self.set_slot(slot, base + l, out[l]);
+                            }
+                        }
                         Some(v) => lanes!(active, |t| {
                             let mut out = [0; 4];
                             self.eval_vec(v, t, &mut out).map(|()| {
@@ -476,11 +352,13 @@ impl BlockRun<'_> {
                     lanes,
                 } => {
                     if *lanes == 1 {
+                        let (mut vals, mut ptrs) = ([0; 32], [0; 32]);
+                        self.eval_w(value, base, active, &mut vals)
+                            .and_then(|()| self.address_w(access, base, active, true, &mut ptrs))
+                            .map_err(|(f, t)| self.error(f, pc, t))?;
                         lanes!(active, |t| {
-                            self.eval(value, t).and_then(|x| {
-                                let p = self.address(access, t, true)?;
-                                self.store(p, access.dtype.scalar, x, t)
-                            })
+                            let l = t - base;
+                            self.store(ptrs[l], access.dtype.scalar, vals[l], t)
                         })
                     } else {
                         lanes!(active, |t| {
@@ -506,12 +384,11 @@ impl BlockRun<'_> {
                         warp.pc = end_pc + 1;
                         continue;
                     }
-                    let mut taken = 0u32;
-                    lanes!(active, |t| self.eval(cond, t).map(|c| {
-                        if c != 0 {
-                            taken |= 1 << (t - base);
-                        }
-                    }));
+                    let mut c = [0; 32];
+                    self.eval_w(cond, base, active, &mut c)
+                        .map_err(|(f, t)| self.error(f, pc, t))?;
+                    let taken =
+                        Bits(active).fold(0u32, |m, l| if c[l] != 0 { m | 1 << l } else { m });
                     let else_mask = active & !taken;
                     warp.stack.push(Frame::If {
                         saved: active,
@@ -547,14 +424,16 @@ impl BlockRun<'_> {
                     }
                     let mut extents = Box::new([0i64; 32]);
                     let mut run = 0u32;
-                    lanes!(active, |t| self.eval(extent, t).map(|x| {
-                        let x = x as i64;
-                        extents[t - base] = x;
-                        if x > 0 {
-                            run |= 1 << (t - base);
-                            self.set_slot(*slot, t, 0);
+                    let mut ext = [0; 32];
+                    self.eval_w(extent, base, active, &mut ext)
+                        .map_err(|(f, t)| self.error(f, pc, t))?;
+                    for l in Bits(active) {
+                        extents[l] = ext[l] as i64;
+                        if extents[l] > 0 {
+                            run |= 1 << l;
+                            self.set_slot(*slot, base + l, 0);
                         }
-                    }));
+                    }
                     if run == 0 {
                         warp.pc = end_pc + 1;
                         continue;
@@ -642,19 +521,23 @@ impl BlockRun<'_> {
                         let mut out = [0; 4];
                         self.eval_vec(e, t, &mut out)
                     }),
-                    _ => lanes!(active, |t| self.eval(e, t).map(|_| ())),
+                    _ => {
+                        let mut out = [0; 32];
+                        self.eval_w(e, base, active, &mut out)
+                            .map_err(|(f, t)| self.error(f, pc, t))?;
+                    }
                 },
-                Instr::Assert { cond, message } => lanes!(active, |t| {
-                    self.eval(cond, t).and_then(|c| {
-                        if c == 0 {
-                            Err(Fault::AssertFailed {
-                                message: message.clone(),
-                            })
-                        } else {
-                            Ok(())
-                        }
-                    })
-                }),
+                Instr::Assert { cond, message } => {
+                    let mut c = [0; 32];
+                    self.eval_w(cond, base, active, &mut c)
+                        .map_err(|(f, t)| self.error(f, pc, t))?;
+                    if let Some(l) = Bits(active).find(|&l| c[l] == 0) {
+                        let fault = Fault::AssertFailed {
+                            message: message.clone(),
+                        };
+                        return Err(self.error(fault, pc, base + l));
+                    }
+                }
                 Instr::Return => {
                     warp.retired |= active;
                     warp.active = 0;
@@ -675,34 +558,6 @@ impl BlockRun<'_> {
         warp.state = WarpState::Done;
         Ok(())
     }
-}
-
-/// `a op b` for an `ta` and a `tb` word: as integers when both are integers (or bools),
-/// else as floats.
-fn compare_mixed(op: hidet_ir::expr::BinaryOp, ta: S, a: Word, tb: S, b: Word) -> bool {
-    if ta == tb {
-        return value::compare(op, ta, a, b);
-    }
-    let as_f = |w: Word, t: S| {
-        if t.is_float() {
-            value::wf(w)
-        } else {
-            value::wi(w, t) as f64
-        }
-    };
-    if !ta.is_float() && !tb.is_float() {
-        let (x, y) = (value::wi(a, ta), value::wi(b, tb));
-        use hidet_ir::expr::BinaryOp as B;
-        return match op {
-            B::Eq => x == y,
-            B::Ne => x != y,
-            B::Lt => x < y,
-            B::Le => x <= y,
-            B::Gt => x > y,
-            _ => x >= y,
-        };
-    }
-    value::compare(op, S::F64, value::fw(as_f(a, ta)), value::fw(as_f(b, tb)))
 }
 
 /// Where a pointer points, for the intrinsics' checks.
