@@ -325,6 +325,19 @@ fn binary_lanes(
                 };
             }
         }
+        // Floor division and modulo by a positive divisor (index arithmetic): the
+        // Euclidean ones agree with floor semantics there.
+        (BinaryOp::Div | BinaryOp::Mod | BinaryOp::Shr, S::I32 | S::I64) => {
+            for l in Bits(mask) {
+                let (a, b) = (x[l] as i64, y[l] as i64);
+                x[l] = match op {
+                    BinaryOp::Div if b > 0 => a.div_euclid(b) as u64,
+                    BinaryOp::Mod if b > 0 => a.rem_euclid(b) as u64,
+                    BinaryOp::Shr if (0..32).contains(&b) => (a >> b) as u64,
+                    _ => value::binary(op, ty, x[l], y[l]).map_err(|f| (f, l))?,
+                };
+            }
+        }
         _ => {
             for l in Bits(mask) {
                 x[l] = value::binary(op, ty, x[l], y[l]).map_err(|f| (f, l))?;

@@ -203,7 +203,13 @@ impl Memory {
         if self.regions[ri].shadow.is_some() {
             self.track(ri, off, n, who, false)?;
         }
-        out.copy_from_slice(&self.regions[ri].data[off..off + n]);
+        let data = &self.regions[ri].data;
+        match n {
+            // Fixed sizes compile to plain moves.
+            4 => out[..4].copy_from_slice(&data[off..off + 4]),
+            8 => out[..8].copy_from_slice(&data[off..off + 8]),
+            _ => out.copy_from_slice(&data[off..off + n]),
+        }
         Ok(())
     }
 

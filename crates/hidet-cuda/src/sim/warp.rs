@@ -247,6 +247,10 @@ impl BlockRun<'_> {
         }
         let mut buf = [0u8; 8];
         self.mem.read(p, &mut buf[..n], self.actor(t))?;
+        if ty == S::F32 {
+            let v = f32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+            return Ok(value::fw(f64::from(v)));
+        }
         Ok(value::decode(&buf[..n], ty))
     }
 
