@@ -23,13 +23,11 @@
 use super::error::Fault;
 use super::memory::Space;
 use super::program::Instr;
-use super::value::{self, fw, Word};
+use super::value::{self, fw};
 use super::warp::{space_of, BlockRun, Copy, F};
 use half::{bf16, f16};
 use hidet_ir::dtype::{DataType, ScalarType as S};
 use hidet_ir::intrinsic::{MmaShape, ShuffleKind};
-
-type Lanes<T> = [T; 32];
 
 impl BlockRun<'_> {
     /// Runs a warp-level or asynchronous intrinsic for the `active` lanes of the warp whose
@@ -57,23 +55,17 @@ impl BlockRun<'_> {
         match instr {
             Instr::Shuffle {
                 slot,
-                ty,
                 kind,
                 width,
                 value,
                 arg,
             } => {
                 full(&format!("warp shuffle ({kind:?}, width {width})"))?;
-                let mut vals: Lanes<Word> = [0; 32];
-                let mut args: Lanes<i64> = [0; 32];
-                for lane in 0..32 {
-                    let t = base + lane;
-                    vals[lane] = self.eval(value, t).map_err(|f| (f, t))?;
-                    args[lane] = self.eval(arg, t).map_err(|f| (f, t))? as i64;
-                }
-                let _ = ty;
+                let (mut vals, mut args) = ([0; 32], [0; 32]);
+                self.eval_w(value, base, active, &mut vals)?;
+                self.eval_w(arg, base, active, &mut args)?;
                 for (lane, &x) in args.iter().enumerate() {
-                    let src = shuffle_source(*kind, *width, lane, x);
+                    let src = shuffle_source(*kind, *width, lane, x as i64);
                     self.set_slot(*slot, base + lane, vals[src]);
                 }
                 Ok(())

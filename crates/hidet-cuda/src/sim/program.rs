@@ -139,7 +139,6 @@ pub(crate) enum Instr {
     Return,
     Shuffle {
         slot: u32,
-        ty: S,
         kind: ShuffleKind,
         width: u32,
         value: E,
@@ -841,7 +840,6 @@ impl<'f> Compiler<'f> {
                     let slot = self.temp_slot("shfl");
                     self.push(Instr::Shuffle {
                         slot,
-                        ty: t.scalar,
                         kind: *kind,
                         width: *width,
                         value,
@@ -912,7 +910,6 @@ impl<'f> Compiler<'f> {
         } else {
             self.value_as(b, t)?
         };
-        let _ = tb;
         Ok(E::Binary(op, t.scalar, Box::new(x), Box::new(y)))
     }
 }
