@@ -24,7 +24,7 @@ use super::error::Fault;
 use super::memory::Space;
 use super::program::Instr;
 use super::value::{self, fw};
-use super::warp::{space_of, BlockRun, Copy, F};
+use super::warp::{space_of, BlockRun, PendingCopy, F};
 use half::{bf16, f16};
 use hidet_ir::dtype::{DataType, ScalarType as S};
 use hidet_ir::intrinsic::{MmaShape, ShuffleKind};
@@ -197,7 +197,7 @@ impl BlockRun<'_> {
         }
         let g = self.actor(t).g;
         self.mem.mark_pending(d, bytes, g)?;
-        self.cp[t].uncommitted.push(Copy {
+        self.cp[t].uncommitted.push(PendingCopy {
             dst: d,
             data,
             len: bytes,

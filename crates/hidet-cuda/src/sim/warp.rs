@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 
 /// A `cp.async` issued and not yet written: the destination and the bytes to write.
 #[derive(Clone, Copy)]
-pub(crate) struct Copy {
+pub(crate) struct PendingCopy {
     pub dst: u64,
     pub data: [u8; 16],
     pub len: usize,
@@ -32,8 +32,8 @@ pub(crate) struct Copy {
 /// A thread's `cp.async` state: copies not yet committed, committed groups in order.
 #[derive(Default)]
 pub(crate) struct CpState {
-    pub uncommitted: Vec<Copy>,
-    pub groups: VecDeque<Vec<Copy>>,
+    pub uncommitted: Vec<PendingCopy>,
+    pub groups: VecDeque<Vec<PendingCopy>>,
 }
 
 enum Frame {
