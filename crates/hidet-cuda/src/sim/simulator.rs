@@ -237,6 +237,23 @@ pub struct LaunchReport {
 /// never. It does not model timing, caches or the order of memory operations between
 /// blocks (blocks run one after another; conflicting accesses between blocks are reported
 /// as races).
+///
+/// ```
+/// use hidet_cuda::sim::{DeviceBuffer, LaunchOptions, SimArg, Simulator};
+/// use hidet_ir::prelude::*;
+///
+/// let mut fb = FunctionBuilder::cuda_kernel("double", [1, 1, 1], [32, 1, 1]);
+/// let x = fb.tensor_param("x", DataType::F32, [32]);
+/// let t = Expr::thread_idx(Dim::X);
+/// fb.store(&x, [t.clone()], x.at([t]) * 2.0f32);
+/// let module = IRModule::new("double", Target::Cuda).with(fb.finish());
+///
+/// let sim = Simulator::from_module(&module, "double")?;
+/// let mut args = [SimArg::Buffer(DeviceBuffer::from_f32(&[1.5; 32]))];
+/// sim.launch(&mut args, &LaunchOptions::default())?;
+/// assert_eq!(args[0].buffer().and_then(DeviceBuffer::to_f32), Some(vec![3.0; 32]));
+/// # Ok::<(), hidet_cuda::sim::SimError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Simulator {
     program: Program,
