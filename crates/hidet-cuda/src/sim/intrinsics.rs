@@ -19,6 +19,9 @@
 //!   `cp.async.wait_group n` of the issuing thread leaves at most `n` younger committed
 //!   groups, when they are written. Copies not yet committed are not waited for.
 //! - `vector_store`: the lanes of a vector at an element-aligned address.
+//!
+//! Fragment registers are read and written through the pointers the IR passes, as the
+//! emitted helpers do (`uint32_t*` casts): they must be 4-byte aligned.
 
 use super::error::Fault;
 use super::memory::Space;
@@ -207,6 +210,7 @@ impl BlockRun<'_> {
 
     /// Reads `n` 32-bit registers of thread `t` at `p`.
     fn regs_of(&mut self, p: u64, n: usize, t: usize) -> F<[u32; 4]> {
+        self.mem.aligned(p, 4, "mma's fragment registers")?;
         let mut buf = [0u8; 16];
         let who = self.actor(t);
         self.mem.read(p, &mut buf[..4 * n], who)?;
@@ -349,6 +353,7 @@ impl BlockRun<'_> {
             let t = base + lane;
             let r: F<()> = (|| {
                 let p = self.eval(dst, t)?;
+                self.mem.aligned(p, 4, "ldmatrix's destination registers")?;
                 let mut out = [0u8; 16];
                 for (i, m) in rows.iter().enumerate().take(count) {
                     let pair = if trans {
