@@ -325,6 +325,10 @@ fn binary_lanes(
                 };
             }
         }
+        // Bitwise operations of two values of one signed type fit that type.
+        (BinaryOp::BitAnd, S::I32 | S::I64) => each!(|a, b| a & b),
+        (BinaryOp::BitOr, S::I32 | S::I64) => each!(|a, b| a | b),
+        (BinaryOp::BitXor, S::I32 | S::I64) => each!(|a, b| a ^ b),
         // Floor division and modulo by a positive divisor (index arithmetic): the
         // Euclidean ones agree with floor semantics there.
         (BinaryOp::Div | BinaryOp::Mod | BinaryOp::Shr, S::I32 | S::I64) => {
