@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use common::{cpu_backend as backend, node, Rng};
 use hidet_cpu::graph_backend::CpuBackend;
+use hidet_cpu::graph_passes::default_passes;
 use hidet_graph::compiled::{CompileOptions, CompiledGraph, CompiledModel, HostStep};
 use hidet_graph::fusion::HostReason;
-use hidet_graph::passes::{default_passes, run_passes};
+use hidet_graph::passes::run_passes;
 use hidet_graph::{
     run_reference, Attribute, Attributes, DType, Dim, Graph, GraphBuilder, Registry, Tensor,
     TensorType,

@@ -170,6 +170,15 @@ pub trait Operator: Send + Sync + fmt::Debug {
         let _ = inputs;
         Ok(None)
     }
+
+    /// Whether a kernel reading this operator's output as a fused prologue reads its first
+    /// input where it is stored (a gather at precomputed offsets a matrix product broadcasts
+    /// from in place): fusion then never inlines that input's producer into it, since
+    /// recomputing the producer at every gathered address would force the consumer to pack
+    /// the operand. The default, `false`, lets fusion decide.
+    fn reads_input_in_place(&self) -> bool {
+        false
+    }
 }
 
 /// The required input `i` of `inputs`, or [`OpError::MissingInput`].

@@ -11,9 +11,6 @@ pub mod partition;
 pub mod specialize;
 pub mod task;
 
-pub use partition::{
-    partition, partition_with, Group, GroupKind, Partition, MATERIALIZE, PROLOGUE_ONLY,
-    RESHAPE_LIKE,
-};
+pub use partition::{partition, partition_with, Group, GroupKind, Partition, RESHAPE_LIKE};
 pub use specialize::{HostReason, NodeMode, Specialization, SpecializeError, ValueInfo};
 pub use task::{AnchorInfo, AnchorOperand, FusedTask, TaskEpilogue, TaskError};
