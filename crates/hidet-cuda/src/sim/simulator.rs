@@ -591,3 +591,32 @@ fn select_blocks(grid: [i64; 3], selection: &BlockSelection) -> Vec<[i64; 3]> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simulators_and_buffers_can_be_shared_between_threads() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<Simulator>();
+        shareable::<DeviceBuffer>();
+        shareable::<SimError>();
+    }
+
+    #[test]
+    fn samples_hold_the_corners_and_distinct_random_blocks() {
+        let blocks = select_blocks([10, 7, 1], &BlockSelection::Sample { random: 5, seed: 3 });
+        assert_eq!(blocks.len(), 9);
+        for corner in [[0, 0, 0], [9, 0, 0], [0, 6, 0], [9, 6, 0]] {
+            assert!(blocks.contains(&corner), "{corner:?}");
+        }
+        let mut sorted = blocks.clone();
+        sorted.dedup();
+        assert_eq!(sorted.len(), blocks.len());
+        assert_eq!(
+            select_blocks([2, 2, 1], &BlockSelection::Sample { random: 5, seed: 3 }).len(),
+            4
+        );
+    }
+}
