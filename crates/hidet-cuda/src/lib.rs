@@ -4,7 +4,11 @@
 //!   CUDA toolkit is needed to build this crate);
 //! - [`ptxas`]: assembles PTX with `ptxas -v` and reads registers, spills and
 //!   shared memory per kernel;
-//! - [`templates`]: CUDA schedule templates written with task mappings.
+//! - [`templates`]: CUDA schedule templates written with task mappings;
+//! - [`sim`]: a GPU simulator that runs the lowered IR of a CUDA kernel on the CPU with
+//!   GPU semantics (lockstep warps, barriers, shared memory, the IR's intrinsics) and
+//!   checkers (data races, uninitialised reads, pending `cp.async`, out-of-bounds,
+//!   divergence, outputs written twice or never).
 //!
 //! CUDA C itself is emitted by `hidet-codegen`'s CUDA dialect.
 
@@ -14,6 +18,7 @@ pub mod error;
 pub mod locate;
 pub mod nvrtc;
 pub mod ptxas;
+pub mod sim;
 pub mod source;
 pub mod templates;
 
