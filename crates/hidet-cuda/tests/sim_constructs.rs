@@ -623,10 +623,10 @@ fn cp_async_copies_with_zero_fill_commit_and_wait() {
 }
 
 #[test]
-fn cp_async_of_the_dialect_test_reads_misaligned_rows() {
-    // cuda_dialect.rs copies 16 bytes from rows of 7 floats (28 bytes): odd rows are not
-    // 16-byte aligned, which the GPU faults on. NVRTC and ptxas cannot see it; the
-    // simulator does.
+fn cp_async_from_rows_of_seven_floats_is_misaligned() {
+    // 16 bytes copied from rows of 7 floats (28 bytes): odd rows are not 16-byte aligned,
+    // which the GPU faults on. NVRTC and ptxas cannot see it; the simulator does (it found
+    // this slip in the dialect test of cuda_dialect.rs, whose rows are now 8 floats).
     let module = cp_async_module(7, true);
     let mut args = vec![
         buf(&vec![1.0; 64 * 7], DataType::F32),
