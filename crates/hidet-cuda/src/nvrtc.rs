@@ -2,14 +2,14 @@
 //!
 //! NVRTC is found in this order (the first that loads wins):
 //! 1. `$HIDET_NVRTC_PATH`, a path to `libnvrtc.so*`; when set, nothing else is tried;
-//! 2. in the site-packages of the virtual environments listed in [`crate::locate`]:
-//!    `nvidia/cuda_nvrtc/lib/libnvrtc.so.12` (the CUDA 12 wheel `nvidia-cuda-nvrtc-cu12`
-//!    that `scripts/setup_python.sh` installs), then `nvidia/cu13/lib/libnvrtc.so.13` (the
-//!    CUDA 13 wheels' layout);
+//! 2. in the site-packages of the virtual environments listed in [`crate::locate`], one
+//!    environment after the other: `nvidia/cuda_nvrtc/lib/libnvrtc.so.12` (the CUDA 12
+//!    wheel `nvidia-cuda-nvrtc-cu12` that `scripts/setup_python.sh` installs), then
+//!    `nvidia/cu13/lib/libnvrtc.so.13` (the CUDA 13 wheels' layout);
 //! 3. `libnvrtc.so.12`, `libnvrtc.so.13` and `libnvrtc.so` through the system's dynamic
 //!    loader (`LD_LIBRARY_PATH`, `ldconfig`).
 //!
-//! CUDA 12 comes before 13 at each step: PTX from NVRTC 13 is rejected by CUDA 12 drivers and
+//! CUDA 12 comes before 13 within each step: PTX from NVRTC 13 is rejected by CUDA 12 drivers and
 //! by the CUDA 12 `ptxas` of [`crate::ptxas`], while CUDA 13 drivers load everything NVRTC 12
 //! produces. `$HIDET_NVRTC_PATH` picks another.
 //!
@@ -146,14 +146,11 @@ impl Nvrtc {
                 other => other,
             });
         }
-        let mut candidates: Vec<String> = Vec::new();
-        for relative in WHEEL_LIBRARIES {
-            candidates.extend(
-                locate::in_site_packages(relative, &mut searched)
-                    .into_iter()
-                    .map(|p| p.display().to_string()),
-            );
-        }
+        let mut candidates: Vec<String> =
+            locate::in_site_packages_each(&WHEEL_LIBRARIES, &mut searched)
+                .into_iter()
+                .map(|p| p.display().to_string())
+                .collect();
         for name in LOADER_NAMES {
             searched.push(format!("{name} (dynamic loader)"));
             candidates.push(name.to_string());

@@ -3,9 +3,9 @@
 
 use super::driver::check;
 use super::module::ModuleHandle;
+use super::registry::AllocationRegistry;
 use crate::error::CudaError;
 use cudarc::driver::sys;
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// One opened device. Everything that owns driver objects of this device (buffers, modules,
@@ -16,8 +16,8 @@ pub(crate) struct Context {
     pub(crate) stream: sys::CUstream,
     /// Shared memory one block may use with the opt-in attribute, in bytes.
     pub(crate) max_shared_optin: usize,
-    /// Usable ranges of live allocations: start address → length in bytes.
-    allocations: Mutex<BTreeMap<u64, usize>>,
+    /// Usable ranges of live allocations.
+    allocations: AllocationRegistry,
     /// While a capture runs: the modules launched into it (the graph keeps them loaded).
     capture: Mutex<Option<Vec<Arc<ModuleHandle>>>>,
 }
@@ -62,7 +62,7 @@ impl Context {
             context,
             stream,
             max_shared_optin,
-            allocations: Mutex::new(BTreeMap::new()),
+            allocations: AllocationRegistry::default(),
             capture: Mutex::new(None),
         })
     }
@@ -75,34 +75,18 @@ impl Context {
         })
     }
 
-    fn allocations(&self) -> MutexGuard<'_, BTreeMap<u64, usize>> {
-        self.allocations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
     pub(crate) fn register(&self, start: u64, bytes: usize) {
-        self.allocations().insert(start, bytes);
+        self.allocations.insert(start, bytes);
     }
 
     pub(crate) fn unregister(&self, start: u64) {
-        self.allocations().remove(&start);
+        self.allocations.remove(start);
     }
 
-    /// Whether `[address, address + bytes)` lies inside one live allocation (a zero-length
-    /// range may sit at the allocation's end).
+    /// `Ok` when `[address, address + bytes)` lies inside one live allocation of this
+    /// context (a zero-length range may sit at the allocation's end).
     pub(crate) fn check_range(&self, address: u64, bytes: usize) -> Result<(), CudaError> {
-        let allocations = self.allocations();
-        let inside = allocations
-            .range(..=address)
-            .next_back()
-            .is_some_and(|(&start, &len)| {
-                let end = start + len as u64;
-                address
-                    .checked_add(bytes as u64)
-                    .is_some_and(|last| last <= end)
-            });
-        if inside {
+        if self.allocations.contains(address, bytes) {
             Ok(())
         } else {
             Err(CudaError::InvalidDeviceRange { address, bytes })

@@ -175,3 +175,47 @@ impl Gpu {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_are_packed_in_native_order_at_the_start_of_their_slot() {
+        let p = KernelParam::Ptr(0x1234_5678_9abc_def0).slot();
+        assert_eq!(p.0, 0x1234_5678_9abc_def0u64.to_ne_bytes());
+        let i = KernelParam::I32(-7).slot();
+        assert_eq!(&i.0[..4], &(-7i32).to_ne_bytes());
+        assert_eq!(&i.0[4..], &[0; 4]);
+        let f = KernelParam::F32(1.5).slot();
+        assert_eq!(&f.0[..4], &1.5f32.to_ne_bytes());
+        let d = KernelParam::F64(-2.25).slot();
+        assert_eq!(d.0, (-2.25f64).to_ne_bytes());
+        assert_eq!(std::mem::align_of::<Slot>(), 8);
+    }
+
+    #[test]
+    fn argument_sizes_follow_their_c_types() {
+        let sizes: Vec<usize> = [
+            KernelParam::Ptr(0),
+            KernelParam::I32(0),
+            KernelParam::U32(0),
+            KernelParam::I64(0),
+            KernelParam::U64(0),
+            KernelParam::F32(0.0),
+            KernelParam::F64(0.0),
+        ]
+        .iter()
+        .map(KernelParam::size)
+        .collect();
+        assert_eq!(sizes, [8, 4, 4, 8, 8, 4, 8]);
+    }
+
+    #[test]
+    fn launch_config_counts_threads_and_carries_dynamic_shared_memory() {
+        let c = LaunchConfig::new([8, 4, 1], [32, 4, 2]).with_dynamic_shared(96 * 1024);
+        assert_eq!(c.threads_per_block(), 256);
+        assert_eq!(c.dynamic_shared_bytes, 96 * 1024);
+        assert_eq!(c.grid, [8, 4, 1]);
+    }
+}

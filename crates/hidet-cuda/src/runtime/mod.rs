@@ -28,6 +28,7 @@ pub mod memory;
 pub mod module;
 
 mod context;
+mod registry;
 
 pub use event::GpuEvent;
 pub use gpu::{DeviceInfo, Gpu};
