@@ -78,8 +78,12 @@ fn load() -> Result<Driver, CudaError> {
     // SAFETY: `is_culib_present` only tries to dlopen the candidate names (running the
     // library's ELF initialisers, which have no preconditions) and drops what it opened.
     if !unsafe { sys::is_culib_present() } {
-        let mut searched = cudarc::get_lib_name_candidates("cuda");
-        searched.dedup();
+        let mut searched: Vec<String> = Vec::new();
+        for name in cudarc::get_lib_name_candidates("cuda") {
+            if !searched.contains(&name) {
+                searched.push(name);
+            }
+        }
         return Err(CudaError::DriverNotFound { searched });
     }
     // SAFETY: `is_culib_present` just succeeded, so `culib` finds a library and does not
@@ -143,6 +147,20 @@ pub fn describe(rc: sys::CUresult) -> (String, String) {
     (text(sys::cuGetErrorName), text(sys::cuGetErrorString))
 }
 
+/// The sources of the runtime, for the check that every driver entry point they call is in
+/// [`REQUIRED_SYMBOLS`].
+#[cfg(test)]
+const RUNTIME_SOURCES: &[&str] = &[
+    include_str!("context.rs"),
+    include_str!("driver.rs"),
+    include_str!("event.rs"),
+    include_str!("gpu.rs"),
+    include_str!("graph.rs"),
+    include_str!("launch.rs"),
+    include_str!("memory.rs"),
+    include_str!("module.rs"),
+];
+
 /// A copy of a remembered load error (the original stays in the `OnceLock`).
 fn copy_error(e: &CudaError) -> CudaError {
     match e {
@@ -170,5 +188,38 @@ fn copy_error(e: &CudaError) -> CudaError {
         other => CudaError::DriverNotFound {
             searched: vec![other.to_string()],
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `cudarc` panics on a missing symbol; [`load`] checks [`REQUIRED_SYMBOLS`] first, so
+    /// every `sys::cu*` call of the runtime must be listed (the `cuda-12040` bindings load
+    /// each function under its own name).
+    #[test]
+    fn every_driver_call_of_the_runtime_is_checked_at_load() {
+        let mut called = Vec::new();
+        for source in RUNTIME_SOURCES {
+            let mut rest = *source;
+            while let Some(at) = rest.find("sys::cu") {
+                rest = &rest[at + "sys::".len()..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                let name = &rest[..end];
+                let is_entry_point = name[2..].starts_with(|c: char| c.is_ascii_uppercase());
+                if is_entry_point && !called.contains(&name) {
+                    called.push(name);
+                }
+            }
+        }
+        assert!(called.len() > 30, "found the calls: {called:?}");
+        let missing: Vec<_> = called
+            .iter()
+            .filter(|name| !REQUIRED_SYMBOLS.contains(name))
+            .collect();
+        assert!(missing.is_empty(), "not in REQUIRED_SYMBOLS: {missing:?}");
     }
 }

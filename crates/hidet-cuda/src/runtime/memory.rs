@@ -37,6 +37,27 @@ impl Gpu {
             return Err(CudaError::BadAlignment(align));
         }
         let padding = if align > DRIVER_ALIGNMENT { align } else { 0 };
+        let (mut base, mut ptr) = self.alloc_raw(bytes, padding, align)?;
+        if ptr + bytes as u64 > base + (bytes.max(1) + padding) as u64 {
+            // The driver returned less alignment than it guarantees: pad and try again.
+            // SAFETY: `base` came from cuMemAlloc just now and is not referenced elsewhere.
+            unsafe {
+                sys::cuMemFree_v2(base);
+            }
+            (base, ptr) = self.alloc_raw(bytes, align, align)?;
+        }
+        self.context.register(ptr, bytes);
+        Ok(DeviceBuffer {
+            gpu: self.clone(),
+            base,
+            ptr,
+            bytes,
+        })
+    }
+
+    /// `cuMemAlloc` of `max(bytes, 1) + padding` bytes: the base and its first multiple of
+    /// `align`.
+    fn alloc_raw(&self, bytes: usize, padding: usize, align: usize) -> Result<(u64, u64), CudaError> {
         let request = bytes.max(1).checked_add(padding).ok_or(CudaError::Driver {
             call: "cuMemAlloc",
             code: 2,
@@ -49,14 +70,7 @@ impl Gpu {
         check("cuMemAlloc", unsafe {
             sys::cuMemAlloc_v2(&mut base, request)
         })?;
-        let ptr = base.next_multiple_of(align as u64);
-        self.context.register(ptr, bytes);
-        Ok(DeviceBuffer {
-            gpu: self.clone(),
-            base,
-            ptr,
-            bytes,
-        })
+        Ok((base, base.next_multiple_of(align as u64)))
     }
 }
 
