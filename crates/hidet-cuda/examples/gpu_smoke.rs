@@ -23,7 +23,9 @@
 
 use hidet_cuda::cache::{CacheOutcome, CachedKernel, CudaKernelCache};
 use hidet_cuda::runtime::{Gpu, KernelParam, LaunchConfig};
-use hidet_cuda::templates::matmul_simt::{build, kernel_name, showcase_schedules, MatmulSimtSchedule};
+use hidet_cuda::templates::matmul_simt::{
+    build, kernel_name, showcase_schedules, MatmulSimtSchedule,
+};
 use hidet_cuda::{emit_cuda, Arch, CompileOptions, Nvrtc};
 use std::process::ExitCode;
 
@@ -91,7 +93,10 @@ fn matmul_cases(quick: bool) -> Result<Vec<MatmulCase>, String> {
     let schedules = showcase_schedules();
     let first = &schedules[..1];
     let mut plan: Vec<([usize; 3], &[MatmulSimtSchedule])> = vec![([333, 517, 129], first)];
-    plan.push(([1024, 1024, 1024], if quick { first } else { &schedules[..] }));
+    plan.push((
+        [1024, 1024, 1024],
+        if quick { first } else { &schedules[..] },
+    ));
     plan.push(([4096, 4096, 4096], first));
     let mut cases = Vec::new();
     for (shape, schedules) in plan {
@@ -146,9 +151,17 @@ fn prepare(args: &Args) -> Result<(), String> {
 }
 
 /// The cached image of `source` for `arch`: compiled anywhere, else compiled here.
-fn obtain(cache: &CudaKernelCache, name: &str, source: &str, arch: Arch) -> Result<CachedKernel, String> {
+fn obtain(
+    cache: &CudaKernelCache,
+    name: &str,
+    source: &str,
+    arch: Arch,
+) -> Result<CachedKernel, String> {
     let opts = CompileOptions::default();
-    if let Some(found) = cache.find_compiled(source, arch, &opts).map_err(|e| e.to_string())? {
+    if let Some(found) = cache
+        .find_compiled(source, arch, &opts)
+        .map_err(|e| e.to_string())?
+    {
         return Ok(found);
     }
     cache
@@ -187,7 +200,12 @@ impl Rng {
 /// The float64 reference of the elements `cells` (row, column) of `a · b`: each element's
 /// exact value and `Σ|a·b|`. `cells` either lists every element in row-major order (then
 /// rows of `b` are streamed, which is cache-friendly) or a sample.
-fn reference(a: &[f32], b: &[f32], [m, n, k]: [usize; 3], cells: &[(usize, usize)]) -> Vec<(f64, f64)> {
+fn reference(
+    a: &[f32],
+    b: &[f32],
+    [m, n, k]: [usize; 3],
+    cells: &[(usize, usize)],
+) -> Vec<(f64, f64)> {
     if cells.len() == m * n {
         let mut out = vec![(0f64, 0f64); m * n];
         for i in 0..m {
@@ -222,7 +240,9 @@ fn max_error(c: &[f32], n: usize, cells: &[(usize, usize)], exact: &[(f64, f64)]
     cells
         .iter()
         .zip(exact)
-        .map(|(&(i, j), &(want, abs))| (f64::from(c[i * n + j]) - want).abs() / abs.max(f64::MIN_POSITIVE))
+        .map(|(&(i, j), &(want, abs))| {
+            (f64::from(c[i * n + j]) - want).abs() / abs.max(f64::MIN_POSITIVE)
+        })
         .fold(0.0, f64::max)
 }
 
@@ -259,7 +279,10 @@ fn run_matmuls(gpu: &Gpu, cache: &CudaKernelCache, quick: bool) -> Result<bool, 
     );
     for case in matmul_cases(quick)? {
         let [m, n, k] = case.shape;
-        if current.as_ref().is_none_or(|(shape, _)| *shape != case.shape) {
+        if current
+            .as_ref()
+            .is_none_or(|(shape, _)| *shape != case.shape)
+        {
             current = Some((case.shape, Inputs::new(gpu, case.shape)?));
         }
         let (_, inputs) = current.as_ref().ok_or("no inputs")?;
@@ -285,7 +308,9 @@ fn run_matmuls(gpu: &Gpu, cache: &CudaKernelCache, quick: bool) -> Result<bool, 
         let ok = error < TOLERANCE && error.is_finite();
 
         let stream_ms = time_ms(gpu, &launch)?;
-        let graph = gpu.capture(|g| g.launch(&kernel, &config, &params)).map_err(e)?;
+        let graph = gpu
+            .capture(|g| g.launch(&kernel, &config, &params))
+            .map_err(e)?;
         inputs.c.zero().map_err(e)?;
         graph.replay().map_err(e)?;
         let replayed = inputs.c.download_f32(m * n).map_err(e)?;
@@ -304,7 +329,11 @@ fn run_matmuls(gpu: &Gpu, cache: &CudaKernelCache, quick: bool) -> Result<bool, 
             gflops(graph_ms),
             describe(&entry),
             if ok { "" } else { "  FAIL: error above 1e-4" },
-            if same { "" } else { "  FAIL: graph output differs" },
+            if same {
+                ""
+            } else {
+                "  FAIL: graph output differs"
+            },
         );
         all_ok &= ok && same;
     }
@@ -333,7 +362,9 @@ impl Inputs {
             let mut pick = Rng(42);
             let mut cells: Vec<(usize, usize)> = (0..4096)
                 .map(|_| {
-                    let r = |rng: &mut Rng, d: usize| (((rng.next() + 1.0) / 2.0) * d as f32) as usize % d;
+                    let r = |rng: &mut Rng, d: usize| {
+                        (((rng.next() + 1.0) / 2.0) * d as f32) as usize % d
+                    };
                     (r(&mut pick, m), r(&mut pick, n))
                 })
                 .collect();
@@ -369,12 +400,17 @@ fn run_dynamic_smem(gpu: &Gpu, cache: &CudaKernelCache) -> Result<bool, String> 
     let src = gpu.alloc(len * 4, 1 << 16).map_err(e)?;
     let dst = gpu.alloc(len * 4, 256).map_err(e)?;
     if src.ptr() % (1 << 16) != 0 {
-        return Err(format!("allocation at {:#x} is not 64 KiB aligned", src.ptr()));
+        return Err(format!(
+            "allocation at {:#x} is not 64 KiB aligned",
+            src.ptr()
+        ));
     }
     staged.upload_f32(&input).map_err(e)?;
-    gpu.copy_device(src.ptr(), staged.ptr(), len * 4).map_err(e)?;
+    gpu.copy_device(src.ptr(), staged.ptr(), len * 4)
+        .map_err(e)?;
     gpu.memset(dst.ptr(), 0xff, len * 4).map_err(e)?;
-    let config = LaunchConfig::new([SMEM_BLOCKS as u32, 1, 1], [256, 1, 1]).with_dynamic_shared(SMEM_BYTES as u32);
+    let config = LaunchConfig::new([SMEM_BLOCKS as u32, 1, 1], [256, 1, 1])
+        .with_dynamic_shared(SMEM_BYTES as u32);
     let before = kernel.max_dynamic_shared_bytes();
     gpu.launch(
         &kernel,

@@ -336,9 +336,7 @@ impl Meta {
                 .find_map(|line| line.strip_prefix(key)?.strip_prefix(' '))
                 .ok_or_else(|| format!("no {key} line"))
         };
-        let arch = field("arch")?
-            .parse::<Arch>()
-            .map_err(|e| e.to_string())?;
+        let arch = field("arch")?.parse::<Arch>().map_err(|e| e.to_string())?;
         let nvrtc = field("nvrtc")?;
         let (major, minor) = nvrtc
             .split_once('.')

@@ -74,7 +74,9 @@ pub enum CudaError {
     DriverNotFound { searched: Vec<String> },
     /// The driver library lacks an entry point this runtime calls: the driver is older than
     /// CUDA 12.4.
-    #[error("the CUDA driver lacks {symbol} ({message}); a driver for CUDA 12.4 or newer is needed")]
+    #[error(
+        "the CUDA driver lacks {symbol} ({message}); a driver for CUDA 12.4 or newer is needed"
+    )]
     DriverTooOld { symbol: String, message: String },
     /// The driver is present but reports no CUDA device.
     #[error("no CUDA device: the driver is loaded but found no GPU ({detail})")]

@@ -170,7 +170,11 @@ fn damaged_entries_are_detected_and_rebuilt() {
         .unwrap();
     assert_eq!(rebuilt.outcome, CacheOutcome::Compiled);
     assert_eq!(rebuilt.image.bytes, good.image.bytes);
-    assert_eq!(std::fs::read(&image).unwrap(), good.image.bytes, "repaired on disk");
+    assert_eq!(
+        std::fs::read(&image).unwrap(),
+        good.image.bytes,
+        "repaired on disk"
+    );
 
     // A truncated image.
     std::fs::write(&image, &good.image.bytes[..5]).unwrap();
@@ -250,7 +254,10 @@ fn entries_compiled_elsewhere_are_found_without_a_compiler() {
     // An empty cache finds nothing and creates nothing.
     let empty = tempfile::tempdir().unwrap();
     let none = CudaKernelCache::new(empty.path().join("absent"));
-    assert!(none.find_compiled(SOURCE, Arch::SM90, &opts).unwrap().is_none());
+    assert!(none
+        .find_compiled(SOURCE, Arch::SM90, &opts)
+        .unwrap()
+        .is_none());
     assert!(!empty.path().join("absent").exists());
 }
 

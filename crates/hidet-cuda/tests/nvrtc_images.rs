@@ -28,7 +28,11 @@ fn the_simt_matmul_compiles_to_cubins_and_ptx_for_sm80_and_sm90() {
     let Some(nvrtc) = nvrtc_or_skip() else {
         return;
     };
-    assert!(nvrtc.supports_cubin(), "NVRTC {:?} has nvrtcGetCUBIN", nvrtc.version());
+    assert!(
+        nvrtc.supports_cubin(),
+        "NVRTC {:?} has nvrtcGetCUBIN",
+        nvrtc.version()
+    );
     assert_eq!(nvrtc.image_kind(), ImageKind::Cubin);
     let schedule = showcase_schedules()[0];
     let name = kernel_name(&schedule);
@@ -41,13 +45,18 @@ fn the_simt_matmul_compiles_to_cubins_and_ptx_for_sm80_and_sm90() {
         assert_cubin(&cubin.bytes);
         // The kernel's symbol is in the cubin's string table.
         assert!(
-            cubin.bytes.windows(name.len()).any(|w| w == name.as_bytes()),
+            cubin
+                .bytes
+                .windows(name.len())
+                .any(|w| w == name.as_bytes()),
             "{name} in the cubin"
         );
         let image = nvrtc.compile_image(&name, &source, arch, &opts).unwrap();
         assert_eq!(image.kind, ImageKind::Cubin);
         let ptx = nvrtc.compile_to_ptx(&name, &source, arch, &opts).unwrap();
-        assert!(ptx.text.contains(&format!(".target sm_{}", arch.capability())));
+        assert!(ptx
+            .text
+            .contains(&format!(".target sm_{}", arch.capability())));
         assert!(ptx.text.contains(&format!(".entry {name}(")));
     }
 }

@@ -16,7 +16,10 @@ fn nvrtc_is_found_in_the_cu13_wheel_layout() {
     };
     let real_path = std::path::Path::new(real.path());
     if !real_path.is_absolute() {
-        eprintln!("skipped: NVRTC came from the dynamic loader ({})", real.path());
+        eprintln!(
+            "skipped: NVRTC came from the dynamic loader ({})",
+            real.path()
+        );
         return;
     }
     let venv = tempfile::tempdir().unwrap();

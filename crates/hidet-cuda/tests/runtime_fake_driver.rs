@@ -30,7 +30,10 @@ fn a_driver_without_devices_gives_no_device() {
             }
             other => panic!("expected NoDevice, got {other:?}"),
         }
-        assert!(matches!(Gpu::device_count(), Err(CudaError::NoDevice { .. })));
+        assert!(matches!(
+            Gpu::device_count(),
+            Err(CudaError::NoDevice { .. })
+        ));
         println!("child checked");
         return;
     }

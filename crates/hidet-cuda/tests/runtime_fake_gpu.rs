@@ -30,7 +30,10 @@ fn check_runtime_against_the_stand_in() {
     assert_eq!(Gpu::device_count().unwrap(), 1);
     assert!(matches!(
         Gpu::open(3),
-        Err(CudaError::DeviceOrdinal { ordinal: 3, count: 1 })
+        Err(CudaError::DeviceOrdinal {
+            ordinal: 3,
+            count: 1
+        })
     ));
     assert_eq!(gpu.memory_info().unwrap().1, 80 << 30);
 
@@ -156,7 +159,11 @@ fn check_runtime_against_the_stand_in() {
             g.launch(&saxpy, &config, &args)
         })
         .unwrap();
-    assert_eq!(y.download_f32(n).unwrap(), vec![1.0; n], "captured, not run");
+    assert_eq!(
+        y.download_f32(n).unwrap(),
+        vec![1.0; n],
+        "captured, not run"
+    );
     graph.replay().unwrap();
     graph.replay().unwrap();
     gpu.synchronize().unwrap();

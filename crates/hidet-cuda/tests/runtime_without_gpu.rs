@@ -15,7 +15,10 @@ fn opening_a_gpu_without_a_driver_or_device_is_a_typed_error() {
                     "the search names libcuda: {searched:?}"
                 );
                 let message = Gpu::open(0).unwrap_err().to_string();
-                assert!(message.contains("CUDA driver library not found"), "{message}");
+                assert!(
+                    message.contains("CUDA driver library not found"),
+                    "{message}"
+                );
                 assert!(matches!(
                     Gpu::device_count(),
                     Err(CudaError::DriverNotFound { .. })
@@ -23,10 +26,7 @@ fn opening_a_gpu_without_a_driver_or_device_is_a_typed_error() {
             }
             Err(CudaError::NoDevice { detail }) => {
                 assert!(!detail.is_empty(), "attempt {attempt}");
-                assert!(matches!(
-                    Gpu::open(0),
-                    Err(CudaError::NoDevice { .. })
-                ));
+                assert!(matches!(Gpu::open(0), Err(CudaError::NoDevice { .. })));
             }
             Err(CudaError::DeviceOrdinal { .. }) => panic!("device 0 must exist or be NoDevice"),
             Err(other) => panic!("unexpected error opening a GPU: {other}"),

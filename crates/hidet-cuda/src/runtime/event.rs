@@ -33,7 +33,9 @@ impl Gpu {
         let mut event: sys::CUevent = std::ptr::null_mut();
         // SAFETY: a context is current; the out-pointer is valid for writes; flags 0
         // (CU_EVENT_DEFAULT) keep timing enabled.
-        check("cuEventCreate", unsafe { sys::cuEventCreate(&mut event, 0) })?;
+        check("cuEventCreate", unsafe {
+            sys::cuEventCreate(&mut event, 0)
+        })?;
         Ok(GpuEvent {
             context: Arc::clone(&self.context),
             event,

@@ -152,12 +152,7 @@ impl Gpu {
         // valid for writes of `len` bytes and stays mutably borrowed until the stream is
         // synchronized below, after which the driver no longer writes it.
         check("cuMemcpyDtoHAsync", unsafe {
-            sys::cuMemcpyDtoHAsync_v2(
-                dst.as_mut_ptr().cast(),
-                src,
-                dst.len(),
-                self.context.stream,
-            )
+            sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), src, dst.len(), self.context.stream)
         })?;
         self.context.synchronize()
     }
@@ -236,8 +231,9 @@ fn query_info(
         arch: Arch::new(capability)?,
         multiprocessors: attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
         total_memory,
-        max_shared_per_block_optin: attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
-            as usize,
+        max_shared_per_block_optin: attribute(
+            CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )? as usize,
         max_threads_per_block: attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)? as u32,
         driver_version,
     })

@@ -66,7 +66,10 @@ impl KernelParam {
     pub fn size(&self) -> usize {
         match self {
             KernelParam::I32(_) | KernelParam::U32(_) | KernelParam::F32(_) => 4,
-            KernelParam::Ptr(_) | KernelParam::I64(_) | KernelParam::U64(_) | KernelParam::F64(_) => 8,
+            KernelParam::Ptr(_)
+            | KernelParam::I64(_)
+            | KernelParam::U64(_)
+            | KernelParam::F64(_) => 8,
         }
     }
 

@@ -57,7 +57,12 @@ impl Gpu {
 
     /// `cuMemAlloc` of `max(bytes, 1) + padding` bytes: the base and its first multiple of
     /// `align`.
-    fn alloc_raw(&self, bytes: usize, padding: usize, align: usize) -> Result<(u64, u64), CudaError> {
+    fn alloc_raw(
+        &self,
+        bytes: usize,
+        padding: usize,
+        align: usize,
+    ) -> Result<(u64, u64), CudaError> {
         let request = bytes.max(1).checked_add(padding).ok_or(CudaError::Driver {
             call: "cuMemAlloc",
             code: 2,

@@ -159,7 +159,8 @@ impl LoadedModule {
         let mut function: sys::CUfunction = std::ptr::null_mut();
         // SAFETY: the module is loaded in the current context; the name is NUL-terminated
         // and outlives the call; the out-pointer is valid for writes.
-        let rc = unsafe { sys::cuModuleGetFunction(&mut function, self.handle.module, c_name.as_ptr()) };
+        let rc =
+            unsafe { sys::cuModuleGetFunction(&mut function, self.handle.module, c_name.as_ptr()) };
         if rc == sys::CUresult::CUDA_ERROR_NOT_FOUND {
             return Err(CudaError::KernelNotFound {
                 name: name.to_string(),
