@@ -29,9 +29,12 @@ unsafe impl Sync for ModuleHandle {}
 
 impl Drop for ModuleHandle {
     fn drop(&mut self) {
-        if self.context.bind().is_ok() {
+        // Launches of its kernels may still run on the stream: wait for them first. (A
+        // failed wait, e.g. after a kernel fault, still unloads: the context is unusable.)
+        if self.context.synchronize().is_ok() || self.context.bind().is_ok() {
             // SAFETY: the module was loaded in this context and is unloaded exactly once;
-            // no kernel or graph refers to it any more (they hold this handle).
+            // no kernel or graph refers to it any more (they hold this handle), and the
+            // stream has drained (or the context failed, and nothing can run in it).
             unsafe {
                 sys::cuModuleUnload(self.module);
             }
