@@ -124,9 +124,6 @@ pub enum CudaError {
         root: PathBuf,
         nvrtc: Box<CudaError>,
     },
-    /// A cache entry's metadata could not be read.
-    #[error("cache entry {dir} has unreadable metadata: {reason}")]
-    CacheEntry { dir: PathBuf, reason: String },
     /// A file system operation failed.
     #[error("{action} {path}: {source}")]
     Io {
