@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::fake_driver::{build, is_child, run_child};
+use common::fake_driver::{build, is_child, run_child, run_child_with};
 use hidet_cuda::runtime::{Gpu, KernelParam, LaunchConfig};
 use hidet_cuda::{Arch, CudaError, ImageKind, KernelImage};
 
@@ -201,5 +201,35 @@ fn the_runtime_drives_a_stand_in_driver_correctly() {
     let dir = tempfile::tempdir().unwrap();
     if build(dir.path(), include_str!("fake_gpu/driver.c")) {
         run_child("the_runtime_drives_a_stand_in_driver_correctly", dir.path());
+    }
+}
+
+#[test]
+fn allocations_stay_aligned_when_the_driver_under_aligns() {
+    if is_child() {
+        let gpu = Gpu::open(0).unwrap();
+        for (bytes, align) in [(1000, 256), (1000, 8), (100, 4096), (0, 512)] {
+            let buffer = gpu.alloc(bytes, align).unwrap();
+            assert_eq!(
+                buffer.ptr() % align as u64,
+                0,
+                "{bytes} bytes aligned to {align}"
+            );
+            let data: Vec<u8> = (0..bytes).map(|i| i as u8).collect();
+            buffer.upload(0, &data).unwrap();
+            let mut back = vec![0u8; bytes];
+            buffer.download(0, &mut back).unwrap();
+            assert_eq!(back, data);
+        }
+        println!("child checked");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    if build(dir.path(), include_str!("fake_gpu/driver.c")) {
+        run_child_with(
+            "allocations_stay_aligned_when_the_driver_under_aligns",
+            dir.path(),
+            &[("FAKE_CUDA_MISALIGN", "1")],
+        );
     }
 }

@@ -41,10 +41,16 @@ pub fn build(dir: &Path, c_source: &str) -> bool {
 /// Runs `test` of this test binary in a child process that loads the stand-in in `dir`;
 /// fails unless the child passes and printed `child checked`.
 pub fn run_child(test: &str, dir: &Path) {
+    run_child_with(test, dir, &[]);
+}
+
+/// [`run_child`] with extra environment variables for the child.
+pub fn run_child_with(test: &str, dir: &Path, env: &[(&str, &str)]) {
     let output = Command::new(std::env::current_exe().unwrap())
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env("LD_LIBRARY_PATH", dir)
         .env(CHILD_ENV, "1")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -47,14 +47,17 @@ int cuCtxSetCurrent(void *ctx) { return ctx == &context_token ? OK : INVALID_VAL
 int cuStreamCreate(void **s, unsigned flags) { (void)flags; *s = &stream_token; return OK; }
 int cuStreamDestroy_v2(void *s) { (void)s; return OK; }
 int cuStreamSynchronize(void *s) { (void)s; return capturing ? STREAM_CAPTURE_UNSUPPORTED : OK; }
-/* Like the driver, allocations are 256-byte aligned. */
+/* Like the driver, allocations are 256-byte aligned; with FAKE_CUDA_MISALIGN=1 they are
+ * 16 bytes past a multiple of 256 instead (a driver breaking its guarantee). */
+static int misalign(void) { const char *v = getenv("FAKE_CUDA_MISALIGN"); return v && v[0] == '1'; }
 int cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
-    void *m = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    size_t shift = misalign() ? 16 : 0;
+    char *m = aligned_alloc(256, (bytes + shift + 255) / 256 * 256);
     if (!m) return OUT_OF_MEMORY;
-    *p = (CUdeviceptr)(uintptr_t)m;
+    *p = (CUdeviceptr)(uintptr_t)(m + shift);
     return OK;
 }
-int cuMemFree_v2(CUdeviceptr p) { free((void *)(uintptr_t)p); return OK; }
+int cuMemFree_v2(CUdeviceptr p) { free((char *)(uintptr_t)p - (misalign() ? 16 : 0)); return OK; }
 int cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { *free_bytes = (size_t)79 << 30; *total = (size_t)80 << 30; return OK; }
 int cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, void *s) {
     (void)s; if (capturing) return STREAM_CAPTURE_UNSUPPORTED;
