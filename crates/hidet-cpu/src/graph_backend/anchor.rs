@@ -165,7 +165,8 @@ fn operand_a_layout(anchor: &AnchorInfo, batched: bool, gather_in_place: bool) -
     match anchor.operands.first() {
         Some(Some(AnchorOperand::Input(_))) if !batched => ALayout::InPlace,
         Some(Some(AnchorOperand::Prologue { axes, value })) if axes.len() == 2 => {
-            if reads_rows(axes, value) || (gather_in_place && is_unguarded_gather(value)) {
+            let gathered = reads_offset_tables(anchor) || is_unguarded_gather(value);
+            if reads_rows(axes, value) || (gather_in_place && gathered) {
                 ALayout::InPlace
             } else {
                 prologue_layout(axes, value)
@@ -237,28 +238,20 @@ fn is_unguarded_gather(value: &Expr) -> bool {
     let mut guarded = false;
     value.visit(&mut |e| match e.kind() {
         ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, ..) => divides = true,
-        ExprKind::TensorElement { .. } if e != value && is_offset_read(e) => {}
         ExprKind::Select(..) | ExprKind::TensorElement { .. } if e != value => guarded = true,
         _ => {}
     });
     divides && !guarded && !indices.is_empty()
 }
 
-/// Whether `e` reads an element of an integer tensor (an offset table).
-fn is_offset_read(e: &Expr) -> bool {
-    matches!(e.kind(), ExprKind::TensorElement { .. }) && e.dtype().is_some_and(|t| t.is_integer())
-}
-
-/// Whether a gathered operand (see [`is_unguarded_gather`]) finds its addresses in offset
-/// tables (`hidet::OffsetGather`, a direct convolution's form): then each column panel
+/// Whether `anchor`'s left operand is gathered through offset tables
+/// ([`OperandLayout::Gathered`], a direct convolution's form): then each column panel
 /// re-reads an element at the cost of a table read, cheaper than packing it.
-fn reads_offset_tables(operand: Option<&Option<AnchorOperand>>) -> bool {
-    let Some(Some(AnchorOperand::Prologue { value, .. })) = operand else {
-        return false;
-    };
-    let mut tables = false;
-    value.visit(&mut |e| tables |= e != value && is_offset_read(e));
-    tables
+fn reads_offset_tables(anchor: &AnchorInfo) -> bool {
+    matches!(
+        anchor.layouts.first(),
+        Some(Some(OperandLayout::Gathered { .. }))
+    )
 }
 
 /// Why the template path does not apply or the fusion was refused.
@@ -291,7 +284,7 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
     // Batched panels of `B` only (the template packs a batched `A`).
     let a_panels = left_panels(anchor).filter(|_| !batched).map(|(i, _)| i);
     let b_panels = right_panels(anchor);
-    let gather_in_place = schedule.nr >= n || reads_offset_tables(anchor.operands.first());
+    let gather_in_place = schedule.nr >= n || reads_offset_tables(anchor);
     let a_layout = operand_a_layout(anchor, batched, gather_in_place);
     let b_layout = match b_panels {
         Some(_) => BLayout::Panels,

@@ -13,6 +13,10 @@ pub enum StoredLayout {
     /// panels of `width` columns: `out[.., k, j] = P[.., j / width, k, j % width]` (the
     /// columns past `N` of the last panel are padding).
     ColumnPanels { width: usize },
+    /// The output `[R, C]` gathers its first input `X` at separable flat offsets held by its
+    /// second and third inputs, 1-D tables `rows` and `cols`: `out[r, c] = X.flat[rows[r] +
+    /// cols[c]]` (a direct convolution's pixels as rows).
+    OffsetGather,
 }
 
 /// The stored layout of an anchor operand, when a backend's rewrite chose one.
@@ -27,5 +31,12 @@ pub enum OperandLayout {
         input: usize,
         width: usize,
         transposed: bool,
+    },
+    /// The operand is gathered from task input `source` at the offsets of task inputs `rows`
+    /// and `cols` ([`StoredLayout::OffsetGather`]).
+    Gathered {
+        source: usize,
+        rows: usize,
+        cols: usize,
     },
 }

@@ -382,8 +382,8 @@ fn anchor_info(
 }
 
 /// The stored layout of anchor operand `v` (see [`AnchorInfo::layouts`]): `v` is the output
-/// of a prologue member whose operator declares a layout of a task input with as many axes,
-/// or the transpose of the last two axes of one.
+/// of a prologue member whose operator declares a layout of task inputs (panels with as many
+/// axes, or the transpose of their last two axes; a gather at offset tables).
 fn operand_layout(
     graph: &Graph,
     group: &Group,
@@ -411,18 +411,26 @@ fn operand_layout(
         node = prologue_producer((*node.inputs.first()?)?)?;
         transposed = true;
     }
-    let StoredLayout::ColumnPanels { width } = node.op.stored_layout()?;
-    let stored = (*node.inputs.first()?)?;
-    let panels_rank = graph.value(stored).ty.rank()?;
-    let input = def
-        .inputs
-        .iter()
-        .position(|x| Some(x) == var_of.get(&stored))?;
-    (panels_rank == rank + 1).then_some(OperandLayout::Panels {
-        input,
-        width,
-        transposed,
-    })
+    let position = |slot: usize| -> Option<usize> {
+        let v = (*node.inputs.get(slot)?)?;
+        def.inputs.iter().position(|x| Some(x) == var_of.get(&v))
+    };
+    match node.op.stored_layout()? {
+        StoredLayout::ColumnPanels { width } => {
+            let stored = (*node.inputs.first()?)?;
+            let panels_rank = graph.value(stored).ty.rank()?;
+            (panels_rank == rank + 1).then_some(OperandLayout::Panels {
+                input: position(0)?,
+                width,
+                transposed,
+            })
+        }
+        StoredLayout::OffsetGather => (!transposed).then_some(OperandLayout::Gathered {
+            source: position(0)?,
+            rows: position(1)?,
+            cols: position(2)?,
+        }),
+    }
 }
 
 /// The grids of `def` after `src`, when each reads the one before it (the first `src`) and
