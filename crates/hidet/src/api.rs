@@ -454,3 +454,111 @@ impl CompiledModel {
         &self.inner
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny_mlp_input(scale: f32) -> Tensor {
+        let data: Vec<f32> = (0..3 * 37)
+            .map(|i| (i as f32 * 0.37).sin() * scale)
+            .collect();
+        Tensor::new(vec![3, 37], data).expect("3 * 37 elements fill [3, 37]")
+    }
+
+    #[test]
+    fn compiled_matches_the_reference_executor_and_reads_inputs_in_place() {
+        let model = Model::zoo("tiny_mlp").expect("zoo model builds");
+        let compiled = model
+            .compile(&Options::default().threads(2))
+            .expect("compiles");
+        let x = tiny_mlp_input(1.0);
+        let got = compiled.run(&[("input", x.clone())]).expect("runs");
+        let want = model
+            .run_reference(&[("input", x)])
+            .expect("reference runs");
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, want[0].0);
+        for (g, w) in got[0].1.to_f64_vec().iter().zip(want[0].1.to_f64_vec()) {
+            assert!((g - w).abs() <= 1e-5, "{g} vs {w}");
+        }
+        let report = compiled.report(&[vec![3, 37]]).expect("compiled already");
+        assert_eq!(
+            report.inputs_in_place, 1,
+            "the caller's tensor is read where it is"
+        );
+        assert_eq!(
+            report.outputs_in_place, 1,
+            "the output is written into the returned tensor"
+        );
+    }
+
+    #[test]
+    fn threads_share_one_compiled_model() {
+        let compiled = Model::zoo("tiny_mlp")
+            .and_then(|m| m.compile(&Options::default()))
+            .expect("compiles");
+        let inputs: Vec<Tensor> = (0..4).map(|i| tiny_mlp_input(i as f32 + 0.5)).collect();
+        let expected: Vec<Vec<f64>> = inputs
+            .iter()
+            .map(|x| {
+                compiled
+                    .run_positional(std::slice::from_ref(x))
+                    .expect("runs")[0]
+                    .1
+                    .to_f64_vec()
+            })
+            .collect();
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (compiled, inputs, expected) = (compiled.clone(), &inputs, &expected);
+                s.spawn(move || {
+                    for k in 0..20 {
+                        let i = (t + k) % 4;
+                        let out = compiled.run(&[("input".to_string(), inputs[i].clone())]);
+                        assert_eq!(out.expect("runs")[0].1.to_f64_vec(), expected[i]);
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn bad_options_and_inputs_are_typed_errors() {
+        let model = Model::zoo("tiny_mlp").expect("zoo model builds");
+        let err = model.compile(&Options::default().threads(0)).unwrap_err();
+        assert!(matches!(err, Error::InvalidOption(_)), "{err:?}");
+        let compiled = model.compile(&Options::default()).expect("compiles");
+        let err = compiled.run::<&str>(&[]).unwrap_err();
+        assert_eq!(err.to_string(), "missing input `input`");
+        let wrong = Tensor::new(vec![3, 37], vec![0f64; 3 * 37]).expect("fills");
+        let err = compiled.run(&[("input", wrong)]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "input `input`: expected dtype f32, given f64"
+        );
+        let err = compiled.prepare(&[]).unwrap_err();
+        assert!(matches!(
+            err,
+            Error::InputCount {
+                expected: 1,
+                given: 0,
+                ..
+            }
+        ));
+        assert!(matches!(
+            Model::zoo("nope").unwrap_err(),
+            Error::Zoo(zoo::ZooError::UnknownModel { .. })
+        ));
+    }
+
+    #[test]
+    fn inputs_and_outputs_describe_the_model() {
+        let model = Model::zoo("tiny_bert").expect("zoo model builds");
+        let inputs = model.inputs();
+        assert_eq!(inputs.len(), 3);
+        assert!(inputs.iter().all(|i| i.dtype == DType::I64));
+        assert_eq!(inputs[0].shape, Some(vec![Dim::Fixed(1), Dim::Fixed(19)]));
+        assert_eq!(model.outputs().len(), 2);
+    }
+}
