@@ -306,3 +306,41 @@ def test_tuning_level_1_runs_and_agrees(two_inputs_bytes):
     want = ort_run(two_inputs_bytes, {"a": a, "b": b})
     got = tuned.run({"a": a, "b": b})
     assert_close(got[0], want[0])
+
+
+@pytest.mark.parametrize(
+    "dtype, onnx_type",
+    [
+        ("float16", "FLOAT16"),
+        ("float64", "DOUBLE"),
+        ("int8", "INT8"),
+        ("int32", "INT32"),
+        ("uint8", "UINT8"),
+        ("uint64", "UINT64"),
+        ("bool", "BOOL"),
+    ],
+)
+def test_dtypes_round_trip(dtype, onnx_type):
+    """Each numpy dtype goes in and comes out as itself (through a kernel: Neg or Not, twice),
+    and a 0-d array stays 0-d."""
+    from onnx import TensorProto, helper
+
+    elem = getattr(TensorProto, onnx_type)
+    op = "Not" if dtype == "bool" else ("Identity" if dtype.startswith("uint") else "Neg")
+    nodes = [helper.make_node(op, ["x"], ["y"]), helper.make_node(op, ["y"], ["z"])]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", elem, ["d"]), helper.make_tensor_value_info("s", elem, [])],
+        [helper.make_tensor_value_info("z", elem, ["d"]), helper.make_tensor_value_info("s2", elem, [])],
+    )
+    graph.node.append(helper.make_node("Identity", ["s"], ["s2"]))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = hidet_rs.compile(model.SerializeToString())
+    x = (np.arange(5) % 3).astype(dtype)
+    s = np.array(1, dtype=dtype)
+    z, s2 = compiled.run({"x": x, "s": s})
+    assert z.dtype == np.dtype(dtype) and s2.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(z, x)
+    assert s2.shape == () and s2 == s
+    assert [i.dtype for i in compiled.inputs] == [dtype, dtype]

@@ -56,6 +56,7 @@ def test_resnet18_matches_eager_with_two_batch_sizes(compile_calls, caplog):
         for batch in (1, 3):
             x = torch.randn(batch, 3, 224, 224)
             got, want = compiled(x), model(x)
+            print(f"resnet18 batch {batch}: relative error {rel_err(got, want):.2e}")
             assert rel_err(got, want) <= RTOL, batch
     assert not [r for r in caplog.records if r.name == "hidet_rs"]  # nothing ran eagerly
     assert len(compile_calls) == 2  # one compile per batch size
@@ -82,6 +83,11 @@ def test_bert_encoder_matches_eager_with_two_batch_sizes(compile_calls, caplog):
             mask[0, 12:] = 0  # one padded sequence
             got = compiled(input_ids=ids, attention_mask=mask)
             want = model(input_ids=ids, attention_mask=mask)
+            print(
+                f"bert batch {batch}: relative error last_hidden_state "
+                f"{rel_err(got.last_hidden_state, want.last_hidden_state):.2e}, pooler_output "
+                f"{rel_err(got.pooler_output, want.pooler_output):.2e}"
+            )
             assert rel_err(got.last_hidden_state, want.last_hidden_state) <= RTOL, batch
             assert rel_err(got.pooler_output, want.pooler_output) <= RTOL, batch
     assert not [r for r in caplog.records if r.name == "hidet_rs"]

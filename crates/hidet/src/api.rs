@@ -35,10 +35,11 @@
 //! without copying it, and cloning a tensor shares it. The compiled kernels read a graph
 //! input where its tensor keeps it (no copy into the model's working memory) unless the
 //! input is also a graph output or is read by a step that runs on the host, and write each
-//! graph output into the tensor that is returned (no copy out) where the output is a buffer
-//! of its own. Only the
-//! [`CompileReport`](hidet_graph::compiled::CompileReport)'s `inputs_in_place` /
-//! `outputs_in_place` (see [`CompiledModel::report`]) tell which applied to a model.
+//! graph output that is a buffer of its own straight into the tensor that is returned (no
+//! copy out). [`CompiledModel::report`] tells how many inputs and outputs of a compiled shape
+//! do so (`inputs_in_place`, `outputs_in_place`). Memory the caller does not own as a `Vec`
+//! (a numpy array, a torch tensor) is copied once into a tensor: the executor takes inputs
+//! as tensors only.
 //!
 //! # Errors
 //! Every failure is an [`Error`] whose message is the one the `hidet` command-line tool

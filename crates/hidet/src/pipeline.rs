@@ -65,7 +65,7 @@ pub fn zoo_model(name: &str) -> Result<OnnxModel, ZooError> {
 }
 
 /// The CPU backend's graph passes on this host ([`CpuBackend`]'s
-/// [`Backend::graph_passes`](hidet_graph::compiled::Backend::graph_passes)).
+/// [`Backend::graph_passes`]).
 pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
     CpuBackend::new(CpuBackendOptions::default()).graph_passes()
 }
