@@ -21,11 +21,11 @@ pub mod tuning;
 use std::ffi::c_void;
 use std::time::Instant;
 
+use crate::graph_passes::PassOptions;
 use hidet_graph::compiled::{
     ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport, OutputSlot,
 };
 use hidet_graph::fusion::FusedTask;
-use hidet_graph::passes::PassOptions;
 use hidet_graph::tensor::Element;
 use hidet_graph::{DType, Tensor};
 use hidet_ir::function::{Function, IRModule, Target};
@@ -348,7 +348,7 @@ impl Backend for CpuBackend {
 
     /// The graph passes with this backend's options for its target ([`pass_options`]).
     fn graph_passes(&self) -> Vec<Box<dyn hidet_graph::passes::GraphPass>> {
-        hidet_graph::passes::passes_for(&pass_options(self.options.build.target()))
+        crate::graph_passes::passes_for(&pass_options(self.options.build.target()))
     }
 
     fn lower(&self, task: &FusedTask, opts: &CompileOptions) -> Result<CpuKernel, BackendError> {

@@ -11,6 +11,8 @@ pub mod cache;
 pub mod compile;
 pub mod error;
 pub mod graph_backend;
+pub mod graph_ops;
+pub mod graph_passes;
 pub mod module;
 pub mod options;
 pub mod parallel;

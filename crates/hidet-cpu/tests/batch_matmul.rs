@@ -9,8 +9,9 @@ mod common;
 use std::sync::Arc;
 
 use common::{cpu_backend, node, Rng};
+use hidet_cpu::graph_passes::{passes_for, PassOptions};
 use hidet_graph::compiled::{CompileOptions, CompiledGraph};
-use hidet_graph::passes::{passes_for, run_passes, PassOptions};
+use hidet_graph::passes::run_passes;
 use hidet_graph::{Attribute, Attributes, DType, GraphBuilder, Registry, Tensor, TensorType};
 
 const HEADS: usize = 3;

@@ -9,9 +9,10 @@ mod common;
 use std::sync::Arc;
 
 use common::{cpu_backend_for, node, random, runs_here, Rng};
+use hidet_cpu::graph_passes::default_passes;
 use hidet_cpu::CpuTarget;
 use hidet_graph::compiled::{CompileOptions, CompiledGraph};
-use hidet_graph::passes::{default_passes, run_passes};
+use hidet_graph::passes::run_passes;
 use hidet_graph::{
     run_reference, Attribute, Attributes, DType, Graph, GraphBuilder, Registry, Tensor, TensorType,
 };

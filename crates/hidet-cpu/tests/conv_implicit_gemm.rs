@@ -12,9 +12,10 @@ use std::sync::Arc;
 
 use common::{codegen_targets, cpu_backend, cpu_backend_for, node, random, runs_here, Rng};
 use hidet_cpu::graph_backend::CpuBackend;
+use hidet_cpu::graph_passes::default_passes;
 use hidet_cpu::CpuTarget;
 use hidet_graph::compiled::{CompileOptions, CompiledGraph};
-use hidet_graph::passes::{default_passes, run_passes};
+use hidet_graph::passes::run_passes;
 use hidet_graph::{
     run_reference, Attribute, Attributes, DType, Graph, GraphBuilder, Registry, Tensor, TensorType,
 };
@@ -348,8 +349,8 @@ fn direct_convolutions_wider_than_the_register_tile_read_pixels_in_place() {
 }
 
 /// A padded convolution with few output channels and a short window (`C·∏k` = 5·9 = 45)
-/// is direct too: its input is zero-padded once by a kernel of its own (a `Pad` marked
-/// `hidet_materialize`), which the product then reads without guards.
+/// is direct too: its input is zero-padded once by a kernel of its own (a `Pad` hinted
+/// `materialize`), which the product then reads without guards.
 #[test]
 fn padded_convolutions_with_short_windows_are_direct_over_a_padded_copy() {
     for (seed, stride, hw) in [(20, 1, 19), (21, 2, 23)] {
@@ -408,7 +409,7 @@ fn absolute(t: &Tensor) -> Tensor {
 }
 
 /// 3×3 stride-1 convolutions with enough channels and tiles run by Winograd's algorithm
-/// (`hidet_graph::passes::ConvWinograd`): a padded copy of the input, three products (the
+/// (`hidet_cpu::graph_passes::ConvWinograd`): a padded copy of the input, three products (the
 /// input transform reading the tiles through `hidet::OffsetGather`, the per-position
 /// product, the output transform) and, when the tiles overhang the output, a cropping
 /// kernel; the result matches float64 loops. Cases: `F(4×4)` over 7×7 tiles, exact (28²)

@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use common::{cpu_backend, node, random, Rng};
 use hidet_cpu::graph_backend::CpuBackend;
+use hidet_cpu::graph_passes::default_passes;
 use hidet_graph::compiled::{CompileOptions, CompiledGraph};
-use hidet_graph::passes::{default_passes, run_passes};
+use hidet_graph::passes::run_passes;
 use hidet_graph::{
     run_reference, Attribute, Attributes, DType, Graph, GraphBuilder, Registry, Tensor, TensorType,
 };

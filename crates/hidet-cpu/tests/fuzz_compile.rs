@@ -64,9 +64,10 @@ use std::time::{Duration, Instant};
 
 use common::{cpu_backend, Rng};
 use hidet_cpu::graph_backend::{pass_options, CpuBackend};
+use hidet_cpu::graph_passes::passes_for;
 use hidet_cpu::CpuTarget;
 use hidet_graph::compiled::{CompileOptions, CompiledGraph};
-use hidet_graph::passes::{passes_for, run_passes};
+use hidet_graph::passes::run_passes;
 use hidet_graph::{
     run_reference, Attribute, Attributes, DType, Dim, Graph, GraphBuilder, NodeSpec, Registry,
     Tensor, TensorType,

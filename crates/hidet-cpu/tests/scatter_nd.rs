@@ -9,8 +9,9 @@ mod common;
 use std::sync::Arc;
 
 use common::{cpu_backend, node, random, Rng};
+use hidet_cpu::graph_passes::default_passes;
 use hidet_graph::compiled::{CompileOptions, CompiledGraph};
-use hidet_graph::passes::{default_passes, run_passes};
+use hidet_graph::passes::run_passes;
 use hidet_graph::{
     run_reference, Attribute, Attributes, DType, GraphBuilder, NodeSpec, Registry, Tensor,
     TensorType,

@@ -1,24 +1,38 @@
 //! The CUDA backend of hidet.
 //!
-//! - [`nvrtc`]: compiles CUDA C to PTX with NVRTC, loaded at run time (no
+//! - [`nvrtc`]: compiles CUDA C to PTX or cubins with NVRTC, loaded at run time (no
 //!   CUDA toolkit is needed to build this crate);
+//! - [`cache`]: the content-addressed on-disk cache of cubins and PTX, which lets kernels
+//!   compiled on a machine without a GPU be carried to one;
+//! - [`runtime`]: the CUDA driver API (through `cudarc`, loaded at run time): devices,
+//!   memory, modules, launches, events and CUDA graphs;
 //! - [`ptxas`]: assembles PTX with `ptxas -v` and reads registers, spills and
 //!   shared memory per kernel;
-//! - [`templates`]: CUDA schedule templates written with task mappings.
+//! - [`templates`]: CUDA schedule templates written with task mappings;
+//! - [`sim`]: a GPU simulator that runs the lowered IR of a CUDA kernel on the CPU with
+//!   GPU semantics (lockstep warps, barriers, shared memory, the IR's intrinsics) and
+//!   checkers (data races, uninitialised reads, pending `cp.async`, out-of-bounds,
+//!   divergence, outputs written twice or never).
 //!
 //! CUDA C itself is emitted by `hidet-codegen`'s CUDA dialect.
 
 pub mod arch;
 pub mod artifacts;
+pub mod cache;
 pub mod error;
+pub mod image;
 pub mod locate;
 pub mod nvrtc;
 pub mod ptxas;
+pub mod runtime;
+pub mod sim;
 pub mod source;
 pub mod templates;
 
 pub use arch::Arch;
+pub use cache::{CacheOutcome, CachedKernel, CudaKernelCache};
 pub use error::CudaError;
+pub use image::{ImageKind, KernelImage};
 pub use nvrtc::{compile_to_ptx, CompileOptions, Nvrtc, Ptx};
 pub use ptxas::{assemble, locate_ptxas, KernelResources, PtxasReport};
 pub use source::{emit_cuda, module_to_ptx};

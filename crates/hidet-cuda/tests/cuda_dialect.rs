@@ -339,7 +339,7 @@ fn ldmatrix_from_shared_memory() {
 #[test]
 fn cp_async_with_zero_fill_commit_and_wait() {
     let mut fb = kernel("cp_async", 64);
-    let g = fb.tensor_param("g", DataType::F32, [64, 7]);
+    let g = fb.tensor_param("g", DataType::F32, [64, 8]);
     let out = fb.tensor_param("out", DataType::F32, [64, 7]);
     let n = fb.param("n", DataType::I32);
     let smem = fb.shared_tensor("smem", DataType::F32, row_major([64, 8]));

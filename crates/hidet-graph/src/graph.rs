@@ -69,6 +69,9 @@ pub enum GraphError {
     /// A graph output names no value.
     #[error("graph output `{0}` is not defined")]
     UndefinedOutput(String),
+    /// A rewrite set the hints of a value no node it added defines.
+    #[error("value `{0}` is not defined by a node of this rewrite")]
+    NotAdded(String),
     /// Building or inferring an operator failed.
     #[error("node `{node}` ({op_type}): {source}")]
     Node {
@@ -131,6 +134,26 @@ pub struct Node {
     /// Output slots; `None` for an unused optional output.
     pub outputs: Vec<Option<ValueId>>,
     pub op: Arc<dyn Operator>,
+    /// How fusion treats the node: the default for imported nodes, set by the backend pass
+    /// that created it otherwise ([`crate::passes::Rewriter::set_hints`]).
+    pub hints: FusionHints,
+}
+
+/// Constraints a backend's graph pass puts on how fusion treats a node it creates: typed
+/// data the partition and specialization read, never recovered from attributes. The
+/// default constrains nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct FusionHints {
+    /// The node is stored by a kernel of its own, never inlined into a consumer's (a padded
+    /// copy a direct convolution gathers from without guards).
+    pub materialize: bool,
+    /// The node is never an epilogue of its producer's kernel: it stays for its consumer to
+    /// read as a prologue (a transpose a matrix product reads its operand through).
+    pub prologue_only: bool,
+    /// Specialization never folds the node into a constant, though its inputs are constant:
+    /// the layout it reads is the one a kernel expects (a weight stored transposed, column
+    /// panels).
+    pub keep_layout: bool,
 }
 
 /// A computation graph. Invariants (established by [`GraphBuilder::build`] and kept by
@@ -682,6 +705,7 @@ impl BuildState<'_> {
             inputs: ins,
             outputs: outs,
             op,
+            hints: FusionHints::default(),
         });
         Ok(())
     }

@@ -39,8 +39,8 @@ pub use executor::{
 };
 pub use expansion::Expansion;
 pub use graph::{
-    Graph, GraphBuilder, GraphError, Node, NodeId, NodeSpec, SubgraphContext, UnsupportedOp, Value,
-    ValueId,
+    FusionHints, Graph, GraphBuilder, GraphError, Node, NodeId, NodeSpec, SubgraphContext,
+    UnsupportedOp, Value, ValueId,
 };
 pub use operator::{ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator};
 pub use registry::{ExpansionSchema, OpSchema, Registry, LATEST_OPSET};

@@ -170,6 +170,23 @@ pub trait Operator: Send + Sync + fmt::Debug {
         let _ = inputs;
         Ok(None)
     }
+
+    /// Whether a kernel reading this operator's output as a fused prologue reads its first
+    /// input where it is stored (a gather at precomputed offsets a matrix product broadcasts
+    /// from in place): fusion then never inlines that input's producer into it, since
+    /// recomputing the producer at every gathered address would force the consumer to pack
+    /// the operand. The default, `false`, lets fusion decide.
+    fn reads_input_in_place(&self) -> bool {
+        false
+    }
+
+    /// How the output re-lays out the first input, for an operator a backend adds so that a
+    /// template reads the stored input in place ([`crate::fusion::StoredLayout`]); fusion
+    /// then records it on the anchor operand it becomes
+    /// ([`crate::fusion::AnchorInfo::layouts`]). The default, `None`: no such layout.
+    fn stored_layout(&self) -> Option<crate::fusion::StoredLayout> {
+        None
+    }
 }
 
 /// The required input `i` of `inputs`, or [`OpError::MissingInput`].

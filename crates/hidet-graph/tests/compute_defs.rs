@@ -1157,28 +1157,62 @@ fn movement_cases() -> Vec<Case> {
 
     // Data-dependent shapes and indexed writes: no definition.
     let shape_why = "the output shape depends on the data";
-    let scatter_why = "indexed writes (last write wins, reductions) are not a grid over the output";
     c.push(case("NonZero", vec![f(F32, &[3, 4])]).none(shape_why));
     c.push(
         case("Compress", vec![f(F32, &[3, 4]), boolean(&[3])])
             .attr("axis", int_attr(0))
             .none(shape_why),
     );
+    // ScatterElements (and Scatter) in gather form: the last duplicate along the axis wins,
+    // indices smaller than the data off the axis leave the rest alone, a reduction reduces
+    // every duplicate (integer-valued floats, so sums are exact in any order).
     c.push(
         case(
             "Scatter",
             vec![f(F32, &[3, 4]), i64s(&[1, 2], &[1, -1]), f(F32, &[1, 2])],
         )
         .opset(10)
-        .attr("axis", int_attr(1))
-        .none(scatter_why),
+        .attr("axis", int_attr(1)),
+    );
+    c.push(case(
+        "ScatterElements",
+        vec![f(F32, &[3, 4]), i64s(&[2, 1], &[2, -3]), f(F32, &[2, 1])],
+    ));
+    c.push(
+        case(
+            "ScatterElements",
+            vec![
+                f(F32, &[3, 5]),
+                i64s(&[2, 3], &[4, 0, 4, -1, 2, 0]),
+                f(F32, &[2, 3]),
+            ],
+        )
+        .attr("axis", int_attr(1)),
     );
     c.push(
         case(
             "ScatterElements",
-            vec![f(F32, &[3, 4]), i64s(&[2, 1], &[2, -3]), f(F32, &[2, 1])],
+            vec![
+                int(F32, &[4, 3], -9, 9),
+                i64s(&[3, 2], &[1, 3, 1, -4, 0, 1]),
+                int(F32, &[3, 2], -9, 9),
+            ],
         )
-        .none(scatter_why),
+        .opset(16)
+        .attr("reduction", Attribute::String("add".into())),
+    );
+    c.push(
+        case(
+            "ScatterElements",
+            vec![
+                int(I32, &[2, 3, 4], -9, 9),
+                i64s(&[2, 2, 1], &[3, 3, 0, -1]),
+                int(I32, &[2, 2, 1], -9, 9),
+            ],
+        )
+        .opset(18)
+        .attr("axis", int_attr(2))
+        .attr("reduction", Attribute::String("max".into())),
     );
     // ScatterND in gather form: the last of duplicate tuples wins; a reduction reduces them.
     c.push(case(

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod fake_driver;
 pub mod host_threads;
 
 use hidet_cuda::{locate_ptxas, Nvrtc};

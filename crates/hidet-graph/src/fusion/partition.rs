@@ -8,10 +8,13 @@
 //! - The remaining injective nodes form trees (a node with its single-use injective
 //!   producers, transitively); each tree is one injective kernel. A tree made only of
 //!   reshape-like operators becomes an *alias*: its output shares its input's buffer.
-//! - A node marked [`MATERIALIZE`] is never inlined into a consumer's kernel (as a prologue
-//!   or a tree member): its output is stored, and its consumers read it from memory.
-//! - A node marked [`PROLOGUE_ONLY`] is never an epilogue: it stays for its consumer's
-//!   kernel.
+//! - A node whose [`FusionHints::materialize`] is set is never inlined into a consumer's
+//!   kernel (as a prologue or a tree member): its output is stored, and its consumers read it
+//!   from memory.
+//! - A node whose [`FusionHints::prologue_only`] is set is never an epilogue: it stays for its
+//!   consumer's kernel.
+//! - The producer of an operator that reads its input in place
+//!   ([`crate::Operator::reads_input_in_place`]) is never inlined into it.
 //! - Nodes without a compute definition (or with data-dependent shapes) run their reference
 //!   `eval` on the host, each alone; folded nodes do not run at all.
 //!
@@ -25,20 +28,8 @@ use hidet_ir::compute::ComputeNode;
 
 use super::index_map::invert_read;
 use super::specialize::{HostReason, NodeMode, Specialization};
-use crate::graph::{Graph, NodeId, ValueId};
+use crate::graph::{FusionHints, Graph, NodeId, ValueId};
 use crate::shape::fmt_dims;
-
-/// The integer attribute that marks a node whose output is stored rather than inlined into
-/// its consumers: a graph pass added it where reading the stored result is cheaper than
-/// recomputing it in the consumer's loads (a zero-padded image that a direct convolution
-/// then reads without guards).
-pub const MATERIALIZE: &str = "hidet_materialize";
-
-/// The integer attribute that marks an injective node never absorbed into its producer's
-/// epilogue: it is left for its consumer to inline as a prologue (a graph pass added it to a
-/// transpose that a matrix product's packing reads in any order at no cost, where the
-/// producer would store it scattered).
-pub const PROLOGUE_ONLY: &str = "hidet_prologue_only";
 
 /// Operators that only reinterpret the shape of their first input (row-major, no copy).
 pub const RESHAPE_LIKE: &[&str] = &["Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"];
@@ -118,13 +109,8 @@ pub fn partition_with(graph: &Graph, spec: &Specialization, fuse: bool) -> Parti
         let distinct: HashSet<NodeId> = users.iter().map(|(n, _)| *n).collect();
         (users.len() == 1 && !graph_outputs.contains(&v) && distinct.len() == 1).then(|| users[0].0)
     };
-    let marked = |p: NodeId, attr: &str| {
-        graph.nodes()[p.0]
-            .attrs
-            .int_or(attr, 0)
-            .is_ok_and(|v| v != 0)
-    };
-    let inlinable = |p: NodeId| class[p.0] == Class::Injective && !marked(p, MATERIALIZE);
+    let hints = |p: NodeId| -> FusionHints { graph.nodes()[p.0].hints };
+    let inlinable = |p: NodeId| class[p.0] == Class::Injective && !hints(p).materialize;
     let mut owner: Vec<Option<usize>> = vec![None; n];
     let mut drafts: Vec<Draft> = Vec::new();
 
@@ -170,7 +156,7 @@ pub fn partition_with(graph: &Graph, spec: &Specialization, fuse: bool) -> Parti
                 class[c.0] == Class::Injective
                     && owner[c.0].is_none()
                     && single_output(c).is_some()
-                    && !marked(c, PROLOGUE_ONLY)
+                    && !hints(c).prologue_only
             };
             let region = match single_use(out) {
                 Some(c) if absorbable(c) && is_bijective_consumer(graph, spec, c, out) => vec![c],
@@ -410,14 +396,10 @@ fn is_wide_concat(graph: &Graph, m: NodeId) -> bool {
         && node.inputs.iter().flatten().count() >= WIDE_CONCAT_INPUTS
 }
 
-/// Whether node `m` is a `hidet::OffsetGather`: a gather that a matrix product reads where
-/// its input is stored (a direct convolution's pixels), so its input is never inlined into
-/// it (recomputing an inlined producer at every gathered address would make the product
-/// pack the operand instead).
+/// Whether node `m` reads its input in place ([`crate::Operator::reads_input_in_place`]), so
+/// its input is never inlined into it.
 fn reads_in_place(graph: &Graph, m: NodeId) -> bool {
-    let node = &graph.nodes()[m.0];
-    node.domain == crate::ops::im2col::HIDET_DOMAIN
-        && node.op_type == crate::ops::offset_gather::OP_TYPE
+    graph.nodes()[m.0].op.reads_input_in_place()
 }
 
 /// Whether injective `node` reads `src` through a bijection (all reads at one invertible

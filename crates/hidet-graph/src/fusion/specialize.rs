@@ -20,11 +20,6 @@ use crate::value::ValueKind;
 /// most this many elements.
 pub const FOLD_LIMIT: usize = 1 << 22;
 
-/// The integer attribute that marks a node never to be folded, even when its inputs are
-/// all known: a graph pass added it to lay a constant out for the node's consumer (a
-/// `Transpose` that a fused prologue reads in place), and folding it would undo the layout.
-pub const KEEP_LAYOUT: &str = "hidet_keep_layout";
-
 /// Errors of specialization.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SpecializeError {
@@ -256,7 +251,7 @@ fn specialize_node(
             .and_then(|s| crate::tensor::checked_numel(s))
             .is_some_and(|n| n <= FOLD_LIMIT)
     });
-    let keep = node.attrs.int_or(KEEP_LAYOUT, 0).is_ok_and(|v| v != 0);
+    let keep = node.hints.keep_layout;
     if all_known && small && !keep && node.outputs.iter().flatten().next().is_some() {
         let args: Vec<Option<&Tensor>> = node
             .inputs

@@ -107,10 +107,34 @@ pub fn norm_axis(axis: i64, rank: usize) -> Result<usize, OpError> {
     Ok(a as usize)
 }
 
-/// Test helper: builds the registered operator `domain::op` for model opset `opset` with
-/// `attrs`, as the graph builder would for a node with that many inputs and outputs.
+/// Test helper: [`build_registered`] from [`crate::Registry::global`].
 #[cfg(test)]
 pub(crate) fn build_op(
+    domain: &str,
+    op: &str,
+    opset: i64,
+    attrs: &[(&str, crate::attribute::Attribute)],
+    num_inputs: usize,
+    num_outputs: usize,
+) -> Result<Box<dyn crate::operator::Operator>, OpError> {
+    build_registered(
+        crate::registry::Registry::global(),
+        domain,
+        op,
+        opset,
+        attrs,
+        num_inputs,
+        num_outputs,
+    )
+}
+
+/// Builds the operator `domain::op` of `registry` for model opset `opset` with `attrs`, as the
+/// graph builder would for a node with that many inputs and outputs (for tests of operators).
+///
+/// Errors: the operator is not registered for that opset, or its constructor refuses the
+/// attributes.
+pub fn build_registered(
+    registry: &crate::registry::Registry,
     domain: &str,
     op: &str,
     opset: i64,
@@ -130,7 +154,7 @@ pub(crate) fn build_op(
         num_inputs,
         num_outputs,
     };
-    crate::registry::Registry::global()
+    registry
         .lookup(domain, op, opset)
         .ok_or_else(|| OpError::Unsupported(format!("{domain}::{op} opset {opset}")))?
         .build(&ctx)

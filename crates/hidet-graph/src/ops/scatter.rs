@@ -2,8 +2,8 @@
 //! `reduction` attribute (`add`/`mul` from opset 16, `max`/`min` from opset 18). Updates are
 //! applied in row-major order of the indices, so with `none` the last duplicate wins.
 //!
-//! ScatterND also has a compute definition in gather form, for scatters small enough
-//! ([`MAX_SCATTER_MATCHES`]): each output element looks for the index tuples that name it
+//! Both have a compute definition in gather form, for scatters small enough
+//! ([`MAX_SCATTER_MATCHES`]): each output element looks for the index entries that name it
 //! (the last one with `none`, all of them reduced otherwise). As for the gathers, an index
 //! that `eval` rejects as out of range matches no element in a kernel.
 
@@ -121,6 +121,10 @@ impl Operator for ScatterElements {
         let dst = element_offsets("ScatterElements", x.shape(), ind, a)?;
         Ok(vec![scatter(x, upd, &dst, self.reduction)?])
     }
+
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        self.gather_form(inputs)
+    }
 }
 
 impl Operator for ScatterNd {
@@ -194,78 +198,176 @@ impl ScatterNd {
         let want = [tuples_shape, &x.shape[k..]].concat();
         let tuples: usize = tuples_shape.iter().product();
         let prefix: usize = x.shape[..k].iter().product();
-        let numeric = x.dtype.is_float()
-            || matches!(
-                x.dtype,
-                DType::I8 | DType::I16 | DType::I32 | DType::I64 | DType::U8 | DType::U16 | DType::U32 | DType::U64
-            );
-        let fits = tuples
-            .checked_mul(if self.reduction == Reduction::None { prefix } else { x.shape.iter().product() })
-            .is_some_and(|n| n <= MAX_SCATTER_MATCHES);
-        if upd.shape != want.as_slice() || !numeric || x.dtype.is_storage_only() || !fits || tuples == 0 {
+        let compared = if self.reduction == Reduction::None {
+            prefix
+        } else {
+            x.shape.iter().product()
+        };
+        if upd.shape != want.as_slice() || !scatterable(x.dtype, tuples, compared) {
             return Ok(None);
         }
         let vars = placeholders(inputs);
-        let (vx, vi, vu) = (vars[0].clone(), vars[1].clone(), vars[2].clone());
-        let (dtype, idx_ty) = (x.dtype.to_ir(), ind.dtype.to_ir());
+        let (vi, vu) = (vars[1].clone(), vars[2].clone());
+        let idx_ty = ind.dtype.to_ir();
         let shape = x.shape.to_vec();
         // Whether index tuple `u` (flat over the tuples) names the prefix `i[..k]`.
-        let matches = |u: &Expr, i: &[Expr]| -> Expr {
+        let matches = |i: &[Expr], u: &Expr| -> Expr {
             let mut at = unravel(u, tuples_shape);
             at.push(Expr::int(0));
             let mut all = Expr::bool(true);
             for (j, ij) in i.iter().take(k).enumerate() {
                 at[q - 1] = Expr::int(j as i64);
-                let v = vi.at(at.clone());
-                let dim = Expr::int_of(shape[j] as i64, idx_ty);
-                let wrapped = Expr::select(v.lt(Expr::zero(idx_ty)), v.clone() + dim, v);
-                all = all.and(wrapped.eq(ij.cast(idx_ty)));
+                all = all.and(wrapped(vi.at(at.clone()), shape[j], idx_ty).eq(ij.cast(idx_ty)));
             }
             all
         };
-        let update_at = |u: &Expr, i: &[Expr]| -> Expr {
+        let update_at = |i: &[Expr], u: &Expr| -> Expr {
             let mut at = unravel(u, tuples_shape);
             at.extend(i[k..].iter().cloned());
             vu.at(at)
         };
-        if self.reduction == Reduction::None {
-            let (last, last_node) = reduce(
-                "last",
-                DataType::I32,
-                dims(&shape[..k]),
-                [tuples as i64],
-                ReduceKind::Max,
-                |i, t| Expr::select(matches(&t[0], i), t[0].clone(), Expr::int(-1)),
-            );
-            let (out, out_node) = grid("out", dtype, dims(&shape), |i| {
-                let l = last.at(i[..k].to_vec());
-                let safe = Expr::select(l.lt(Expr::int(0)), Expr::int(0), l.clone());
-                Expr::select(l.ge(Expr::int(0)), update_at(&safe, i), vx.at(i.to_vec()))
-            });
-            return finish(vars, vec![(last, last_node), (out.clone(), out_node)], vec![out])
-                .map(Some);
-        }
-        let kind = match self.reduction {
-            Reduction::Add => ReduceKind::Sum,
-            Reduction::Mul => ReduceKind::Prod,
-            Reduction::Max => ReduceKind::Max,
-            Reduction::Min => ReduceKind::Min,
-            Reduction::None => unreachable!("handled above"),
-        };
-        let (acc, acc_node) = reduce("acc", dtype, dims(&shape), [tuples as i64], kind, |i, t| {
-            Expr::select(matches(&t[0], i), update_at(&t[0], i), kind.identity(dtype))
-        });
-        let (out, out_node) = grid("out", dtype, dims(&shape), |i| {
-            let (d, a) = (vx.at(i.to_vec()), acc.at(i.to_vec()));
-            match kind {
-                ReduceKind::Sum => d + a,
-                ReduceKind::Prod => d * a,
-                ReduceKind::Max => d.max(a),
-                ReduceKind::Min => d.min(a),
-            }
-        });
-        finish(vars, vec![(acc, acc_node), (out.clone(), out_node)], vec![out]).map(Some)
+        gathered_scatter(vars, x.dtype, &shape, k, tuples, self.reduction, matches, update_at)
+            .map(Some)
     }
+}
+
+impl ScatterElements {
+    /// `out[i] = updates[j]` for the last position `j` of the indices with `j = i` off the
+    /// axis and `indices[j] = i[axis]` (negative entries counting from the end), else
+    /// `data[i]`; with a reduction, `data[i] ⊕` the reduction of every matching update.
+    /// `None` for non-numeric data, booleans, empty indices, or more than
+    /// [`MAX_SCATTER_MATCHES`] comparisons.
+    fn gather_form(
+        &self,
+        inputs: &[Option<ComputeInput<'_>>],
+    ) -> Result<Option<ComputeDef>, OpError> {
+        let (x, ind, upd) = (input(inputs, 0)?, input(inputs, 1)?, input(inputs, 2)?);
+        let r = x.shape.len();
+        if ind.shape != upd.shape || ind.shape.len() != r || r == 0 {
+            return Ok(None);
+        }
+        let axis = norm_axis(self.axis, r)?;
+        let extent = ind.shape.to_vec();
+        let along = extent[axis];
+        let numel: usize = x.shape.iter().product();
+        if extent.contains(&0) || !scatterable(x.dtype, along, numel) {
+            return Ok(None);
+        }
+        let vars = placeholders(inputs);
+        let (vi, vu) = (vars[1].clone(), vars[2].clone());
+        let idx_ty = ind.dtype.to_ir();
+        let shape = x.shape.to_vec();
+        // The position of the indices at `i` off the axis and `t` on it, clamped into the
+        // indices (a clamped position is never a match, see `matches`).
+        let position = |i: &[Expr], t: &Expr| -> Vec<Expr> {
+            (0..r)
+                .map(|d| {
+                    if d == axis {
+                        t.clone()
+                    } else if extent[d] >= shape[d] {
+                        i[d].clone()
+                    } else {
+                        let last = Expr::int(extent[d] as i64 - 1);
+                        Expr::select(i[d].lt(Expr::int(extent[d] as i64)), i[d].clone(), last)
+                    }
+                })
+                .collect()
+        };
+        let matches = |i: &[Expr], t: &Expr| -> Expr {
+            let mut all = wrapped(vi.at(position(i, t)), shape[axis], idx_ty)
+                .eq(i[axis].cast(idx_ty));
+            for d in (0..r).filter(|&d| d != axis && extent[d] < shape[d]) {
+                all = all.and(i[d].lt(Expr::int(extent[d] as i64)));
+            }
+            all
+        };
+        let update_at = |i: &[Expr], t: &Expr| vu.at(position(i, t));
+        gathered_scatter(vars, x.dtype, &shape, r, along, self.reduction, matches, update_at)
+            .map(Some)
+    }
+}
+
+/// Whether a scatter of `dtype` data comparing `candidates` index entries for each of
+/// `compared` elements has a gather form: numeric, not storage-only, non-empty, at most
+/// [`MAX_SCATTER_MATCHES`] comparisons.
+fn scatterable(dtype: DType, candidates: usize, compared: usize) -> bool {
+    let numeric = dtype.is_float()
+        || matches!(
+            dtype,
+            DType::I8
+                | DType::I16
+                | DType::I32
+                | DType::I64
+                | DType::U8
+                | DType::U16
+                | DType::U32
+                | DType::U64
+        );
+    let fits = candidates
+        .checked_mul(compared)
+        .is_some_and(|n| n <= MAX_SCATTER_MATCHES);
+    numeric && !dtype.is_storage_only() && fits && candidates > 0
+}
+
+/// Index entry `v` of a dimension of `dim` elements, a negative one counted from the end.
+fn wrapped(v: Expr, dim: usize, idx_ty: DataType) -> Expr {
+    let size = Expr::int_of(dim as i64, idx_ty);
+    Expr::select(v.lt(Expr::zero(idx_ty)), v.clone() + size, v)
+}
+
+/// The gather form of a scatter into data `vars[0]` of `shape`: each output element `i`
+/// compares the `candidates` updates `t` for which `matches(i, t)` (a function of `i[..key]`
+/// only where the reduction is `none`) and takes the last matching `update_at(i, t)`, or
+/// reduces them all into `data[i]`.
+#[allow(clippy::too_many_arguments)]
+fn gathered_scatter(
+    vars: Vec<hidet_ir::expr::Var>,
+    dtype: DType,
+    shape: &[usize],
+    key: usize,
+    candidates: usize,
+    reduction: Reduction,
+    matches: impl Fn(&[Expr], &Expr) -> Expr,
+    update_at: impl Fn(&[Expr], &Expr) -> Expr,
+) -> Result<ComputeDef, OpError> {
+    let vx = vars[0].clone();
+    let dtype = dtype.to_ir();
+    if reduction == Reduction::None {
+        let (last, last_node) = reduce(
+            "last",
+            DataType::I32,
+            dims(&shape[..key]),
+            [candidates as i64],
+            ReduceKind::Max,
+            |i, t| Expr::select(matches(i, &t[0]), t[0].clone(), Expr::int(-1)),
+        );
+        let (out, out_node) = grid("out", dtype, dims(shape), |i| {
+            let l = last.at(i[..key].to_vec());
+            let safe = Expr::select(l.lt(Expr::int(0)), Expr::int(0), l.clone());
+            Expr::select(l.ge(Expr::int(0)), update_at(i, &safe), vx.at(i.to_vec()))
+        });
+        return finish(vars, vec![(last, last_node), (out.clone(), out_node)], vec![out]);
+    }
+    let kind = match reduction {
+        Reduction::Add => ReduceKind::Sum,
+        Reduction::Mul => ReduceKind::Prod,
+        Reduction::Max => ReduceKind::Max,
+        Reduction::Min => ReduceKind::Min,
+        Reduction::None => unreachable!("handled above"),
+    };
+    let (acc, acc_node) = reduce("acc", dtype, dims(shape), [candidates as i64], kind, |i, t| {
+        Expr::select(matches(i, &t[0]), update_at(i, &t[0]), kind.identity(dtype))
+    });
+    let (out, out_node) = grid("out", dtype, dims(shape), |i| {
+        let (d, a) = (vx.at(i.to_vec()), acc.at(i.to_vec()));
+        match kind {
+            ReduceKind::Sum => d + a,
+            ReduceKind::Prod => d * a,
+            ReduceKind::Max => d.max(a),
+            ReduceKind::Min => d.min(a),
+        }
+    });
+    finish(vars, vec![(acc, acc_node), (out.clone(), out_node)], vec![out])
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use crate::passes::rewrite::Rewriter;
 use crate::tensor::Tensor;
 
 /// What a statically shaped convolution node reads and computes.
-pub(super) struct ConvNode {
+pub struct ConvNode {
     pub name: String,
     pub x: ValueId,
     pub bias: Option<ValueId>,
@@ -38,7 +38,7 @@ impl ConvNode {
 /// `[N, C, d…]` (at least one spatial axis, `N ≥ 1`), a constant f32 weight of the same rank with at
 /// least one element, a bias (if any) of f32 `[OC]`, a `group` attribute that is a positive
 /// integer, and a window whose kernel matches the weight and whose output is not empty.
-pub(super) fn static_conv(rw: &Rewriter, n: NodeId) -> Option<ConvNode> {
+pub fn static_conv(rw: &Rewriter, n: NodeId) -> Option<ConvNode> {
     let g = rw.graph();
     let node = &g.nodes()[n.0];
     if node.op_type != "Conv" || !node.domain.is_empty() {
@@ -90,7 +90,7 @@ pub(super) fn static_conv(rw: &Rewriter, n: NodeId) -> Option<ConvNode> {
 
 /// True when a convolution over `g` reads each output pixel's input pixel alone: a 1×1
 /// window at stride 1 without padding (its im2col columns are the input itself).
-pub(super) fn is_pointwise(g: &Geometry) -> bool {
+pub fn is_pointwise(g: &Geometry) -> bool {
     g.kernel.iter().all(|&k| k == 1)
         && g.strides.iter().all(|&s| s == 1)
         && g.pads_begin.iter().chain(&g.pads_end).all(|&p| p == 0)

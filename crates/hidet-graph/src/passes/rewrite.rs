@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::attribute::{Attribute, Attributes};
-use crate::graph::{Graph, GraphError, Node, NodeId, ValueId};
+use crate::graph::{FusionHints, Graph, GraphError, Node, NodeId, ValueId};
 use crate::operator::{InferInput, OpContext, OpError};
 use crate::registry::Registry;
 use crate::shape::TensorType;
@@ -38,6 +38,7 @@ pub struct Rewriter {
 pub struct NodeKey {
     op: (String, String, i64),
     attrs: Vec<u8>,
+    hints: FusionHints,
     inputs: Vec<Option<ValueId>>,
     outputs: usize,
 }
@@ -46,10 +47,16 @@ impl Rewriter {
     /// Starts rewriting `graph`; new nodes are built with operators of
     /// [`Registry::global`].
     pub fn new(graph: Graph) -> Rewriter {
+        Rewriter::with_registry(graph, Registry::global())
+    }
+
+    /// Starts rewriting `graph`; new nodes are built with operators of `registry` (a
+    /// backend's registry, which adds its internal operators to the built-in ones).
+    pub fn with_registry(graph: Graph, registry: &'static Registry) -> Rewriter {
         let n = graph.nodes().len();
         Rewriter {
             graph,
-            registry: Registry::global(),
+            registry,
             removed: vec![false; n],
             added: Vec::new(),
             replaced: HashMap::new(),
@@ -90,6 +97,14 @@ impl Rewriter {
     pub fn add_constant(&mut self, hint: &str, tensor: Tensor) -> ValueId {
         let name = self.fresh(hint);
         self.graph.add_initializer(name, tensor)
+    }
+
+    /// Adds a 1-D `i64` constant holding `dims` (the shape input of a `Reshape` or `Expand`).
+    pub fn add_shape(&mut self, dims: &[usize]) -> ValueId {
+        let values: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        let tensor = Tensor::new(vec![values.len()], values)
+            .expect("a 1-D tensor as long as its data always matches its shape");
+        self.add_constant("shape", tensor)
     }
 
     /// Adds a node `op_type` (default domain, [`NEW_NODE_OPSET`]) with `attrs` reading
@@ -143,8 +158,31 @@ impl Rewriter {
     ) -> Result<Vec<ValueId>, GraphError> {
         let node = &self.graph.nodes()[n.0];
         let (domain, op_type, opset) = (node.domain.clone(), node.op_type.clone(), node.opset);
-        let (attrs, outputs) = (node.attrs.clone(), node.outputs.len());
-        self.add_node_in(&domain, &op_type, opset, attrs, inputs, outputs, None)
+        let (attrs, outputs, hints) = (node.attrs.clone(), node.outputs.len(), node.hints);
+        let op = (inputs.len() == node.inputs.len()).then(|| Arc::clone(&node.op));
+        let new = self.add_node_with(&domain, &op_type, opset, attrs, op, inputs, outputs, None)?;
+        if let Some(&first) = new.first() {
+            self.set_hints(first, hints)?;
+        }
+        Ok(new)
+    }
+
+    /// Sets the [`FusionHints`] of the added node that defines `v`.
+    ///
+    /// Errors: `v` is not an output of a node added by this rewriter.
+    pub fn set_hints(&mut self, v: ValueId, hints: FusionHints) -> Result<(), GraphError> {
+        let node = self
+            .added
+            .iter_mut()
+            .map(|(_, node)| node)
+            .find(|node| node.outputs.contains(&Some(v)));
+        match node {
+            Some(node) => {
+                node.hints = hints;
+                Ok(())
+            }
+            None => Err(GraphError::NotAdded(self.graph.value(v).name.clone())),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -158,28 +196,58 @@ impl Rewriter {
         num_outputs: usize,
         after: Option<NodeId>,
     ) -> Result<Vec<ValueId>, GraphError> {
+        self.add_node_with(
+            domain,
+            op_type,
+            opset,
+            attrs,
+            None,
+            inputs,
+            num_outputs,
+            after,
+        )
+    }
+
+    /// [`Rewriter::add_node_in`] with the operator already built (`op`), or built from the
+    /// registry when `op` is `None`.
+    #[allow(clippy::too_many_arguments)]
+    fn add_node_with(
+        &mut self,
+        domain: &str,
+        op_type: &str,
+        opset: i64,
+        attrs: Attributes,
+        op: Option<Arc<dyn crate::operator::Operator>>,
+        inputs: &[Option<ValueId>],
+        num_outputs: usize,
+        after: Option<NodeId>,
+    ) -> Result<Vec<ValueId>, GraphError> {
         let name = self.fresh(op_type);
         let node_err = |source: OpError| GraphError::Node {
             node: name.clone(),
             op_type: op_type.to_string(),
             source,
         };
-        let schema = self
-            .registry
-            .lookup(domain, op_type, opset)
-            .ok_or_else(|| {
-                node_err(OpError::Unsupported(format!("{op_type} is not registered")))
-            })?;
-        let ctx = OpContext {
-            domain,
-            op_type,
-            opset,
-            attrs: &attrs,
-            num_inputs: inputs.len(),
-            num_outputs,
+        let op: Arc<dyn crate::operator::Operator> = match op {
+            Some(op) => op,
+            None => {
+                let schema = self
+                    .registry
+                    .lookup(domain, op_type, opset)
+                    .ok_or_else(|| {
+                        node_err(OpError::Unsupported(format!("{op_type} is not registered")))
+                    })?;
+                let ctx = OpContext {
+                    domain,
+                    op_type,
+                    opset,
+                    attrs: &attrs,
+                    num_inputs: inputs.len(),
+                    num_outputs,
+                };
+                Arc::from(schema.build(&ctx).map_err(node_err)?)
+            }
         };
-        let op: Arc<dyn crate::operator::Operator> =
-            Arc::from(schema.build(&ctx).map_err(node_err)?);
         let types: Vec<TensorType> = {
             let info: Vec<Option<InferInput<'_>>> = inputs
                 .iter()
@@ -226,6 +294,7 @@ impl Rewriter {
                 inputs: inputs.to_vec(),
                 outputs: outputs.iter().map(|o| Some(*o)).collect(),
                 op,
+                hints: FusionHints::default(),
             },
         ));
         Ok(outputs)
@@ -276,6 +345,7 @@ impl Rewriter {
         Some(NodeKey {
             op: (node.domain.clone(), node.op_type.clone(), node.opset),
             attrs: attrs_key(&node.attrs)?,
+            hints: node.hints,
             inputs: node
                 .inputs
                 .iter()
@@ -405,6 +475,7 @@ impl Rewriter {
                         inputs: vec![Some(r)],
                         outputs: vec![Some(o)],
                         op: Arc::from(op),
+                        hints: FusionHints::default(),
                     },
                 ));
             }

@@ -15,7 +15,6 @@
 
 use crate::attribute::Attributes;
 use crate::graph::{Graph, GraphError, NodeId, ValueId};
-use crate::passes::conv_implicit_gemm::shape_const;
 use crate::passes::rewrite::Rewriter;
 use crate::passes::GraphPass;
 use crate::tensor::Tensor;
@@ -138,8 +137,8 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     let src: Vec<i64> = p.source.iter().map(|s| s.unwrap_or(0) as i64).collect();
     let src = Tensor::new(vec![src.len()], src).map_err(tensor_error)?;
     let src = rw.add_constant("scatter_source", src);
-    let rows = shape_const(rw, &[p.tuples, p.slice]).map_err(tensor_error)?;
-    let full = shape_const(rw, &p.shape).map_err(tensor_error)?;
+    let rows = rw.add_shape(&[p.tuples, p.slice]);
+    let full = rw.add_shape(&p.shape);
     let u = rw.add_op("Reshape", Attributes::new(), &[p.updates, rows])?;
     let mut axis = Attributes::new();
     axis.insert("axis", Attribute::Int(0));

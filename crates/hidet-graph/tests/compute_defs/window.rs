@@ -20,8 +20,6 @@ pub(super) const WINDOW_OPS: &[&str] = &[
     "GlobalAveragePool",
     "GlobalLpPool",
     "Gemm",
-    "hidet::Im2Col",
-    "hidet::OffsetGather",
 ];
 
 /// A case whose f32 outputs are compared within the accumulation tolerance.
@@ -253,61 +251,8 @@ fn gemm_cases(c: &mut Vec<Case>) {
     );
 }
 
-fn im2col_cases(c: &mut Vec<Case>) {
-    let op = "hidet::Im2Col";
-    c.push(
-        case(op, vec![f(F32, &[1, 13, 17, 17])])
-            .opset(1)
-            .attr("kernel_shape", ints(&[3, 3]))
-            .attr("pads", ints(&[1, 1, 1, 1])),
-    );
-    c.push(
-        case(op, vec![f(F32, &[1, 3, 9, 8])])
-            .opset(1)
-            .attr("kernel_shape", ints(&[3, 2]))
-            .attr("strides", ints(&[2, 3]))
-            .attr("dilations", ints(&[1, 2]))
-            .attr("pads", ints(&[1, 0, 2, 1])),
-    );
-    c.push(
-        case(op, vec![f(F16, &[1, 2, 11])])
-            .opset(1)
-            .attr("kernel_shape", ints(&[4]))
-            .attr("strides", ints(&[2])),
-    );
-}
-
-fn offset_gather_cases(c: &mut Vec<Case>) {
-    let op = "hidet::OffsetGather";
-    // A 4-D input read at flat offsets up to its last element (33 + 38 = 71 of 72).
-    c.push(
-        case(
-            op,
-            vec![
-                f(F32, &[1, 3, 9, 8]),
-                i32s(&[5], &[0, 7, 9, 20, 33]),
-                i32s(&[4], &[0, 1, 8, 38]),
-            ],
-        )
-        .opset(1),
-    );
-    c.push(
-        case(
-            op,
-            vec![
-                f(F16, &[2, 11]),
-                i32s(&[3], &[3, 0, 10]),
-                i32s(&[2], &[11, 2]),
-            ],
-        )
-        .opset(1),
-    );
-}
-
 pub(super) fn window_cases() -> Vec<Case> {
     let mut c = Vec::new();
-    im2col_cases(&mut c);
-    offset_gather_cases(&mut c);
     conv_cases(&mut c);
     pool_cases(&mut c);
     gemm_cases(&mut c);

@@ -177,7 +177,7 @@ struct At {
 
 /// The tallest panels of [`ALayout::Panels`] the template takes: those `hidet::ColumnPanels`
 /// stores.
-const MAX_A_PANEL_ROWS: i64 = hidet_graph::ops::column_panels::MAX_PANEL_WIDTH as i64;
+const MAX_A_PANEL_ROWS: i64 = crate::graph_ops::column_panels::MAX_PANEL_WIDTH as i64;
 
 /// Reduction steps per iteration of the micro-kernel's loop, as the C compiler unrolls it: the
 /// loop's counter update and branch are shared by that many steps' multiply-adds, so the loop

@@ -2,10 +2,11 @@
 //! that the reference executor gives the same outputs before and after (and the same as
 //! direct float64 convolution loops) on random non-zero inputs of odd sizes.
 
-#[path = "passes_util/mod.rs"]
+#[path = "../../hidet-graph/tests/passes_util/mod.rs"]
 mod passes_util;
 
-use hidet_graph::passes::{default_passes, run_passes, ConvToImplicitGemm, GraphPass};
+use hidet_cpu::graph_passes::{default_passes, ConvToImplicitGemm};
+use hidet_graph::passes::{run_passes, GraphPass};
 use hidet_graph::{run_reference, Attribute, Attributes, Graph, GraphBuilder, Tensor};
 use passes_util::*;
 

@@ -9,7 +9,7 @@
 //! it. With the `N = n₀·n₁` positions `ξ` of a transformed tile, the products are
 //!
 //! ```text
-//! Xp = Pad(X) (marked materialize)                       [B, C, m₀·T₀ + r₀ − 1, m₁·T₁ + r₁ − 1]
+//! Xp = Pad(X) (hinted materialize)                       [B, C, m₀·T₀ + r₀ − 1, m₁·T₁ + r₁ − 1]
 //! D  = hidet::OffsetGather(Xp, tile element, tile origin) [N, C·T]    T = B·T₀·T₁ tiles
 //! V  = MatMul(Bk, D)                                      [N, C·T]    Bk = Bᵀ₀ ⊗ Bᵀ₁  [N, N]
 //! M  = MatMul(Transpose(Reshape(V, [N, C, T])), Uᵀ)        [N, T, OC]  Uᵀ[ξ] = (G₀ g G₁ᵀ)[ξ]ᵀ
@@ -24,7 +24,7 @@
 //! `r₀r₁·OC·C·m₀m₁·T`: 2.25× fewer for `F(2×2, 3×3)`, 4× for `F(4×4, 3×3)`, 1.75× for
 //! `F(2, 7)`, 2.8× for `F(4, 7)`. The transforms are small products by constant matrices over
 //! `N` positions; the output's permutation, the bias and what follows element-wise are the
-//! last product's epilogue (see `crate::fusion::index_map::invert_chain`). `U` is computed
+//! last product's epilogue (see `hidet_graph::fusion::index_map::invert_chain`). `U` is computed
 //! once here, in f64.
 //!
 //! The last two products have the tiles as rows: the per-position product reads the
@@ -32,25 +32,25 @@
 //! (`super::PanelConstantWeights`, no packing per run), its ragged edge is a row of tiles
 //! rather than a column, and it stores its result in order; the output transform stores each
 //! row (a tile of one channel) as `m₀` runs of `m₁` pixels rather than scattering pixel by
-//! pixel. Both read their left operand transposed: the two inner `Transpose`s are marked
-//! [`PROLOGUE_ONLY`], so that the producers store `V` and `M` in order and the products pack
+//! pixel. Both read their left operand transposed: the two inner `Transpose`s are hinted
+//! `prologue_only` ([`hidet_graph::FusionHints`]), so that the producers store `V` and `M` in
+//! order and the products pack
 //! them column by column. Measured against both products with the tiles as columns (AVX2,
 //! two threads, one convolution with its ReLU): 0.81× (56² × 64), 0.83× (28² × 128), 0.96×
 //! (14² × 256), 0.85–0.89× (35²), 0.87× (71², 80 → 192), 0.83–0.89× (17², 1×7).
 
-use crate::attribute::Attributes;
-use crate::fusion::PROLOGUE_ONLY;
-use crate::graph::{Graph, GraphError, NodeId, ValueId};
-use crate::kernels::window::Geometry;
-use crate::ops::im2col::HIDET_DOMAIN;
-use crate::ops::offset_gather::OP_TYPE as OFFSET_GATHER;
-use crate::passes::channels_last::perm_attrs;
-use crate::passes::conv_implicit_gemm::{materialized_pad, shape_const, transposed};
-use crate::passes::conv_node::{static_conv, ConvNode};
-use crate::passes::rewrite::Rewriter;
-use crate::passes::GraphPass;
-use crate::tensor::{Tensor, TensorError};
-use crate::Attribute;
+use crate::graph_ops::offset_gather::OP_TYPE as OFFSET_GATHER;
+use crate::graph_ops::HIDET_DOMAIN;
+use crate::graph_passes::channels_last::perm_attrs;
+use crate::graph_passes::conv_implicit_gemm::{materialized_pad, transposed};
+use hidet_graph::attribute::Attributes;
+use hidet_graph::graph::{Graph, GraphError, NodeId, ValueId};
+use hidet_graph::kernels::window::Geometry;
+use hidet_graph::passes::conv_node::{static_conv, ConvNode};
+use hidet_graph::passes::rewrite::Rewriter;
+use hidet_graph::passes::GraphPass;
+use hidet_graph::tensor::{Tensor, TensorError};
+use hidet_graph::FusionHints;
 
 /// Rewrites f32 `Conv` nodes of a static shape (`static_conv`) with a 3×3, 1×7 or 7×1
 /// window, stride 1, dilation 1 and `group == 1` into the Winograd products of the module
@@ -95,7 +95,7 @@ impl GraphPass for ConvWinograd {
     }
 
     fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
-        let mut rw = Rewriter::new(graph);
+        let mut rw = Rewriter::with_registry(graph, crate::graph_ops::registry());
         for i in 0..rw.graph().nodes().len() {
             let Some(conv) = static_conv(&rw, NodeId(i)) else {
                 continue;
@@ -415,20 +415,26 @@ fn i32_const(rw: &mut Rewriter, hint: &str, v: Vec<i32>) -> Result<ValueId, Tens
 }
 
 fn reshape(rw: &mut Rewriter, x: ValueId, dims: &[usize]) -> Result<ValueId, Failure> {
-    let shape = shape_const(rw, dims)?;
+    let shape = rw.add_shape(dims);
     Ok(rw.add_op("Reshape", Attributes::new(), &[x, shape])?)
 }
 
-/// `Transpose(x, perm)` marked [`PROLOGUE_ONLY`]: read transposed by its consumer, a matrix
-/// product, while `x`'s producer stores it in order.
+/// `Transpose(x, perm)` hinted [`FusionHints::prologue_only`]: read transposed by its
+/// consumer, a matrix product, while `x`'s producer stores it in order.
 fn transposed_for_consumer(
     rw: &mut Rewriter,
     x: ValueId,
     perm: Vec<i64>,
 ) -> Result<ValueId, Failure> {
-    let mut attrs = perm_attrs(perm);
-    attrs.insert(PROLOGUE_ONLY, Attribute::Int(1));
-    Ok(rw.add_op("Transpose", attrs, &[x])?)
+    let t = rw.add_op("Transpose", perm_attrs(perm), &[x])?;
+    rw.set_hints(
+        t,
+        FusionHints {
+            prologue_only: true,
+            ..FusionHints::default()
+        },
+    )?;
+    Ok(t)
 }
 
 /// Adds the Winograd nodes of `conv` with the transforms `axes`; returns the value that
@@ -455,7 +461,7 @@ fn rewrite(rw: &mut Rewriter, conv: &ConvNode, axes: &[Axis; 2]) -> Result<Value
             pads_end[0],
             pads_end[1],
         ];
-        let pads = shape_const(rw, &pads)?;
+        let pads = rw.add_shape(&pads);
         materialized_pad(rw, conv.x, pads)?
     } else {
         conv.x
@@ -512,9 +518,9 @@ fn rewrite(rw: &mut Rewriter, conv: &ConvNode, axes: &[Axis; 2]) -> Result<Value
         y = rw.add_op("Add", Attributes::new(), &[y, bias])?;
     }
     if t0 * x0.m != g.output[0] || t1 * x1.m != g.output[1] {
-        let starts = shape_const(rw, &[0, 0])?;
-        let ends = shape_const(rw, &g.output)?;
-        let axes = shape_const(rw, &[2, 3])?;
+        let starts = rw.add_shape(&[0, 0]);
+        let ends = rw.add_shape(&g.output);
+        let axes = rw.add_shape(&[2, 3]);
         y = rw.add_op("Slice", Attributes::new(), &[y, starts, ends, axes])?;
     }
     Ok(y)

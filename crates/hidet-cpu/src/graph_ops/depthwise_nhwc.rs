@@ -9,25 +9,25 @@
 //!
 //! This is ONNX `Conv` with `group = C` and one output channel per group, with the channel
 //! axis moved last in the data and the weight. The window geometry is the convolution's
-//! ([`crate::kernels::window`]) with explicit pads.
+//! ([`hidet_graph::kernels::window`]) with explicit pads.
 //!
 //! The operator is internal (domain [`HIDET_DOMAIN`]): the channels-last pass
-//! ([`crate::passes::channels_last`]) creates it, because the channel axis innermost makes a
+//! ([`crate::graph_passes::channels_last`]) creates it, because the channel axis innermost makes a
 //! depthwise convolution vectorize over channels with contiguous loads, where the `NCHW`
 //! form vectorizes along short, strided image rows.
 
-use crate::dtype::DType;
-use crate::kernels::window::{Geometry, WindowAttrs, WindowSpec, BEYOND_PADDING};
-use crate::operator::{
+use crate::graph_ops::HIDET_DOMAIN;
+use hidet_graph::dtype::DType;
+use hidet_graph::kernels::window::{Geometry, WindowAttrs, WindowSpec, BEYOND_PADDING};
+use hidet_graph::operator::{
     arg, infer_arg, opt_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
 };
-use crate::ops::common::check_dtype;
-use crate::ops::compute_util::{dims, finish, input, opt_input, placeholders};
-use crate::ops::im2col::HIDET_DOMAIN;
-use crate::ops::window_compute::{clamp_into_input, fits_i32, guarded, window_read};
-use crate::registry::{Registry, LATEST_OPSET};
-use crate::shape::{Dim, TensorType};
-use crate::tensor::Tensor;
+use hidet_graph::ops::common::check_dtype;
+use hidet_graph::ops::compute_util::{dims, finish, input, opt_input, placeholders};
+use hidet_graph::ops::window_compute::{clamp_into_input, fits_i32, guarded, window_read};
+use hidet_graph::registry::{Registry, LATEST_OPSET};
+use hidet_graph::shape::{Dim, TensorType};
+use hidet_graph::tensor::Tensor;
 use hidet_ir::compute::{grid, reduce, ReduceKind};
 use hidet_ir::dtype::DataType;
 use hidet_ir::expr::Expr;
@@ -163,7 +163,10 @@ impl Operator for DepthwiseConvNhwc {
                 }
             }
         }
-        Ok(vec![Tensor::new(Self::output_shape(batch, &g, channels), y)?])
+        Ok(vec![Tensor::new(
+            Self::output_shape(batch, &g, channels),
+            y,
+        )?])
     }
 
     /// `acc[n, o…, c] = Σ_k x[n, o·s + k·d - pad, c] · w[k…, c]` (0 in the padding: a select
@@ -230,8 +233,8 @@ impl Operator for DepthwiseConvNhwc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::common::build_op;
-    use crate::attribute::Attribute;
+    use crate::graph_ops::build_op;
+    use hidet_graph::attribute::Attribute;
 
     fn build(attrs: &[(&str, Attribute)]) -> Result<Box<dyn Operator>, OpError> {
         build_op(HIDET_DOMAIN, OP_TYPE, 1, attrs, 3, 1)
@@ -277,7 +280,10 @@ mod tests {
                         }
                     }
                     let g = got[(i * ow + j) * c + ch];
-                    assert!((f64::from(g) - want).abs() < 1e-5, "({i}, {j}, {ch}): {g} vs {want}");
+                    assert!(
+                        (f64::from(g) - want).abs() < 1e-5,
+                        "({i}, {j}, {ch}): {g} vs {want}"
+                    );
                 }
             }
         }

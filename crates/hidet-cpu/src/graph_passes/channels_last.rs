@@ -22,16 +22,16 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::attribute::Attributes;
-use crate::graph::{Graph, GraphError, NodeId, ValueId};
-use crate::ops::depthwise_nhwc;
-use crate::ops::im2col::HIDET_DOMAIN;
-use crate::passes::conv_implicit_gemm::transposed;
-use crate::passes::conv_node::static_conv;
-use crate::passes::rewrite::Rewriter;
-use crate::passes::GraphPass;
-use crate::tensor::Tensor;
-use crate::Attribute;
+use crate::graph_ops::depthwise_nhwc;
+use crate::graph_ops::HIDET_DOMAIN;
+use crate::graph_passes::conv_implicit_gemm::transposed;
+use hidet_graph::attribute::Attributes;
+use hidet_graph::graph::{Graph, GraphError, NodeId, ValueId};
+use hidet_graph::passes::conv_node::static_conv;
+use hidet_graph::passes::rewrite::Rewriter;
+use hidet_graph::passes::GraphPass;
+use hidet_graph::tensor::Tensor;
+use hidet_graph::Attribute;
 
 /// The permutation of a `[N, C, d…]` tensor of `rank` dimensions to `[N, d…, C]`.
 pub fn to_last(rank: usize) -> Vec<i64> {
@@ -97,7 +97,8 @@ fn transpose_perm(g: &Graph, n: NodeId) -> Option<Vec<i64>> {
 /// True when `v` is a constant of one element whose rank is at most `rank`: it broadcasts
 /// to any shape of that rank alike, so a transpose commutes with it.
 fn is_scalar(g: &Graph, v: ValueId, rank: usize) -> bool {
-    crate::passes::rewrite::constant_of(g, v).is_some_and(|t| t.numel() == 1 && t.rank() <= rank)
+    hidet_graph::passes::rewrite::constant_of(g, v)
+        .is_some_and(|t| t.numel() == 1 && t.rank() <= rank)
 }
 
 /// The rank of `v`, when known.
@@ -229,7 +230,7 @@ impl GraphPass for DepthwiseChannelsLast {
     }
 
     fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
-        let mut rw = Rewriter::new(graph);
+        let mut rw = Rewriter::with_registry(graph, crate::graph_ops::registry());
         for i in 0..rw.graph().nodes().len() {
             let Some(plan) = depthwise_plan(&rw, NodeId(i)) else {
                 continue;
@@ -300,7 +301,7 @@ impl GraphPass for SinkTransposes {
     }
 
     fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
-        let mut rw = Rewriter::new(graph);
+        let mut rw = Rewriter::with_registry(graph, crate::graph_ops::registry());
         // Outputs of operators already sunk below their transpose: what they are a transpose of.
         let mut sunk: HashMap<ValueId, (ValueId, Vec<i64>)> = HashMap::new();
         for i in 0..rw.graph().nodes().len() {

@@ -11,18 +11,18 @@
 //! per column, with no division (the flat offset's row-major unravel recombines in the
 //! emitted address, see `hidet_ir::passes::simplify`).
 
-use crate::dispatch_float;
-use crate::dtype::DType;
-use crate::operator::{
+use crate::graph_ops::HIDET_DOMAIN;
+use hidet_graph::dispatch_float;
+use hidet_graph::dtype::DType;
+use hidet_graph::operator::{
     arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
 };
-use crate::ops::common::check_dtype;
-use crate::ops::compute_util::{grid_def, input, placeholders, unravel};
-use crate::ops::im2col::HIDET_DOMAIN;
-use crate::ops::window_compute::fits_i32;
-use crate::registry::{Registry, LATEST_OPSET};
-use crate::shape::{Dim, TensorType};
-use crate::tensor::{Element, Tensor};
+use hidet_graph::ops::common::check_dtype;
+use hidet_graph::ops::compute_util::{grid_def, input, placeholders, unravel};
+use hidet_graph::ops::window_compute::fits_i32;
+use hidet_graph::registry::{Registry, LATEST_OPSET};
+use hidet_graph::shape::{Dim, TensorType};
+use hidet_graph::tensor::{Element, Tensor};
 
 /// The operator's name in [`HIDET_DOMAIN`].
 pub const OP_TYPE: &str = "OffsetGather";
@@ -33,9 +33,12 @@ struct OffsetGather;
 
 /// Registers `hidet::OffsetGather` (every opset of the domain).
 pub fn register(r: &mut Registry) {
-    r.register(HIDET_DOMAIN, OP_TYPE, 1..=LATEST_OPSET, |_: &OpContext<'_>| {
-        Ok(Box::new(OffsetGather))
-    });
+    r.register(
+        HIDET_DOMAIN,
+        OP_TYPE,
+        1..=LATEST_OPSET,
+        |_: &OpContext<'_>| Ok(Box::new(OffsetGather)),
+    );
 }
 
 /// The length of offset table `index` of shape `shape`, or a shape error.
@@ -49,6 +52,11 @@ fn table_len(index: usize, shape: &[usize]) -> Result<usize, OpError> {
 }
 
 impl Operator for OffsetGather {
+    /// The matrix product reading the gather broadcasts from `X` where it is stored.
+    fn reads_input_in_place(&self) -> bool {
+        true
+    }
+
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
         let x = infer_arg(inputs, 0)?;
         check_dtype(0, x.ty.dtype, DType::is_float)?;
@@ -82,11 +90,14 @@ impl Operator for OffsetGather {
         let mut at = Vec::with_capacity(rows.len() * cols.len());
         for &r in rows {
             for &c in cols {
-                let offset = usize::try_from(r + c).ok().filter(|&o| o < n).ok_or_else(|| {
-                    OpError::Shape(format!(
-                        "OffsetGather offset {r} + {c} is outside X of {n} elements"
-                    ))
-                })?;
+                let offset = usize::try_from(r + c)
+                    .ok()
+                    .filter(|&o| o < n)
+                    .ok_or_else(|| {
+                        OpError::Shape(format!(
+                            "OffsetGather offset {r} + {c} is outside X of {n} elements"
+                        ))
+                    })?;
                 at.push(offset);
             }
         }
@@ -122,7 +133,7 @@ impl Operator for OffsetGather {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::common::build_op;
+    use crate::graph_ops::build_op;
 
     fn op() -> Box<dyn Operator> {
         build_op(HIDET_DOMAIN, OP_TYPE, 1, &[], 3, 1).unwrap()
@@ -134,12 +145,19 @@ mod tests {
         let x = Tensor::new(vec![2, 3, 4], xv.clone()).unwrap();
         let r = Tensor::new(vec![3], vec![0i32, 5, 13]).unwrap();
         let c = Tensor::new(vec![2], vec![1i32, 10]).unwrap();
-        let y = op().eval(&[Some(&x), Some(&r), Some(&c)]).unwrap().remove(0);
+        let y = op()
+            .eval(&[Some(&x), Some(&r), Some(&c)])
+            .unwrap()
+            .remove(0);
         assert_eq!(y.shape(), &[3, 2]);
         let want: Vec<f32> = [1, 10, 6, 15, 14, 23].iter().map(|&o| xv[o]).collect();
         assert_eq!(y.as_slice::<f32>().unwrap(), want.as_slice());
         let ty = |dtype, shape: &[usize]| TensorType::fixed(dtype, shape);
-        let (tx, tr, tc) = (ty(DType::F32, &[2, 3, 4]), ty(DType::I32, &[3]), ty(DType::I32, &[2]));
+        let (tx, tr, tc) = (
+            ty(DType::F32, &[2, 3, 4]),
+            ty(DType::I32, &[3]),
+            ty(DType::I32, &[2]),
+        );
         let inputs: Vec<_> = [&tx, &tr, &tc]
             .into_iter()
             .map(|ty| Some(InferInput { ty, value: None }))

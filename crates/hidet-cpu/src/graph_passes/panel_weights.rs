@@ -12,24 +12,26 @@
 //! vectors. For a constant operand (the weights of a linear layer, of a convolution
 //! computed with the pixels as rows) that copy is the same on every run, and for the
 //! matrix-vector products of small batches it is most of the memory traffic. Stored as
-//! [`ColumnPanels`](crate::ops::column_panels) (for a left operand, its transpose: panels of
+//! [`ColumnPanels`](crate::graph_ops::column_panels) (for a left operand, its transpose: panels of
 //! as many rows as the micro-kernel's register tile, so that each tile reads one contiguous
 //! panel rather than a few rows of every line of a wider one), the operand is read in place: the
-//! `ColumnPanels` node (marked [`KEEP_LAYOUT`], so that specialization does not fold the
-//! panels back into the matrix) becomes a prologue whose index map the CPU template recognizes
-//! (see `hidet_cpu::graph_backend::anchor`); other consumers of the prologue read through it.
+//! `ColumnPanels` node (hinted `keep_layout`, a [`hidet_graph::FusionHints`], so that
+//! specialization does not fold the panels back into the matrix) becomes a prologue that
+//! declares its layout (`Operator::stored_layout`), which the fused task records on the
+//! operand (`AnchorInfo::layouts`) and the template reads (see `crate::graph_backend::anchor`);
+//! other consumers of the prologue read through it.
 
-use crate::attribute::Attributes;
-use crate::dtype::DType;
-use crate::fusion::specialize::KEEP_LAYOUT;
-use crate::graph::{Graph, GraphError, NodeId, ValueId};
-use crate::ops::column_panels::{self, to_panels, PANEL_WIDTH};
-use crate::ops::im2col::HIDET_DOMAIN;
-use crate::passes::conv_implicit_gemm::transposed;
-use crate::passes::rewrite::Rewriter;
-use crate::passes::GraphPass;
-use crate::tensor::Tensor;
-use crate::Attribute;
+use crate::graph_ops::column_panels::{self, to_panels, PANEL_WIDTH};
+use crate::graph_ops::HIDET_DOMAIN;
+use crate::graph_passes::conv_implicit_gemm::transposed;
+use crate::graph_passes::KEEP_LAYOUT;
+use hidet_graph::attribute::Attributes;
+use hidet_graph::dtype::DType;
+use hidet_graph::graph::{Graph, GraphError, NodeId, ValueId};
+use hidet_graph::passes::rewrite::Rewriter;
+use hidet_graph::passes::GraphPass;
+use hidet_graph::tensor::Tensor;
+use hidet_graph::Attribute;
 
 /// Rewrites default-domain 2-D `f32` `MatMul` nodes with one constant operand at least
 /// [`PANEL_WIDTH`] wide along its output axis (the columns of a right operand, the rows of
@@ -61,7 +63,7 @@ impl GraphPass for PanelConstantWeights {
     }
 
     fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
-        let mut rw = Rewriter::new(graph);
+        let mut rw = Rewriter::with_registry(graph, crate::graph_ops::registry());
         for i in 0..rw.graph().nodes().len() {
             let g = rw.graph();
             let node = &g.nodes()[i];
@@ -85,9 +87,9 @@ impl GraphPass for PanelConstantWeights {
             let mut attrs = Attributes::new();
             attrs.insert("columns", Attribute::Int(columns as i64));
             attrs.insert("width", Attribute::Int(plan.width as i64));
-            attrs.insert(KEEP_LAYOUT, Attribute::Int(1));
             let matrix =
                 rw.add_domain_op(HIDET_DOMAIN, column_panels::OP_TYPE, attrs, &[panels])?;
+            rw.set_hints(matrix, KEEP_LAYOUT)?;
             let product = if plan.left {
                 let mut perm = Attributes::new();
                 perm.insert("perm", Attribute::Ints(vec![1, 0]));

@@ -14,12 +14,12 @@
 //! columns); the second reads `kw` values per output instead of `kh·kw`. A 3×3 stride-2
 //! max-pooling costs a third of the single kernel's time in isolation.
 
-use crate::attribute::Attributes;
-use crate::graph::{Graph, GraphError, NodeId, ValueId};
-use crate::kernels::window::{Geometry, WindowSpec};
-use crate::passes::rewrite::Rewriter;
-use crate::passes::GraphPass;
-use crate::Attribute;
+use hidet_graph::attribute::Attributes;
+use hidet_graph::graph::{Graph, GraphError, NodeId, ValueId};
+use hidet_graph::kernels::window::{Geometry, WindowSpec};
+use hidet_graph::passes::rewrite::Rewriter;
+use hidet_graph::passes::GraphPass;
+use hidet_graph::Attribute;
 
 /// Rewrites `MaxPool` and `AveragePool` nodes (default domain) over two spatial axes with a
 /// static input, a window longer than 1 along both, and no `Indices` output, into two 1-D
@@ -35,7 +35,7 @@ impl GraphPass for SeparablePool {
     }
 
     fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
-        let mut rw = Rewriter::new(graph);
+        let mut rw = Rewriter::with_registry(graph, crate::graph_ops::registry());
         for i in 0..rw.graph().nodes().len() {
             let Some((x, y, geometry)) = plan(&rw, NodeId(i)) else {
                 continue;

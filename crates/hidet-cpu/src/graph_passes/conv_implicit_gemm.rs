@@ -38,21 +38,21 @@
 //! right operand: the column matrix is never stored) and the bias, the reshape and whatever
 //! bijective consumers follow (ReLU, a residual add) its epilogues: one kernel.
 
-use crate::attribute::Attributes;
-use crate::fusion::specialize::KEEP_LAYOUT;
-use crate::fusion::MATERIALIZE;
-use crate::graph::{Graph, GraphError, NodeId, ValueId};
-use crate::kernels::window::Geometry;
-use crate::ops::im2col::HIDET_DOMAIN;
-use crate::ops::offset_gather::OP_TYPE as OFFSET_GATHER;
-use crate::passes::channels_last::{
+use crate::graph_ops::offset_gather::OP_TYPE as OFFSET_GATHER;
+use crate::graph_ops::HIDET_DOMAIN;
+use crate::graph_passes::channels_last::{
     channels_last_source, feeds_channels_last, perm_attrs, to_first, to_last,
 };
-use crate::passes::conv_node::{is_pointwise, static_conv};
-use crate::passes::rewrite::Rewriter;
-use crate::passes::GraphPass;
-use crate::tensor::Tensor;
-use crate::Attribute;
+use crate::graph_passes::KEEP_LAYOUT;
+use hidet_graph::attribute::Attributes;
+use hidet_graph::graph::{Graph, GraphError, NodeId, ValueId};
+use hidet_graph::kernels::window::Geometry;
+use hidet_graph::passes::conv_node::{is_pointwise, static_conv};
+use hidet_graph::passes::rewrite::Rewriter;
+use hidet_graph::passes::GraphPass;
+use hidet_graph::tensor::Tensor;
+use hidet_graph::Attribute;
+use hidet_graph::FusionHints;
 use std::collections::HashSet;
 
 /// Rewrites `Conv` nodes (default domain) with f32 data of a static shape (any batch) and a
@@ -87,7 +87,7 @@ impl GraphPass for ConvToImplicitGemm {
     }
 
     fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
-        let mut rw = Rewriter::new(graph);
+        let mut rw = Rewriter::with_registry(graph, crate::graph_ops::registry());
         let mut channels_last = HashSet::new();
         for i in 0..rw.graph().nodes().len() {
             let Some(mut plan) = plan(&rw, NodeId(i)) else {
@@ -231,8 +231,8 @@ fn is_padded(g: &Geometry) -> bool {
     g.pads_begin.iter().chain(&g.pads_end).any(|&p| p != 0)
 }
 
-/// For a padded direct convolution: the input zero-padded by a `Pad` node marked
-/// [`MATERIALIZE`] (stored once, so the convolution's loads need no guards), and the
+/// For a padded direct convolution: the input zero-padded by a `Pad` node hinted
+/// [`FusionHints::materialize`] (stored once, so the convolution's loads need no guards), and the
 /// geometry of the same convolution over it without padding.
 fn padded_input(rw: &mut Rewriter, p: &Plan) -> Result<(ValueId, Geometry), GraphError> {
     let g = &p.geometry;
@@ -256,20 +256,26 @@ fn padded_input(rw: &mut Rewriter, p: &Plan) -> Result<(ValueId, Geometry), Grap
     Ok((x, unpadded))
 }
 
-/// `Pad(x, pads)` (zeros) marked [`MATERIALIZE`]: stored once, so a convolution reading it
+/// `Pad(x, pads)` (zeros) hinted [`FusionHints::materialize`]: stored once, so a convolution reading it
 /// needs no guards.
 pub(super) fn materialized_pad(
     rw: &mut Rewriter,
     x: ValueId,
     pads: ValueId,
 ) -> Result<ValueId, GraphError> {
-    let mut attrs = Attributes::new();
-    attrs.insert(MATERIALIZE, Attribute::Int(1));
-    rw.add_op("Pad", attrs, &[x, pads])
+    let padded = rw.add_op("Pad", Attributes::new(), &[x, pads])?;
+    rw.set_hints(
+        padded,
+        FusionHints {
+            materialize: true,
+            ..FusionHints::default()
+        },
+    )?;
+    Ok(padded)
 }
 
 /// The offset tables of a direct convolution's pixels-as-rows operand over an unpadded
-/// geometry `g` of a `[batch, channels, d…]` input (see [`crate::ops::offset_gather`]): the
+/// geometry `g` of a `[batch, channels, d…]` input (see [`crate::graph_ops::offset_gather`]): the
 /// flat offset of each output pixel's window origin, row-major over the image and the
 /// output, and of each window element `(c, k…)` from the origin, row-major over the channel
 /// and the kernel position (the row order of `Im2Col`); both read off [`Geometry::offsets`]
@@ -303,7 +309,7 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         let wmat_t = stored_weight(rw, p)?;
         let x_last = rw.add_op("Transpose", perm_attrs(to_last(rank)), &[p.x])?;
         let pixels = p.batch * g.output_size();
-        let shape = shape_const(rw, &[pixels, p.channels]).map_err(|e| node_error(p, e))?;
+        let shape = rw.add_shape(&[pixels, p.channels]);
         let pixels = rw.add_op("Reshape", Attributes::new(), &[x_last, shape])?;
         let y = rw.add_op("MatMul", Attributes::new(), &[pixels, wmat_t])?;
         return finish_channels_last(rw, p, y, out_ch);
@@ -329,7 +335,7 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
             None => {
                 let attrs = unpadded.explicit_attrs();
                 let col = rw.add_domain_op(HIDET_DOMAIN, "Im2Col", attrs, &[x])?;
-                rw.add_op("Transpose", swap(false), &[col])?
+                rw.add_op("Transpose", swap(), &[col])?
             }
         };
         let y = rw.add_op("MatMul", Attributes::new(), &[rows, wmat_t])?;
@@ -341,7 +347,7 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     let col = columns(rw, p)?;
     if p.channels_last {
         let wmat_t = stored_weight(rw, p)?;
-        let col_t = rw.add_op("Transpose", swap(false), &[col])?;
+        let col_t = rw.add_op("Transpose", swap(), &[col])?;
         let y = rw.add_op("MatMul", Attributes::new(), &[col_t, wmat_t])?;
         return finish_channels_last(rw, p, y, out_ch);
     }
@@ -350,11 +356,11 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     let mut out_shape = vec![p.batch, out_ch];
     out_shape.extend(&g.output);
     if p.batch == 1 {
-        let shape = shape_const(rw, &out_shape).map_err(|e| node_error(p, e))?;
+        let shape = rw.add_shape(&out_shape);
         return rw.add_op("Reshape", Attributes::new(), &[y, shape]);
     }
     out_shape.swap(0, 1);
-    let shape = shape_const(rw, &out_shape).map_err(|e| node_error(p, e))?;
+    let shape = rw.add_shape(&out_shape);
     let y = rw.add_op("Reshape", Attributes::new(), &[y, shape])?;
     let mut perm = vec![1, 0];
     perm.extend(2..rank as i64);
@@ -372,21 +378,20 @@ fn batched_pointwise(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError>
         .and_then(|t| t.reshape(vec![1, p.channels, out_ch]))
         .map_err(|e| node_error(p, e))?;
     let wmat_t = rw.add_constant("conv_wmat_t", wmat_t);
-    let mut attrs = perm_attrs(vec![0, 2, 1]);
-    attrs.insert(KEEP_LAYOUT, Attribute::Int(1));
-    let wmat = rw.add_op("Transpose", attrs, &[wmat_t])?;
+    let wmat = rw.add_op("Transpose", perm_attrs(vec![0, 2, 1]), &[wmat_t])?;
+    rw.set_hints(wmat, KEEP_LAYOUT)?;
     let shape = [p.batch, p.channels, pixels];
-    let shape = shape_const(rw, &shape).map_err(|e| node_error(p, e))?;
+    let shape = rw.add_shape(&shape);
     let x = rw.add_op("Reshape", Attributes::new(), &[p.x, shape])?;
     let y = rw.add_op("MatMul", Attributes::new(), &[wmat, x])?;
     let y = add_bias(rw, p, y, [out_ch, 1])?;
     let mut out_shape = vec![p.batch, out_ch];
     out_shape.extend(&g.output);
-    let shape = shape_const(rw, &out_shape).map_err(|e| node_error(p, e))?;
+    let shape = rw.add_shape(&out_shape);
     rw.add_op("Reshape", Attributes::new(), &[y, shape])
 }
 
-/// The column matrix of `p`, `[C·∏k, N·∏o]` (see [`crate::ops::im2col`]): for a pointwise
+/// The column matrix of `p`, `[C·∏k, N·∏o]` (see [`crate::graph_ops::im2col`]): for a pointwise
 /// kernel the input itself, read as `[C, N·∏d]`.
 fn columns(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     let g = &p.geometry;
@@ -397,12 +402,12 @@ fn columns(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     let mut x = p.x;
     if p.batch != 1 {
         let shape = [p.batch, p.channels, pixels];
-        let shape = shape_const(rw, &shape).map_err(|e| node_error(p, e))?;
+        let shape = rw.add_shape(&shape);
         x = rw.add_op("Reshape", Attributes::new(), &[x, shape])?;
         x = rw.add_op("Transpose", perm_attrs(vec![1, 0, 2]), &[x])?;
     }
     let shape = [p.channels, p.batch * pixels];
-    let shape = shape_const(rw, &shape).map_err(|e| node_error(p, e))?;
+    let shape = rw.add_shape(&shape);
     rw.add_op("Reshape", Attributes::new(), &[x, shape])
 }
 
@@ -418,21 +423,21 @@ fn channels_first_product(
     let rows = p.weight.numel() / out_ch;
     if p.group == 1 {
         let wmat_t = stored_weight(rw, p)?;
-        let wmat = rw.add_op("Transpose", swap(true), &[wmat_t])?;
+        let wmat = rw.add_op("Transpose", swap(), &[wmat_t])?;
+        rw.set_hints(wmat, KEEP_LAYOUT)?;
         return rw.add_op("MatMul", Attributes::new(), &[wmat, col]);
     }
     let (groups, group_out) = (p.group, out_ch / p.group);
     let wmat_t =
         grouped_transposed(&p.weight, groups, group_out, rows).map_err(|e| node_error(p, e))?;
     let wmat_t = rw.add_constant("conv_wmat_t", wmat_t);
-    let mut attrs = perm_attrs(vec![0, 2, 1]);
-    attrs.insert(KEEP_LAYOUT, Attribute::Int(1));
-    let wmat = rw.add_op("Transpose", attrs, &[wmat_t])?;
+    let wmat = rw.add_op("Transpose", perm_attrs(vec![0, 2, 1]), &[wmat_t])?;
+    rw.set_hints(wmat, KEEP_LAYOUT)?;
     let cols = p.batch * p.geometry.output_size();
-    let shape = shape_const(rw, &[groups, rows, cols]).map_err(|e| node_error(p, e))?;
+    let shape = rw.add_shape(&[groups, rows, cols]);
     let col = rw.add_op("Reshape", Attributes::new(), &[col, shape])?;
     let y = rw.add_op("MatMul", Attributes::new(), &[wmat, col])?;
-    let shape = shape_const(rw, &[out_ch, cols]).map_err(|e| node_error(p, e))?;
+    let shape = rw.add_shape(&[out_ch, cols]);
     rw.add_op("Reshape", Attributes::new(), &[y, shape])
 }
 
@@ -443,7 +448,7 @@ fn grouped_transposed(
     groups: usize,
     rows: usize,
     cols: usize,
-) -> Result<Tensor, crate::tensor::TensorError> {
+) -> Result<Tensor, hidet_graph::tensor::TensorError> {
     let w = weight.as_slice::<f32>()?;
     let per_group = rows * cols;
     let data: Vec<f32> = (0..groups * per_group)
@@ -468,7 +473,7 @@ fn finish_channels_last(
     shape.extend(&p.geometry.output);
     shape.push(out_ch);
     let rank = shape.len();
-    let shape = shape_const(rw, &shape).map_err(|e| node_error(p, e))?;
+    let shape = rw.add_shape(&shape);
     let y = rw.add_op("Reshape", Attributes::new(), &[y, shape])?;
     rw.add_op("Transpose", perm_attrs(to_first(rank)), &[y])
 }
@@ -499,7 +504,7 @@ fn add_bias(
             rw.add_constant("conv_bias", t)
         }
         None => {
-            let shape = shape_const(rw, &bias_shape).map_err(|e| node_error(p, e))?;
+            let shape = rw.add_shape(&bias_shape);
             rw.add_op("Reshape", Attributes::new(), &[b, shape])?
         }
     };
@@ -507,7 +512,7 @@ fn add_bias(
 }
 
 /// A tensor error while rewriting the convolution of `p`, as a graph error naming it.
-fn node_error(p: &Plan, e: crate::tensor::TensorError) -> GraphError {
+fn node_error(p: &Plan, e: hidet_graph::tensor::TensorError) -> GraphError {
     GraphError::Node {
         node: p.node.clone(),
         op_type: "Conv".into(),
@@ -515,14 +520,10 @@ fn node_error(p: &Plan, e: crate::tensor::TensorError) -> GraphError {
     }
 }
 
-/// The attributes of a 2-D transpose; `keep_layout` marks one that specialization must not
-/// fold (the stored transposed weight, packed in memory order).
-fn swap(keep_layout: bool) -> Attributes {
+/// The attributes of a 2-D transpose.
+fn swap() -> Attributes {
     let mut attrs = Attributes::new();
     attrs.insert("perm", Attribute::Ints(vec![1, 0]));
-    if keep_layout {
-        attrs.insert(KEEP_LAYOUT, Attribute::Int(1));
-    }
     attrs
 }
 
@@ -531,19 +532,10 @@ pub(super) fn transposed(
     weight: &Tensor,
     rows: usize,
     cols: usize,
-) -> Result<Tensor, crate::tensor::TensorError> {
+) -> Result<Tensor, hidet_graph::tensor::TensorError> {
     let w = weight.as_slice::<f32>()?;
     let data: Vec<f32> = (0..rows * cols)
         .map(|i| w[(i % rows) * cols + i / rows])
         .collect();
     Tensor::new(vec![cols, rows], data)
-}
-
-pub(super) fn shape_const(
-    rw: &mut Rewriter,
-    dims: &[usize],
-) -> Result<ValueId, crate::tensor::TensorError> {
-    let v: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
-    let t = Tensor::new(vec![v.len()], v)?;
-    Ok(rw.add_constant("shape", t))
 }

@@ -6,28 +6,26 @@
 //! kernel position), column `(n, o)` (row-major over the image and the output positions),
 //! holding the element of image `n` the window at `o` reads at kernel position `k` of channel
 //! `c`, or 0 in the padding. The window geometry is the convolution's
-//! ([`crate::kernels::window`]) with explicit pads.
+//! ([`hidet_graph::kernels::window`]) with explicit pads.
 //!
 //! The operator is internal (domain [`HIDET_DOMAIN`]): the implicit-GEMM pass creates it in
 //! front of a matrix product, whose kernel inlines its compute definition into the loads of
 //! its right operand, so the column matrix is never stored.
 
-use crate::dispatch_float;
-use crate::dtype::DType;
-use crate::kernels::window::{Geometry, WindowAttrs, WindowSpec, BEYOND_PADDING};
-use crate::operator::{
+use crate::graph_ops::HIDET_DOMAIN;
+use hidet_graph::dispatch_float;
+use hidet_graph::dtype::DType;
+use hidet_graph::kernels::window::{Geometry, WindowAttrs, WindowSpec, BEYOND_PADDING};
+use hidet_graph::operator::{
     arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
 };
-use crate::ops::common::check_dtype;
-use crate::ops::compute_util::{grid_def, input, placeholders, unravel};
-use crate::ops::window_compute::{fits_i32, guarded, window_read};
-use crate::registry::{Registry, LATEST_OPSET};
-use crate::shape::{Dim, TensorType};
-use crate::tensor::{Element, Tensor};
+use hidet_graph::ops::common::check_dtype;
+use hidet_graph::ops::compute_util::{grid_def, input, placeholders, unravel};
+use hidet_graph::ops::window_compute::{fits_i32, guarded, window_read};
+use hidet_graph::registry::{Registry, LATEST_OPSET};
+use hidet_graph::shape::{Dim, TensorType};
+use hidet_graph::tensor::{Element, Tensor};
 use hidet_ir::expr::Expr;
-
-/// The domain of hidet's internal operators.
-pub const HIDET_DOMAIN: &str = "hidet";
 
 /// An `Im2Col` node (see the module docs).
 #[derive(Debug)]
@@ -70,7 +68,10 @@ impl Operator for Im2Col {
         let shape = match x.ty.fixed_shape() {
             Some(xs) => {
                 let g = self.geometry(&xs)?;
-                vec![Dim::Fixed(xs[1] * kernel), Dim::Fixed(xs[0] * g.output_size())]
+                vec![
+                    Dim::Fixed(xs[1] * kernel),
+                    Dim::Fixed(xs[0] * g.output_size()),
+                ]
             }
             None => vec![Dim::Unknown, Dim::Unknown],
         };
@@ -144,8 +145,8 @@ impl Operator for Im2Col {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::common::build_op;
-    use crate::attribute::Attribute;
+    use crate::graph_ops::build_op;
+    use hidet_graph::attribute::Attribute;
 
     fn build(attrs: &[(&str, Attribute)]) -> Result<Box<dyn Operator>, OpError> {
         build_op(HIDET_DOMAIN, "Im2Col", 1, attrs, 1, 1)
@@ -199,10 +200,7 @@ mod tests {
                 value: None,
             })])
             .unwrap();
-        assert_eq!(
-            inferred[0],
-            TensorType::fixed(DType::F32, &[c * 6, cols])
-        );
+        assert_eq!(inferred[0], TensorType::fixed(DType::F32, &[c * 6, cols]));
     }
 
     #[test]

@@ -7,23 +7,24 @@
 //! gives `B[l, k, j] = P[l, j / W, k, j % W]`, `[L, K, N]`.
 //!
 //! The operator is internal (domain [`HIDET_DOMAIN`]): the weight-prepacking pass
-//! ([`crate::passes::PanelConstantWeights`]) stores a constant operand of a matrix product
+//! ([`hidet_graph::passes::PanelConstantWeights`]) stores a constant operand of a matrix product
 //! this way, once, at compile time. A right operand's panels are [`PANEL_WIDTH`] wide, so each
 //! row of a panel is one 64-byte line; a left operand is stored transposed, as panels as wide
 //! as the CPU micro-kernel's register tile is tall, so each tile reads one contiguous panel.
 //! A matrix-product kernel reads the panels in place, row after row, where it would
 //! otherwise copy (pack) the operand on every call.
 
-use crate::dtype::DType;
-use crate::operator::{
+use crate::graph_ops::HIDET_DOMAIN;
+use hidet_graph::dtype::DType;
+use hidet_graph::fusion::StoredLayout;
+use hidet_graph::operator::{
     arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
 };
-use crate::ops::common::check_dtype;
-use crate::ops::compute_util::{grid_def, input, placeholders};
-use crate::ops::im2col::HIDET_DOMAIN;
-use crate::registry::{Registry, LATEST_OPSET};
-use crate::shape::{Dim, TensorType};
-use crate::tensor::Tensor;
+use hidet_graph::ops::common::check_dtype;
+use hidet_graph::ops::compute_util::{grid_def, input, placeholders};
+use hidet_graph::registry::{Registry, LATEST_OPSET};
+use hidet_graph::shape::{Dim, TensorType};
+use hidet_graph::tensor::Tensor;
 use hidet_ir::dtype::DataType;
 use hidet_ir::expr::Expr;
 
@@ -117,6 +118,11 @@ impl ColumnPanels {
 }
 
 impl Operator for ColumnPanels {
+    /// The matrix is `P` read as panels of `width` columns.
+    fn stored_layout(&self) -> Option<StoredLayout> {
+        Some(StoredLayout::ColumnPanels { width: self.width })
+    }
+
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
         let p = infer_arg(inputs, 0)?;
         check_dtype(0, p.ty.dtype, |d| d == DType::F32)?;
@@ -184,11 +190,18 @@ impl Operator for ColumnPanels {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::common::build_op;
-    use crate::attribute::Attribute;
+    use crate::graph_ops::build_op;
+    use hidet_graph::attribute::Attribute;
 
     fn build(columns: i64) -> Result<Box<dyn Operator>, OpError> {
-        build_op(HIDET_DOMAIN, OP_TYPE, 1, &[("columns", Attribute::Int(columns))], 1, 1)
+        build_op(
+            HIDET_DOMAIN,
+            OP_TYPE,
+            1,
+            &[("columns", Attribute::Int(columns))],
+            1,
+            1,
+        )
     }
 
     fn build_width(columns: i64, width: i64) -> Result<Box<dyn Operator>, OpError> {
@@ -235,7 +248,9 @@ mod tests {
     #[test]
     fn batched_panels_round_trip() {
         let (l, k, n) = (3usize, 4usize, 21usize);
-        let values: Vec<f32> = (0..l * k * n).map(|i| (i as f32 * 0.37).cos() - 0.1).collect();
+        let values: Vec<f32> = (0..l * k * n)
+            .map(|i| (i as f32 * 0.37).cos() - 0.1)
+            .collect();
         let b = Tensor::new(vec![l, k, n], values.clone()).unwrap();
         let panels = to_panels(&b, PANEL_WIDTH).unwrap();
         assert_eq!(panels.shape(), &[l, 2, k, PANEL_WIDTH]);
@@ -262,9 +277,15 @@ mod tests {
         let b = Tensor::new(vec![2, 3], vec![1f32; 6]).unwrap();
         assert!(to_panels(&b, 0).is_none() && to_panels(&b, MAX_PANEL_WIDTH + 1).is_none());
         assert!(matches!(build_width(20, 0), Err(OpError::Attribute { .. })));
-        assert!(matches!(build_width(20, 65), Err(OpError::Attribute { .. })));
+        assert!(matches!(
+            build_width(20, 65),
+            Err(OpError::Attribute { .. })
+        ));
         let sixteen_wide = Tensor::new(vec![2, 3, 16], vec![1f32; 96]).unwrap();
         let op = build_width(20, 6).unwrap();
-        assert!(matches!(op.eval(&[Some(&sixteen_wide)]), Err(OpError::Shape(_))));
+        assert!(matches!(
+            op.eval(&[Some(&sixteen_wide)]),
+            Err(OpError::Shape(_))
+        ));
     }
 }

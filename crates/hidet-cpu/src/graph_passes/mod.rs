@@ -1,0 +1,112 @@
+//! The CPU backend's graph rewrites and its pass list ([`passes_for`]): convolutions as the
+//! products, gathers and channels-last forms the CPU matrix-product template runs fastest,
+//! poolings split along their axes, and constant weights stored as the panels the template
+//! reads in place. They build the internal operators of [`crate::graph_ops`] and run, like
+//! every pass, on a graph bound to concrete input shapes
+//! ([`hidet_graph::compiled::Backend::graph_passes`]).
+
+mod channels_last;
+mod conv_implicit_gemm;
+mod conv_winograd;
+mod panel_weights;
+mod separable_pool;
+
+pub use channels_last::{DepthwiseChannelsLast, SinkTransposes};
+pub use conv_implicit_gemm::{ConvToImplicitGemm, FEW_CHANNELS};
+pub use conv_winograd::{ConvWinograd, WINOGRAD_MIN_CHANNEL_HARMONIC, WINOGRAD_MIN_TILES};
+pub use panel_weights::PanelConstantWeights;
+pub use separable_pool::SeparablePool;
+
+use hidet_graph::passes::{
+    simplification_passes, CommonSubexpressionElimination, DeadCodeElimination,
+    FlattenBatchedMatMul, GraphPass, SimplifyChains,
+};
+
+use crate::graph_ops::column_panels::PANEL_WIDTH;
+use hidet_graph::FusionHints;
+
+/// The hints of a node that lays a constant out the way a kernel reads it (a weight stored
+/// transposed, column panels): specialization keeps it rather than folding it.
+const KEEP_LAYOUT: FusionHints = FusionHints {
+    keep_layout: true,
+    materialize: false,
+    prologue_only: false,
+};
+
+/// What the CPU passes may assume of the kernels that will run the graph; the rewritten graph
+/// computes the same values whatever the options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PassOptions {
+    /// Output channels up to which a convolution with a short window becomes a direct
+    /// one ([`ConvToImplicitGemm::direct_max_channels`]).
+    pub direct_conv_max_channels: usize,
+    /// Rows per panel of a constant left operand of a matrix product stored as panels
+    /// ([`PanelConstantWeights::left_panel_rows`]): the rows of the template's register tile.
+    pub left_panel_rows: usize,
+    /// Whether 3×3 stride-1 convolutions with enough tiles and channels run by Winograd's
+    /// algorithm ([`ConvWinograd`]).
+    pub winograd: bool,
+}
+
+impl Default for PassOptions {
+    /// [`FEW_CHANNELS`], 16-row panels ([`PANEL_WIDTH`]) and Winograd convolutions.
+    fn default() -> Self {
+        PassOptions {
+            direct_conv_max_channels: FEW_CHANNELS,
+            left_panel_rows: PANEL_WIDTH,
+            winograd: true,
+        }
+    }
+}
+
+/// The CPU pass list for the default [`PassOptions`].
+pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
+    passes_for(&PassOptions::default())
+}
+
+/// The CPU backend's graph passes, in order, for `options`: the target-neutral simplifications
+/// of `hidet-graph`, the CPU rewrites, then the target-neutral cleanup with the weight panels
+/// stored before the last dead-code elimination. New CPU passes are added here.
+pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
+    let mut passes = simplification_passes();
+    passes.extend::<[Box<dyn GraphPass>; 10]>([
+        // Static f32 depthwise Conv (any batch) → hidet::DepthwiseConvNhwc between transposes.
+        Box::new(DepthwiseChannelsLast),
+        // Static f32 3×3 stride-1 Conv (any batch) with a constant weight → Winograd's three
+        // products (input transform, per-position product, output transform).
+        Box::new(ConvWinograd {
+            min_tiles: if options.winograd {
+                WINOGRAD_MIN_TILES
+            } else {
+                usize::MAX
+            },
+            ..ConvWinograd::default()
+        }),
+        // Static f32 Conv with a constant weight (any batch, grouped too) → Im2Col + MatMul +
+        // bias + Reshape, the batch folded into the product's columns or rows.
+        Box::new(ConvToImplicitGemm {
+            direct_max_channels: options.direct_conv_max_channels,
+        }),
+        // MaxPool/AveragePool over a 2-D window → a pooling along rows, then one along columns.
+        Box::new(SeparablePool),
+        // Channels-first transposes moved below element-wise operators, toward the
+        // channels-last transposes they cancel with (merged by the SimplifyChains below).
+        Box::new(SinkTransposes),
+        // Structurally identical nodes (and equal small constants) merged.
+        Box::new(CommonSubexpressionElimination),
+        // MatMul of a batched input by a constant 2-D weight → 2-D MatMul between Reshapes;
+        // MatMul of two operands with the same batch axes → one batch axis between Reshapes.
+        Box::new(FlattenBatchedMatMul),
+        // The Reshapes and Transposes added above merged with their neighbours.
+        Box::new(SimplifyChains),
+        // Constant operands of MatMul stored as panels (16 columns of a right operand, a
+        // register tile's rows of a left one) the template reads in place instead of packing
+        // them on every run.
+        Box::new(PanelConstantWeights {
+            left_panel_rows: options.left_panel_rows,
+        }),
+        // Nodes no output depends on, and initializers nothing reads, removed.
+        Box::new(DeadCodeElimination),
+    ]);
+    passes
+}

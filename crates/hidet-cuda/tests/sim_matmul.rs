@@ -1,0 +1,77 @@
+//! The SIMT matmul template simulated ([`hidet_cuda::sim`]): every showcase schedule and
+//! the three schedules of the space with the most registers, on shapes that are not
+//! multiples of any tile, with integer-valued inputs in [-4, 4] so that every product and
+//! sum is exact in `f32`: the output must equal the f64 reference bit for bit.
+
+// Index loops mirror the references' formulas (lane, row, column).
+#![allow(clippy::needless_range_loop)]
+
+mod common;
+
+use common::Rng;
+use hidet_cuda::sim::{DeviceBuffer, LaunchOptions, SimArg, Simulator};
+use hidet_cuda::templates::matmul_simt::{
+    build, kernel_name, schedule_space, showcase_schedules, MatmulSimtSchedule, SimtLimits,
+};
+use std::time::Instant;
+
+fn ints(rng: &mut Rng, len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|_| (rng.next_u64() % 9) as f32 - 4.0)
+        .collect()
+}
+
+/// Simulates `schedule` on `m × n × k` and compares with the f64 product, bit for bit.
+fn check(schedule: &MatmulSimtSchedule, m: usize, n: usize, k: usize, seed: u64) {
+    let module = build(m as i64, n as i64, k as i64, schedule).expect("valid schedule");
+    let sim = Simulator::from_module(&module, &kernel_name(schedule))
+        .unwrap_or_else(|e| panic!("{schedule}: {e}"));
+    let mut rng = Rng::new(seed);
+    let (a, b) = (ints(&mut rng, m * k), ints(&mut rng, k * n));
+    let mut args = vec![
+        SimArg::Buffer(DeviceBuffer::from_f32(&a)),
+        SimArg::Buffer(DeviceBuffer::from_f32(&b)),
+        SimArg::Buffer(DeviceBuffer::output(hidet_ir::dtype::DataType::F32, m * n)),
+    ];
+    let start = Instant::now();
+    let report = sim
+        .launch(&mut args, &LaunchOptions::default())
+        .unwrap_or_else(|e| panic!("{schedule} at {m}x{n}x{k}: {e}"));
+    let elapsed = start.elapsed();
+    let c = args[2]
+        .buffer()
+        .and_then(|b| b.to_f32())
+        .expect("f32 output");
+    for i in 0..m {
+        for j in 0..n {
+            let want: f64 = (0..k)
+                .map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j]))
+                .sum();
+            assert_eq!(
+                c[i * n + j].to_bits(),
+                (want as f32).to_bits(),
+                "{schedule}: C[{i}, {j}] at {m}x{n}x{k}"
+            );
+        }
+    }
+    eprintln!(
+        "{schedule}: {} blocks, {} warp steps, {elapsed:.2?}",
+        report.blocks_simulated, report.warp_steps
+    );
+}
+
+#[test]
+fn every_showcase_schedule_matches_the_f64_product_bit_for_bit() {
+    for (i, s) in showcase_schedules().iter().enumerate() {
+        check(s, 97, 130, 61, i as u64 + 1);
+    }
+}
+
+#[test]
+fn the_three_schedules_with_most_registers_match_bit_for_bit() {
+    let mut space = schedule_space(&SimtLimits::default());
+    space.sort_by_key(|s| std::cmp::Reverse(s.estimated_registers()));
+    for (i, s) in space.iter().take(3).enumerate() {
+        check(s, 97, 130, 61, 100 + i as u64);
+    }
+}
