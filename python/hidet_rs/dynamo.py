@@ -38,6 +38,7 @@ What happens on a call:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import warnings
@@ -70,6 +71,23 @@ def _is_weight(node: torch.fx.Node, value: Any) -> bool:
     except Exception:  # a source kind without a guard source: not a module attribute
         return False
     return "NN_MODULE" in getattr(guard, "name", "")
+
+
+@contextlib.contextmanager
+def _quiet_exporter():
+    """Keeps the exporter from printing its whole TorchScript graph to stdout when it fails
+    (``torch.onnx.utils`` logs it through ``torch._C._jit_onnx_log``, with the log always on):
+    the fallback's one log line names the failure instead. The hook is private to torch, so
+    it is replaced only where it exists, and restored afterwards."""
+    original = getattr(torch._C, "_jit_onnx_log", None)
+    if original is None:
+        yield
+        return
+    torch._C._jit_onnx_log = lambda *args: None
+    try:
+        yield
+    finally:
+        torch._C._jit_onnx_log = original
 
 
 class _Eager:
@@ -155,7 +173,7 @@ class _CompiledGraph:
         module = _Exported(self.gm, args, runtime).eval()
         buffer = io.BytesIO()
         try:
-            with torch.no_grad(), warnings.catch_warnings():
+            with torch.no_grad(), warnings.catch_warnings(), _quiet_exporter():
                 # The TorchScript-based exporter is chosen on purpose (see the module docs).
                 warnings.simplefilter("ignore", DeprecationWarning)
                 torch.onnx.export(
