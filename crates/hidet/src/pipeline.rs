@@ -9,6 +9,7 @@
 
 use std::path::Path;
 
+use hidet_cpu::graph_backend::tuning::CpuTuning;
 use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
 use hidet_graph::compiled::{Backend, CompileOptions, CompiledError, CompiledModel};
 use hidet_graph::passes::{run_passes, GraphPass};
@@ -17,6 +18,8 @@ use hidet_graph::{
     ExecError, Graph, GraphError, Tensor,
 };
 use hidet_onnx::{OnnxError, OnnxModel};
+
+use crate::zoo::{self, ZooError};
 
 /// A model compiled for the CPU (lazily, once per distinct set of input shapes).
 pub type CpuModel = CompiledModel<CpuBackend>;
@@ -39,8 +42,30 @@ pub fn load(path: &Path) -> Result<OnnxModel, PipelineError> {
     Ok(hidet_onnx::load_model(path)?)
 }
 
+/// Imports the bytes of an `.onnx` file (external data is refused: there is no folder to
+/// confine it to); otherwise as [`load`].
+pub fn load_bytes(bytes: &[u8]) -> Result<OnnxModel, PipelineError> {
+    let proto = hidet_onnx::decode_model(bytes)?;
+    Ok(hidet_onnx::import_model(
+        &proto,
+        None,
+        hidet_graph::Registry::global(),
+    )?)
+}
+
+/// The zoo model `name` (without the `zoo:` prefix) as a model as imported, the way
+/// `hidet bench zoo:NAME` loads it.
+pub fn zoo_model(name: &str) -> Result<OnnxModel, ZooError> {
+    Ok(OnnxModel {
+        graph: zoo::build(name)?,
+        ir_version: 8,
+        opsets: vec![(String::new(), zoo::net::OPSET)],
+        producer: "hidet zoo".into(),
+    })
+}
+
 /// The CPU backend's graph passes on this host ([`CpuBackend`]'s
-/// [`Backend::graph_passes`](hidet_graph::compiled::Backend::graph_passes)).
+/// [`Backend::graph_passes`]).
 pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
     CpuBackend::new(CpuBackendOptions::default()).graph_passes()
 }
@@ -57,9 +82,15 @@ pub fn optimize(graph: Graph) -> Result<Graph, PipelineError> {
 /// [`default_passes`] and compiles (see [`CompiledModel`]); compiled kernels are cached on
 /// disk (`HIDET_CACHE_DIR`) and in the returned model per input shapes.
 pub fn compile(model: &OnnxModel, opts: CompileOptions) -> CpuModel {
+    compile_tuned(model, opts, CpuTuning::default())
+}
+
+/// [`compile`] with `tuning`: the tuning level, cache and observer of the matmul tasks
+/// (measured when a shape is compiled, see [`CpuTuning`]).
+pub fn compile_tuned(model: &OnnxModel, opts: CompileOptions, tuning: CpuTuning) -> CpuModel {
     CompiledModel::new(
         model.graph.clone(),
-        CpuBackend::new(CpuBackendOptions::default()),
+        CpuBackend::new(CpuBackendOptions::default()).with_tuning(tuning),
         opts,
     )
 }

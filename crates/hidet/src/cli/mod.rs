@@ -20,6 +20,8 @@ pub enum CliError {
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
     #[error(transparent)]
+    Api(#[from] hidet::Error),
+    #[error(transparent)]
     Zoo(#[from] hidet::zoo::ZooError),
     #[error(transparent)]
     Inputs(#[from] hidet::zoo::inputs::InputError),

@@ -2,9 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hidet::graph::compiled::CompileOptions;
-use hidet::graph::Tensor;
-use hidet::pipeline;
+use hidet::{Model, Options, Tensor};
 
 use super::{npy, CliError};
 
@@ -49,22 +47,19 @@ pub fn run(
     threads: Option<usize>,
 ) -> Result<(), CliError> {
     let specs = parse_inputs(inputs)?;
-    let m = pipeline::load(model)?;
+    let m = Model::load(model)?;
     let tensors: Vec<(String, Tensor)> = specs
         .iter()
         .map(|(name, path)| Ok((name.clone(), npy::read(path)?)))
         .collect::<Result<_, CliError>>()?;
     let outputs = if reference {
-        pipeline::run_reference(&m, &tensors)?
+        m.run_reference(&tensors)?
     } else {
-        let compiled = pipeline::compile(
-            &m,
-            CompileOptions {
-                threads,
-                ..CompileOptions::default()
-            },
-        );
-        pipeline::run(&compiled, &tensors)?
+        let options = Options {
+            threads,
+            ..Options::default()
+        };
+        m.compile(&options)?.run(&tensors)?
     };
     std::fs::create_dir_all(output_dir).map_err(|e| CliError::Io {
         path: output_dir.to_path_buf(),

@@ -24,15 +24,7 @@ pub struct Loaded {
 pub fn load(spec: &str) -> Result<Loaded, CliError> {
     let start = Instant::now();
     let model = match zoo::strip_prefix(spec) {
-        Some(name) => {
-            let graph = zoo::build(name)?;
-            OnnxModel {
-                graph,
-                ir_version: 8,
-                opsets: vec![(String::new(), zoo::net::OPSET)],
-                producer: "hidet zoo".into(),
-            }
-        }
+        Some(name) => pipeline::zoo_model(name)?,
         None => {
             let path = Path::new(spec);
             if !path.is_file() {

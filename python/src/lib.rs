@@ -1,0 +1,604 @@
+//! `hidet_rs._native`: the Python bindings of the [`hidet`] embedding API (see
+//! `python/hidet_rs/_native.pyi` for the Python-side contract).
+//!
+//! - Inputs: numpy arrays (or anything `numpy.asarray` accepts) of the input's exact dtype.
+//!   Each is copied once into a tensor (a C-contiguous array with one `memcpy`), since a
+//!   hidet tensor owns its elements; the kernels then read that tensor in place.
+//! - Outputs: numpy arrays that take over the tensor a run returns, without copying it (the
+//!   kernels wrote it in place where the model allows, see `hidet::api`).
+//! - The GIL is released while a model compiles and while it runs.
+//! - Errors: `HidetError` and its subclasses, whose message is the one the `hidet`
+//!   command-line tool prints after `error: ` for the same failure.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use hidet::graph::compiled::CompiledError;
+use hidet::graph::ExecError;
+use hidet::pipeline::PipelineError;
+use hidet::{CompiledModel, DType, Dim, Error, Model, Options, Tensor, TensorInfo, TuneLevel};
+use numpy::{PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray};
+use numpy::{PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+
+create_exception!(
+    hidet_rs,
+    HidetError,
+    PyException,
+    "Every error hidet raises; the message is the one the `hidet` command-line tool prints."
+);
+create_exception!(
+    hidet_rs,
+    ModelError,
+    HidetError,
+    "A model that cannot be read or imported: a missing, malformed or truncated file, an \
+     unsupported operator."
+);
+create_exception!(
+    hidet_rs,
+    InputError,
+    HidetError,
+    "Inputs that do not fit the model: a missing or unknown input, a wrong dtype, shape or \
+     count."
+);
+
+/// The exception class of `e` (see the module docs).
+fn py_error(e: Error) -> PyErr {
+    let message = e.to_string();
+    let input = |x: &ExecError| {
+        matches!(
+            x,
+            ExecError::MissingInput(_)
+                | ExecError::UnknownInput(_)
+                | ExecError::WrongDType { .. }
+                | ExecError::WrongShape { .. }
+                | ExecError::SymbolConflict(_)
+                | ExecError::WrongKind { .. }
+        )
+    };
+    match &e {
+        Error::Zoo(_) | Error::Pipeline(PipelineError::Onnx(_) | PipelineError::Graph(_)) => {
+            ModelError::new_err(message)
+        }
+        Error::InputCount { .. } | Error::Tensor(_) => InputError::new_err(message),
+        Error::Pipeline(PipelineError::Compiled(CompiledError::Bind(_))) => {
+            InputError::new_err(message)
+        }
+        Error::Pipeline(
+            PipelineError::Exec(x) | PipelineError::Compiled(CompiledError::Exec(x)),
+        ) if input(x) => InputError::new_err(message),
+        _ => HidetError::new_err(message),
+    }
+}
+
+/// The thread count `compile` uses when given none (0: every core).
+static DEFAULT_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// The numpy name of `dtype` (hidet's own name for the types numpy lacks).
+fn dtype_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F16 => "float16",
+        DType::F32 => "float32",
+        DType::F64 => "float64",
+        DType::I8 => "int8",
+        DType::I16 => "int16",
+        DType::I32 => "int32",
+        DType::I64 => "int64",
+        DType::U8 => "uint8",
+        DType::U16 => "uint16",
+        DType::U32 => "uint32",
+        DType::U64 => "uint64",
+        DType::Bool => "bool",
+        other => other.name(),
+    }
+}
+
+/// A graph input or output: `name`, `dtype` (a numpy dtype name), `shape` (a list of ints,
+/// strs for symbolic dimensions and None for unknown ones; None when the rank is unknown) and
+/// `kind`.
+#[pyclass(module = "hidet_rs", name = "TensorInfo", frozen)]
+struct PyTensorInfo {
+    info: TensorInfo,
+}
+
+#[pymethods]
+impl PyTensorInfo {
+    #[getter]
+    fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        dtype_name(self.info.dtype)
+    }
+
+    #[getter]
+    fn kind(&self) -> String {
+        self.info.kind.to_string()
+    }
+
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
+        let Some(dims) = &self.info.shape else {
+            return Ok(None);
+        };
+        let items: Vec<Bound<'py, PyAny>> = dims
+            .iter()
+            .map(|d| match d {
+                Dim::Fixed(n) => n
+                    .into_pyobject(py)
+                    .map_or_else(|e| match e {}, |o| o.into_any()),
+                Dim::Symbol(s) => PyString::new(py, s).into_any(),
+                Dim::Unknown => py.None().into_bound(py),
+            })
+            .collect();
+        Ok(Some(PyList::new(py, items)?))
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let shape = match self.shape(py)? {
+            Some(list) => list.repr()?.to_string(),
+            None => "None".to_string(),
+        };
+        Ok(format!(
+            "TensorInfo(name={:?}, dtype={:?}, shape={shape}, kind={:?})",
+            self.info.name,
+            self.dtype(),
+            self.kind()
+        ))
+    }
+}
+
+fn infos(list: &[TensorInfo]) -> Vec<PyTensorInfo> {
+    list.iter()
+        .map(|info| PyTensorInfo { info: info.clone() })
+        .collect()
+}
+
+/// One numpy array (or anything `numpy.asarray` takes) as a tensor of the same dtype and
+/// shape. A C-contiguous array is copied with one `memcpy`; any other is gathered in C order.
+fn to_tensor(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Tensor> {
+    let py = value.py();
+    let owned;
+    let array: &Bound<'_, PyUntypedArray> = match value.downcast::<PyUntypedArray>() {
+        Ok(a) => a,
+        Err(_) => {
+            owned = py
+                .import("numpy")?
+                .call_method1("asarray", (value,))?
+                .downcast_into::<PyUntypedArray>()?;
+            &owned
+        }
+    };
+    let shape = array.shape().to_vec();
+    let dtype = array.dtype();
+    macro_rules! convert {
+        ($($t:ty),*) => {
+            $(
+                if dtype.is_equiv_to(&numpy::dtype::<$t>(py)) {
+                    let typed = array.downcast::<PyArrayDyn<$t>>()?;
+                    let view: PyReadonlyArrayDyn<'_, $t> = typed.try_readonly().map_err(|e| {
+                        InputError::new_err(format!("input `{name}`: {e}"))
+                    })?;
+                    let data: Vec<$t> = match view.as_slice() {
+                        Ok(slice) => slice.to_vec(),
+                        Err(_) => view.as_array().iter().copied().collect(),
+                    };
+                    return Tensor::new(shape, data).map_err(|e| py_error(e.into()));
+                }
+            )*
+        };
+    }
+    convert!(
+        f32,
+        f64,
+        hidet::graph::half::f16,
+        i64,
+        i32,
+        i16,
+        i8,
+        u8,
+        u16,
+        u32,
+        u64,
+        bool
+    );
+    Err(InputError::new_err(format!(
+        "input `{name}`: numpy dtype {} has no hidet dtype",
+        dtype.str()?
+    )))
+}
+
+/// `tensor` as a numpy array. The array takes over the tensor's elements without a copy
+/// when nothing else shares them (a run's outputs; an output that is a model constant or an
+/// input is copied); types numpy lacks are widened exactly (bf16 and the float8 types to
+/// float32, 4-bit integers to int8 / uint8).
+fn to_numpy<'py>(py: Python<'py>, tensor: Tensor) -> PyResult<Bound<'py, PyAny>> {
+    use hidet::graph::Element;
+    let shape = tensor.shape().to_vec();
+    fn take<T: Element + numpy::Element + Clone>(
+        py: Python<'_>,
+        tensor: Tensor,
+        shape: Vec<usize>,
+    ) -> PyResult<Bound<'_, PyAny>> {
+        let shared: Arc<Vec<T>> = T::unwrap(tensor.data())
+            .cloned()
+            .ok_or_else(|| HidetError::new_err("output dtype mismatch"))?;
+        drop(tensor);
+        // Unique once the tensor is gone, unless the run shares it (a constant output).
+        let data = Arc::try_unwrap(shared).unwrap_or_else(|shared| shared.as_ref().clone());
+        Ok(PyArray1::from_vec(py, data).reshape(shape)?.into_any())
+    }
+    match tensor.dtype() {
+        DType::F32 => take::<f32>(py, tensor, shape),
+        DType::F64 => take::<f64>(py, tensor, shape),
+        DType::F16 => take::<hidet::graph::half::f16>(py, tensor, shape),
+        DType::I8 => take::<i8>(py, tensor, shape),
+        DType::I16 => take::<i16>(py, tensor, shape),
+        DType::I32 => take::<i32>(py, tensor, shape),
+        DType::I64 => take::<i64>(py, tensor, shape),
+        DType::U8 => take::<u8>(py, tensor, shape),
+        DType::U16 => take::<u16>(py, tensor, shape),
+        DType::U32 => take::<u32>(py, tensor, shape),
+        DType::U64 => take::<u64>(py, tensor, shape),
+        DType::Bool => take::<bool>(py, tensor, shape),
+        DType::BF16 | DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => {
+            let data: Vec<f32> = tensor.to_f64_vec().into_iter().map(|x| x as f32).collect();
+            Ok(PyArray1::from_vec(py, data).reshape(shape)?.into_any())
+        }
+        DType::I4 => {
+            let data: Vec<i8> = tensor.to_i64_vec().into_iter().map(|x| x as i8).collect();
+            Ok(PyArray1::from_vec(py, data).reshape(shape)?.into_any())
+        }
+        DType::U4 => {
+            let data: Vec<u8> = tensor.to_i64_vec().into_iter().map(|x| x as u8).collect();
+            Ok(PyArray1::from_vec(py, data).reshape(shape)?.into_any())
+        }
+        DType::String => Err(HidetError::new_err(
+            "string outputs cannot be returned as numpy arrays yet",
+        )),
+    }
+}
+
+/// Inputs given as a mapping (by name) or a sequence (in input order).
+enum Feeds {
+    Named(Vec<(String, Tensor)>),
+    Positional(Vec<Tensor>),
+}
+
+fn feeds(inputs: &Bound<'_, PyAny>, declared: &[TensorInfo]) -> PyResult<Feeds> {
+    if let Ok(dict) = inputs.downcast::<PyDict>() {
+        let mut named = Vec::with_capacity(dict.len());
+        for (key, value) in dict.iter() {
+            let name: String = key.extract().map_err(|_| {
+                InputError::new_err(format!(
+                    "input names must be str, given {}",
+                    key.get_type().name().map_or("?".into(), |n| n.to_string())
+                ))
+            })?;
+            let tensor = to_tensor(&value, &name)?;
+            named.push((name, tensor));
+        }
+        return Ok(Feeds::Named(named));
+    }
+    if inputs.downcast::<PyList>().is_ok() || inputs.downcast::<PyTuple>().is_ok() {
+        let mut positional = Vec::new();
+        for (i, value) in inputs.try_iter()?.enumerate() {
+            let value = value?;
+            let name = declared.get(i).map_or("?", |d| d.name.as_str());
+            positional.push(to_tensor(&value, name)?);
+        }
+        return Ok(Feeds::Positional(positional));
+    }
+    Err(InputError::new_err(
+        "inputs must be a dict of name -> array or a list/tuple of arrays in input order",
+    ))
+}
+
+/// `source` (a path, `os.PathLike`, or the bytes of an `.onnx` file) imported.
+fn load_source(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<Model> {
+    if let Ok(bytes) = source.downcast::<PyBytes>() {
+        let data = bytes.as_bytes().to_vec();
+        return py
+            .allow_threads(move || Model::from_bytes(&data))
+            .map_err(py_error);
+    }
+    let path: std::path::PathBuf = source.extract().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err(
+            "a model is a path (str or os.PathLike) or the bytes of an .onnx file",
+        )
+    })?;
+    py.allow_threads(move || Model::load(&path))
+        .map_err(py_error)
+}
+
+fn options(threads: Option<usize>, tuning: u32, retune: bool) -> PyResult<Options> {
+    let level = TuneLevel::from_number(tuning).map_err(|e| HidetError::new_err(e.to_string()))?;
+    let threads = threads.or(match DEFAULT_THREADS.load(Ordering::Relaxed) {
+        0 => None,
+        n => Some(n),
+    });
+    Ok(Options {
+        threads,
+        tuning: level,
+        retune,
+        ..Options::default()
+    })
+}
+
+/// A model as imported; nothing is compiled. Get one with `load` or `zoo`.
+#[pyclass(module = "hidet_rs", name = "Model", frozen)]
+struct PyModel {
+    model: Model,
+}
+
+#[pymethods]
+impl PyModel {
+    /// The runtime inputs, in the order positional runs take them.
+    #[getter]
+    fn inputs(&self) -> Vec<PyTensorInfo> {
+        infos(&self.model.inputs())
+    }
+
+    /// The outputs, in the order runs return them.
+    #[getter]
+    fn outputs(&self) -> Vec<PyTensorInfo> {
+        infos(&self.model.outputs())
+    }
+
+    /// Compiles for this CPU (see `hidet_rs.compile`).
+    #[pyo3(signature = (*, threads=None, tuning=0, retune=false))]
+    fn compile(
+        &self,
+        py: Python<'_>,
+        threads: Option<usize>,
+        tuning: u32,
+        retune: bool,
+    ) -> PyResult<PyCompiledModel> {
+        compile_model(py, &self.model, options(threads, tuning, retune)?)
+    }
+
+    /// Runs the reference executor (every operator's own implementation, node by node,
+    /// single-threaded): the oracle compiled runs are checked against.
+    fn run_reference<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: &Bound<'py, PyAny>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let named = match feeds(inputs, &self.model.inputs())? {
+            Feeds::Named(named) => named,
+            Feeds::Positional(list) => {
+                let declared = self.model.inputs();
+                if list.len() != declared.len() {
+                    return Err(InputError::new_err(format!(
+                        "the model takes {} inputs, given {}",
+                        declared.len(),
+                        list.len()
+                    )));
+                }
+                declared.into_iter().map(|d| d.name).zip(list).collect()
+            }
+        };
+        let model = &self.model;
+        let outputs = py
+            .allow_threads(|| model.run_reference(&named))
+            .map_err(py_error)?;
+        outputs.into_iter().map(|(_, t)| to_numpy(py, t)).collect()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Model(name={:?}, inputs={}, outputs={})",
+            self.model.graph().name,
+            self.model.inputs().len(),
+            self.model.outputs().len()
+        )
+    }
+}
+
+fn compile_model(py: Python<'_>, model: &Model, options: Options) -> PyResult<PyCompiledModel> {
+    let threads = options.threads;
+    let compiled = py
+        .allow_threads(|| model.compile(&options))
+        .map_err(py_error)?;
+    Ok(PyCompiledModel { compiled, threads })
+}
+
+/// A model compiled for this CPU. Safe to run from several Python threads at once (each
+/// run releases the GIL and uses its own memory).
+#[pyclass(module = "hidet_rs", name = "CompiledModel", frozen)]
+struct PyCompiledModel {
+    compiled: CompiledModel,
+    threads: Option<usize>,
+}
+
+impl PyCompiledModel {
+    fn run_tensors(
+        &self,
+        py: Python<'_>,
+        inputs: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<(String, Tensor)>> {
+        let feeds = feeds(inputs, self.compiled.inputs())?;
+        let compiled = &self.compiled;
+        py.allow_threads(|| match &feeds {
+            Feeds::Named(named) => compiled.run(named),
+            Feeds::Positional(list) => compiled.run_positional(list),
+        })
+        .map_err(py_error)
+    }
+}
+
+#[pymethods]
+impl PyCompiledModel {
+    #[getter]
+    fn inputs(&self) -> Vec<PyTensorInfo> {
+        infos(self.compiled.inputs())
+    }
+
+    #[getter]
+    fn outputs(&self) -> Vec<PyTensorInfo> {
+        infos(self.compiled.outputs())
+    }
+
+    /// The thread count the kernels were compiled for (None: every core).
+    #[getter]
+    fn threads(&self) -> Option<usize> {
+        self.threads
+    }
+
+    /// Runs on `inputs` (a dict name -> array, or a list/tuple of arrays in input order);
+    /// returns the outputs as numpy arrays, in output order.
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: &Bound<'py, PyAny>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        self.run_tensors(py, inputs)?
+            .into_iter()
+            .map(|(_, t)| to_numpy(py, t))
+            .collect()
+    }
+
+    /// `run`, returning a dict output name -> array.
+    fn run_dict<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let dict = PyDict::new(py);
+        for (name, t) in self.run_tensors(py, inputs)? {
+            dict.set_item(name, to_numpy(py, t)?)?;
+        }
+        Ok(dict)
+    }
+
+    /// Compiles (and, at a tuning level above 0, tunes) for `shapes`, one per input in input
+    /// order, so the first run with them does not; a no-op when already compiled.
+    fn prepare(&self, py: Python<'_>, shapes: Vec<Vec<usize>>) -> PyResult<()> {
+        let compiled = &self.compiled;
+        py.allow_threads(|| compiled.prepare(&shapes))
+            .map_err(py_error)
+    }
+
+    /// What compiling for `shapes` produced: a dict with `kernels`, `host_steps` (list of
+    /// (node, op type)), `inputs_in_place`, `outputs_in_place`, `constant_bytes`,
+    /// `intermediate_bytes` and `compile_seconds`. Compiles first if needed.
+    fn report<'py>(
+        &self,
+        py: Python<'py>,
+        shapes: Vec<Vec<usize>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let compiled = &self.compiled;
+        let report = py
+            .allow_threads(|| compiled.report(&shapes))
+            .map_err(py_error)?;
+        let dict = PyDict::new(py);
+        dict.set_item("kernels", report.kernels)?;
+        let host: Vec<(String, String)> = report
+            .host_steps
+            .iter()
+            .map(|s| (s.node.clone(), s.op_type.clone()))
+            .collect();
+        dict.set_item("host_steps", host)?;
+        dict.set_item("inputs_in_place", report.inputs_in_place)?;
+        dict.set_item("outputs_in_place", report.outputs_in_place)?;
+        dict.set_item("constant_bytes", report.constant_bytes)?;
+        dict.set_item("intermediate_bytes", report.intermediate_bytes)?;
+        dict.set_item("compile_seconds", report.compile_time.as_secs_f64())?;
+        Ok(dict)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "CompiledModel(inputs=[{}], threads={})",
+            self.compiled
+                .inputs()
+                .iter()
+                .map(|i| i.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.threads
+                .map_or_else(|| "None".to_string(), |n| n.to_string())
+        )
+    }
+}
+
+/// Imports a model: a path (str or os.PathLike) of an `.onnx` file, or its bytes.
+#[pyfunction]
+fn load(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<PyModel> {
+    Ok(PyModel {
+        model: load_source(py, source)?,
+    })
+}
+
+/// Imports (when not already a Model) and compiles a model for this CPU.
+#[pyfunction]
+#[pyo3(signature = (source, *, threads=None, tuning=0, retune=false))]
+fn compile(
+    py: Python<'_>,
+    source: &Bound<'_, PyAny>,
+    threads: Option<usize>,
+    tuning: u32,
+    retune: bool,
+) -> PyResult<PyCompiledModel> {
+    let options = options(threads, tuning, retune)?;
+    if let Ok(model) = source.downcast::<PyModel>() {
+        return compile_model(py, &model.get().model, options);
+    }
+    let model = load_source(py, source)?;
+    compile_model(py, &model, options)
+}
+
+/// The built-in zoo model `name` (see `zoo_models`), with seeded random weights.
+#[pyfunction]
+fn zoo(py: Python<'_>, name: String) -> PyResult<PyModel> {
+    let model = py
+        .allow_threads(move || Model::zoo(&name))
+        .map_err(py_error)?;
+    Ok(PyModel { model })
+}
+
+/// The names of the built-in zoo models.
+#[pyfunction]
+fn zoo_models() -> Vec<&'static str> {
+    hidet::zoo::entries().iter().map(|e| e.name).collect()
+}
+
+/// Sets the thread count `compile` uses when given none; None (or 0) means every core.
+#[pyfunction]
+#[pyo3(signature = (threads))]
+fn set_threads(threads: Option<usize>) {
+    DEFAULT_THREADS.store(threads.unwrap_or(0), Ordering::Relaxed);
+}
+
+/// The thread count `compile` uses when given none (None: every core).
+#[pyfunction]
+fn get_threads() -> Option<usize> {
+    match DEFAULT_THREADS.load(Ordering::Relaxed) {
+        0 => None,
+        n => Some(n),
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("HidetError", py.get_type::<HidetError>())?;
+    m.add("ModelError", py.get_type::<ModelError>())?;
+    m.add("InputError", py.get_type::<InputError>())?;
+    m.add_class::<PyModel>()?;
+    m.add_class::<PyCompiledModel>()?;
+    m.add_class::<PyTensorInfo>()?;
+    m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(compile, m)?)?;
+    m.add_function(wrap_pyfunction!(zoo, m)?)?;
+    m.add_function(wrap_pyfunction!(zoo_models, m)?)?;
+    m.add_function(wrap_pyfunction!(set_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(get_threads, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
