@@ -10,15 +10,24 @@
 //!   checkers (data races, uninitialised reads, pending `cp.async`, out-of-bounds,
 //!   divergence, outputs written twice or never).
 //!
+//! - [`graph_backend`]: the graph layer's backend ([`graph_backend::CudaBackend`]) over a
+//!   [`device::GpuDevice`] (device memory addressed by `u64` pointers, modules, launches);
+//!   [`sim_device::SimDevice`] is the device that runs kernels in the simulator;
+//! - [`schedule`]: the default GPU scheduler for any fused task.
+//!
 //! CUDA C itself is emitted by `hidet-codegen`'s CUDA dialect.
 
 pub mod arch;
 pub mod artifacts;
+pub mod device;
 pub mod error;
+pub mod graph_backend;
 pub mod locate;
 pub mod nvrtc;
 pub mod ptxas;
+pub mod schedule;
 pub mod sim;
+pub mod sim_device;
 pub mod source;
 pub mod templates;
 
