@@ -70,14 +70,19 @@ impl Device {
     /// Fails for a device this build cannot run kernels on ([`Device::Cuda`]).
     pub fn check_runnable(self) -> Result<(), PipelineError> {
         match self {
-            Device::Cuda => Err(PipelineError::Device(
-                "--device cuda: no CUDA runtime yet (use --device cuda-sim to run the CUDA \
-                 kernels in the GPU simulator)"
-                    .into(),
-            )),
+            Device::Cuda => Err(no_cuda_runtime()),
             Device::Cpu | Device::CudaSim => Ok(()),
         }
     }
+}
+
+/// The error for [`Device::Cuda`] until a CUDA runtime exists.
+pub fn no_cuda_runtime() -> PipelineError {
+    PipelineError::Device(
+        "--device cuda: no CUDA runtime yet (use --device cuda-sim to run the CUDA kernels in \
+         the GPU simulator)"
+            .into(),
+    )
 }
 
 impl std::str::FromStr for Device {

@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 
 use hidet::graph::compiled::CompileOptions;
 use hidet::graph::Tensor;
-use hidet::pipeline;
+use hidet::pipeline::{self, Device};
+use hidet_cuda::graph_backend::CudaBackendOptions;
 
 use super::{npy, CliError};
 
@@ -40,14 +41,18 @@ pub fn parse_inputs(args: &[String]) -> Result<Vec<(String, PathBuf)>, CliError>
 }
 
 /// Loads `model`, reads the inputs, runs (compiled, or with the reference executor on the
-/// graph as imported when `reference`), writes `output_dir/<sanitized name>.npy` for every graph output.
+/// graph as imported when `reference`; compiled for `device` otherwise), writes `output_dir/<sanitized name>.npy` for every graph output.
 pub fn run(
     model: &Path,
     inputs: &[String],
     output_dir: &Path,
     reference: bool,
     threads: Option<usize>,
+    device: Device,
 ) -> Result<(), CliError> {
+    if !reference {
+        device.check_runnable()?;
+    }
     let specs = parse_inputs(inputs)?;
     let m = pipeline::load(model)?;
     let tensors: Vec<(String, Tensor)> = specs
@@ -57,14 +62,18 @@ pub fn run(
     let outputs = if reference {
         pipeline::run_reference(&m, &tensors)?
     } else {
-        let compiled = pipeline::compile(
-            &m,
-            CompileOptions {
-                threads,
-                ..CompileOptions::default()
-            },
-        );
-        pipeline::run(&compiled, &tensors)?
+        let opts = CompileOptions {
+            threads,
+            ..CompileOptions::default()
+        };
+        match device {
+            Device::Cpu => pipeline::run(&pipeline::compile(&m, opts), &tensors)?,
+            Device::CudaSim => pipeline::run(
+                &pipeline::compile_sim(&m, opts, CudaBackendOptions::default()),
+                &tensors,
+            )?,
+            Device::Cuda => return Err(pipeline::no_cuda_runtime().into()),
+        }
     };
     std::fs::create_dir_all(output_dir).map_err(|e| CliError::Io {
         path: output_dir.to_path_buf(),
