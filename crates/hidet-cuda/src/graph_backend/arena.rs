@@ -104,6 +104,7 @@ pub fn le_bytes(tensor: &Tensor) -> Result<Vec<u8>, BackendError> {
         Ok(s.iter().flat_map(|&x| f(x)).collect())
     }
     use hidet_graph::half::{bf16, f16};
+    use hidet_graph::narrow;
     match tensor.dtype() {
         DType::F32 => bytes_of(tensor, f32::to_le_bytes),
         DType::F64 => bytes_of(tensor, f64::to_le_bytes),
@@ -118,6 +119,14 @@ pub fn le_bytes(tensor: &Tensor) -> Result<Vec<u8>, BackendError> {
         DType::U32 => bytes_of(tensor, u32::to_le_bytes),
         DType::U64 => bytes_of(tensor, u64::to_le_bytes),
         DType::Bool => bytes_of(tensor, |x: bool| [u8::from(x)]),
+        // Storage-only types: their bytes (kernels never compute on them, see
+        // `DType::to_ir`).
+        DType::F8E4M3FN => bytes_of(tensor, |x: narrow::F8E4M3FN| [x.0]),
+        DType::F8E4M3FNUZ => bytes_of(tensor, |x: narrow::F8E4M3FNUZ| [x.0]),
+        DType::F8E5M2 => bytes_of(tensor, |x: narrow::F8E5M2| [x.0]),
+        DType::F8E5M2FNUZ => bytes_of(tensor, |x: narrow::F8E5M2FNUZ| [x.0]),
+        DType::I4 => bytes_of(tensor, |x: narrow::I4| x.0.to_le_bytes()),
+        DType::U4 => bytes_of(tensor, |x: narrow::U4| [x.0]),
         other => Err(BackendError::Memory(format!(
             "{other} tensors cannot be stored on a GPU"
         ))),
