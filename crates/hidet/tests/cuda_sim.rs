@@ -85,10 +85,26 @@ fn small_models_run_in_the_simulator_and_match_the_reference() {
             .iter()
             .flat_map(|(_, r)| r.spilling().map(|k| k.name.clone()))
             .collect();
+        let rowwise = graph
+            .module()
+            .origins()
+            .iter()
+            .filter(|o| {
+                **o == hidet_cuda::graph_backend::KernelOrigin::Scheduler(
+                    hidet_cuda::schedule::ScheduleKind::Rowwise,
+                )
+            })
+            .count();
+        if name == "tiny_bert" || name == "tiny_gpt2" {
+            assert!(
+                rowwise > 0,
+                "{name}: no kernel was scheduled one warp per row"
+            );
+        }
         let got = pipeline::run(&compiled, &inputs).unwrap();
         let err = relative_error(&got, &want);
         eprintln!(
-            "{name}: {} kernels, {} host steps, relative error {err:.2e}, {} ptxas reports, spilling: {spilling:?}, {:.1} s",
+            "{name}: {} kernels ({rowwise} one warp per row), {} host steps, relative error {err:.2e}, {} ptxas reports, spilling: {spilling:?}, {:.1} s",
             report.kernels,
             report.host_nodes(),
             graph.module().ptxas_reports().len(),

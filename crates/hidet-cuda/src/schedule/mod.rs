@@ -1,12 +1,16 @@
 //! The default GPU scheduler: a CUDA kernel for any fused task's compute definition.
 //!
-//! - [`elementwise`]: one output element per thread, reductions as serial loops in the
-//!   thread (injective tasks need none).
+//! - [`rowwise`]: tasks whose outputs read reductions over rows (softmax, layer
+//!   normalization, reductions over the last axes): one warp per row, the row's reductions
+//!   folded with warp shuffles;
+//! - [`elementwise`]: everything else — one output element per thread, reductions as serial
+//!   loops in the thread (injective tasks need none).
 //!
 //! Kernel contract (the graph backend's): parameters are the definition's inputs then one
 //! per output, dense row-major; every output element is written exactly once.
 
 pub mod elementwise;
+pub mod rowwise;
 
 use hidet_ir::compute::{tensor_shape, ComputeDef};
 use hidet_ir::expr::Var;
@@ -24,12 +28,18 @@ pub enum ScheduleError {
 /// How a kernel was scheduled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScheduleKind {
+    /// One warp per row ([`rowwise`]).
+    Rowwise,
     /// One element per thread ([`elementwise`]).
     Elementwise,
 }
 
-/// The kernel for `def` named `name` and how it was scheduled.
+/// The kernel for `def` named `name` and how it was scheduled: [`rowwise`] where it
+/// applies, else [`elementwise`].
 pub fn schedule(def: &ComputeDef, name: &str) -> Result<(Function, ScheduleKind), ScheduleError> {
+    if let Some(f) = rowwise::schedule_rowwise(def, name)? {
+        return Ok((f, ScheduleKind::Rowwise));
+    }
     Ok((
         elementwise::schedule_elementwise(def, name)?,
         ScheduleKind::Elementwise,
