@@ -198,7 +198,9 @@ fn compile_all(
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<(usize, Result<Option<PtxasReport>, String>)>> = Mutex::new(Vec::new());
+    /// Kernel index and what compiling it gave.
+    type Compiled = (usize, Result<Option<PtxasReport>, String>);
+    let results: Mutex<Vec<Compiled>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..jobs.clamp(1, images.len().max(1)) {
             s.spawn(|| loop {
