@@ -2,8 +2,12 @@
 //! simulator device today ([`crate::sim_device::SimDevice`], `--device cuda-sim`), a real
 //! GPU through a driver-API runtime later.
 //!
-//! How a task becomes a kernel: the default GPU scheduler ([`crate::schedule`]) turns the
-//! task's composed compute definition into one CUDA kernel. Every kernel is verified,
+//! How a task becomes a kernel: an anchored task whose anchor is a rank-2 f32 matmul uses the
+//! SIMT matmul template with its prologues and epilogue fused
+//! ([`crate::schedule::matmul_anchor`]; when fusion is refused, a fused task is refused and
+//! the graph layer splits it); every other task goes through the default GPU scheduler
+//! ([`crate::schedule`]), which turns the task's composed compute definition into one CUDA
+//! kernel. Every kernel is verified,
 //! lowered and emitted as CUDA C when it is lowered (so a kernel the CUDA dialect cannot
 //! express fails at compile time, naming the task), and, with [`NvrtcCheck`], compiled to
 //! PTX by NVRTC when the module is built.
@@ -28,6 +32,7 @@ use hidet_ir::function::{FunctionKind, IRModule, Target};
 use crate::arch::Arch;
 use crate::device::{GpuDevice, KernelImage, KernelParam};
 use crate::ptxas::PtxasReport;
+use crate::schedule::matmul_anchor::{matmul_kernel, TemplateOutcome};
 use crate::schedule::{self, ScheduleKind};
 pub use arena::CudaArena;
 
@@ -68,6 +73,10 @@ impl Default for CudaBackendOptions {
 /// How a kernel was produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KernelOrigin {
+    /// The SIMT matmul template alone.
+    Template,
+    /// The SIMT matmul template with prologues/epilogue fused in.
+    FusedTemplate,
     /// The default scheduler, with the schedule it chose.
     Scheduler(ScheduleKind),
 }
@@ -268,14 +277,25 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
             task: task.name.clone(),
             message,
         };
-        let (function, kind) =
-            schedule::schedule(&task.def, &task.name).map_err(|e| compile_error(e.to_string()))?;
+        let fused = task.nodes.len() > 1;
+        let (function, origin) = match matmul_kernel(task) {
+            TemplateOutcome::Kernel(f) if fused => (*f, KernelOrigin::FusedTemplate),
+            TemplateOutcome::Kernel(f) => (*f, KernelOrigin::Template),
+            TemplateOutcome::Refused(reason) if fused => {
+                return Err(BackendError::Refused {
+                    task: task.name.clone(),
+                    reason,
+                })
+            }
+            TemplateOutcome::Refused(_) | TemplateOutcome::NotApplicable => {
+                let (f, kind) = schedule::schedule(&task.def, &task.name)
+                    .map_err(|e| compile_error(e.to_string()))?;
+                (f, KernelOrigin::Scheduler(kind))
+            }
+        };
         let module = IRModule::new(task.name.clone(), Target::Cuda).with(function);
         let image = kernel_image(task, module).map_err(compile_error)?;
-        Ok(CudaKernel {
-            image,
-            origin: KernelOrigin::Scheduler(kind),
-        })
+        Ok(CudaKernel { image, origin })
     }
 
     fn build(

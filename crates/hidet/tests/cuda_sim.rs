@@ -95,6 +95,30 @@ fn small_models_run_in_the_simulator_and_match_the_reference() {
                 )
             })
             .count();
+        let template = graph
+            .module()
+            .origins()
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o,
+                    hidet_cuda::graph_backend::KernelOrigin::Template
+                        | hidet_cuda::graph_backend::KernelOrigin::FusedTemplate
+                )
+            })
+            .count();
+        let fused_template = graph
+            .module()
+            .origins()
+            .iter()
+            .filter(|o| **o == hidet_cuda::graph_backend::KernelOrigin::FusedTemplate)
+            .count();
+        if name == "tiny_mlp" {
+            assert!(
+                fused_template > 0,
+                "{name}: no matmul with its bias and activation fused into the SIMT template"
+            );
+        }
         if name == "tiny_bert" || name == "tiny_gpt2" {
             assert!(
                 rowwise > 0,
@@ -104,7 +128,7 @@ fn small_models_run_in_the_simulator_and_match_the_reference() {
         let got = pipeline::run(&compiled, &inputs).unwrap();
         let err = relative_error(&got, &want);
         eprintln!(
-            "{name}: {} kernels ({rowwise} one warp per row), {} host steps, relative error {err:.2e}, {} ptxas reports, spilling: {spilling:?}, {:.1} s",
+            "{name}: {} kernels ({rowwise} one warp per row, {template} SIMT matmul template, {fused_template} of them fused), {} host steps, relative error {err:.2e}, {} ptxas reports, spilling: {spilling:?}, {:.1} s",
             report.kernels,
             report.host_nodes(),
             graph.module().ptxas_reports().len(),

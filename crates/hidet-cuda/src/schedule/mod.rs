@@ -3,6 +3,8 @@
 //! - [`rowwise`]: tasks whose outputs read reductions over rows (softmax, layer
 //!   normalization, reductions over the last axes): one warp per row, the row's reductions
 //!   folded with warp shuffles;
+//! - [`matmul_anchor`] (used by the graph backend before the two above): rank-2 f32 matmul
+//!   anchors through the SIMT matmul template, prologues and epilogue fused;
 //! - [`elementwise`]: everything else — one output element per thread, reductions as serial
 //!   loops in the thread (injective tasks need none).
 //!
@@ -10,6 +12,7 @@
 //! per output, dense row-major; every output element is written exactly once.
 
 pub mod elementwise;
+pub mod matmul_anchor;
 pub mod rowwise;
 
 use hidet_ir::compute::{tensor_shape, ComputeDef};
