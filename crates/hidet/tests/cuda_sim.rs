@@ -137,3 +137,57 @@ fn small_models_run_in_the_simulator_and_match_the_reference() {
         assert!(err <= 1e-4, "{name}: relative error {err}");
     }
 }
+
+/// Odd shapes on the simulated GPU: a 3×3 stride-2 padded convolution with bias and ReLU at
+/// batch 3 and 2 groups (default scheduler), a 97×130 by 61 `Gemm` with bias and ReLU (the
+/// SIMT template with a fused epilogue, partial tiles on both axes), and softmax and layer
+/// normalization over rows of 130 (one warp per row, lanes past the row's end idle).
+#[test]
+fn odd_shapes_match_the_reference() {
+    use hidet::graph::DType;
+    use hidet::zoo::net::{ConvSpec, Net};
+    let mut net = Net::new("odd", 11);
+    let x = net.input("x", DType::F32, &[3, 4, 9, 11]);
+    let conv = net
+        .conv("conv", &x, 4, ConvSpec::square(6, 3, 2, 1).grouped(2), 1.0)
+        .unwrap();
+    let conv = net.relu(&conv);
+    let a = net.input("a", DType::F32, &[97, 61]);
+    let g = net.gemm("fc", &a, 61, 130, true, 1.0).unwrap();
+    let g = net.relu(&g);
+    let s = net.softmax("softmax", &g);
+    let l = net.layer_norm("ln", &g, 130, 1e-5).unwrap();
+    let graph = net.finish("odd", &[&conv, &g, &s, &l]).unwrap();
+    let model = model_of(graph);
+    let inputs: Vec<(String, Tensor)> = complete_inputs(&model.graph, &[], 3)
+        .unwrap()
+        .into_iter()
+        .map(|(n, t, _)| (n, t))
+        .collect();
+    let want = pipeline::run_reference(&model, &inputs).unwrap();
+    let compiled = pipeline::compile_sim(
+        &model,
+        CompileOptions::default(),
+        CudaBackendOptions::default(),
+    );
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, t)| t.shape().to_vec()).collect();
+    let origins = compiled
+        .compiled(&shapes)
+        .unwrap()
+        .module()
+        .origins()
+        .to_vec();
+    use hidet_cuda::graph_backend::KernelOrigin;
+    use hidet_cuda::schedule::ScheduleKind;
+    assert!(
+        origins.contains(&KernelOrigin::FusedTemplate),
+        "the Gemm uses the template: {origins:?}"
+    );
+    assert!(
+        origins.contains(&KernelOrigin::Scheduler(ScheduleKind::Rowwise)),
+        "softmax or layer norm is one warp per row: {origins:?}"
+    );
+    let got = pipeline::run(&compiled, &inputs).unwrap();
+    let err = relative_error(&got, &want);
+    assert!(err <= 1e-4, "relative error {err}");
+}
