@@ -2,7 +2,7 @@
 //! simulator device today ([`crate::sim_device::SimDevice`], `--device cuda-sim`), a real
 //! GPU through a driver-API runtime later.
 //!
-//! How a task becomes a kernel: an anchored task whose anchor is a rank-2 f32 matmul uses the
+//! How a task becomes a kernel: an anchored task whose anchor is an f32 (batched) matmul uses the
 //! SIMT matmul template with its prologues and epilogue fused
 //! ([`crate::schedule::matmul_anchor`]; when fusion is refused, a fused task is refused and
 //! the graph layer splits it); every other task goes through the default GPU scheduler

@@ -1,7 +1,7 @@
-//! Anchored tasks whose anchor is a rank-2 f32 matmul: the SIMT matmul template
-//! ([`crate::templates::matmul_simt`]), with the task's prologues and epilogue fused into it
-//! by [`hidet_ir::fusion::fuse`]. Batched matmuls are not covered yet (the template has no
-//! batch axis): they go to the default scheduler.
+//! Anchored tasks whose anchor is an f32 matmul or batched matmul (a batch of 1 broadcast
+//! on either operand): the SIMT matmul template ([`crate::templates::matmul_simt`], batches
+//! on `blockIdx.z`), with the task's prologues and epilogue fused into it by
+//! [`hidet_ir::fusion::fuse`].
 
 use std::collections::HashMap;
 
@@ -13,12 +13,12 @@ use hidet_ir::function::Function;
 use hidet_ir::fusion::{fuse, Epilogue, Prologue};
 
 use super::const_shape;
-use crate::templates::matmul_simt::{self, MatmulSimtSchedule};
+use crate::templates::matmul_simt::{self, Batch, MatmulSimtSchedule};
 
 /// What the template path made of a task.
 #[derive(Debug)]
 pub enum TemplateOutcome {
-    /// The anchor is not a rank-2 f32 matmul: use the default scheduler.
+    /// The anchor is not an f32 matmul or batched matmul: use the default scheduler.
     NotApplicable,
     /// The template kernel, with the task's prologues and epilogue fused when it has any.
     Kernel(Box<Function>),
@@ -26,9 +26,21 @@ pub enum TemplateOutcome {
     Refused(String),
 }
 
-/// `(m, n, k)` when `def` is exactly `C[i, j] = Σ_r A[i, r] · B[r, j]` over f32 with inputs
-/// `(A, B)` in that order.
-pub fn matmul_shape(def: &ComputeDef) -> Option<(i64, i64, i64)> {
+/// The sizes of a product the template computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatmulShape {
+    /// `None` for a rank-2 product.
+    pub batch: Option<Batch>,
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+}
+
+/// The sizes of `def` when it is exactly `C[i, j] = Σ_r A[i, r] · B[r, j]` over f32 with
+/// inputs `(A, B)` in that order, or its batched form `C[b, i, j] = Σ_r A[b', i, r] ·
+/// B[b'', r, j]` where each operand's batch index is `b`, or the constant 0 for an operand of
+/// batch 1 (broadcast).
+pub fn matmul_shape(def: &ComputeDef) -> Option<MatmulShape> {
     let ([a, b], [(c, node)], [out]) = (
         def.inputs.as_slice(),
         def.nodes.as_slice(),
@@ -46,8 +58,13 @@ pub fn matmul_shape(def: &ComputeDef) -> Option<(i64, i64, i64)> {
     else {
         return None;
     };
-    let ([i, j], [r]) = (axes.as_slice(), reduce_axes.as_slice()) else {
+    let [r] = reduce_axes.as_slice() else {
         return None;
+    };
+    let (batch_axis, i, j) = match axes.as_slice() {
+        [i, j] => (None, i, j),
+        [bv, i, j] => (Some(bv), i, j),
+        _ => return None,
     };
     if c != out
         || [a, b, c]
@@ -61,8 +78,21 @@ pub fn matmul_shape(def: &ComputeDef) -> Option<(i64, i64, i64)> {
         const_shape(b).ok()?,
         const_shape(c).ok()?,
     );
-    let ([m, k], [k2, n], [m2, n2]) = (sa.as_slice(), sb.as_slice(), sc.as_slice()) else {
-        return None;
+    let (batch, (m, k), (k2, n), (m2, n2)) = match (sa.as_slice(), sb.as_slice(), sc.as_slice()) {
+        ([m, k], [k2, n], [m2, n2]) if batch_axis.is_none() => {
+            (None, (*m, *k), (*k2, *n), (*m2, *n2))
+        }
+        ([ab, m, k], [bb, k2, n], [nb, m2, n2]) if batch_axis.is_some() => (
+            Some(Batch {
+                batch: *nb,
+                a_batch: *ab,
+                b_batch: *bb,
+            }),
+            (*m, *k),
+            (*k2, *n),
+            (*m2, *n2),
+        ),
+        _ => return None,
     };
     if k != k2 || m != m2 || n != n2 {
         return None;
@@ -70,18 +100,31 @@ pub fn matmul_shape(def: &ComputeDef) -> Option<(i64, i64, i64)> {
     let ExprKind::Binary(BinaryOp::Mul, x, y) = value.kind() else {
         return None;
     };
-    let reads = |e: &Expr, t: &Var, p: &Var, q: &Var| match e.kind() {
+    // An operand's batch index: the batch axis, or 0 for an operand of batch 1.
+    let batch_index = |e: &Expr, rows: i64| match (batch_axis, batch) {
+        (Some(bv), Some(bt)) if rows == bt.batch && e.as_var() == Some(bv) => true,
+        (Some(_), Some(_)) => rows == 1 && e.as_int() == Some(0),
+        _ => false,
+    };
+    let reads = |e: &Expr, t: &Var, rows: i64, p: &Var, q: &Var| match e.kind() {
         ExprKind::TensorElement { tensor, indices } => {
+            let (lead, tail) = indices.split_at(indices.len().saturating_sub(2));
             tensor == t
-                && indices.len() == 2
-                && indices[0].as_var() == Some(p)
-                && indices[1].as_var() == Some(q)
+                && tail.len() == 2
+                && tail[0].as_var() == Some(p)
+                && tail[1].as_var() == Some(q)
+                && match lead {
+                    [] => batch_axis.is_none(),
+                    [e] => batch_index(e, rows),
+                    _ => false,
+                }
         }
         _ => false,
     };
-    let ordered = reads(x, a, i, r) && reads(y, b, r, j);
-    let swapped = reads(y, a, i, r) && reads(x, b, r, j);
-    (ordered || swapped).then_some((*m, *n, *k))
+    let (ra, rb) = batch.map_or((1, 1), |bt| (bt.a_batch, bt.b_batch));
+    let ordered = reads(x, a, ra, i, r) && reads(y, b, rb, r, j);
+    let swapped = reads(y, a, ra, i, r) && reads(x, b, rb, r, j);
+    (ordered || swapped).then_some(MatmulShape { batch, m, n, k })
 }
 
 /// The schedule for an `m × n` product: of the template's showcase schedules, the one that
@@ -103,13 +146,18 @@ pub fn matmul_kernel(task: &FusedTask) -> TemplateOutcome {
     let Some(anchor) = &task.anchor else {
         return TemplateOutcome::NotApplicable;
     };
-    let Some((m, n, k)) = matmul_shape(&anchor.def) else {
+    let Some(shape) = matmul_shape(&anchor.def) else {
         return TemplateOutcome::NotApplicable;
     };
+    let MatmulShape { batch, m, n, k } = shape;
     let Some(schedule) = choose_schedule(m, n) else {
         return TemplateOutcome::NotApplicable;
     };
-    let module = match matmul_simt::build(m, n, k, &schedule) {
+    let module = match batch {
+        None => matmul_simt::build(m, n, k, &schedule),
+        Some(batch) => matmul_simt::build_batched(batch, m, n, k, &schedule),
+    };
+    let module = match module {
         Ok(module) => module,
         Err(e) => return TemplateOutcome::Refused(format!("SIMT matmul template: {e}")),
     };
@@ -134,7 +182,8 @@ pub fn matmul_kernel(task: &FusedTask) -> TemplateOutcome {
             }
             Some(AnchorOperand::Input(i)) => {
                 // Both operands are one tensor: the second reads it through a prologue.
-                let axes: Vec<Var> = (0..2)
+                let rank = if batch.is_some() { 3 } else { 2 };
+                let axes: Vec<Var> = (0..rank)
                     .map(|d| Var::new(format!("p{d}"), DataType::I32))
                     .collect();
                 let value = def.inputs[*i].at(axes.iter().map(Var::expr));

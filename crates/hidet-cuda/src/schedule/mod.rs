@@ -3,7 +3,7 @@
 //! - [`rowwise`]: tasks whose outputs read reductions over rows (softmax, layer
 //!   normalization, reductions over the last axes): one warp per row, the row's reductions
 //!   folded with warp shuffles;
-//! - [`matmul_anchor`] (used by the graph backend before the two above): rank-2 f32 matmul
+//! - [`matmul_anchor`] (used by the graph backend before the two above): f32 (batched) matmul
 //!   anchors through the SIMT matmul template, prologues and epilogue fused;
 //! - [`elementwise`]: everything else — one output element per thread, reductions as serial
 //!   loops in the thread (injective tasks need none).
