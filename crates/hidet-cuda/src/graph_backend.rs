@@ -331,18 +331,17 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
             .device
             .load(&images)
             .map_err(|e| BackendError::Build(e.to_string()))?;
-        let mut report = ModuleReport {
+        // Every kernel's CUDA C is at hand (emitted when lowered): always reported.
+        let report = ModuleReport {
             kernels: images.len(),
             compiled: if run_nvrtc { images.len() } else { 0 },
             build_time: start.elapsed(),
-            ..Default::default()
-        };
-        if opts.emit_source_dir.is_some() {
-            report.sources = images
+            sources: images
                 .iter()
                 .map(|k| (k.name.clone(), k.source.clone()))
-                .collect();
-        }
+                .collect(),
+            ..Default::default()
+        };
         Ok((
             CudaModule {
                 loaded,

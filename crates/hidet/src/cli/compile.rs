@@ -31,6 +31,8 @@ pub struct CompileArgs {
 /// text report and the JSON fields of the target.
 struct Target {
     line: String,
+    /// What building the kernels was (`C build`, `NVRTC build`).
+    build: &'static str,
     json: serde_json::Value,
 }
 
@@ -80,6 +82,7 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
             let host = hidet_cpu::CpuTarget::host();
             Target {
                 line: format!("target: {host}"),
+                build: "C build",
                 json: serde_json::json!({ "target_features": host.features.names() }),
             }
         }),
@@ -115,6 +118,11 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
                         spilling.len(),
                         stack.len()
                     ),
+                    build: if module.ptx_compiled() {
+                        "NVRTC build"
+                    } else {
+                        "build"
+                    },
                     json: serde_json::json!({
                         "arch": args.arch.real_name(),
                         "nvrtc": module.ptx_compiled(),
@@ -175,8 +183,9 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
     );
     println!("{}", target.line);
     println!(
-        "compiled in {compile_seconds:.2} s (load {:.2} s, C build {:.2} s: {} compiler invocations, {} cached)",
+        "compiled in {compile_seconds:.2} s (load {:.2} s, {} {:.2} s: {} compiler invocations, {} cached)",
         loaded.load_time.as_secs_f64(),
+        target.build,
         report.module.build_time.as_secs_f64(),
         report.module.compiled,
         report.module.cached
