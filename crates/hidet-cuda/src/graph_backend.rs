@@ -4,8 +4,9 @@
 //!
 //! How a task becomes a kernel: an anchored task whose anchor is an f32 (batched) matmul uses the
 //! SIMT matmul template with its prologues and epilogue fused
-//! ([`crate::schedule::matmul_anchor`]; when fusion is refused, a fused task is refused and
-//! the graph layer splits it); every other task goes through the default GPU scheduler
+//! ([`crate::schedule::matmul_anchor`]), an f32 2-D convolution the same template as an
+//! implicit GEMM ([`crate::schedule::conv_anchor`]); when fusion is refused, a fused task is
+//! refused and the graph layer splits it; every other task goes through the default GPU scheduler
 //! ([`crate::schedule`]), which turns the task's composed compute definition into one CUDA
 //! kernel. Every kernel is verified,
 //! lowered and emitted as CUDA C when it is lowered (so a kernel the CUDA dialect cannot
@@ -32,6 +33,7 @@ use hidet_ir::function::{FunctionKind, IRModule, Target};
 use crate::arch::Arch;
 use crate::device::{GpuDevice, KernelImage, KernelParam};
 use crate::ptxas::PtxasReport;
+use crate::schedule::conv_anchor::conv_kernel;
 use crate::schedule::matmul_anchor::{matmul_kernel, TemplateOutcome};
 use crate::schedule::{self, ScheduleKind};
 pub use arena::CudaArena;
@@ -278,7 +280,11 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
             message,
         };
         let fused = task.nodes.len() > 1;
-        let (function, origin) = match matmul_kernel(task) {
+        let outcome = match matmul_kernel(task) {
+            TemplateOutcome::NotApplicable => conv_kernel(task),
+            outcome => outcome,
+        };
+        let (function, origin) = match outcome {
             TemplateOutcome::Kernel(f) if fused => (*f, KernelOrigin::FusedTemplate),
             TemplateOutcome::Kernel(f) => (*f, KernelOrigin::Template),
             TemplateOutcome::Refused(reason) if fused => {

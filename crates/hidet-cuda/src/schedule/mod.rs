@@ -5,12 +5,15 @@
 //!   folded with warp shuffles;
 //! - [`matmul_anchor`] (used by the graph backend before the two above): f32 (batched) matmul
 //!   anchors through the SIMT matmul template, prologues and epilogue fused;
+//! - [`conv_anchor`] (likewise): f32 2-D convolutions as implicit GEMMs through the same
+//!   template (the im2col prologue, bias and epilogue fused);
 //! - [`elementwise`]: everything else — one output element per thread, reductions as serial
 //!   loops in the thread (injective tasks need none).
 //!
 //! Kernel contract (the graph backend's): parameters are the definition's inputs then one
 //! per output, dense row-major; every output element is written exactly once.
 
+pub mod conv_anchor;
 pub mod elementwise;
 pub mod matmul_anchor;
 pub mod rowwise;
