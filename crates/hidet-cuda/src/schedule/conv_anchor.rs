@@ -7,7 +7,9 @@
 //! strided window read (the definition's reduction value with the weight read replaced by 1),
 //! and the epilogue writes `C[g, i, j]` to `out[n, g·O/G + i, oh, ow]` with the bias and the
 //! task's epilogue (activation, residual) applied. All three are fused by
-//! [`hidet_ir::fusion::fuse`]; nothing is materialized.
+//! [`hidet_ir::fusion::fuse`]; nothing is materialized. Convolutions with fewer than
+//! [`MIN_CHANNELS_PER_GROUP`] output channels per group (depthwise) are left to the default
+//! scheduler.
 
 use std::collections::HashMap;
 
@@ -21,6 +23,9 @@ use hidet_ir::fusion::{fuse, Epilogue, Prologue};
 use super::const_shape;
 use super::matmul_anchor::{choose_schedule, TemplateOutcome};
 use crate::templates::matmul_simt::{self, Batch};
+
+/// Output channels per group below which a convolution is left to the default scheduler.
+pub const MIN_CHANNELS_PER_GROUP: i64 = 8;
 
 /// The task-level expression of anchor operand `slot` at `indices`.
 fn operand_at(task: &FusedTask, slot: usize, indices: Vec<Expr>) -> Option<Expr> {
@@ -107,6 +112,12 @@ fn build(task: &FusedTask) -> Result<Option<Function>, String> {
     }
     let groups = c / cpg;
     let opg = o / groups;
+    // Few output channels per group (a depthwise convolution has one): a GEMM of so few
+    // rows would pad each tile to mostly idle rows; the default scheduler computes one
+    // output element per thread instead.
+    if opg < MIN_CHANNELS_PER_GROUP {
+        return Ok(None);
+    }
     let (m, k, n) = (opg, cpg * kh * kw, nb * oh * ow);
     let Some(schedule) = choose_schedule(m, n) else {
         return Ok(None);
