@@ -150,7 +150,7 @@ fn odd_shapes_match_the_reference() {
     let mut net = Net::new("odd", 11);
     let x = net.input("x", DType::F32, &[3, 4, 9, 11]);
     let conv = net
-        .conv("conv", &x, 4, ConvSpec::square(6, 3, 2, 1).grouped(2), 1.0)
+        .conv("conv", &x, 4, ConvSpec::square(16, 3, 2, 1).grouped(2), 1.0)
         .unwrap();
     let conv = net.relu(&conv);
     let a = net.input("a", DType::F32, &[97, 61]);
