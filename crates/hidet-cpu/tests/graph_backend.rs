@@ -926,3 +926,90 @@ fn symbolic_dimensions_compile_like_the_static_export() {
         assert_close(&f32s(&got[0].1), &want, "symbolic block");
     }
 }
+
+/// Constant operands stored as panels by the CPU passes reach the matmul template as typed
+/// layouts on the fused task (`AnchorInfo::layouts`): a constant right operand as panels of
+/// 16 columns, a constant left operand as panels of rows (its transpose), both read in place
+/// (`ALayout::Panels`, no packing), and the compiled graph matches the reference.
+#[test]
+fn panel_layouts_are_typed_data_on_the_fused_task() {
+    use hidet_cpu::graph_backend::anchor::a_layout;
+    use hidet_cpu::templates::matmul::ALayout;
+    use hidet_graph::fusion::{
+        partition_with, FusedTask, GroupKind, OperandLayout, Specialization,
+    };
+
+    let mut rng = Rng::new(41);
+    let mut g = GraphBuilder::new("panels");
+    g.input("x", TensorType::fixed(DType::F32, &[7, 24]));
+    g.input("z", TensorType::fixed(DType::F32, &[29, 11]));
+    g.initializer("w", random(&mut rng, &[24, 37]));
+    g.initializer("v", random(&mut rng, &[37, 29]));
+    g.node(node("MatMul", &["x", "w"], "right", Attributes::new()));
+    g.node(node("Relu", &["right"], "y", Attributes::new()));
+    g.node(node("MatMul", &["v", "z"], "left", Attributes::new()));
+    g.node(node("Relu", &["left"], "u", Attributes::new()));
+    g.output("y");
+    g.output("u");
+    let imported = g.build(Registry::global()).unwrap();
+    let graph = run_passes(imported.clone(), &default_passes()).unwrap();
+    let given: Vec<_> = graph
+        .inputs()
+        .iter()
+        .copied()
+        .zip([vec![7, 24], vec![29, 11]])
+        .collect();
+    let spec = Specialization::new(&graph, &given).unwrap();
+    let part = partition_with(&graph, &spec, true);
+    let tasks: Vec<FusedTask> = part
+        .groups
+        .iter()
+        .filter(|g| g.kind == GroupKind::Anchored)
+        .enumerate()
+        .map(|(i, g)| FusedTask::new(&graph, &spec, g, i).unwrap())
+        .collect();
+    assert_eq!(tasks.len(), 2);
+    let layouts: Vec<_> = tasks
+        .iter()
+        .map(|t| t.anchor.as_ref().unwrap().layouts.clone())
+        .collect();
+    let right = layouts
+        .iter()
+        .find(|l| matches!(l[1], Some(OperandLayout::Panels { .. })))
+        .expect("the right operand is stored as panels");
+    assert!(matches!(
+        right[1],
+        Some(OperandLayout::Panels {
+            width: 16,
+            transposed: false,
+            ..
+        })
+    ));
+    let left = tasks
+        .iter()
+        .find(|t| {
+            matches!(
+                t.anchor.as_ref().unwrap().layouts[0],
+                Some(OperandLayout::Panels {
+                    transposed: true,
+                    ..
+                })
+            )
+        })
+        .expect("the left operand is stored as panels of rows");
+    assert!(matches!(a_layout(left), Some(ALayout::Panels { .. })));
+
+    let dir = tempfile::tempdir().unwrap();
+    let shapes = [vec![7, 24], vec![29, 11]];
+    let compiled = compile(&graph, &shapes, dir.path(), true);
+    let inputs = vec![
+        ("x".to_string(), random(&mut rng, &[7, 24])),
+        ("z".to_string(), random(&mut rng, &[29, 11])),
+    ];
+    let got = compiled.run(&inputs).unwrap();
+    let want = run_reference(&imported, &inputs).unwrap();
+    for ((name, g), (_, w)) in got.iter().zip(&want) {
+        let w64: Vec<f64> = f32s(w).iter().map(|&v| f64::from(v)).collect();
+        assert_close(&f32s(g), &w64, name);
+    }
+}

@@ -60,7 +60,7 @@ impl KernelParam {
 /// are exactly `params`, in order, all tensors; it launches on `grid` blocks of `block`
 /// threads with `dynamic_shared_bytes` of dynamic shared memory.
 #[derive(Debug, Clone)]
-pub struct KernelImage {
+pub struct DeviceKernel {
     pub name: String,
     pub module: IRModule,
     /// The module as CUDA C (`crate::emit_cuda`).
@@ -107,10 +107,10 @@ pub trait GpuDevice: Send + Sync + fmt::Debug {
     fn download(&self, src: u64, out: &mut [u8]) -> Result<(), DeviceError>;
 
     /// Loads kernels; kernel `i` of the module is `kernels[i]`.
-    fn load(&self, kernels: &[KernelImage]) -> Result<Self::Module, DeviceError>;
+    fn load(&self, kernels: &[DeviceKernel]) -> Result<Self::Module, DeviceError>;
 
     /// Launches kernel `kernel` of `module` on one device pointer per parameter (with the
-    /// launch configuration of its [`KernelImage`]). It may return before the kernel
+    /// launch configuration of its [`DeviceKernel`]). It may return before the kernel
     /// finishes; [`GpuDevice::synchronize`] waits.
     ///
     /// # Safety

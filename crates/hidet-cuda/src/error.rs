@@ -61,6 +61,69 @@ pub enum CudaError {
     /// Emitting CUDA C failed.
     #[error("CUDA C generation failed: {0}")]
     Codegen(#[from] hidet_codegen::CodegenError),
+    /// NVRTC cannot emit cubins (it predates `nvrtcGetCUBIN`).
+    #[error("{path} (NVRTC {major}.{minor}) cannot emit cubins; compile to PTX instead")]
+    CubinUnsupported {
+        path: String,
+        major: i32,
+        minor: i32,
+    },
+    /// No loadable CUDA driver library (`libcuda.so`) was found: this machine has no NVIDIA
+    /// driver (or the library is not on the loader's path).
+    #[error("CUDA driver library not found (libcuda.so; searched the dynamic loader for {}): this machine has no NVIDIA driver, or it is not on LD_LIBRARY_PATH", searched.join(", "))]
+    DriverNotFound { searched: Vec<String> },
+    /// The driver library lacks an entry point this runtime calls: the driver is older than
+    /// CUDA 12.4.
+    #[error(
+        "the CUDA driver lacks {symbol} ({message}); a driver for CUDA 12.4 or newer is needed"
+    )]
+    DriverTooOld { symbol: String, message: String },
+    /// The driver is present but reports no CUDA device.
+    #[error("no CUDA device: the driver is loaded but found no GPU ({detail})")]
+    NoDevice { detail: String },
+    /// The requested device ordinal does not exist.
+    #[error("no CUDA device {ordinal}: the driver reports {count} device(s)")]
+    DeviceOrdinal { ordinal: usize, count: usize },
+    /// A CUDA driver call failed.
+    #[error("CUDA driver call {call} failed: {name} ({code}): {message}")]
+    Driver {
+        call: &'static str,
+        code: i32,
+        name: String,
+        message: String,
+    },
+    /// The driver rejected a cubin or PTX image; `log` is the JIT's error log (empty for
+    /// cubins).
+    #[error("loading a {kind} module failed: {name} ({code}){}", if log.is_empty() { String::new() } else { format!(":\n{log}") })]
+    ModuleLoad {
+        kind: &'static str,
+        code: i32,
+        name: String,
+        log: String,
+    },
+    /// The module has no kernel of that name.
+    #[error("the module has no kernel {name:?}")]
+    KernelNotFound { name: String },
+    /// A device address range is not inside a live allocation of this GPU.
+    #[error("device range [{address:#x}, +{bytes}) is not inside a live allocation of this GPU")]
+    InvalidDeviceRange { address: u64, bytes: usize },
+    /// An alignment that is not a power of two.
+    #[error("alignment {0} is not a power of two")]
+    BadAlignment(usize),
+    /// A launch whose configuration or arguments do not fit the kernel or the device.
+    #[error("cannot launch {kernel}: {reason}")]
+    Launch { kernel: String, reason: String },
+    /// A CUDA-graph capture failed (the closure's or the driver's error).
+    #[error("CUDA graph capture failed: {0}")]
+    Capture(Box<CudaError>),
+    /// A kernel is in no usable cache entry and NVRTC is not available to compile it.
+    #[error("kernel {name} ({arch}) is not in the cache at {root} and NVRTC is unavailable to compile it: {nvrtc}")]
+    NotCached {
+        name: String,
+        arch: String,
+        root: PathBuf,
+        nvrtc: Box<CudaError>,
+    },
     /// A file system operation failed.
     #[error("{action} {path}: {source}")]
     Io {

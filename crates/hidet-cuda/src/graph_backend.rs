@@ -31,7 +31,7 @@ use hidet_ir::compute::tensor_dtype;
 use hidet_ir::function::{FunctionKind, IRModule, Target};
 
 use crate::arch::Arch;
-use crate::device::{GpuDevice, KernelImage, KernelParam};
+use crate::device::{DeviceKernel, GpuDevice, KernelParam};
 use crate::ptxas::PtxasReport;
 use crate::schedule::conv_anchor::conv_kernel;
 use crate::schedule::matmul_anchor::{matmul_kernel, TemplateOutcome};
@@ -86,7 +86,7 @@ pub enum KernelOrigin {
 /// A lowered kernel.
 #[derive(Debug, Clone)]
 pub struct CudaKernel {
-    pub image: KernelImage,
+    pub image: DeviceKernel,
     pub origin: KernelOrigin,
 }
 
@@ -94,7 +94,7 @@ pub struct CudaKernel {
 #[derive(Debug)]
 pub struct CudaModule<D: GpuDevice> {
     loaded: D::Module,
-    images: Vec<KernelImage>,
+    images: Vec<DeviceKernel>,
     origins: Vec<KernelOrigin>,
     ptx_compiled: bool,
     ptxas_reports: Vec<(String, PtxasReport)>,
@@ -107,7 +107,7 @@ impl<D: GpuDevice> CudaModule<D> {
     }
 
     /// The kernels as given to the device, in kernel order.
-    pub fn images(&self) -> &[KernelImage] {
+    pub fn images(&self) -> &[DeviceKernel] {
         &self.images
     }
 
@@ -142,7 +142,7 @@ impl<D: GpuDevice> CudaBackend<D> {
 
 /// The image of CUDA kernel function `module.functions[0]` computing `task`: parameters,
 /// launch configuration and CUDA C.
-fn kernel_image(task: &FusedTask, module: IRModule) -> Result<KernelImage, String> {
+fn kernel_image(task: &FusedTask, module: IRModule) -> Result<DeviceKernel, String> {
     let f = module
         .functions
         .first()
@@ -187,7 +187,7 @@ fn kernel_image(task: &FusedTask, module: IRModule) -> Result<KernelImage, Strin
         })
         .collect::<Result<Vec<_>, String>>()?;
     let source = crate::emit_cuda(&module).map_err(|e| e.to_string())?;
-    Ok(KernelImage {
+    Ok(DeviceKernel {
         name: f.name.clone(),
         grid,
         block,
@@ -201,7 +201,7 @@ fn kernel_image(task: &FusedTask, module: IRModule) -> Result<KernelImage, Strin
 /// Compiles every image with NVRTC (and `ptxas` when asked) on `jobs` threads; returns the
 /// ptxas reports (empty without `ptxas`).
 fn compile_all(
-    images: &[KernelImage],
+    images: &[DeviceKernel],
     options: &CudaBackendOptions,
     jobs: usize,
     progress: Option<&hidet_graph::compiled::ProgressSink>,
@@ -315,7 +315,7 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
                 kernels: kernels.len(),
             });
         }
-        let (images, origins): (Vec<KernelImage>, Vec<KernelOrigin>) =
+        let (images, origins): (Vec<DeviceKernel>, Vec<KernelOrigin>) =
             kernels.into_iter().map(|k| (k.image, k.origin)).unzip();
         let run_nvrtc = match self.options.nvrtc {
             NvrtcCheck::Off => false,

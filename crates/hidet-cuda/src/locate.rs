@@ -78,6 +78,41 @@ pub fn in_site_packages(relative: &str, searched: &mut Vec<String>) -> Vec<PathB
     found
 }
 
+/// Like [`in_site_packages`] for several relative paths: every existing
+/// `<site-packages>/<relative>`, environment by environment (in search order), and within
+/// one environment in the order of `relatives`.
+pub fn in_site_packages_each(relatives: &[&str], searched: &mut Vec<String>) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let roots = venv_roots();
+    if roots.is_empty() {
+        for relative in relatives {
+            searched.push(format!(
+                "<no .venv found>/lib/python3*/site-packages/{relative}"
+            ));
+        }
+    }
+    for root in roots {
+        let sites = site_packages(&root);
+        if sites.is_empty() {
+            searched.push(format!(
+                "{}/lib/python3*/site-packages/{{{}}}",
+                root.display(),
+                relatives.join(",")
+            ));
+        }
+        for site in sites {
+            for relative in relatives {
+                let path = site.join(relative);
+                searched.push(path.display().to_string());
+                if path.exists() {
+                    found.push(path);
+                }
+            }
+        }
+    }
+    found
+}
+
 /// Every file called `name` in a directory of `$PATH`, in order.
 pub fn in_path(name: &str) -> Vec<PathBuf> {
     let Some(path) = std::env::var_os("PATH") else {

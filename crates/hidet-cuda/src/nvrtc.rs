@@ -1,23 +1,35 @@
-//! Compiling CUDA C to PTX with NVRTC, loaded at run time.
+//! Compiling CUDA C to PTX or cubins with NVRTC, loaded at run time.
 //!
 //! NVRTC is found in this order (the first that loads wins):
 //! 1. `$HIDET_NVRTC_PATH`, a path to `libnvrtc.so*`; when set, nothing else is tried;
-//! 2. `nvidia/cuda_nvrtc/lib/libnvrtc.so.12` in the site-packages of the
-//!    virtual environments listed in [`crate::locate`] (the PyPI wheel
-//!    `nvidia-cuda-nvrtc-cu12` that `scripts/setup_python.sh` installs);
-//! 3. `libnvrtc.so.12` and `libnvrtc.so` through the system's dynamic loader
-//!    (`LD_LIBRARY_PATH`, `ldconfig`).
+//! 2. in the site-packages of the virtual environments listed in [`crate::locate`], one
+//!    environment after the other: `nvidia/cuda_nvrtc/lib/libnvrtc.so.12` (the CUDA 12
+//!    wheel `nvidia-cuda-nvrtc-cu12` that `scripts/setup_python.sh` installs), then
+//!    `nvidia/cu13/lib/libnvrtc.so.13` (the CUDA 13 wheels' layout);
+//! 3. `libnvrtc.so.12`, `libnvrtc.so.13` and `libnvrtc.so` through the system's dynamic
+//!    loader (`LD_LIBRARY_PATH`, `ldconfig`).
+//!
+//! CUDA 12 comes before 13 within each step: PTX from NVRTC 13 is rejected by CUDA 12 drivers and
+//! by the CUDA 12 `ptxas` of [`crate::ptxas`], while CUDA 13 drivers load everything NVRTC 12
+//! produces. `$HIDET_NVRTC_PATH` picks another.
 //!
 //! Building this crate needs no CUDA toolkit: nothing links against NVRTC.
+//!
+//! [`Nvrtc::compile_to_ptx`] emits PTX for a virtual architecture;
+//! [`Nvrtc::compile_to_cubin`] emits machine code for a real one (`nvrtcGetCUBIN`, NVRTC
+//! 11.1 and newer); [`Nvrtc::compile_image`] takes a cubin where this NVRTC can make one,
+//! else PTX.
 //!
 //! NVRTC 12 has no built-in `cuda_fp16.h`/`cuda_bf16.h`; every compilation
 //! therefore gets [`cuda_include_dirs`] as `-I` directories: `$HIDET_CUDA_INCLUDE`
 //! when set, else `nvidia/cuda_runtime/include` of the PyPI wheel
-//! `nvidia-cuda-runtime-cu12` in the searched virtual environments.
+//! `nvidia-cuda-runtime-cu12` (or `nvidia/cu13/include` of the CUDA 13 wheels) in the
+//! searched virtual environments.
 
 use crate::arch::Arch;
 use crate::artifacts;
 use crate::error::CudaError;
+use crate::image::{ImageKind, KernelImage};
 use crate::locate;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::path::PathBuf;
@@ -80,6 +92,8 @@ pub struct Nvrtc {
     get_log: GetTextFn,
     get_ptx_size: GetSizeFn,
     get_ptx: GetTextFn,
+    /// `nvrtcGetCUBINSize` and `nvrtcGetCUBIN`, absent before NVRTC 11.1.
+    cubin: Option<(GetSizeFn, GetTextFn)>,
     _library: libloading::Library,
 }
 
@@ -133,11 +147,11 @@ impl Nvrtc {
             });
         }
         let mut candidates: Vec<String> =
-            locate::in_site_packages("nvidia/cuda_nvrtc/lib/libnvrtc.so.12", &mut searched)
+            locate::in_site_packages_each(&WHEEL_LIBRARIES, &mut searched)
                 .into_iter()
                 .map(|p| p.display().to_string())
                 .collect();
-        for name in ["libnvrtc.so.12", "libnvrtc.so"] {
+        for name in LOADER_NAMES {
             searched.push(format!("{name} (dynamic loader)"));
             candidates.push(name.to_string());
         }
@@ -202,6 +216,17 @@ impl Nvrtc {
                     .map_err(unusable)?,
             )
         };
+        // SAFETY: as above; both symbols have the prototypes of `nvrtcGetPTXSize` and
+        // `nvrtcGetPTX` (nvrtc.h, 11.1 and newer).
+        let cubin = unsafe {
+            match (
+                library.get::<GetSizeFn>(b"nvrtcGetCUBINSize\0"),
+                library.get::<GetTextFn>(b"nvrtcGetCUBIN\0"),
+            ) {
+                (Ok(size), Ok(text)) => Some((*size, *text)),
+                _ => None,
+            }
+        };
         let (mut major, mut minor) = (0, 0);
         // SAFETY: both out-pointers are valid for writes.
         let rc = unsafe { version_fn(&mut major, &mut minor) };
@@ -222,6 +247,7 @@ impl Nvrtc {
             get_log,
             get_ptx_size,
             get_ptx,
+            cubin,
             _library: library,
         })
     }
@@ -234,6 +260,11 @@ impl Nvrtc {
     /// NVRTC's `(major, minor)` version.
     pub fn version(&self) -> (i32, i32) {
         self.version
+    }
+
+    /// Whether this NVRTC can emit cubins ([`Nvrtc::compile_to_cubin`]).
+    pub fn supports_cubin(&self) -> bool {
+        self.cubin.is_some()
     }
 
     fn check(&self, call: &'static str, rc: NvrtcResult) -> Result<(), CudaError> {
@@ -292,6 +323,94 @@ impl Nvrtc {
         arch: Arch,
         options: &CompileOptions,
     ) -> Result<Ptx, CudaError> {
+        let (program, log) = self.compile(name, source, &arch.virtual_name(), arch, options)?;
+        let text = self.read_text(
+            &program,
+            ("nvrtcGetPTXSize", self.get_ptx_size),
+            ("nvrtcGetPTX", self.get_ptx),
+        )?;
+        Ok(Ptx { text, arch, log })
+    }
+
+    /// Compiles one CUDA C translation unit to a cubin for the real architecture `arch`
+    /// (`--gpu-architecture=sm_XY`). Fails with [`CudaError::CubinUnsupported`] when this
+    /// NVRTC predates `nvrtcGetCUBIN`; compile errors as in [`Nvrtc::compile_to_ptx`].
+    pub fn compile_to_cubin(
+        &self,
+        name: &str,
+        source: &str,
+        arch: Arch,
+        options: &CompileOptions,
+    ) -> Result<KernelImage, CudaError> {
+        let Some((get_size, get_cubin)) = self.cubin else {
+            return Err(CudaError::CubinUnsupported {
+                path: self.path.clone(),
+                major: self.version.0,
+                minor: self.version.1,
+            });
+        };
+        let (program, log) = self.compile(name, source, &arch.real_name(), arch, options)?;
+        let mut size = 0usize;
+        // SAFETY: the program handle is live and `size` is valid for writes.
+        self.check("nvrtcGetCUBINSize", unsafe {
+            get_size(program.handle, &mut size)
+        })?;
+        let mut bytes = vec![0u8; size];
+        if size > 0 {
+            // SAFETY: NVRTC writes exactly `size` bytes into a buffer of that length.
+            self.check("nvrtcGetCUBIN", unsafe {
+                get_cubin(program.handle, bytes.as_mut_ptr().cast())
+            })?;
+        }
+        Ok(KernelImage {
+            kind: ImageKind::Cubin,
+            arch,
+            bytes,
+            log,
+        })
+    }
+
+    /// The image the driver should load for `arch`: a cubin when this NVRTC emits cubins,
+    /// else PTX (see [`ImageKind`]).
+    pub fn compile_image(
+        &self,
+        name: &str,
+        source: &str,
+        arch: Arch,
+        options: &CompileOptions,
+    ) -> Result<KernelImage, CudaError> {
+        if self.supports_cubin() {
+            return self.compile_to_cubin(name, source, arch, options);
+        }
+        let ptx = self.compile_to_ptx(name, source, arch, options)?;
+        Ok(KernelImage {
+            kind: ImageKind::Ptx,
+            arch,
+            bytes: ptx.text.into_bytes(),
+            log: ptx.log,
+        })
+    }
+
+    /// The kind of image [`Nvrtc::compile_image`] produces.
+    pub fn image_kind(&self) -> ImageKind {
+        if self.supports_cubin() {
+            ImageKind::Cubin
+        } else {
+            ImageKind::Ptx
+        }
+    }
+
+    /// Creates and compiles a program with `--gpu-architecture=<gpu_architecture>`; returns
+    /// the compiled program and NVRTC's trimmed log. On a compilation error the source is
+    /// kept on disk (see [`Nvrtc::compile_to_ptx`]).
+    fn compile(
+        &self,
+        name: &str,
+        source: &str,
+        gpu_architecture: &str,
+        arch: Arch,
+        options: &CompileOptions,
+    ) -> Result<(Program<'_>, String), CudaError> {
         let c_source = CString::new(source).map_err(|_| CudaError::NulByte {
             what: "CUDA source",
         })?;
@@ -299,7 +418,7 @@ impl Nvrtc {
             what: "program name",
         })?;
         let mut opts = vec![
-            format!("--gpu-architecture={}", arch.virtual_name()),
+            format!("--gpu-architecture={gpu_architecture}"),
             "--std=c++17".to_string(),
             "--fmad=true".to_string(),
         ];
@@ -363,18 +482,18 @@ impl Nvrtc {
             });
         }
         self.check("nvrtcCompileProgram", rc)?;
-        let text = self.read_text(
-            &program,
-            ("nvrtcGetPTXSize", self.get_ptx_size),
-            ("nvrtcGetPTX", self.get_ptx),
-        )?;
-        Ok(Ptx {
-            text,
-            arch,
-            log: log.trim().to_string(),
-        })
+        Ok((program, log.trim().to_string()))
     }
 }
+
+/// NVRTC inside the PyPI wheels, relative to site-packages, in search order.
+pub const WHEEL_LIBRARIES: [&str; 2] = [
+    "nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+    "nvidia/cu13/lib/libnvrtc.so.13",
+];
+
+/// NVRTC names given to the system's dynamic loader, in search order.
+pub const LOADER_NAMES: [&str; 3] = ["libnvrtc.so.12", "libnvrtc.so.13", "libnvrtc.so"];
 
 /// The CUDA header directories passed to every compilation (see the module
 /// docs); empty when none was found, in which case sources that include
@@ -386,11 +505,15 @@ pub fn cuda_include_dirs() -> &'static [PathBuf] {
             return std::env::split_paths(&dir).collect();
         }
         let mut searched = Vec::new();
-        locate::in_site_packages("nvidia/cuda_runtime/include/cuda_fp16.h", &mut searched)
-            .into_iter()
-            .filter_map(|header| header.parent().map(PathBuf::from))
-            .take(1)
-            .collect()
+        [
+            "nvidia/cuda_runtime/include/cuda_fp16.h",
+            "nvidia/cu13/include/cuda_fp16.h",
+        ]
+        .iter()
+        .flat_map(|relative| locate::in_site_packages(relative, &mut searched))
+        .filter_map(|header| header.parent().map(PathBuf::from))
+        .take(1)
+        .collect()
     })
 }
 

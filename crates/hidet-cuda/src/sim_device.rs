@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use crate::device::{DeviceError, GpuDevice, KernelImage, KernelParam};
+use crate::device::{DeviceError, DeviceKernel, GpuDevice, KernelParam};
 use crate::sim::{BlockSelection, DeviceBuffer, LaunchOptions, SimArg, Simulator};
 
 /// Options of the simulator device.
@@ -174,7 +174,7 @@ impl GpuDevice for SimDevice {
         Ok(())
     }
 
-    fn load(&self, kernels: &[KernelImage]) -> Result<SimModule, DeviceError> {
+    fn load(&self, kernels: &[DeviceKernel]) -> Result<SimModule, DeviceError> {
         let kernels = kernels
             .iter()
             .map(|k| {

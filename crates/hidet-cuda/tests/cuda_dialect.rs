@@ -1,10 +1,16 @@
 //! The CUDA C dialect: kernels using each CUDA construct are emitted from IR,
 //! compiled by NVRTC for sm_80 and sm_90 and assembled by `ptxas` (which
 //! checks the inline PTX operands that NVRTC passes through unchecked).
-//! Fails (never skips) when NVRTC or ptxas is missing.
+//! Fails (never skips) when NVRTC or ptxas is missing. The kernels are built in
+//! `common/dialect_kernels.rs`, which `sim_constructs.rs` runs in the GPU simulator.
 
 mod common;
 
+use common::dialect_kernels::{
+    asserts, cp_async_module, cpu_only_kernel, dynamic_shared, half_math, host_launcher,
+    ldmatrix_module, math_functions, mma_module, parallel_loop_kernel, shuffles, vectors,
+    MMA_VARIANTS,
+};
 use common::{require_nvrtc, require_ptxas};
 use hidet_cuda::ptxas::assemble_with;
 use hidet_cuda::{emit_cuda, Arch, CompileOptions, CudaError};
@@ -34,59 +40,9 @@ fn compile_everywhere(module: &IRModule) -> String {
     source
 }
 
-fn kernel(name: &str, threads: i64) -> FunctionBuilder {
-    FunctionBuilder::cuda_kernel(name, [1, 1, 1], [threads, 1, 1])
-}
-
-fn tid() -> Expr {
-    Expr::thread_idx(Dim::X)
-}
-
 #[test]
 fn warp_shuffles_of_every_kind_and_type() {
-    let mut fb = kernel("shuffles", 64);
-    let xf = fb.tensor_param("xf", DataType::F32, [64]);
-    let xi = fb.tensor_param("xi", DataType::I32, [64]);
-    let xh = fb.tensor_param("xh", DataType::F16, [64]);
-    let out = fb.tensor_param("out", DataType::F32, [64, 4]);
-    let vf = fb.var("vf", xf.at([tid()]));
-    for offset in [16, 8, 4, 2, 1] {
-        let shfl = Expr::call(
-            Intrinsic::WarpShuffle {
-                kind: ShuffleKind::Xor,
-                width: 32,
-            },
-            vec![vf.expr(), Expr::int(offset)],
-        );
-        fb.assign(&vf, vf.expr() + shfl);
-    }
-    let down = Expr::call(
-        Intrinsic::WarpShuffle {
-            kind: ShuffleKind::Down,
-            width: 16,
-        },
-        vec![xi.at([tid()]), Expr::int(1)],
-    );
-    let up = Expr::call(
-        Intrinsic::WarpShuffle {
-            kind: ShuffleKind::Up,
-            width: 8,
-        },
-        vec![xh.at([tid()]), Expr::int(2)],
-    );
-    let idx = Expr::call(
-        Intrinsic::WarpShuffle {
-            kind: ShuffleKind::Idx,
-            width: 32,
-        },
-        vec![xf.at([tid()]), Expr::int(0)],
-    );
-    fb.store(&out, [tid(), Expr::int(0)], vf.expr());
-    fb.store(&out, [tid(), Expr::int(1)], down.cast(DataType::F32));
-    fb.store(&out, [tid(), Expr::int(2)], up.cast(DataType::F32));
-    fb.store(&out, [tid(), Expr::int(3)], idx);
-    fb.sync_warp();
-    let module = IRModule::new("shuffles", Target::Cuda).with(fb.finish());
+    let module = shuffles();
     let src = compile_everywhere(&module);
     assert!(
         src.contains("__shfl_xor_sync(0xffffffffu, vf, 16, 32)"),
@@ -100,27 +56,7 @@ fn warp_shuffles_of_every_kind_and_type() {
 
 #[test]
 fn fp16_and_bf16_storage_math_casts_and_constants() {
-    let mut fb = kernel("half_math", 128);
-    let xh = fb.tensor_param("xh", DataType::F16, [128]);
-    let xb = fb.tensor_param("xb", DataType::BF16, [128]);
-    let yh = fb.tensor_param("yh", DataType::F16, [128]);
-    let yb = fb.tensor_param("yb", DataType::BF16, [128]);
-    let h = xh.at([tid()]);
-    let b = xb.at([tid()]);
-    let c_h = Expr::float_of(0.1, DataType::F16);
-    let c_b = Expr::float_of(-3.25, DataType::BF16);
-    fb.store(
-        &yh,
-        [tid()],
-        h.exp().fma(c_h.clone(), h.clone()).max(c_h) * h.clone(),
-    );
-    let sum = Expr::math(MathFunc::Tanh, vec![b.clone()]) + b.sqrt().cast(DataType::BF16);
-    fb.store(
-        &yb,
-        [tid()],
-        Expr::select(b.gt(c_b.clone()), sum, h.cast(DataType::BF16) / c_b),
-    );
-    let module = IRModule::new("half_math", Target::Cuda).with(fb.finish());
+    let module = half_math();
     let src = compile_everywhere(&module);
     assert!(src.contains("#include <cuda_fp16.h>") && src.contains("#include <cuda_bf16.h>"));
     assert!(
@@ -135,61 +71,8 @@ fn fp16_and_bf16_storage_math_casts_and_constants() {
 
 #[test]
 fn fp32_and_fp64_math_functions() {
-    let funcs = [
-        MathFunc::Exp,
-        MathFunc::Exp2,
-        MathFunc::Log,
-        MathFunc::Log2,
-        MathFunc::Sqrt,
-        MathFunc::Rsqrt,
-        MathFunc::Tanh,
-        MathFunc::Sigmoid,
-        MathFunc::Erf,
-        MathFunc::Sin,
-        MathFunc::Cos,
-        MathFunc::Tan,
-        MathFunc::Asin,
-        MathFunc::Acos,
-        MathFunc::Atan,
-        MathFunc::Sinh,
-        MathFunc::Cosh,
-        MathFunc::Asinh,
-        MathFunc::Acosh,
-        MathFunc::Atanh,
-        MathFunc::Abs,
-        MathFunc::Floor,
-        MathFunc::Ceil,
-        MathFunc::Round,
-        MathFunc::Trunc,
-        MathFunc::Pow,
-        MathFunc::Min,
-        MathFunc::Max,
-        MathFunc::Atan2,
-        MathFunc::Fma,
-    ];
     for dtype in [DataType::F32, DataType::F64] {
-        let name = format!("math_{dtype}");
-        let mut fb = kernel(&name, 32);
-        let x = fb.tensor_param("x", dtype, [32]);
-        let y = fb.tensor_param("y", dtype, [32, funcs.len() as i64 + 2]);
-        for (i, f) in funcs.iter().enumerate() {
-            let args = vec![x.at([tid()]); f.arity()];
-            fb.store(&y, [tid(), Expr::int(i as i64)], Expr::math(*f, args));
-        }
-        let nan = Expr::math(MathFunc::IsNan, vec![x.at([tid()])]);
-        let inf = Expr::float_of(f64::INFINITY, dtype);
-        fb.store(
-            &y,
-            [tid(), Expr::int(funcs.len() as i64)],
-            Expr::select(nan, inf, x.at([tid()]) % Expr::float_of(0.75, dtype)),
-        );
-        let ints = (tid() - 7) / 3 % 5;
-        fb.store(
-            &y,
-            [tid(), Expr::int(funcs.len() as i64 + 1)],
-            ints.max(-1).cast(dtype),
-        );
-        let module = IRModule::new(name, Target::Cuda).with(fb.finish());
+        let module = math_functions(dtype);
         let src = compile_everywhere(&module);
         assert!(
             src.contains("hidet_floordiv_i32"),
@@ -198,95 +81,16 @@ fn fp32_and_fp64_math_functions() {
     }
 }
 
-/// A kernel with fragment registers filled from global memory, one `mma`,
-/// and the accumulators stored back.
-fn mma_module(
-    shape: MmaShape,
-    input: DataType,
-    acc: DataType,
-    a_len: i64,
-    b_len: i64,
-    c_len: i64,
-) -> IRModule {
-    let name = format!("mma_{shape:?}_{input}_{acc}").to_lowercase();
-    let mut fb = kernel(&name, 32);
-    let a = fb.tensor_param("a", input, [32, a_len]);
-    let b = fb.tensor_param("b", input, [32, b_len]);
-    let c = fb.tensor_param("c", acc, [32, c_len]);
-    let ra = fb.register_tensor("ra", input, row_major([a_len]));
-    let rb = fb.register_tensor("rb", input, row_major([b_len]));
-    let rc = fb.register_tensor("rc", acc, row_major([c_len]));
-    for (regs, src, len) in [(&ra, &a, a_len), (&rb, &b, b_len), (&rc, &c, c_len)] {
-        let m = repeat_unrolled([len]).expect("positive extent");
-        fb.for_each(m.on(0), |fb, i| {
-            fb.store(regs, [i[0].clone()], src.at([tid(), i[0].clone()]));
-        });
-    }
-    fb.call(
-        Intrinsic::Mma { shape, input, acc },
-        vec![
-            ra.at([0]).address(),
-            rb.at([0]).address(),
-            rc.at([0]).address(),
-        ],
-    );
-    let m = repeat_unrolled([c_len]).expect("positive extent");
-    fb.for_each(m.on(0), |fb, i| {
-        fb.store(&c, [tid(), i[0].clone()], rc.at([i[0].clone()]));
-    });
-    IRModule::new(name, Target::Cuda).with(fb.finish())
-}
-
 #[test]
 fn mma_sync_variants_assemble() {
-    let cases = [
-        (
-            MmaShape::M16N8K16,
-            DataType::F16,
-            DataType::F32,
-            8,
-            4,
-            4,
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
-        ),
-        (
-            MmaShape::M16N8K8,
-            DataType::F16,
-            DataType::F32,
-            4,
-            2,
-            4,
-            "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32",
-        ),
-        (
-            MmaShape::M16N8K16,
-            DataType::BF16,
-            DataType::F32,
-            8,
-            4,
-            4,
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
-        ),
-        (
-            MmaShape::M16N8K16,
-            DataType::F16,
-            DataType::F16,
-            8,
-            4,
-            4,
-            "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16",
-        ),
-        (
-            MmaShape::M16N8K8,
-            DataType::F32,
-            DataType::F32,
-            4,
-            2,
-            4,
-            "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
-        ),
+    let ptx = [
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+        "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32",
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+        "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16",
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
     ];
-    for (shape, input, acc, a_len, b_len, c_len, ptx) in cases {
+    for ((shape, input, acc, a_len, b_len, c_len), ptx) in MMA_VARIANTS.into_iter().zip(ptx) {
         let src = compile_everywhere(&mma_module(shape, input, acc, a_len, b_len, c_len));
         assert!(src.contains(ptx), "{ptx} missing from\n{src}");
     }
@@ -304,29 +108,7 @@ fn unsupported_mma_is_a_typed_codegen_error() {
 #[test]
 fn ldmatrix_from_shared_memory() {
     for (count, trans) in [(4u32, false), (2, true), (1, false)] {
-        let name = format!("ldmatrix_x{count}_{trans}");
-        let mut fb = kernel(&name, 32);
-        let g = fb.tensor_param("g", DataType::F16, [32, 8]);
-        let out = fb.tensor_param("out", DataType::F16, [32, 8]);
-        let smem = fb.shared_tensor("smem", DataType::F16, row_major([32, 8]));
-        let regs = fb.register_tensor("regs", DataType::F16, row_major([8]));
-        let cols = repeat_unrolled([8]).expect("positive extent");
-        fb.for_each(cols.on(0), |fb, j| {
-            fb.store(&smem, [tid(), j[0].clone()], g.at([tid(), j[0].clone()]));
-        });
-        fb.sync_threads();
-        fb.call(
-            Intrinsic::LdMatrix { count, trans },
-            vec![
-                regs.at([0]).address(),
-                smem.at([tid(), Expr::int(0)]).address(),
-            ],
-        );
-        let used = repeat_unrolled([2 * i64::from(count)]).expect("positive extent");
-        fb.for_each(used.on(0), |fb, j| {
-            fb.store(&out, [tid(), j[0].clone()], regs.at([j[0].clone()]));
-        });
-        let module = IRModule::new(name, Target::Cuda).with(fb.finish());
+        let module = ldmatrix_module(count, trans, 8);
         let src = compile_everywhere(&module);
         let t = if trans { ".trans" } else { "" };
         assert!(src.contains(&format!(
@@ -338,48 +120,7 @@ fn ldmatrix_from_shared_memory() {
 
 #[test]
 fn cp_async_with_zero_fill_commit_and_wait() {
-    let mut fb = kernel("cp_async", 64);
-    let g = fb.tensor_param("g", DataType::F32, [64, 8]);
-    let out = fb.tensor_param("out", DataType::F32, [64, 7]);
-    let n = fb.param("n", DataType::I32);
-    let smem = fb.shared_tensor("smem", DataType::F32, row_major([64, 8]));
-    let valid_bytes = Expr::select(tid().lt(n.expr()), Expr::int(16), Expr::int(0));
-    fb.call(
-        Intrinsic::CpAsync { bytes: 16 },
-        vec![
-            smem.at([tid(), Expr::int(0)]).address(),
-            g.at([tid(), Expr::int(0)]).address(),
-            valid_bytes,
-        ],
-    );
-    fb.call(
-        Intrinsic::CpAsync { bytes: 8 },
-        vec![
-            smem.at([tid(), Expr::int(4)]).address(),
-            g.at([tid(), Expr::int(4)]).address(),
-            Expr::int(8),
-        ],
-    );
-    fb.call(
-        Intrinsic::CpAsync { bytes: 4 },
-        vec![
-            smem.at([tid(), Expr::int(6)]).address(),
-            g.at([tid(), Expr::int(6)]).address(),
-            Expr::int(4),
-        ],
-    );
-    fb.call(Intrinsic::CpAsyncCommit, vec![]);
-    fb.call(Intrinsic::CpAsyncWait { n: 0 }, vec![]);
-    fb.sync_threads();
-    let cols = repeat_unrolled([7]).expect("positive extent");
-    fb.for_each(cols.on(0), |fb, j| {
-        fb.store(
-            &out,
-            [tid(), j[0].clone()],
-            smem.at([(tid() + 1) % 64, j[0].clone()]),
-        );
-    });
-    let module = IRModule::new("cp_async", Target::Cuda).with(fb.finish());
+    let module = cp_async_module(8);
     let src = compile_everywhere(&module);
     assert!(src.contains("cp.async.cg.shared.global [%0], [%1], 16, %2;"));
     assert!(src.contains("cp.async.ca.shared.global [%0], [%1], 8, %2;"));
@@ -388,31 +129,7 @@ fn cp_async_with_zero_fill_commit_and_wait() {
 
 #[test]
 fn vector_loads_stores_and_float4_arithmetic() {
-    let mut fb = kernel("vectors", 32);
-    let x = fb.tensor_param("x", DataType::F32, [32, 4]);
-    let y = fb.tensor_param("y", DataType::F32, [32, 4]);
-    let h = fb.tensor_param("h", DataType::F16, [32, 2]);
-    let load = |t: &Var, dtype: DataType| {
-        Expr::call(
-            Intrinsic::VectorLoad { dtype },
-            vec![t.at([tid(), Expr::int(0)]).address()],
-        )
-    };
-    let v = fb.var("v", load(&x, DataType::F32X4));
-    fb.assign(
-        &v,
-        v.expr() * load(&y, DataType::F32X4) + Expr::f32(2.0).broadcast(4),
-    );
-    fb.call(
-        Intrinsic::VectorStore,
-        vec![y.at([tid(), Expr::int(0)]).address(), v.expr()],
-    );
-    let hv = fb.var("hv", load(&h, DataType::F16X2));
-    fb.call(
-        Intrinsic::VectorStore,
-        vec![h.at([tid(), Expr::int(0)]).address(), hv.expr() + hv.expr()],
-    );
-    let module = IRModule::new("vectors", Target::Cuda).with(fb.finish());
+    let module = vectors();
     let src = compile_everywhere(&module);
     assert!(src.contains("float4 v = hidet_load_f32x4("), "{src}");
     assert!(src.contains("make_float4(2e0f, 2e0f, 2e0f, 2e0f)"));
@@ -421,37 +138,7 @@ fn vector_loads_stores_and_float4_arithmetic() {
 
 #[test]
 fn dynamic_shared_memory_views_and_launch_bounds() {
-    let mut fb = kernel("dynamic_smem", 128);
-    fb.min_blocks_per_sm(2);
-    fb.dynamic_shared_bytes(Expr::int(128 * 4 * 2));
-    let x = fb.tensor_param("x", DataType::F32, [128]);
-    let y = fb.tensor_param("y", DataType::F32, [128]);
-    let dynamic = fb.declare(
-        "dyn",
-        Type::pointer_to(Type::Data(DataType::F32)),
-        Scope::Shared,
-    );
-    let first = fb.view(
-        "first",
-        DataType::F32,
-        row_major([128]),
-        dynamic.at([0]).address(),
-    );
-    let second = fb.view(
-        "second",
-        DataType::F32,
-        row_major([128]),
-        dynamic.at([128]).address(),
-    );
-    fb.store(&first, [tid()], x.at([tid()]));
-    fb.store(&second, [tid()], x.at([tid()]) * 2.0f32);
-    fb.sync_threads();
-    fb.store(
-        &y,
-        [tid()],
-        first.at([(tid() + 5) % 128]) + second.at([(tid() + 7) % 128]),
-    );
-    let module = IRModule::new("dynamic_smem", Target::Cuda).with(fb.finish());
+    let module = dynamic_shared();
     let src = compile_everywhere(&module);
     assert!(
         src.contains("extern __shared__ __align__(16) unsigned char"),
@@ -462,21 +149,7 @@ fn dynamic_shared_memory_views_and_launch_bounds() {
 
 #[test]
 fn host_launchers_are_hidden_from_nvrtc() {
-    let mut fb = FunctionBuilder::cuda_kernel(
-        "scale",
-        [Expr::int(4), Expr::int(1), Expr::int(1)],
-        [256, 1, 1],
-    );
-    let x = fb.tensor_param("x", DataType::F32, [1024]);
-    let i = Expr::block_idx(Dim::X) * 256 + tid();
-    fb.store(&x, [i.clone()], x.at([i]) * 3.0f32);
-    let k = fb.finish();
-    let mut host = FunctionBuilder::host_launcher("scale_launch");
-    let hx = host.tensor_param("x", DataType::F32, [1024]);
-    host.launch(&k, vec![hx.expr()]);
-    let module = IRModule::new("scale", Target::Cuda)
-        .with(k)
-        .with(host.finish());
+    let module = host_launcher();
     let src = compile_everywhere(&module);
     let guard = src.find("#if !defined(__CUDACC_RTC__)\nextern \"C\" void scale_launch(");
     let launch = src.find("scale<<<dim3(4, 1, 1), dim3(256, 1, 1), 0>>>(x)");
@@ -489,30 +162,18 @@ fn host_launchers_are_hidden_from_nvrtc() {
 
 #[test]
 fn asserts_compile_to_printf_and_trap() {
-    let mut fb = kernel("checked", 32);
-    let x = fb.tensor_param("x", DataType::I32, [32]);
-    fb.assert(x.at([tid()]).ge(0), "x must be \"non-negative\"");
-    fb.store(&x, [tid()], x.at([tid()]) + 1);
-    let module = IRModule::new("checked", Target::Cuda).with(fb.finish());
+    let module = asserts();
     let src = compile_everywhere(&module);
     assert!(src.contains("__trap()") && src.contains("hidet_assert_fail(\"checked\""));
 }
 
 #[test]
 fn cpu_constructs_are_rejected_before_nvrtc() {
-    let mut fb = kernel("parallel", 32);
-    let x = fb.tensor_param("x", DataType::F32, [32]);
-    fb.for_range_with("i", 32, LoopKind::Parallel, |fb, i| {
-        fb.store(&x, [i.clone()], Expr::f32(1.0));
-    });
-    let module = IRModule::new("parallel", Target::Cuda).with(fb.finish());
+    let module = IRModule::new("parallel", Target::Cuda).with(parallel_loop_kernel());
     let err = emit_cuda(&module).expect_err("parallel loops are CPU only");
     assert!(err.to_string().contains("parallel"), "{err}");
 
-    let mut cpu = FunctionBuilder::cpu_kernel("cpu_only");
-    let y = cpu.tensor_param("y", DataType::F32, [4]);
-    cpu.store(&y, [0], Expr::f32(1.0));
-    let module = IRModule::new("cpu_only", Target::Cpu).with(cpu.finish());
+    let module = IRModule::new("cpu_only", Target::Cpu).with(cpu_only_kernel());
     let err = emit_cuda(&module).expect_err("CPU kernels are not CUDA C");
     assert!(
         matches!(err, CudaError::Verify(_) | CudaError::Codegen(_)),

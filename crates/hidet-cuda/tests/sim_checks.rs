@@ -5,58 +5,49 @@
 // Index loops mirror the references' formulas (lane, row, column).
 #![allow(clippy::needless_range_loop)]
 
+mod common;
+
+use common::dialect_kernels::{cp_async_row, kernel, ldmatrix_module, module_of, tid};
+use common::sim_support::{buf, f32s, fault, out_f32, output, simulate, simulate_with};
 use hidet_cuda::sim::{
     BlockSelection, DeviceBuffer, Fault, LaunchOptions, RaceKind, SimArg, SimError, Simulator,
 };
 use hidet_ir::prelude::*;
 
-fn kernel(name: &str, threads: i64) -> FunctionBuilder {
-    FunctionBuilder::cuda_kernel(name, [1, 1, 1], [threads, 1, 1])
-}
-
-fn tid() -> Expr {
-    Expr::thread_idx(Dim::X)
-}
-
-fn simulate(fb: FunctionBuilder, args: &mut [SimArg]) -> Result<(), SimError> {
-    let f = fb.finish();
-    let name = f.name.clone();
-    let module = IRModule::new(name.clone(), Target::Cuda).with(f);
-    let sim = Simulator::from_module(&module, &name)?;
-    sim.launch(args, &LaunchOptions::default()).map(|_| ())
-}
-
-fn f32s(len: usize) -> SimArg {
-    SimArg::Buffer(DeviceBuffer::from_f32(
-        &(0..len).map(|v| v as f32).collect::<Vec<_>>(),
-    ))
-}
-
-fn output(len: usize) -> SimArg {
-    SimArg::Buffer(DeviceBuffer::output(DataType::F32, len))
-}
-
-/// The fault, statement and thread of a `SimError::Fault`.
-fn fault(r: Result<(), SimError>) -> (Fault, String, [i64; 3]) {
-    match r {
-        Err(SimError::Fault(r)) => (r.fault, r.stmt, r.thread.0),
-        other => panic!("expected a fault, got {other:?}"),
-    }
+/// Simulates the kernel of `module` with `args`, asserts that it faults as `pattern`
+/// (matched against `&Fault`, with an optional guard) in thread `thread`, and evaluates to
+/// the faulting statement.
+macro_rules! assert_fault {
+    ($module:expr, $args:expr, $pattern:pat $(if $guard:expr)?, $thread:expr) => {{
+        let (f, stmt, thread) = fault(simulate(&$module, $args));
+        assert!(matches!(&f, $pattern $(if $guard)?), "{f}");
+        assert_eq!(thread, $thread);
+        stmt
+    }};
 }
 
 #[test]
 fn missing_syncthreads_between_a_shared_store_and_another_threads_load_is_a_race() {
     // Interval 1 fills `smem`; interval 2 overwrites it and reads another warp's element
     // without a barrier in between.
-    let mut fb = kernel("missing_sync", 64);
-    let x = fb.tensor_param("x", DataType::F32, [64]);
-    let y = fb.tensor_param("y", DataType::F32, [64]);
-    let smem = fb.shared_tensor("smem", DataType::F32, row_major([64]));
-    fb.store(&smem, [tid()], Expr::f32(0.0));
-    fb.sync_threads();
-    fb.store(&smem, [tid()], x.at([tid()]));
-    fb.store(&y, [tid()], smem.at([(tid() + 32) % 64]));
-    let (f, stmt, thread) = fault(simulate(fb, &mut [f32s(64), output(64)]));
+    let build = |name: &str, barrier: bool| {
+        let mut fb = kernel(name, 64);
+        let x = fb.tensor_param("x", DataType::F32, [64]);
+        let y = fb.tensor_param("y", DataType::F32, [64]);
+        let smem = fb.shared_tensor("smem", DataType::F32, row_major([64]));
+        fb.store(&smem, [tid()], Expr::f32(0.0));
+        fb.sync_threads();
+        fb.store(&smem, [tid()], x.at([tid()]));
+        if barrier {
+            fb.sync_threads();
+        }
+        fb.store(&y, [tid()], smem.at([(tid() + 32) % 64]));
+        module_of(fb)
+    };
+    let (f, stmt, thread) = fault(simulate(
+        &build("missing_sync", false),
+        &mut [f32s(64), output(64)],
+    ));
     let Fault::DataRace {
         memory,
         kind,
@@ -75,21 +66,9 @@ fn missing_syncthreads_between_a_shared_store_and_another_threads_load_is_a_race
     );
 
     // With the barrier, the same kernel is clean.
-    let mut fb = kernel("with_sync", 64);
-    let x = fb.tensor_param("x", DataType::F32, [64]);
-    let y = fb.tensor_param("y", DataType::F32, [64]);
-    let smem = fb.shared_tensor("smem", DataType::F32, row_major([64]));
-    fb.store(&smem, [tid()], Expr::f32(0.0));
-    fb.sync_threads();
-    fb.store(&smem, [tid()], x.at([tid()]));
-    fb.sync_threads();
-    fb.store(&y, [tid()], smem.at([(tid() + 32) % 64]));
     let mut args = [f32s(64), output(64)];
-    simulate(fb, &mut args).unwrap_or_else(|e| panic!("{e}"));
-    let y = args[1]
-        .buffer()
-        .and_then(DeviceBuffer::to_f32)
-        .expect("f32");
+    simulate(&build("with_sync", true), &mut args).unwrap_or_else(|e| panic!("{e}"));
+    let y = out_f32(&args, 1);
     assert!((0..64).all(|t| y[t] == ((t + 32) % 64) as f32));
 }
 
@@ -108,16 +87,16 @@ fn a_shuffle_under_a_lane_dependent_branch_is_divergent() {
         );
         fb.store(&y, [tid()], s);
     });
-    let (f, stmt, thread) = fault(simulate(fb, &mut [f32s(32), f32s(32)]));
-    assert!(
-        matches!(&f, Fault::DivergentCollective { active: 0xffff, what } if what.contains("shuffle")),
-        "{f}"
+    let stmt = assert_fault!(
+        module_of(fb),
+        &mut [f32s(32), f32s(32)],
+        Fault::DivergentCollective { active: 0xffff, what } if what.contains("shuffle"),
+        [0, 0, 0]
     );
     assert!(
         stmt.contains("< 16:") && stmt.contains("shfl_down"),
         "{stmt}"
     );
-    assert_eq!(thread, [0, 0, 0]);
 }
 
 #[test]
@@ -128,7 +107,7 @@ fn a_barrier_under_a_thread_dependent_branch_is_divergent() {
         fb.sync_threads();
     });
     fb.store(&y, [tid()], Expr::f32(1.0));
-    let (f, stmt, _) = fault(simulate(fb, &mut [output(64)]));
+    let (f, stmt, _) = fault(simulate(&module_of(fb), &mut [output(64)]));
     assert!(
         matches!(&f, Fault::DivergentBarrier { detail } if detail.contains("(1, 0, 0)")),
         "{f}"
@@ -140,7 +119,7 @@ fn a_barrier_under_a_thread_dependent_branch_is_divergent() {
     let y = fb.tensor_param("y", DataType::F32, [64]);
     fb.if_then_else(tid().lt(32), |fb| fb.sync_threads(), |fb| fb.sync_threads());
     fb.store(&y, [tid()], Expr::f32(1.0));
-    let (f, _, _) = fault(simulate(fb, &mut [output(64)]));
+    let (f, _, _) = fault(simulate(&module_of(fb), &mut [output(64)]));
     assert!(
         matches!(&f, Fault::DivergentBarrier { detail } if detail.contains("another")),
         "{f}"
@@ -153,18 +132,11 @@ fn a_missing_cp_async_wait_leaves_pending_bytes() {
     let g = fb.tensor_param("g", DataType::F32, [32, 4]);
     let y = fb.tensor_param("y", DataType::F32, [32]);
     let smem = fb.shared_tensor("smem", DataType::F32, row_major([32, 4]));
-    fb.call(
-        Intrinsic::CpAsync { bytes: 16 },
-        vec![
-            smem.at([tid(), Expr::int(0)]).address(),
-            g.at([tid(), Expr::int(0)]).address(),
-            Expr::int(16),
-        ],
-    );
+    cp_async_row(&mut fb, 16, &smem, &g, 0, Expr::int(16));
     fb.call(Intrinsic::CpAsyncCommit, vec![]);
     fb.sync_threads();
     fb.store(&y, [tid()], smem.at([(tid() + 1) % 32, Expr::int(2)]));
-    let (f, stmt, thread) = fault(simulate(fb, &mut [f32s(128), output(32)]));
+    let (f, stmt, thread) = fault(simulate(&module_of(fb), &mut [f32s(128), output(32)]));
     let Fault::PendingCpAsync {
         memory,
         offset,
@@ -181,38 +153,18 @@ fn a_missing_cp_async_wait_leaves_pending_bytes() {
 #[test]
 fn ldmatrix_on_a_misaligned_row_is_reported() {
     // Rows of 9 halves (18 bytes): row 1 starts at byte 18.
-    let mut fb = kernel("ldmatrix_misaligned", 32);
-    let smem = fb.shared_tensor("smem", DataType::F16, row_major([32, 9]));
-    let regs = fb.register_tensor("regs", DataType::F16, row_major([8]));
-    let y = fb.tensor_param("y", DataType::F16, [32]);
-    let cols = repeat_unrolled([9]).expect("positive extent");
-    fb.for_each(cols.on(0), |fb, j| {
-        fb.store(
-            &smem,
-            [tid(), j[0].clone()],
-            Expr::float_of(1.0, DataType::F16),
-        );
-    });
-    fb.sync_threads();
-    fb.call(
-        Intrinsic::LdMatrix {
-            count: 4,
-            trans: false,
-        },
-        vec![
-            regs.at([0]).address(),
-            smem.at([tid(), Expr::int(0)]).address(),
-        ],
-    );
-    fb.store(&y, [tid()], regs.at([0]));
-    let mut args = [SimArg::Buffer(DeviceBuffer::output(DataType::F16, 32))];
-    let (f, stmt, thread) = fault(simulate(fb, &mut args));
-    assert!(
-        matches!(&f, Fault::Misaligned { align: 16, offset: 18, memory, .. } if memory == "smem"),
-        "{f}"
+    let module = ldmatrix_module(4, false, 9);
+    let mut args = [
+        buf(&[1.0; 32 * 9], DataType::F16),
+        SimArg::Buffer(DeviceBuffer::output(DataType::F16, 32 * 8)),
+    ];
+    let stmt = assert_fault!(
+        module,
+        &mut args,
+        Fault::Misaligned { align: 16, offset: 18, memory, .. } if memory == "smem",
+        [1, 0, 0]
     );
     assert!(stmt.contains("ldmatrix<x4"), "{stmt}");
-    assert_eq!(thread, [1, 0, 0]);
 }
 
 #[test]
@@ -225,12 +177,12 @@ fn a_read_of_uninitialised_shared_memory_is_reported() {
     });
     fb.sync_threads();
     fb.store(&y, [tid()], smem.at([tid()]));
-    let (f, stmt, thread) = fault(simulate(fb, &mut [output(64)]));
-    assert!(
-        matches!(&f, Fault::UninitializedRead { memory, offset: 192 } if memory == "smem"),
-        "{f}"
+    let stmt = assert_fault!(
+        module_of(fb),
+        &mut [output(64)],
+        Fault::UninitializedRead { memory, offset: 192 } if memory == "smem",
+        [48, 0, 0]
     );
-    assert_eq!(thread, [48, 0, 0]);
     assert!(
         stmt.contains("y[threadIdx.x] = smem[threadIdx.x]"),
         "{stmt}"
@@ -239,28 +191,30 @@ fn a_read_of_uninitialised_shared_memory_is_reported() {
 
 #[test]
 fn two_threads_writing_one_output_element_are_reported() {
-    let mut fb = kernel("write_twice", 64);
-    let x = fb.tensor_param("x", DataType::F32, [64]);
-    let y = fb.tensor_param("y", DataType::F32, [32]);
-    fb.store(&y, [tid() / 2], x.at([tid()]));
-    let (f, stmt, thread) = fault(simulate(fb, &mut [f32s(64), output(32)]));
-    assert!(
-        matches!(&f, Fault::OutputWrittenTwice { tensor, element: 0, first_thread, .. }
-            if tensor == "y" && first_thread.0 == [0, 0, 0]),
-        "{f}"
+    let build = |name: &str| {
+        let mut fb = kernel(name, 64);
+        let x = fb.tensor_param("x", DataType::F32, [64]);
+        let y = fb.tensor_param("y", DataType::F32, [32]);
+        fb.store(&y, [tid() / 2], x.at([tid()]));
+        module_of(fb)
+    };
+    let stmt = assert_fault!(
+        build("write_twice"),
+        &mut [f32s(64), output(32)],
+        Fault::OutputWrittenTwice { tensor, element: 0, first_thread, .. }
+            if tensor == "y" && first_thread.0 == [0, 0, 0],
+        [1, 0, 0]
     );
-    assert_eq!(thread, [1, 0, 0]);
     assert!(
         stmt.contains("y[threadIdx.x >> 1] = x[threadIdx.x]"),
         "{stmt}"
     );
 
     // Without the output check, the same writes are a race (same warp, two writes).
-    let mut fb = kernel("write_twice_race", 64);
-    let x = fb.tensor_param("x", DataType::F32, [64]);
-    let y = fb.tensor_param("y", DataType::F32, [32]);
-    fb.store(&y, [tid() / 2], x.at([tid()]));
-    let (f, _, _) = fault(simulate(fb, &mut [f32s(64), f32s(32)]));
+    let (f, _, _) = fault(simulate(
+        &build("write_twice_race"),
+        &mut [f32s(64), f32s(32)],
+    ));
     assert!(
         matches!(
             f,
@@ -278,7 +232,7 @@ fn output_elements_never_written_are_reported() {
     let mut fb = kernel("write_half", 64);
     let y = fb.tensor_param("y", DataType::F32, [64]);
     fb.if_then(tid().lt(60), |fb| fb.store(&y, [tid()], Expr::f32(1.0)));
-    match simulate(fb, &mut [output(64)]) {
+    match simulate(&module_of(fb), &mut [output(64)]) {
         Err(SimError::OutputNeverWritten {
             tensor,
             first,
@@ -294,18 +248,18 @@ fn out_of_bounds_accesses_and_uninitialised_variables_are_reported() {
     let x = fb.tensor_param("x", DataType::F32, [32]);
     let y = fb.tensor_param("y", DataType::F32, [32]);
     fb.store(&y, [tid()], x.at([tid() + 1]));
-    let (f, _, thread) = fault(simulate(fb, &mut [f32s(32), f32s(32)]));
-    assert!(
-        matches!(&f, Fault::IndexOutOfBounds { tensor, index: 32, extent: 32, .. } if tensor == "x"),
-        "{f}"
+    assert_fault!(
+        module_of(fb),
+        &mut [f32s(32), f32s(32)],
+        Fault::IndexOutOfBounds { tensor, index: 32, extent: 32, .. } if tensor == "x",
+        [31, 0, 0]
     );
-    assert_eq!(thread, [31, 0, 0]);
 
     // A pointer indexed past its buffer.
     let mut fb = kernel("oob_ptr", 32);
     let p = fb.param("p", Type::pointer_to(Type::Data(DataType::F32)));
     fb.store(&p, [tid() * 2], Expr::f32(0.0));
-    let (f, _, _) = fault(simulate(fb, &mut [f32s(32)]));
+    let (f, _, _) = fault(simulate(&module_of(fb), &mut [f32s(32)]));
     assert!(matches!(f, Fault::OutOfBounds { offset: 128, .. }), "{f}");
 
     let mut fb = kernel("uninit_var", 32);
@@ -313,12 +267,12 @@ fn out_of_bounds_accesses_and_uninitialised_variables_are_reported() {
     let v = fb.declare("v", DataType::F32, Scope::Register);
     fb.if_then(tid().lt(8), |fb| fb.assign(&v, Expr::f32(1.0)));
     fb.store(&y, [tid()], v.expr());
-    let (f, _, thread) = fault(simulate(fb, &mut [f32s(32)]));
-    assert!(
-        matches!(&f, Fault::UninitializedVariable { var } if var == "v"),
-        "{f}"
+    assert_fault!(
+        module_of(fb),
+        &mut [f32s(32)],
+        Fault::UninitializedVariable { var } if var == "v",
+        [8, 0, 0]
     );
-    assert_eq!(thread, [8, 0, 0]);
 }
 
 #[test]
@@ -342,12 +296,9 @@ fn early_return_retires_lanes_and_branches_reconverge() {
         SimArg::Buffer(DeviceBuffer::from_f32(&[-1.0; 64])),
         SimArg::Scalar(hidet_ir::interp::Scalar::Int(40)),
     ];
-    let sim_result = simulate(fb, &mut args);
+    let sim_result = simulate(&module_of(fb), &mut args);
     sim_result.unwrap_or_else(|e| panic!("{e}"));
-    let y = args[0]
-        .buffer()
-        .and_then(DeviceBuffer::to_f32)
-        .expect("f32");
+    let y = out_f32(&args, 0);
     for t in 0..64usize {
         let want = if t < 40 {
             let s = (t + 1) % 40;
@@ -372,17 +323,13 @@ fn sampled_launches_run_the_corner_blocks_and_skip_the_coverage_check() {
         [Expr::block_idx(Dim::Y), Expr::block_idx(Dim::X), tid()],
         Expr::f32(1.0),
     );
-    let f = fb.finish();
-    let module = IRModule::new("grid", Target::Cuda).with(f);
-    let sim = Simulator::from_module(&module, "grid").unwrap_or_else(|e| panic!("{e}"));
+    let module = module_of(fb);
     let mut args = [output(7 * 10 * 32)];
     let options = LaunchOptions {
         blocks: BlockSelection::Sample { random: 3, seed: 7 },
         ..LaunchOptions::default()
     };
-    let report = sim
-        .launch(&mut args, &options)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let report = simulate_with(&module, &mut args, &options).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((report.blocks_simulated, report.blocks_total), (7, 70));
     let y = args[0].buffer().expect("buffer").to_f64();
     for (bx, by) in [(0, 0), (9, 0), (0, 6), (9, 6)] {
@@ -402,11 +349,9 @@ fn blocks_touching_one_global_element_race() {
     fb.if_then(tid().eq(0), |fb| {
         fb.store(&y, [Expr::int(0)], y.at([Expr::int(0)]) + 1.0f32);
     });
-    let f = fb.finish();
-    let module = IRModule::new("blocks_race", Target::Cuda).with(f);
-    let sim = Simulator::from_module(&module, "blocks_race").unwrap_or_else(|e| panic!("{e}"));
+    let module = module_of(fb);
     let mut args = [f32s(1)];
-    match sim.launch(&mut args, &LaunchOptions::default()) {
+    match simulate(&module, &mut args) {
         Err(SimError::Fault(r)) => {
             assert!(
                 matches!(&r.fault, Fault::DataRace { kind: RaceKind::ReadAfterWrite, other_block, .. } if other_block.0 == [0, 0, 0]),
@@ -422,12 +367,8 @@ fn blocks_touching_one_global_element_race() {
         global_races: false,
         ..LaunchOptions::default()
     };
-    sim.launch(&mut args, &options)
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(
-        args[0].buffer().and_then(DeviceBuffer::to_f32),
-        Some(vec![2.0])
-    );
+    simulate_with(&module, &mut args, &options).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out_f32(&args, 0), vec![2.0]);
 }
 
 #[test]
@@ -440,14 +381,7 @@ fn wait_group_leaves_the_youngest_groups_pending() {
         let y = fb.tensor_param("y", DataType::F32, [32]);
         let smem = fb.shared_tensor("smem", DataType::F32, row_major([32, 2]));
         for col in 0..2 {
-            fb.call(
-                Intrinsic::CpAsync { bytes: 4 },
-                vec![
-                    smem.at([tid(), Expr::int(col)]).address(),
-                    g.at([tid(), Expr::int(col)]).address(),
-                    Expr::int(4),
-                ],
-            );
+            cp_async_row(&mut fb, 4, &smem, &g, col, Expr::int(4));
             fb.call(Intrinsic::CpAsyncCommit, vec![]);
         }
         fb.call(Intrinsic::CpAsyncWait { n: 1 }, vec![]);
@@ -456,13 +390,10 @@ fn wait_group_leaves_the_youngest_groups_pending() {
         fb
     };
     let mut args = [f32s(64), output(32)];
-    simulate(build(0), &mut args).unwrap_or_else(|e| panic!("{e}"));
-    let y = args[1]
-        .buffer()
-        .and_then(DeviceBuffer::to_f32)
-        .expect("f32");
+    simulate(&module_of(build(0)), &mut args).unwrap_or_else(|e| panic!("{e}"));
+    let y = out_f32(&args, 1);
     assert!((0..32).all(|t| y[t] == (2 * t) as f32));
-    let (f, _, _) = fault(simulate(build(1), &mut [f32s(64), output(32)]));
+    let (f, _, _) = fault(simulate(&module_of(build(1)), &mut [f32s(64), output(32)]));
     assert!(matches!(f, Fault::PendingCpAsync { .. }), "{f}");
 }
 
@@ -473,12 +404,12 @@ fn register_tensors_start_poisoned() {
     let r = fb.register_tensor("r", DataType::F32, row_major([4]));
     fb.store(&r, [Expr::int(0)], Expr::f32(1.0));
     fb.store(&y, [tid()], r.at([Expr::int(0)]) + r.at([Expr::int(1)]));
-    let (f, _, thread) = fault(simulate(fb, &mut [output(32)]));
-    assert!(
-        matches!(&f, Fault::UninitializedRead { memory, offset: 4 } if memory.starts_with("r of thread")),
-        "{f}"
+    assert_fault!(
+        module_of(fb),
+        &mut [output(32)],
+        Fault::UninitializedRead { memory, offset: 4 } if memory.starts_with("r of thread"),
+        [0, 0, 0]
     );
-    assert_eq!(thread, [0, 0, 0]);
 }
 
 #[test]

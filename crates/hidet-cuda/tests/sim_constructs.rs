@@ -1,110 +1,29 @@
 //! Every construct of `tests/cuda_dialect.rs` run in the GPU simulator and compared, bit
 //! for bit, with a scalar reference written here from the CUDA/PTX documentation (shuffle
 //! segments, `mma` fragment layouts, `ldmatrix` distribution, `cp.async` zero fill) and
-//! from the CUDA C the dialect emits (16-bit float math computed in `float`).
+//! from the CUDA C the dialect emits (16-bit float math computed in `float`). The kernels
+//! are the ones `cuda_dialect.rs` compiles, from `common/dialect_kernels.rs`.
 
 // Index loops mirror the references' formulas (lane, row, column).
 #![allow(clippy::needless_range_loop)]
 
 mod common;
 
+use common::dialect_kernels::{
+    asserts, cp_async_module, cpu_only_kernel, dynamic_shared, half_math, host_launcher, kernel,
+    ldmatrix_module, math_functions, mma_module, module_of, parallel_loop_kernel, shuffles, tid,
+    vectors, MATH_FUNCS, MMA_VARIANTS,
+};
+use common::sim_support::{assert_same, buf, out, run, run_err};
 use common::Rng;
 use half::{bf16, f16};
-use hidet_cuda::sim::{DeviceBuffer, Fault, LaunchOptions, SimArg, SimError, Simulator};
+use hidet_cuda::sim::{DeviceBuffer, Fault, SimArg, SimError, Simulator};
 use hidet_ir::interp::Scalar;
 use hidet_ir::prelude::*;
 
-fn kernel(name: &str, threads: i64) -> FunctionBuilder {
-    FunctionBuilder::cuda_kernel(name, [1, 1, 1], [threads, 1, 1])
-}
-
-fn tid() -> Expr {
-    Expr::thread_idx(Dim::X)
-}
-
-fn module_of(fb: FunctionBuilder) -> (IRModule, String) {
-    let f = fb.finish();
-    let name = f.name.clone();
-    (IRModule::new(name.clone(), Target::Cuda).with(f), name)
-}
-
-/// Simulates the module's kernel with `args`; panics with the simulator's error.
-fn run(module: &(IRModule, String), args: &mut [SimArg]) {
-    let sim = Simulator::from_module(&module.0, &module.1).unwrap_or_else(|e| panic!("{e}"));
-    sim.launch(args, &LaunchOptions::default())
-        .unwrap_or_else(|e| panic!("{e}"));
-}
-
-fn run_err(module: &(IRModule, String), args: &mut [SimArg]) -> SimError {
-    let sim = Simulator::from_module(&module.0, &module.1).unwrap_or_else(|e| panic!("{e}"));
-    sim.launch(args, &LaunchOptions::default())
-        .expect_err("the launch must fail")
-}
-
-fn buf(values: &[f64], dtype: DataType) -> SimArg {
-    SimArg::Buffer(DeviceBuffer::from_f64(dtype, values))
-}
-
-fn out(args: &[SimArg], i: usize) -> Vec<f64> {
-    args[i].buffer().expect("a buffer").to_f64()
-}
-
-/// Equal bit for bit as values of their type (NaNs equal NaNs).
-fn assert_same(got: &[f64], want: &[f64], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-            "{what}[{i}]: got {g:e}, want {w:e}"
-        );
-    }
-}
-
 #[test]
 fn warp_shuffles_of_every_kind_and_type() {
-    let mut fb = kernel("shuffles", 64);
-    let xf = fb.tensor_param("xf", DataType::F32, [64]);
-    let xi = fb.tensor_param("xi", DataType::I32, [64]);
-    let xh = fb.tensor_param("xh", DataType::F16, [64]);
-    let o = fb.tensor_param("out", DataType::F32, [64, 4]);
-    let vf = fb.var("vf", xf.at([tid()]));
-    for offset in [16, 8, 4, 2, 1] {
-        let shfl = Expr::call(
-            Intrinsic::WarpShuffle {
-                kind: ShuffleKind::Xor,
-                width: 32,
-            },
-            vec![vf.expr(), Expr::int(offset)],
-        );
-        fb.assign(&vf, vf.expr() + shfl);
-    }
-    let down = Expr::call(
-        Intrinsic::WarpShuffle {
-            kind: ShuffleKind::Down,
-            width: 16,
-        },
-        vec![xi.at([tid()]), Expr::int(1)],
-    );
-    let up = Expr::call(
-        Intrinsic::WarpShuffle {
-            kind: ShuffleKind::Up,
-            width: 8,
-        },
-        vec![xh.at([tid()]), Expr::int(2)],
-    );
-    let idx = Expr::call(
-        Intrinsic::WarpShuffle {
-            kind: ShuffleKind::Idx,
-            width: 32,
-        },
-        vec![xf.at([tid()]), Expr::int(0)],
-    );
-    fb.store(&o, [tid(), Expr::int(0)], vf.expr());
-    fb.store(&o, [tid(), Expr::int(1)], down.cast(DataType::F32));
-    fb.store(&o, [tid(), Expr::int(2)], up.cast(DataType::F32));
-    fb.store(&o, [tid(), Expr::int(3)], idx);
-    fb.sync_warp();
-    let module = module_of(fb);
+    let module = shuffles();
 
     let mut rng = Rng::new(11);
     let f: Vec<f32> = (0..64).map(|_| rng.unit()).collect();
@@ -148,27 +67,7 @@ fn warp_shuffles_of_every_kind_and_type() {
 
 #[test]
 fn fp16_and_bf16_storage_math_casts_and_constants() {
-    let mut fb = kernel("half_math", 128);
-    let xh = fb.tensor_param("xh", DataType::F16, [128]);
-    let xb = fb.tensor_param("xb", DataType::BF16, [128]);
-    let yh = fb.tensor_param("yh", DataType::F16, [128]);
-    let yb = fb.tensor_param("yb", DataType::BF16, [128]);
-    let h = xh.at([tid()]);
-    let b = xb.at([tid()]);
-    let c_h = Expr::float_of(0.1, DataType::F16);
-    let c_b = Expr::float_of(-3.25, DataType::BF16);
-    fb.store(
-        &yh,
-        [tid()],
-        h.exp().fma(c_h.clone(), h.clone()).max(c_h) * h.clone(),
-    );
-    let sum = Expr::math(MathFunc::Tanh, vec![b.clone()]) + b.sqrt().cast(DataType::BF16);
-    fb.store(
-        &yb,
-        [tid()],
-        Expr::select(b.gt(c_b.clone()), sum, h.cast(DataType::BF16) / c_b),
-    );
-    let module = module_of(fb);
+    let module = half_math();
 
     let mut rng = Rng::new(5);
     let hs: Vec<f16> = (0..128).map(|_| f16::from_f32(rng.unit() * 2.0)).collect();
@@ -228,38 +127,6 @@ fn fp16_and_bf16_storage_math_casts_and_constants() {
 
 #[test]
 fn fp32_and_fp64_math_functions() {
-    let funcs = [
-        MathFunc::Exp,
-        MathFunc::Exp2,
-        MathFunc::Log,
-        MathFunc::Log2,
-        MathFunc::Sqrt,
-        MathFunc::Rsqrt,
-        MathFunc::Tanh,
-        MathFunc::Sigmoid,
-        MathFunc::Erf,
-        MathFunc::Sin,
-        MathFunc::Cos,
-        MathFunc::Tan,
-        MathFunc::Asin,
-        MathFunc::Acos,
-        MathFunc::Atan,
-        MathFunc::Sinh,
-        MathFunc::Cosh,
-        MathFunc::Asinh,
-        MathFunc::Acosh,
-        MathFunc::Atanh,
-        MathFunc::Abs,
-        MathFunc::Floor,
-        MathFunc::Ceil,
-        MathFunc::Round,
-        MathFunc::Trunc,
-        MathFunc::Pow,
-        MathFunc::Min,
-        MathFunc::Max,
-        MathFunc::Atan2,
-        MathFunc::Fma,
-    ];
     let reference = |f: MathFunc, x: f64| -> f64 {
         match f {
             MathFunc::Exp => x.exp(),
@@ -295,29 +162,8 @@ fn fp32_and_fp64_math_functions() {
         }
     };
     for dtype in [DataType::F32, DataType::F64] {
-        let name = format!("math_{dtype}");
-        let cols = funcs.len() + 2;
-        let mut fb = kernel(&name, 32);
-        let x = fb.tensor_param("x", dtype, [32]);
-        let y = fb.tensor_param("y", dtype, [32, cols as i64]);
-        for (i, f) in funcs.iter().enumerate() {
-            let args = vec![x.at([tid()]); f.arity()];
-            fb.store(&y, [tid(), Expr::int(i as i64)], Expr::math(*f, args));
-        }
-        let nan = Expr::math(MathFunc::IsNan, vec![x.at([tid()])]);
-        let inf = Expr::float_of(f64::INFINITY, dtype);
-        fb.store(
-            &y,
-            [tid(), Expr::int(funcs.len() as i64)],
-            Expr::select(nan, inf, x.at([tid()]) % Expr::float_of(0.75, dtype)),
-        );
-        let ints = (tid() - 7) / 3 % 5;
-        fb.store(
-            &y,
-            [tid(), Expr::int(funcs.len() as i64 + 1)],
-            ints.max(-1).cast(dtype),
-        );
-        let module = module_of(fb);
+        let module = math_functions(dtype);
+        let cols = MATH_FUNCS.len() + 2;
         let mut rng = Rng::new(3);
         let mut xs: Vec<f64> = (0..32).map(|_| f64::from(rng.unit()) * 1.5 + 1.6).collect();
         xs[0] = f64::NAN;
@@ -346,7 +192,7 @@ fn fp32_and_fp64_math_functions() {
         };
         let mut want = Vec::new();
         for (t, &x) in xs.iter().enumerate() {
-            for &f in &funcs {
+            for f in MATH_FUNCS {
                 want.push(match (dtype, f) {
                     // The dialect's `1.0f / (1.0f + expf(-x))`: three f32 roundings.
                     (DataType::F32, MathFunc::Sigmoid) => r(1.0 / r(1.0 + r((-x).exp()))),
@@ -365,47 +211,8 @@ fn fp32_and_fp64_math_functions() {
             let q = (t as i64 - 7).div_euclid(3).rem_euclid(5);
             want.push(q.max(-1) as f64);
         }
-        assert_same(&out(&args, 1), &want, &name);
+        assert_same(&out(&args, 1), &want, &module.name);
     }
-}
-
-/// The `mma` kernel of `cuda_dialect.rs`: fragments loaded from `a`, `b`, `c` (one row of
-/// registers per lane), one `mma`, accumulators stored back to `c`.
-fn mma_module(
-    shape: MmaShape,
-    input: DataType,
-    acc: DataType,
-    a_len: i64,
-    b_len: i64,
-    c_len: i64,
-) -> (IRModule, String) {
-    let name = format!("mma_{shape:?}_{input}_{acc}").to_lowercase();
-    let mut fb = kernel(&name, 32);
-    let a = fb.tensor_param("a", input, [32, a_len]);
-    let b = fb.tensor_param("b", input, [32, b_len]);
-    let c = fb.tensor_param("c", acc, [32, c_len]);
-    let ra = fb.register_tensor("ra", input, row_major([a_len]));
-    let rb = fb.register_tensor("rb", input, row_major([b_len]));
-    let rc = fb.register_tensor("rc", acc, row_major([c_len]));
-    for (regs, src, len) in [(&ra, &a, a_len), (&rb, &b, b_len), (&rc, &c, c_len)] {
-        let m = repeat_unrolled([len]).expect("positive extent");
-        fb.for_each(m.on(0), |fb, i| {
-            fb.store(regs, [i[0].clone()], src.at([tid(), i[0].clone()]));
-        });
-    }
-    fb.call(
-        Intrinsic::Mma { shape, input, acc },
-        vec![
-            ra.at([0]).address(),
-            rb.at([0]).address(),
-            rc.at([0]).address(),
-        ],
-    );
-    let m = repeat_unrolled([c_len]).expect("positive extent");
-    fb.for_each(m.on(0), |fb, i| {
-        fb.store(&c, [tid(), i[0].clone()], rc.at([i[0].clone()]));
-    });
-    module_of(fb)
 }
 
 /// The (row, column) of element `i` of lane `lane`'s A, B and C fragments (PTX ISA,
@@ -437,14 +244,7 @@ fn frag_c(lane: usize, i: usize) -> (usize, usize) {
 
 #[test]
 fn mma_sync_variants_follow_the_ptx_fragment_layouts() {
-    let cases = [
-        (MmaShape::M16N8K16, DataType::F16, DataType::F32, 8, 4, 4),
-        (MmaShape::M16N8K8, DataType::F16, DataType::F32, 4, 2, 4),
-        (MmaShape::M16N8K16, DataType::BF16, DataType::F32, 8, 4, 4),
-        (MmaShape::M16N8K16, DataType::F16, DataType::F16, 8, 4, 4),
-        (MmaShape::M16N8K8, DataType::F32, DataType::F32, 4, 2, 4),
-    ];
-    for (case, (shape, input, acc, a_len, b_len, c_len)) in cases.into_iter().enumerate() {
+    for (case, (shape, input, acc, a_len, b_len, c_len)) in MMA_VARIANTS.into_iter().enumerate() {
         let k = shape.mnk().2 as usize;
         let module = mma_module(shape, input, acc, a_len, b_len, c_len);
         let mut rng = Rng::new(40 + case as u64);
@@ -481,43 +281,17 @@ fn mma_sync_variants_follow_the_ptx_fragment_layouts() {
                     c[r][col] + (0..k).map(|kk| a[r][kk] * b[kk][col]).sum::<f64>();
             }
         }
-        assert_same(&out(&args, 2), &want, &module.1);
+        assert_same(&out(&args, 2), &want, &module.name);
     }
 }
 
 #[test]
 fn unsupported_mma_is_a_typed_error_naming_it() {
     let module = mma_module(MmaShape::M16N8K16, DataType::F32, DataType::F32, 4, 2, 4);
-    match Simulator::from_module(&module.0, &module.1) {
+    match Simulator::from_module(&module, &module.name) {
         Err(SimError::Unsupported { what, .. }) => assert!(what.contains("mma"), "{what}"),
         other => panic!("expected Unsupported, got {other:?}"),
     }
-}
-
-fn ldmatrix_module(count: u32, trans: bool, row_elems: i64) -> (IRModule, String) {
-    let name = format!("ldmatrix_x{count}_{trans}");
-    let mut fb = kernel(&name, 32);
-    let g = fb.tensor_param("g", DataType::F16, [32, row_elems]);
-    let o = fb.tensor_param("out", DataType::F16, [32, 8]);
-    let smem = fb.shared_tensor("smem", DataType::F16, row_major([32, row_elems]));
-    let regs = fb.register_tensor("regs", DataType::F16, row_major([8]));
-    let cols = repeat_unrolled([row_elems]).expect("positive extent");
-    fb.for_each(cols.on(0), |fb, j| {
-        fb.store(&smem, [tid(), j[0].clone()], g.at([tid(), j[0].clone()]));
-    });
-    fb.sync_threads();
-    fb.call(
-        Intrinsic::LdMatrix { count, trans },
-        vec![
-            regs.at([0]).address(),
-            smem.at([tid(), Expr::int(0)]).address(),
-        ],
-    );
-    let used = repeat_unrolled([2 * i64::from(count)]).expect("positive extent");
-    fb.for_each(used.on(0), |fb, j| {
-        fb.store(&o, [tid(), j[0].clone()], regs.at([j[0].clone()]));
-    });
-    module_of(fb)
 }
 
 #[test]
@@ -544,61 +318,13 @@ fn ldmatrix_distributes_rows_as_ptx_does() {
                 }
             }
         }
-        assert_same(&out(&args, 1), &want, &module.1);
+        assert_same(&out(&args, 1), &want, &module.name);
     }
-}
-
-/// The `cp.async` kernel of `cuda_dialect.rs`, with rows of `cols` floats.
-fn cp_async_module(cols: i64, wait: bool) -> (IRModule, String) {
-    let mut fb = kernel("cp_async", 64);
-    let g = fb.tensor_param("g", DataType::F32, [64, cols]);
-    let o = fb.tensor_param("out", DataType::F32, [64, 7]);
-    let n = fb.param("n", DataType::I32);
-    let smem = fb.shared_tensor("smem", DataType::F32, row_major([64, 8]));
-    let valid_bytes = Expr::select(tid().lt(n.expr()), Expr::int(16), Expr::int(0));
-    fb.call(
-        Intrinsic::CpAsync { bytes: 16 },
-        vec![
-            smem.at([tid(), Expr::int(0)]).address(),
-            g.at([tid(), Expr::int(0)]).address(),
-            valid_bytes,
-        ],
-    );
-    fb.call(
-        Intrinsic::CpAsync { bytes: 8 },
-        vec![
-            smem.at([tid(), Expr::int(4)]).address(),
-            g.at([tid(), Expr::int(4)]).address(),
-            Expr::int(8),
-        ],
-    );
-    fb.call(
-        Intrinsic::CpAsync { bytes: 4 },
-        vec![
-            smem.at([tid(), Expr::int(6)]).address(),
-            g.at([tid(), Expr::int(6)]).address(),
-            Expr::int(4),
-        ],
-    );
-    fb.call(Intrinsic::CpAsyncCommit, vec![]);
-    if wait {
-        fb.call(Intrinsic::CpAsyncWait { n: 0 }, vec![]);
-    }
-    fb.sync_threads();
-    let c = repeat_unrolled([7]).expect("positive extent");
-    fb.for_each(c.on(0), |fb, j| {
-        fb.store(
-            &o,
-            [tid(), j[0].clone()],
-            smem.at([(tid() + 1) % 64, j[0].clone()]),
-        );
-    });
-    module_of(fb)
 }
 
 #[test]
 fn cp_async_copies_with_zero_fill_commit_and_wait() {
-    let module = cp_async_module(8, true);
+    let module = cp_async_module(8);
     let g: Vec<f64> = (0..512).map(|v| f64::from(v) + 0.5).collect();
     let n = 40;
     let mut args = vec![
@@ -627,7 +353,7 @@ fn cp_async_from_rows_of_seven_floats_is_misaligned() {
     // 16 bytes copied from rows of 7 floats (28 bytes): odd rows are not 16-byte aligned,
     // which the GPU faults on. NVRTC and ptxas cannot see it; the simulator does (it found
     // this slip in the dialect test of cuda_dialect.rs, whose rows are now 8 floats).
-    let module = cp_async_module(7, true);
+    let module = cp_async_module(7);
     let mut args = vec![
         buf(&vec![1.0; 64 * 7], DataType::F32),
         SimArg::Buffer(DeviceBuffer::output(DataType::F32, 64 * 7)),
@@ -644,31 +370,7 @@ fn cp_async_from_rows_of_seven_floats_is_misaligned() {
 
 #[test]
 fn vector_loads_stores_and_float4_arithmetic() {
-    let mut fb = kernel("vectors", 32);
-    let x = fb.tensor_param("x", DataType::F32, [32, 4]);
-    let y = fb.tensor_param("y", DataType::F32, [32, 4]);
-    let h = fb.tensor_param("h", DataType::F16, [32, 2]);
-    let load = |t: &Var, dtype: DataType| {
-        Expr::call(
-            Intrinsic::VectorLoad { dtype },
-            vec![t.at([tid(), Expr::int(0)]).address()],
-        )
-    };
-    let v = fb.var("v", load(&x, DataType::F32X4));
-    fb.assign(
-        &v,
-        v.expr() * load(&y, DataType::F32X4) + Expr::f32(2.0).broadcast(4),
-    );
-    fb.call(
-        Intrinsic::VectorStore,
-        vec![y.at([tid(), Expr::int(0)]).address(), v.expr()],
-    );
-    let hv = fb.var("hv", load(&h, DataType::F16X2));
-    fb.call(
-        Intrinsic::VectorStore,
-        vec![h.at([tid(), Expr::int(0)]).address(), hv.expr() + hv.expr()],
-    );
-    let module = module_of(fb);
+    let module = vectors();
     let mut rng = Rng::new(9);
     let xs: Vec<f32> = (0..128).map(|_| rng.unit()).collect();
     let ys: Vec<f32> = (0..128).map(|_| rng.unit()).collect();
@@ -694,37 +396,7 @@ fn vector_loads_stores_and_float4_arithmetic() {
 
 #[test]
 fn dynamic_shared_memory_views_and_launch_bounds() {
-    let mut fb = kernel("dynamic_smem", 128);
-    fb.min_blocks_per_sm(2);
-    fb.dynamic_shared_bytes(Expr::int(128 * 4 * 2));
-    let x = fb.tensor_param("x", DataType::F32, [128]);
-    let y = fb.tensor_param("y", DataType::F32, [128]);
-    let dynamic = fb.declare(
-        "dyn",
-        Type::pointer_to(Type::Data(DataType::F32)),
-        Scope::Shared,
-    );
-    let first = fb.view(
-        "first",
-        DataType::F32,
-        row_major([128]),
-        dynamic.at([0]).address(),
-    );
-    let second = fb.view(
-        "second",
-        DataType::F32,
-        row_major([128]),
-        dynamic.at([128]).address(),
-    );
-    fb.store(&first, [tid()], x.at([tid()]));
-    fb.store(&second, [tid()], x.at([tid()]) * 2.0f32);
-    fb.sync_threads();
-    fb.store(
-        &y,
-        [tid()],
-        first.at([(tid() + 5) % 128]) + second.at([(tid() + 7) % 128]),
-    );
-    let module = module_of(fb);
+    let module = dynamic_shared();
     let mut rng = Rng::new(21);
     let xs: Vec<f32> = (0..128).map(|_| rng.unit()).collect();
     let mut args = vec![
@@ -740,27 +412,11 @@ fn dynamic_shared_memory_views_and_launch_bounds() {
 
 #[test]
 fn kernels_of_a_module_with_a_host_launcher_run_over_their_grid() {
-    let mut fb = FunctionBuilder::cuda_kernel(
-        "scale",
-        [Expr::int(4), Expr::int(1), Expr::int(1)],
-        [256, 1, 1],
-    );
-    let x = fb.tensor_param("x", DataType::F32, [1024]);
-    let i = Expr::block_idx(Dim::X) * 256 + tid();
-    fb.store(&x, [i.clone()], x.at([i]) * 3.0f32);
-    let k = fb.finish();
-    let mut host = FunctionBuilder::host_launcher("scale_launch");
-    let hx = host.tensor_param("x", DataType::F32, [1024]);
-    host.launch(&k, vec![hx.expr()]);
-    let module = IRModule::new("scale", Target::Cuda)
-        .with(k)
-        .with(host.finish());
+    let module = host_launcher();
     let xs: Vec<f32> = (0..1024).map(|v| v as f32 * 0.25).collect();
     let mut args = vec![SimArg::Buffer(DeviceBuffer::from_f32(&xs))];
-    let sim = Simulator::from_module(&module, "scale").unwrap_or_else(|e| panic!("{e}"));
-    let report = sim
-        .launch(&mut args, &LaunchOptions::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    // The module is named after its kernel, `scale`.
+    let report = run(&module, &mut args);
     assert_eq!(report.blocks_simulated, 4);
     let want: Vec<f64> = xs.iter().map(|&v| f64::from(v * 3.0)).collect();
     assert_same(&out(&args, 0), &want, "x");
@@ -772,11 +428,7 @@ fn kernels_of_a_module_with_a_host_launcher_run_over_their_grid() {
 
 #[test]
 fn asserts_pass_or_fail_with_their_message() {
-    let mut fb = kernel("checked", 32);
-    let x = fb.tensor_param("x", DataType::I32, [32]);
-    fb.assert(x.at([tid()]).ge(0), "x must be \"non-negative\"");
-    fb.store(&x, [tid()], x.at([tid()]) + 1);
-    let module = module_of(fb);
+    let module = asserts();
     let xs: Vec<i64> = (0..32).collect();
     let mut args = vec![SimArg::Buffer(DeviceBuffer::from_i64(DataType::I32, &xs))];
     run(&module, &mut args);
@@ -799,21 +451,13 @@ fn asserts_pass_or_fail_with_their_message() {
 
 #[test]
 fn cpu_constructs_are_rejected() {
-    let mut fb = kernel("parallel", 32);
-    let x = fb.tensor_param("x", DataType::F32, [32]);
-    fb.for_range_with("i", 32, LoopKind::Parallel, |fb, i| {
-        fb.store(&x, [i.clone()], Expr::f32(1.0));
-    });
-    let f = fb.finish();
+    let f = parallel_loop_kernel();
     let err = Simulator::new(&f).expect_err("parallel loops are CPU only");
     assert!(matches!(err, SimError::Unsupported { .. }), "{err}");
     assert!(err.to_string().contains("parallel"), "{err}");
 
-    let mut cpu = FunctionBuilder::cpu_kernel("cpu_only");
-    let y = cpu.tensor_param("y", DataType::F32, [4]);
-    cpu.store(&y, [0], Expr::f32(1.0));
     assert!(matches!(
-        Simulator::new(&cpu.finish()),
+        Simulator::new(&cpu_only_kernel()),
         Err(SimError::NotAKernel { .. })
     ));
 }
@@ -822,7 +466,7 @@ fn cpu_constructs_are_rejected() {
 /// `A[16, 16]` and `B` into shared memory, `ldmatrix` of the fragments (`B` stored `[N, K]`
 /// and loaded plainly, or stored `[K, N]` and loaded with `.trans`), one m16n8k16 `mma`,
 /// the accumulators stored to `C[16, 8]`.
-fn tensor_core_tile(b_transposed: bool) -> (IRModule, String) {
+fn tensor_core_tile(b_transposed: bool) -> IRModule {
     let name = format!("tensor_core_tile_{b_transposed}");
     let mut fb = kernel(&name, 32);
     let a = fb.tensor_param("a", DataType::F16, [16, 16]);
@@ -939,6 +583,6 @@ fn a_tensor_core_tile_with_cp_async_ldmatrix_and_mma_is_exact() {
                     .sum()
             })
             .collect();
-        assert_same(&out(&args, 2), &want, &module.1);
+        assert_same(&out(&args, 2), &want, &module.name);
     }
 }

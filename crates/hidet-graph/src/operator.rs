@@ -179,6 +179,14 @@ pub trait Operator: Send + Sync + fmt::Debug {
     fn reads_input_in_place(&self) -> bool {
         false
     }
+
+    /// How the output re-lays out the first input, for an operator a backend adds so that a
+    /// template reads the stored input in place ([`crate::fusion::StoredLayout`]); fusion
+    /// then records it on the anchor operand it becomes
+    /// ([`crate::fusion::AnchorInfo::layouts`]). The default, `None`: no such layout.
+    fn stored_layout(&self) -> Option<crate::fusion::StoredLayout> {
+        None
+    }
 }
 
 /// The required input `i` of `inputs`, or [`OpError::MissingInput`].

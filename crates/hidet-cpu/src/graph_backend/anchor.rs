@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use hidet_graph::fusion::{AnchorOperand, FusedTask};
+use hidet_graph::fusion::{AnchorInfo, AnchorOperand, FusedTask, OperandLayout};
 use hidet_ir::compute::{tensor_dtype, tensor_shape, ComputeDef, ComputeNode, ReduceKind};
 use hidet_ir::dtype::DataType;
 use hidet_ir::expr::{BinaryOp, Expr, ExprKind, Var};
@@ -134,12 +134,7 @@ fn prologue_layout(axes: &[Var], value: &Expr) -> ALayout {
 pub fn a_layout(task: &FusedTask) -> Option<ALayout> {
     let anchor = task.anchor.as_ref()?;
     let batched = matmul_shape(&anchor.def).is_some_and(|s| is_batched(&s));
-    Some(operand_a_layout(
-        &task.def,
-        anchor.operands.first(),
-        batched,
-        true,
-    ))
+    Some(operand_a_layout(anchor, batched, true))
 }
 
 /// Whether [`a_layout`] reads `task`'s left operand in place as a guard-free gather (a
@@ -157,23 +152,21 @@ pub fn a_is_gathered(task: &FusedTask) -> bool {
         )
 }
 
-/// The layout of a left operand read through `operand`: a stored matrix of a rank-2 product
+/// The layout of `anchor`'s left operand: panels where a graph pass stored it so
+/// ([`OperandLayout::Panels`], transposed: panels of rows), a stored matrix of a rank-2 product
 /// as it is (no prologue, or one that reads whole rows, see [`reads_rows`]: packing it would
-/// copy every element once more than the micro-kernel's broadcasts read it), panels, a
-/// guard-free gather read in place (only when `gather_in_place` allows it), or the order its
-/// prologue reads memory in.
-fn operand_a_layout(
-    def: &ComputeDef,
-    operand: Option<&Option<AnchorOperand>>,
-    batched: bool,
-    gather_in_place: bool,
-) -> ALayout {
-    match operand {
+/// copy every element once more than the micro-kernel's broadcasts read it), a guard-free
+/// gather read in place (only when `gather_in_place` allows it), or the order its prologue
+/// reads memory in.
+fn operand_a_layout(anchor: &AnchorInfo, batched: bool, gather_in_place: bool) -> ALayout {
+    if let (Some(rows), false) = (left_panels(anchor).map(|(_, rows)| rows), batched) {
+        return ALayout::Panels { rows };
+    }
+    match anchor.operands.first() {
         Some(Some(AnchorOperand::Input(_))) if !batched => ALayout::InPlace,
         Some(Some(AnchorOperand::Prologue { axes, value })) if axes.len() == 2 => {
-            if let Some((_, rows)) = panels_input(def, None, &axes[0], &axes[1], value) {
-                ALayout::Panels { rows }
-            } else if reads_rows(axes, value) || (gather_in_place && is_unguarded_gather(value)) {
+            let gathered = reads_offset_tables(anchor) || is_unguarded_gather(value);
+            if reads_rows(axes, value) || (gather_in_place && gathered) {
                 ALayout::InPlace
             } else {
                 prologue_layout(axes, value)
@@ -181,6 +174,30 @@ fn operand_a_layout(
         }
         Some(Some(AnchorOperand::Prologue { axes, value })) => prologue_layout(axes, value),
         _ => ALayout::RowMajor,
+    }
+}
+
+/// The task input holding `anchor`'s left operand as panels of rows, and their height.
+fn left_panels(anchor: &AnchorInfo) -> Option<(usize, i64)> {
+    match anchor.layouts.first() {
+        Some(Some(OperandLayout::Panels {
+            input,
+            width,
+            transposed: true,
+        })) => Some((*input, i64::try_from(*width).ok()?)),
+        _ => None,
+    }
+}
+
+/// The task input holding `anchor`'s right operand as panels of [`B_PANEL_WIDTH`] columns.
+fn right_panels(anchor: &AnchorInfo) -> Option<usize> {
+    match anchor.layouts.get(1) {
+        Some(Some(OperandLayout::Panels {
+            input,
+            width,
+            transposed: false,
+        })) if i64::try_from(*width) == Ok(B_PANEL_WIDTH) => Some(*input),
+        _ => None,
     }
 }
 
@@ -221,64 +238,20 @@ fn is_unguarded_gather(value: &Expr) -> bool {
     let mut guarded = false;
     value.visit(&mut |e| match e.kind() {
         ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, ..) => divides = true,
-        ExprKind::TensorElement { .. } if e != value && is_offset_read(e) => {}
         ExprKind::Select(..) | ExprKind::TensorElement { .. } if e != value => guarded = true,
         _ => {}
     });
     divides && !guarded && !indices.is_empty()
 }
 
-/// Whether `e` reads an element of an integer tensor (an offset table).
-fn is_offset_read(e: &Expr) -> bool {
-    matches!(e.kind(), ExprKind::TensorElement { .. }) && e.dtype().is_some_and(|t| t.is_integer())
-}
-
-/// Whether a gathered operand (see [`is_unguarded_gather`]) finds its addresses in offset
-/// tables (`hidet::OffsetGather`, a direct convolution's form): then each column panel
+/// Whether `anchor`'s left operand is gathered through offset tables
+/// ([`OperandLayout::Gathered`], a direct convolution's form): then each column panel
 /// re-reads an element at the cost of a table read, cheaper than packing it.
-fn reads_offset_tables(operand: Option<&Option<AnchorOperand>>) -> bool {
-    let Some(Some(AnchorOperand::Prologue { value, .. })) = operand else {
-        return false;
-    };
-    let mut tables = false;
-    value.visit(&mut |e| tables |= e != value && is_offset_read(e));
-    tables
-}
-
-/// The position among `def`'s inputs of the tensor an operand prologue reads as panels along
-/// its `split` axis (a constant weight prepacked by the graph pass `PanelConstantWeights`),
-/// and the panels' width: `value` is exactly `P[split / w, k, split % w]` for a constant `w`,
-/// with `split` the columns of `B` (`axes = [k, j]`) or the rows of `A` (`axes = [i, k]`);
-/// for a batched operand (`batch` given) `P[b, split / w, k, split % w]`, `b` the batch axis
-/// or 0.
-fn panels_input(
-    def: &ComputeDef,
-    batch: Option<&Var>,
-    split: &Var,
-    k: &Var,
-    value: &Expr,
-) -> Option<(usize, i64)> {
-    let ExprKind::TensorElement { tensor, indices } = value.kind() else {
-        return None;
-    };
-    let width = match indices.last().map(Expr::kind) {
-        Some(ExprKind::Binary(BinaryOp::Mod, _, w)) => w.as_int()?,
-        _ => return None,
-    };
-    let w = Expr::int(width);
-    let want = [split.expr() / w.clone(), k.expr(), split.expr() % w];
-    let panel_indices = match (batch, indices.split_first()) {
-        (None, _) => indices.as_slice(),
-        (Some(b), Some((first, rest)))
-            if first.as_var() == Some(b) || first.as_int() == Some(0) =>
-        {
-            rest
-        }
-        _ => return None,
-    };
-    (panel_indices == want).then_some(())?;
-    let position = def.inputs.iter().position(|v| v == tensor)?;
-    Some((position, width))
+fn reads_offset_tables(anchor: &AnchorInfo) -> bool {
+    matches!(
+        anchor.layouts.first(),
+        Some(Some(OperandLayout::Gathered { .. }))
+    )
 }
 
 /// Why the template path does not apply or the fusion was refused.
@@ -308,23 +281,11 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
     let (m, n, k) = (shape.m, shape.n, shape.k);
     let batched = is_batched(&shape);
     let def = &task.def;
-    let panels = |operand: Option<&Option<AnchorOperand>>, split: usize| match operand {
-        Some(Some(AnchorOperand::Prologue { axes, value })) => match axes.as_slice() {
-            [i, j] => panels_input(def, None, [i, j][split], [i, j][1 - split], value),
-            // Batched panels of `B` only (the template packs a batched `A`).
-            [b, k, j] if split == 1 => panels_input(def, Some(b), j, k, value),
-            _ => None,
-        },
-        _ => None,
-    };
-    let (a_panels, b_panels) = (
-        panels(anchor.operands.first(), 0).map(|(i, _)| i),
-        panels(anchor.operands.get(1), 1)
-            .filter(|&(_, width)| width == B_PANEL_WIDTH)
-            .map(|(i, _)| i),
-    );
-    let gather_in_place = schedule.nr >= n || reads_offset_tables(anchor.operands.first());
-    let a_layout = operand_a_layout(def, anchor.operands.first(), batched, gather_in_place);
+    // Batched panels of `B` only (the template packs a batched `A`).
+    let a_panels = left_panels(anchor).filter(|_| !batched).map(|(i, _)| i);
+    let b_panels = right_panels(anchor);
+    let gather_in_place = schedule.nr >= n || reads_offset_tables(anchor);
+    let a_layout = operand_a_layout(anchor, batched, gather_in_place);
     let b_layout = match b_panels {
         Some(_) => BLayout::Panels,
         None => BLayout::RowMajor,

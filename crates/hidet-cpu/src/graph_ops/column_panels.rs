@@ -16,6 +16,7 @@
 
 use crate::graph_ops::HIDET_DOMAIN;
 use hidet_graph::dtype::DType;
+use hidet_graph::fusion::StoredLayout;
 use hidet_graph::operator::{
     arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
 };
@@ -117,6 +118,11 @@ impl ColumnPanels {
 }
 
 impl Operator for ColumnPanels {
+    /// The matrix is `P` read as panels of `width` columns.
+    fn stored_layout(&self) -> Option<StoredLayout> {
+        Some(StoredLayout::ColumnPanels { width: self.width })
+    }
+
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
         let p = infer_arg(inputs, 0)?;
         check_dtype(0, p.ty.dtype, |d| d == DType::F32)?;

@@ -14,6 +14,7 @@
 use crate::graph_ops::HIDET_DOMAIN;
 use hidet_graph::dispatch_float;
 use hidet_graph::dtype::DType;
+use hidet_graph::fusion::StoredLayout;
 use hidet_graph::operator::{
     arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
 };
@@ -55,6 +56,11 @@ impl Operator for OffsetGather {
     /// The matrix product reading the gather broadcasts from `X` where it is stored.
     fn reads_input_in_place(&self) -> bool {
         true
+    }
+
+    /// `X` gathered at the offsets of the two tables.
+    fn stored_layout(&self) -> Option<StoredLayout> {
+        Some(StoredLayout::OffsetGather)
     }
 
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {

@@ -16,8 +16,10 @@
 //! as many rows as the micro-kernel's register tile, so that each tile reads one contiguous
 //! panel rather than a few rows of every line of a wider one), the operand is read in place: the
 //! `ColumnPanels` node (hinted `keep_layout`, a [`hidet_graph::FusionHints`], so that
-//! specialization does not fold the panels back into the matrix) becomes a prologue whose index map the CPU template recognizes
-//! (see `hidet_cpu::graph_backend::anchor`); other consumers of the prologue read through it.
+//! specialization does not fold the panels back into the matrix) becomes a prologue that
+//! declares its layout (`Operator::stored_layout`), which the fused task records on the
+//! operand (`AnchorInfo::layouts`) and the template reads (see `crate::graph_backend::anchor`);
+//! other consumers of the prologue read through it.
 
 use crate::graph_ops::column_panels::{self, to_panels, PANEL_WIDTH};
 use crate::graph_ops::HIDET_DOMAIN;

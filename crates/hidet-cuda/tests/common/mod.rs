@@ -1,9 +1,13 @@
 //! Shared test support: tool checks that fail loudly, deterministic random
-//! data, and a float64 matmul reference.
+//! data, a float64 matmul reference, the CUDA dialect's kernels and GPU simulator
+//! launches.
 
 #![allow(dead_code)]
 
+pub mod dialect_kernels;
+pub mod fake_driver;
 pub mod host_threads;
+pub mod sim_support;
 
 use hidet_cuda::{locate_ptxas, Nvrtc};
 use std::path::PathBuf;

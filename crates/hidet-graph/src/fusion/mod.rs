@@ -7,10 +7,12 @@
 //! ```
 
 pub mod index_map;
+pub mod layout;
 pub mod partition;
 pub mod specialize;
 pub mod task;
 
+pub use layout::{OperandLayout, StoredLayout};
 pub use partition::{partition, partition_with, Group, GroupKind, Partition, RESHAPE_LIKE};
 pub use specialize::{HostReason, NodeMode, Specialization, SpecializeError, ValueInfo};
 pub use task::{AnchorInfo, AnchorOperand, FusedTask, TaskEpilogue, TaskError};

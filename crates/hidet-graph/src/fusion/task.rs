@@ -13,6 +13,7 @@ use hidet_ir::compute::{tensor_input, ComputeDef, ComputeNode};
 use hidet_ir::expr::{Expr, ExprKind, Var};
 
 use super::index_map::{invert_chain, invert_read, ChainStep};
+use super::layout::{OperandLayout, StoredLayout};
 use super::partition::{Group, GroupKind};
 use super::specialize::{NodeMode, Specialization};
 use crate::dtype::DType;
@@ -67,6 +68,10 @@ pub struct AnchorInfo {
     /// The epilogue, when the task has epilogue members; the task output is the anchor
     /// output otherwise.
     pub epilogue: Option<TaskEpilogue>,
+    /// One entry per `def.inputs`: the stored layout of the operand, when its prologue is
+    /// exactly an operator declaring one ([`crate::Operator::stored_layout`]), possibly
+    /// transposed (see [`OperandLayout`]).
+    pub layouts: Vec<Option<OperandLayout>>,
 }
 
 /// One kernel's worth of work.
@@ -361,12 +366,70 @@ fn anchor_info(
             value,
         })
     });
+    let layouts = node
+        .inputs
+        .iter()
+        .map(|slot| operand_layout(graph, group, def, var_of, (*slot)?))
+        .collect();
     AnchorInfo {
         node: anchor,
         op_type: node.op_type.clone(),
         def: anchor_def,
         operands,
         epilogue,
+        layouts,
+    }
+}
+
+/// The stored layout of anchor operand `v` (see [`AnchorInfo::layouts`]): `v` is the output
+/// of a prologue member whose operator declares a layout of task inputs (panels with as many
+/// axes, or the transpose of their last two axes; a gather at offset tables).
+fn operand_layout(
+    graph: &Graph,
+    group: &Group,
+    def: &ComputeDef,
+    var_of: &HashMap<ValueId, Var>,
+    v: ValueId,
+) -> Option<OperandLayout> {
+    let prologue_producer = |v: ValueId| {
+        let (p, _) = graph.value(v).producer?;
+        group.prologues.contains(&p).then(|| &graph.nodes()[p.0])
+    };
+    let rank = graph.value(v).ty.rank()?;
+    let mut node = prologue_producer(v)?;
+    let mut transposed = false;
+    if node.domain.is_empty() && node.op_type == "Transpose" {
+        let mut swap: Vec<i64> = (0..rank as i64).collect();
+        swap.swap(rank.checked_sub(2)?, rank - 1);
+        let perm: Vec<i64> = match node.attrs.ints("perm").ok()? {
+            Some(perm) => perm.clone(),
+            None => (0..rank as i64).rev().collect(),
+        };
+        if perm != swap {
+            return None;
+        }
+        node = prologue_producer((*node.inputs.first()?)?)?;
+        transposed = true;
+    }
+    let position = |slot: usize| -> Option<usize> {
+        let v = (*node.inputs.get(slot)?)?;
+        def.inputs.iter().position(|x| Some(x) == var_of.get(&v))
+    };
+    match node.op.stored_layout()? {
+        StoredLayout::ColumnPanels { width } => {
+            let stored = (*node.inputs.first()?)?;
+            let panels_rank = graph.value(stored).ty.rank()?;
+            (panels_rank == rank + 1).then_some(OperandLayout::Panels {
+                input: position(0)?,
+                width,
+                transposed,
+            })
+        }
+        StoredLayout::OffsetGather => (!transposed).then_some(OperandLayout::Gathered {
+            source: position(0)?,
+            rows: position(1)?,
+            cols: position(2)?,
+        }),
     }
 }
 

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Device check of the CUDA backend on a lent GPU machine (issue 30, item 6).
+#
+# The lent machine (an H100 or H200, x86-64, Ubuntu, PyTorch in python3) has no Rust
+# toolchain and no network: everything is built HERE and carried THERE in `.gpu/` (ignored by
+# git; a few MiB, far under the 64 MiB a call may carry).
+#
+# 1. Here, once per change (needs cargo, and NVRTC in .venv: scripts/setup_python.sh):
+#
+#        scripts/gpu/check.sh --prepare
+#
+#    builds `gpu_smoke` (crates/hidet-cuda/examples/gpu_smoke.rs) and, when HIDET_GPU_CLI=1,
+#    the `hidet` CLI, in release mode; compiles every kernel the check runs into the
+#    cubin/PTX cache `.gpu/cache` with NVRTC for sm_90 (no GPU needed); copies the binaries
+#    to `.gpu/bin`.
+#
+# 2. There, with the device tool (from the repository the session was started in: the
+#    tool sends that checkout, so run --prepare in it, not in another worktree):
+#
+#        run(command="bash scripts/gpu/check.sh", carry=[".gpu"], timeout_s=300)
+#
+#    prints the device, then one row per kernel from `gpu_smoke` (max error against a
+#    float64 CPU reference, median stream-launch and CUDA-graph-replay times and GFLOP/s),
+#    then torch.mm (fp32, TF32 off) at the same sizes for comparison, then the model rows
+#    when the CLI supports `--device cuda`. Finishes in well under 2 minutes (each step has
+#    its own timeout); exits non-zero when a check failed. Record the table in BENCHMARKS.md
+#    with the device name.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+out="$root/.gpu"
+
+if [ "${1:-}" = "--prepare" ]; then
+    set -e
+    cd "$root"
+    cargo build --release -p hidet-cuda --example gpu_smoke
+    mkdir -p "$out/bin"
+    rm -rf "$out/cache"
+    cp target/release/examples/gpu_smoke "$out/bin/"
+    if [ "${HIDET_GPU_CLI:-0}" = 1 ]; then
+        cargo build --release -p hidet
+        cp target/release/hidet "$out/bin/"
+    fi
+    "$out/bin/gpu_smoke" --prepare --cache "$out/cache" --arch sm_90
+    du -sh "$out"
+    exit 0
+fi
+
+start=$(date +%s)
+status=0
+echo "== device"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
+if [ ! -x "$out/bin/gpu_smoke" ] || [ ! -d "$out/cache" ]; then
+    echo "missing $out/bin/gpu_smoke or $out/cache: run scripts/gpu/check.sh --prepare here and carry .gpu" >&2
+    exit 2
+fi
+
+echo "== hidet runtime: SIMT fp32 matmul and dynamic shared memory (gpu_smoke)"
+timeout 90 "$out/bin/gpu_smoke" --cache "$out/cache" || status=1
+
+echo "== torch.mm, fp32, TF32 off (median of 20, CUDA events)"
+PYTHONUNBUFFERED=1 timeout 60 python3 - <<'PY' || echo "torch.mm rows unavailable (no PyTorch with CUDA here?)"
+import torch
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+torch.set_float32_matmul_precision("highest")
+for m, n, k in [(333, 517, 129), (1024, 1024, 1024), (4096, 4096, 4096)]:
+    a = torch.randn(m, k, device="cuda")
+    b = torch.randn(k, n, device="cuda")
+    for _ in range(3):
+        torch.mm(a, b)
+    times = []
+    for _ in range(20):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record(); torch.mm(a, b); e.record(); e.synchronize()
+        times.append(s.elapsed_time(e))
+    ms = sorted(times)[len(times) // 2]
+    print(f"torch.mm {m}x{n}x{k:<8} {ms:11.4f} ms {2 * m * n * k / ms / 1e6:10.0f} GFLOP/s")
+PY
+
+echo "== models (hidet --device cuda vs PyTorch)"
+if [ -x "$out/bin/hidet" ] && "$out/bin/hidet" run --help 2>/dev/null | grep -q -- "--device"; then
+    for model in resnet50 inception_v3 mobilenet_v2 bert_base gpt2; do
+        timeout 60 "$out/bin/hidet" bench "zoo:$model" --device cuda || status=1
+    done
+else
+    echo "skipped: no .gpu/bin/hidet with --device cuda (the CUDA backend is not merged yet; prepare with HIDET_GPU_CLI=1 once it is)"
+fi
+
+echo "== done in $(( $(date +%s) - start )) s, status $status"
+exit $status
