@@ -12,20 +12,28 @@
 //! - [`sim`]: a GPU simulator that runs the lowered IR of a CUDA kernel on the CPU with
 //!   GPU semantics (lockstep warps, barriers, shared memory, the IR's intrinsics) and
 //!   checkers (data races, uninitialised reads, pending `cp.async`, out-of-bounds,
-//!   divergence, outputs written twice or never).
+//!   divergence, outputs written twice or never);
+//! - [`graph_backend`]: the graph layer's backend ([`graph_backend::CudaBackend`]) over a
+//!   [`device::GpuDevice`] (device memory addressed by `u64` pointers, modules, launches);
+//!   [`sim_device::SimDevice`] is the device that runs kernels in the simulator;
+//! - [`schedule`]: the default GPU scheduler for any fused task.
 //!
 //! CUDA C itself is emitted by `hidet-codegen`'s CUDA dialect.
 
 pub mod arch;
 pub mod artifacts;
 pub mod cache;
+pub mod device;
 pub mod error;
+pub mod graph_backend;
 pub mod image;
 pub mod locate;
 pub mod nvrtc;
 pub mod ptxas;
 pub mod runtime;
+pub mod schedule;
 pub mod sim;
+pub mod sim_device;
 pub mod source;
 pub mod templates;
 

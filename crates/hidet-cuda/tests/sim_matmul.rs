@@ -75,3 +75,58 @@ fn the_three_schedules_with_most_registers_match_bit_for_bit() {
         check(s, 97, 130, 61, 100 + i as u64);
     }
 }
+
+/// The batched template (`build_batched`): three batch entries on `blockIdx.z`, the right
+/// operand of batch 1 broadcast, then the left one broadcast; bit for bit with the f64
+/// products.
+#[test]
+fn batched_products_with_broadcast_operands_match_bit_for_bit() {
+    use hidet_cuda::templates::matmul_simt::{build_batched, Batch};
+    let schedule = showcase_schedules()[3];
+    let (nb, m, n, k) = (3usize, 37usize, 21usize, 19usize);
+    for (ab, bb) in [(nb, 1), (1, nb), (nb, nb)] {
+        let batch = Batch {
+            batch: nb as i64,
+            a_batch: ab as i64,
+            b_batch: bb as i64,
+        };
+        let module = build_batched(batch, m as i64, n as i64, k as i64, &schedule).unwrap();
+        let sim = Simulator::from_module(&module, &kernel_name(&schedule)).unwrap();
+        let mut rng = Rng::new(ab as u64 * 10 + bb as u64);
+        let (a, b) = (ints(&mut rng, ab * m * k), ints(&mut rng, bb * k * n));
+        let mut args = vec![
+            SimArg::Buffer(DeviceBuffer::from_f32(&a)),
+            SimArg::Buffer(DeviceBuffer::from_f32(&b)),
+            SimArg::Buffer(DeviceBuffer::output(
+                hidet_ir::dtype::DataType::F32,
+                nb * m * n,
+            )),
+        ];
+        let report = sim.launch(&mut args, &LaunchOptions::default()).unwrap();
+        assert_eq!(report.grid[2], nb as i64);
+        let c = args[2].buffer().and_then(|b| b.to_f32()).unwrap();
+        for z in 0..nb {
+            let (za, zb) = (if ab == 1 { 0 } else { z }, if bb == 1 { 0 } else { z });
+            for i in 0..m {
+                for j in 0..n {
+                    let want: f64 = (0..k)
+                        .map(|p| {
+                            f64::from(a[(za * m + i) * k + p]) * f64::from(b[(zb * k + p) * n + j])
+                        })
+                        .sum();
+                    assert_eq!(
+                        c[(z * m + i) * n + j].to_bits(),
+                        (want as f32).to_bits(),
+                        "batch ({ab}, {bb}): C[{z}, {i}, {j}]"
+                    );
+                }
+            }
+        }
+    }
+    let bad = Batch {
+        batch: 3,
+        a_batch: 2,
+        b_batch: 1,
+    };
+    assert!(build_batched(bad, 4, 4, 4, &schedule).is_err());
+}

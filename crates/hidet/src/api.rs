@@ -49,6 +49,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use hidet_cpu::graph_backend::tuning::CpuTuning;
+use hidet_cuda::graph_backend::CudaBackendOptions;
 use hidet_graph::compiled::{CompileOptions, CompileReport};
 use hidet_graph::{Datum, Graph, ValueKind};
 use hidet_onnx::OnnxModel;
@@ -56,7 +57,7 @@ use hidet_onnx::OnnxModel;
 pub use hidet_graph::{DType, Dim, Tensor, TensorError};
 pub use hidet_tune::TuneLevel;
 
-use crate::pipeline::{self, CpuModel, PipelineError};
+use crate::pipeline::{self, CpuModel, PipelineError, SimModel};
 use crate::zoo;
 
 /// Errors of the embedding API. Each message is the one `hidet` prints for the same failure.
@@ -98,13 +99,7 @@ impl From<hidet_graph::compiled::CompiledError> for Error {
     }
 }
 
-/// The device a model is compiled for. Only the CPU this process runs on exists today;
-/// kernels are built for its features (or those of `HIDET_CPU_FEATURES`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Device {
-    #[default]
-    Cpu,
-}
+pub use crate::pipeline::Device;
 
 /// How [`Model::compile`] compiles. Build with [`Options::default`] and the setters, or as
 /// a struct literal with `..Options::default()`.
@@ -294,36 +289,52 @@ impl Model {
     /// ```
     pub fn compile(&self, options: &Options) -> Result<CompiledModel, Error> {
         options.check()?;
-        let Device::Cpu = options.device;
-        let tuning = CpuTuning {
-            level: Some(options.tuning),
-            ignore_cache: options.retune,
-            ..CpuTuning::default()
-        };
         let opts = CompileOptions {
             threads: options.threads,
             ..CompileOptions::default()
         };
-        let inner = pipeline::compile_tuned(&self.onnx, opts, tuning);
+        let inner = match options.device {
+            Device::Cpu => {
+                let tuning = CpuTuning {
+                    level: Some(options.tuning),
+                    ignore_cache: options.retune,
+                    ..CpuTuning::default()
+                };
+                Compiled::Cpu(pipeline::compile_tuned(&self.onnx, opts, tuning))
+            }
+            Device::CudaSim => Compiled::CudaSim(pipeline::compile_sim(
+                &self.onnx,
+                opts,
+                CudaBackendOptions::default(),
+            )),
+            Device::Cuda => return Err(pipeline::no_cuda_runtime().into()),
+        };
         let compiled = CompiledModel {
             inner: Arc::new(inner),
             inputs: self.inputs().into(),
             outputs: self.outputs().into(),
         };
         if let Some(shapes) = compiled.static_shapes() {
-            compiled.inner.compiled(&shapes)?;
+            compiled.prepare(&shapes)?;
         }
         Ok(compiled)
     }
 }
 
-/// A model compiled for the CPU: run it any number of times, from any number of threads
+/// A model compiled for a device ([`Options::device`]): run it any number of times, from any number of threads
 /// (see the [module docs](self)). Clones share the compiled kernels.
 #[derive(Debug, Clone)]
 pub struct CompiledModel {
-    inner: Arc<CpuModel>,
+    inner: Arc<Compiled>,
     inputs: Arc<[TensorInfo]>,
     outputs: Arc<[TensorInfo]>,
+}
+
+/// The per-shape compiled model of one device.
+#[derive(Debug)]
+enum Compiled {
+    Cpu(CpuModel),
+    CudaSim(SimModel),
 }
 
 // The API promises that compiled models can be shared across threads: fail the build, not
@@ -365,7 +376,10 @@ impl CompiledModel {
         if shapes.len() != self.inputs.len() {
             return Err(self.count_error(shapes.len()));
         }
-        self.inner.compiled(shapes)?;
+        match &*self.inner {
+            Compiled::Cpu(m) => m.compiled(shapes).map(drop)?,
+            Compiled::CudaSim(m) => m.compiled(shapes).map(drop)?,
+        }
         Ok(())
     }
 
@@ -375,7 +389,10 @@ impl CompiledModel {
         if shapes.len() != self.inputs.len() {
             return Err(self.count_error(shapes.len()));
         }
-        Ok(self.inner.compiled(shapes)?.report().clone())
+        Ok(match &*self.inner {
+            Compiled::Cpu(m) => m.compiled(shapes)?.report().clone(),
+            Compiled::CudaSim(m) => m.compiled(shapes)?.report().clone(),
+        })
     }
 
     fn count_error(&self, given: usize) -> Error {
@@ -434,7 +451,10 @@ impl CompiledModel {
     }
 
     fn run_data(&self, data: Vec<(String, Datum)>) -> Result<Vec<(String, Tensor)>, Error> {
-        let outputs = pipeline::run_data(&self.inner, &data)?;
+        let outputs = match &*self.inner {
+            Compiled::Cpu(m) => pipeline::run_data(m, &data)?,
+            Compiled::CudaSim(m) => pipeline::run_data(m, &data)?,
+        };
         outputs
             .into_iter()
             .map(|(name, d)| match d {
@@ -450,9 +470,13 @@ impl CompiledModel {
             .collect()
     }
 
-    /// The underlying per-shape compiled model (launch lists, profiles, reports).
-    pub fn as_cpu_model(&self) -> &CpuModel {
-        &self.inner
+    /// The underlying per-shape compiled model (launch lists, profiles, reports), when the
+    /// model was compiled for the CPU.
+    pub fn as_cpu_model(&self) -> Option<&CpuModel> {
+        match &*self.inner {
+            Compiled::Cpu(m) => Some(m),
+            Compiled::CudaSim(_) => None,
+        }
     }
 }
 

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use hidet::pipeline::Device;
 use hidet_cpu::graph_backend::tuning::model_check::DEFAULT_MAX_SPREAD;
+use hidet_cuda::{Arch, CudaError};
 
 #[derive(Parser)]
 #[command(name = "hidet", version, about = "hidet deep-learning compiler")]
@@ -44,6 +46,11 @@ enum Command {
         /// runs on one).
         #[arg(long, value_name = "N", value_parser = parse_threads)]
         threads: Option<usize>,
+        /// Where compiled kernels run: cpu, cuda-sim (CUDA kernels in the GPU simulator:
+        /// slow, for small models) or cuda (reserved: no CUDA runtime yet). Default:
+        /// $HIDET_DEVICE, else cpu.
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<Device>,
     },
     /// Compile a model (an .onnx file or zoo:NAME) and time its runs.
     Bench {
@@ -84,6 +91,11 @@ enum Command {
         /// List the built-in models instead.
         #[arg(long)]
         list: bool,
+        /// Where compiled kernels run: cpu, cuda-sim (CUDA kernels in the GPU simulator:
+        /// slow, for small models) or cuda (reserved: no CUDA runtime yet). Default:
+        /// $HIDET_DEVICE, else cpu.
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<Device>,
     },
     /// Compile a model (an .onnx file or zoo:NAME) through the kernel cache and report it.
     Compile {
@@ -98,6 +110,15 @@ enum Command {
         /// Threads the kernels are scheduled for (default: all cores).
         #[arg(long, value_name = "N", value_parser = parse_threads)]
         threads: Option<usize>,
+        /// Where compiled kernels run: cpu, cuda-sim (CUDA kernels in the GPU simulator:
+        /// slow, for small models) or cuda (reserved: no CUDA runtime yet). Default:
+        /// $HIDET_DEVICE, else cpu.
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<Device>,
+        /// The GPU architecture CUDA kernels are compiled for (with --device cuda-sim):
+        /// sm_80, sm_86, sm_89 or sm_90.
+        #[arg(long, value_name = "ARCH", default_value = "sm_80", value_parser = parse_arch)]
+        arch: Arch,
     },
     /// List the built-in models (use them as zoo:NAME).
     Zoo,
@@ -151,6 +172,14 @@ fn parse_spread(text: &str) -> Result<f64, String> {
     }
 }
 
+/// A `--arch` value: one of the architectures hidet compiles CUDA kernels for.
+fn parse_arch(text: &str) -> Result<Arch, String> {
+    match text {
+        "sm_80" | "sm_86" | "sm_89" | "sm_90" => text.parse().map_err(|e: CudaError| e.to_string()),
+        _ => Err(format!("`{text}` is not one of sm_80, sm_86, sm_89, sm_90")),
+    }
+}
+
 /// A `--threads` value: a whole number of at least 1.
 fn parse_threads(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
@@ -174,7 +203,12 @@ fn main() -> ExitCode {
             output_dir,
             reference,
             threads,
-        } => cli::run::run(&model, &inputs, &output_dir, reference, threads),
+            device,
+        } => Device::resolve(device)
+            .map_err(cli::CliError::from)
+            .and_then(|device| {
+                cli::run::run(&model, &inputs, &output_dir, reference, threads, device)
+            }),
         Command::Bench {
             model,
             inputs,
@@ -187,19 +221,25 @@ fn main() -> ExitCode {
             check_tolerance,
             profile,
             list,
+            device,
         } => match model {
-            Some(model) if !list => cli::bench::run(&cli::bench::BenchArgs {
-                model,
-                inputs,
-                threads,
-                runs,
-                warmup,
-                json,
-                reference,
-                check,
-                check_tolerance,
-                profile,
-            }),
+            Some(model) if !list => Device::resolve(device)
+                .map_err(cli::CliError::from)
+                .and_then(|device| {
+                    cli::bench::run(&cli::bench::BenchArgs {
+                        model,
+                        inputs,
+                        threads,
+                        runs,
+                        warmup,
+                        json,
+                        reference,
+                        check,
+                        check_tolerance,
+                        profile,
+                        device,
+                    })
+                }),
             _ => {
                 cli::bench::list_zoo();
                 Ok(())
@@ -210,12 +250,20 @@ fn main() -> ExitCode {
             emit_source,
             json,
             threads,
-        } => cli::compile::run(&cli::compile::CompileArgs {
-            model,
-            emit_source,
-            json,
-            threads,
-        }),
+            device,
+            arch,
+        } => Device::resolve(device)
+            .map_err(cli::CliError::from)
+            .and_then(|device| {
+                cli::compile::run(&cli::compile::CompileArgs {
+                    model,
+                    emit_source,
+                    json,
+                    threads,
+                    device,
+                    arch,
+                })
+            }),
         Command::Zoo => {
             cli::bench::list_zoo();
             Ok(())

@@ -1,7 +1,8 @@
 //! Load a model and run it: the path shared by `hidet run` and the conformance suite.
 //!
-//! Two executors: the compiled path ([`compile`], [`run`]: fused CPU kernels, the default)
-//! and the reference executor ([`run_reference`]: every operator's `eval`, the oracle).
+//! Two executors: the compiled path ([`compile`], [`run`]: fused CPU kernels, the default;
+//! [`compile_sim`]: fused CUDA kernels run in the GPU simulator, see [`Device`]) and the
+//! reference executor ([`run_reference`]: every operator's `eval`, the oracle).
 //!
 //! [`load`] gives the graph exactly as imported. The reference executor runs that graph, so
 //! it shares no graph rewrite with the path it checks; [`compile`] binds the graph to each
@@ -11,6 +12,8 @@ use std::path::Path;
 
 use hidet_cpu::graph_backend::tuning::CpuTuning;
 use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
+use hidet_cuda::graph_backend::{CudaBackend, CudaBackendOptions};
+use hidet_cuda::sim_device::{SimDevice, SimDeviceOptions};
 use hidet_graph::compiled::{Backend, CompileOptions, CompiledError, CompiledModel};
 use hidet_graph::passes::{run_passes, GraphPass};
 use hidet_graph::{
@@ -24,6 +27,80 @@ use crate::zoo::{self, ZooError};
 /// A model compiled for the CPU (lazily, once per distinct set of input shapes).
 pub type CpuModel = CompiledModel<CpuBackend>;
 
+/// A model compiled for the CUDA backend on the simulator device (`--device cuda-sim`).
+pub type SimModel = CompiledModel<CudaBackend<SimDevice>>;
+
+/// Where compiled kernels run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    /// Fused C kernels on this host's CPU (the default).
+    Cpu,
+    /// Fused CUDA kernels run by the GPU simulator on the CPU: slow, for small models and
+    /// tests.
+    CudaSim,
+    /// Fused CUDA kernels on an NVIDIA GPU. Reserved: there is no CUDA runtime yet, so
+    /// compiling for it is a [`PipelineError::Device`].
+    Cuda,
+}
+
+impl Device {
+    /// The environment variable that sets the default device.
+    pub const ENV: &'static str = "HIDET_DEVICE";
+
+    /// `explicit` if given, else `$HIDET_DEVICE` when set and not empty, else [`Device::Cpu`].
+    pub fn resolve(explicit: Option<Device>) -> Result<Device, PipelineError> {
+        if let Some(d) = explicit {
+            return Ok(d);
+        }
+        match std::env::var(Self::ENV) {
+            Ok(v) if !v.trim().is_empty() => v
+                .trim()
+                .parse()
+                .map_err(|e: String| PipelineError::Device(format!("{}: {e}", Self::ENV))),
+            _ => Ok(Device::Cpu),
+        }
+    }
+
+    /// The device's name as `--device` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Cpu => "cpu",
+            Device::CudaSim => "cuda-sim",
+            Device::Cuda => "cuda",
+        }
+    }
+
+    /// Fails for a device this build cannot run kernels on ([`Device::Cuda`]).
+    pub fn check_runnable(self) -> Result<(), PipelineError> {
+        match self {
+            Device::Cuda => Err(no_cuda_runtime()),
+            Device::Cpu | Device::CudaSim => Ok(()),
+        }
+    }
+}
+
+/// The error for [`Device::Cuda`] until a CUDA runtime exists.
+pub fn no_cuda_runtime() -> PipelineError {
+    PipelineError::Device(
+        "--device cuda: no CUDA runtime yet (use --device cuda-sim to run the CUDA kernels in \
+         the GPU simulator)"
+            .into(),
+    )
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Device, String> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "cuda-sim" => Ok(Device::CudaSim),
+            "cuda" => Ok(Device::Cuda),
+            _ => Err(format!("unknown device `{s}` (cpu, cuda-sim or cuda)")),
+        }
+    }
+}
+
 /// Errors of loading or running a model.
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
@@ -35,6 +112,9 @@ pub enum PipelineError {
     Exec(#[from] ExecError),
     #[error(transparent)]
     Compiled(#[from] CompiledError),
+    /// The device cannot be used (unknown, or no runtime for it).
+    #[error("{0}")]
+    Device(String),
 }
 
 /// Imports `path`: the graph as imported, no graph pass applied (see the module docs).
@@ -95,10 +175,28 @@ pub fn compile_tuned(model: &OnnxModel, opts: CompileOptions, tuning: CpuTuning)
     )
 }
 
+/// The CUDA backend on a fresh simulator device, with `options`.
+pub fn sim_backend(options: CudaBackendOptions) -> CudaBackend<SimDevice> {
+    CudaBackend::new(
+        std::sync::Arc::new(SimDevice::new(SimDeviceOptions::default())),
+        options,
+    )
+}
+
+/// [`compile`] for the CUDA backend on the simulator device ([`Device::CudaSim`]): the
+/// target-neutral graph passes, fused CUDA kernels, every launch simulated.
+pub fn compile_sim(
+    model: &OnnxModel,
+    opts: CompileOptions,
+    options: CudaBackendOptions,
+) -> SimModel {
+    CompiledModel::new(model.graph.clone(), sim_backend(options), opts)
+}
+
 /// Runs a compiled model on named inputs and returns every graph output as (name, tensor).
 /// Input errors name the input and what was expected.
-pub fn run(
-    model: &CpuModel,
+pub fn run<B: Backend>(
+    model: &CompiledModel<B>,
     inputs: &[(String, Tensor)],
 ) -> Result<Vec<(String, Tensor)>, PipelineError> {
     Ok(model.run(inputs)?)
@@ -113,8 +211,8 @@ pub fn run_reference(
 }
 
 /// [`run`] for inputs and outputs of any kind (tensors, sequences, optionals).
-pub fn run_data(
-    model: &CpuModel,
+pub fn run_data<B: Backend>(
+    model: &CompiledModel<B>,
     inputs: &[(String, Datum)],
 ) -> Result<Vec<(String, Datum)>, PipelineError> {
     Ok(model.run_data(inputs)?)

@@ -390,3 +390,103 @@ fn compile_reports_host_steps_by_operator() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("host steps: NonZero x1"), "{stdout}");
 }
+
+/// `hidet run --device cuda-sim` runs the compiled CUDA kernels in the GPU simulator and
+/// writes the same values as the CPU; `--device cuda` is a clear error until a CUDA runtime
+/// exists, also through `HIDET_DEVICE`.
+#[test]
+fn run_on_the_simulated_gpu_and_the_reserved_cuda_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = write_model(dir.path(), &model(vec![]));
+    let x: Vec<f32> = vec![0.3, -1.7, 2.2, -0.4, 1.1, -2.9];
+    let y: Vec<f32> = vec![0.6, 1.3, -0.8];
+    let xp = write_npy(&dir.path().join("x.npy"), &[2, 3], &x);
+    let yp = write_npy(&dir.path().join("y.npy"), &[3], &y);
+    let out = dir.path().join("out");
+    let args = |device: &str| -> Vec<String> {
+        [
+            "run",
+            m.to_str().unwrap(),
+            "--input",
+            &format!("x={xp}"),
+            "--input",
+            &format!("y={yp}"),
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--device",
+            device,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let run = |a: Vec<String>| {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        hidet(&a)
+    };
+    let o = run(args("cuda-sim"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f = std::fs::File::open(out.join("out_0.npy")).unwrap();
+    let got: Vec<f32> = npyz::NpyFile::new(std::io::BufReader::new(f))
+        .unwrap()
+        .into_vec()
+        .unwrap();
+    let w = [0.5f32, -2.0, 3.0];
+    let want: Vec<f32> = (0..6)
+        .map(|i| (x[i] + y[i % 3]).max(0.0) * w[i % 3])
+        .collect();
+    assert_eq!(got, want);
+
+    let o = run(args("cuda"));
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no CUDA runtime yet"), "{}", stderr(&o));
+    let mut a = args("cpu");
+    a.truncate(a.len() - 2);
+    let o = Command::new(env!("CARGO_BIN_EXE_hidet"))
+        .args(&a)
+        .env("HIDET_DEVICE", "cuda")
+        .output()
+        .unwrap();
+    assert!(stderr(&o).contains("no CUDA runtime yet"), "{}", stderr(&o));
+    let o = run(args("tpu"));
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("unknown device `tpu`"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// `hidet compile --device cuda-sim --arch sm_90 --json` reports the device and architecture
+/// and, where NVRTC is found, that every kernel compiled without spills.
+#[test]
+fn compile_for_the_simulated_gpu_reports_the_architecture() {
+    let o = hidet(&[
+        "compile",
+        "zoo:tiny_mlp",
+        "--device",
+        "cuda-sim",
+        "--arch",
+        "sm_90",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(last).unwrap();
+    assert_eq!(v["device"], "cuda-sim");
+    assert_eq!(v["arch"], "sm_90");
+    assert_eq!(v["host_steps"], 0);
+    assert!(v["kernels"].as_u64().unwrap() > 0);
+    if v["nvrtc"] == true {
+        assert_eq!(v["spilling_kernels"], serde_json::json!([]));
+    }
+    let o = hidet(&[
+        "compile",
+        "zoo:tiny_mlp",
+        "--device",
+        "cuda-sim",
+        "--arch",
+        "sm_75",
+    ]);
+    assert!(!o.status.success());
+}

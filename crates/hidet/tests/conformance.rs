@@ -53,7 +53,7 @@ const RTOL: f64 = 1e-3;
 const ATOL: f64 = 1e-7;
 
 #[derive(Debug, Clone, PartialEq)]
-enum Outcome {
+pub(crate) enum Outcome {
     Pass,
     Fail(String),
     Unsupported(String),
@@ -63,7 +63,7 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn data_dir() -> Result<PathBuf, String> {
+pub(crate) fn data_dir() -> Result<PathBuf, String> {
     if let Ok(d) = std::env::var("HIDET_ONNX_NODE_TESTS") {
         let p = PathBuf::from(d);
         return if p.is_dir() {
@@ -90,12 +90,12 @@ fn data_dir() -> Result<PathBuf, String> {
     })
 }
 
-fn list_dir() -> PathBuf {
+pub(crate) fn list_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance")
 }
 
 /// The operator a case is reported under: the node whose op type best matches the name.
-fn primary_op(case: &Path) -> String {
+pub(crate) fn primary_op(case: &Path) -> String {
     let Ok(bytes) = std::fs::read(case.join("model.onnx")) else {
         return "?".into();
     };
@@ -184,11 +184,11 @@ enum Path_ {
 
 /// What the compiled path ran, over every data set of a case.
 #[derive(Debug, Clone, Default, PartialEq)]
-struct CompiledSteps {
+pub(crate) struct CompiledSteps {
     /// Kernels launched by the largest of the case's compiled graphs.
-    kernels: usize,
+    pub(crate) kernels: usize,
     /// Operator type → kinds of reason of its host steps.
-    host: BTreeMap<String, BTreeSet<&'static str>>,
+    pub(crate) host: BTreeMap<String, BTreeSet<&'static str>>,
     /// Every host step as `op_type node: reason`, for the verbose listing.
     host_detail: BTreeSet<String>,
 }
@@ -207,7 +207,26 @@ fn run_case(case: &Path, path: Path_) -> PathResult {
 }
 
 /// Runs `case` on `path`; on the compiled path `steps` collects what each compiled graph ran.
-fn run_case_into(case: &Path, path: Path_, mut steps: Option<&mut CompiledSteps>) -> Outcome {
+fn run_case_into(case: &Path, path: Path_, steps: Option<&mut CompiledSteps>) -> Outcome {
+    type Compile = fn(&hidet::onnx::OnnxModel) -> pipeline::CpuModel;
+    let compile: Option<Compile> = match path {
+        Path_::Reference => None,
+        Path_::Compiled => Some(|model| {
+            pipeline::compile(model, hidet::graph::compiled::CompileOptions::default())
+        }),
+    };
+    run_case_with(case, compile, steps)
+}
+
+/// Runs `case` with the model `compile` makes (any backend), or with the reference executor
+/// when `compile` is `None`; `steps` collects what each compiled graph ran.
+pub(crate) fn run_case_with<B: hidet::graph::compiled::Backend>(
+    case: &Path,
+    compile: Option<
+        impl FnOnce(&hidet::onnx::OnnxModel) -> hidet::graph::compiled::CompiledModel<B>,
+    >,
+    mut steps: Option<&mut CompiledSteps>,
+) -> Outcome {
     let model = match pipeline::load(&case.join("model.onnx")) {
         Ok(m) => m,
         Err(PipelineError::Onnx(
@@ -230,13 +249,7 @@ fn run_case_into(case: &Path, path: Path_, mut steps: Option<&mut CompiledSteps>
         Err(e) => return Outcome::Fail(e.to_string()),
     };
     sets.sort();
-    let compiled = match path {
-        Path_::Reference => None,
-        Path_::Compiled => Some(pipeline::compile(
-            &model,
-            hidet::graph::compiled::CompileOptions::default(),
-        )),
-    };
+    let compiled = compile.map(|f| f(&model));
     let graph = &model.graph;
     let input_names: Vec<String> = graph
         .inputs()
@@ -384,7 +397,7 @@ impl CaseResult {
 }
 
 /// `expected_pass.txt`: case names, one a line (`#` starts a comment line).
-fn read_pass_list(path: &Path) -> Result<BTreeSet<String>, String> {
+pub(crate) fn read_pass_list(path: &Path) -> Result<BTreeSet<String>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(text
         .lines()
@@ -396,7 +409,7 @@ fn read_pass_list(path: &Path) -> Result<BTreeSet<String>, String> {
 
 /// `expected_fail.txt`: `case  # reason` a line (`#` at the start of a line: a comment).
 /// A line without a reason, or a case listed twice, is an error.
-fn read_fail_list(path: &Path) -> Result<BTreeMap<String, String>, String> {
+pub(crate) fn read_fail_list(path: &Path) -> Result<BTreeMap<String, String>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut list = BTreeMap::new();
     for (i, line) in text.lines().enumerate() {
@@ -425,7 +438,7 @@ fn read_fail_list(path: &Path) -> Result<BTreeMap<String, String>, String> {
 }
 
 /// The fail-list reason of a new failure: its message on one line, at most 240 characters.
-fn reason_of(outcome: &Outcome) -> String {
+pub(crate) fn reason_of(outcome: &Outcome) -> String {
     let m = match outcome {
         Outcome::Fail(m) => m.clone(),
         Outcome::Unsupported(m) => format!("unsupported: {m}"),

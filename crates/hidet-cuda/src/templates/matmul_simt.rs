@@ -18,7 +18,9 @@
 //!   from shared memory into the other register buffer while step `k1` is
 //!   computed;
 //! - `M`, `N`, `K` are arbitrary: loads outside the matrices read zero and
-//!   the epilogue stores only in-bounds elements.
+//!   the epilogue stores only in-bounds elements;
+//! - batched products ([`build_batched`]) run one grid layer per batch entry
+//!   on `blockIdx.z`, an operand of batch 1 broadcast.
 
 use crate::templates::levels::{for_each_levels, unrolled};
 use hidet_ir::builder::FunctionBuilder;
@@ -90,6 +92,15 @@ pub enum MatmulSimtError {
         "matmul sizes must be positive and every matrix below 2^31 elements, got m={m} n={n} k={k}"
     )]
     BadShape { m: i64, n: i64, k: i64 },
+    #[error(
+        "batch {batch} (operands {a_batch} and {b_batch}): each operand's batch must be the \
+         batch or 1, and the batch in 1..=65535 (grid z)"
+    )]
+    BadBatch {
+        batch: i64,
+        a_batch: i64,
+        b_batch: i64,
+    },
     #[error(transparent)]
     Mapping(#[from] MappingError),
 }
@@ -361,8 +372,57 @@ pub fn build(
     k: i64,
     schedule: &MatmulSimtSchedule,
 ) -> Result<IRModule, MatmulSimtError> {
+    build_general(None, m, n, k, schedule)
+}
+
+/// The batch of a batched product: `C[b] = A[b'] · B[b'']`, where an operand's batch index is
+/// `b` when its batch is `batch`, or 0 when its batch is 1 (broadcast).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batch {
+    pub batch: i64,
+    pub a_batch: i64,
+    pub b_batch: i64,
+}
+
+/// [`build`] for a batched product: `a: [a_batch, m, k]`, `b: [b_batch, k, n]`,
+/// `c: [batch, m, n]` (row-major fp32), one grid layer per batch entry on `blockIdx.z`
+/// (`batch ≤ 65535`); an operand of batch 1 is broadcast. Every batch entry is the rank-2
+/// kernel's tile loop.
+pub fn build_batched(
+    batch: Batch,
+    m: i64,
+    n: i64,
+    k: i64,
+    schedule: &MatmulSimtSchedule,
+) -> Result<IRModule, MatmulSimtError> {
+    let Batch {
+        batch: nb,
+        a_batch,
+        b_batch,
+    } = batch;
+    let fits = |x: i64| x == nb || x == 1;
+    if !(1..=65535).contains(&nb) || !fits(a_batch) || !fits(b_batch) {
+        return Err(MatmulSimtError::BadBatch {
+            batch: nb,
+            a_batch,
+            b_batch,
+        });
+    }
+    build_general(Some(batch), m, n, k, schedule)
+}
+
+fn build_general(
+    batch: Option<Batch>,
+    m: i64,
+    n: i64,
+    k: i64,
+    schedule: &MatmulSimtSchedule,
+) -> Result<IRModule, MatmulSimtError> {
     let limit = i64::from(i32::MAX);
-    if m <= 0 || n <= 0 || k <= 0 || m * k > limit || k * n > limit || m * n > limit {
+    let nb = batch.map_or(1, |b| b.batch);
+    let (ab, bb) = batch.map_or((1, 1), |b| (b.a_batch, b.b_batch));
+    let too_big = |rows: i64, x: i64, y: i64| rows.checked_mul(x * y).is_none_or(|e| e > limit);
+    if m <= 0 || n <= 0 || k <= 0 || too_big(ab, m, k) || too_big(bb, k, n) || too_big(nb, m, n) {
         return Err(MatmulSimtError::BadShape { m, n, k });
     }
     schedule.validate(&SimtLimits::default())?;
@@ -381,11 +441,24 @@ pub fn build(
     let frag_a_len = s.warp_outer[0] * s.warp_inner[0];
     let frag_b_len = s.warp_outer[1] * s.warp_inner[1];
 
-    let grid = [ceil_div(n, bn), ceil_div(m, bm), 1].map(Expr::int);
+    let grid = [ceil_div(n, bn), ceil_div(m, bm), nb].map(Expr::int);
     let mut fb = FunctionBuilder::cuda_kernel(name.clone(), grid, [threads, 1, 1]);
-    let a = fb.tensor_param("a", DataType::F32, [m, k]);
-    let b = fb.tensor_param("b", DataType::F32, [k, n]);
-    let c = fb.tensor_param("c", DataType::F32, [m, n]);
+    let lead = |rows: i64, dims: [i64; 2]| -> Vec<i64> {
+        batch.map(|_| rows).into_iter().chain(dims).collect()
+    };
+    let a = fb.tensor_param("a", DataType::F32, lead(ab, [m, k]));
+    let b = fb.tensor_param("b", DataType::F32, lead(bb, [k, n]));
+    let c = fb.tensor_param("c", DataType::F32, lead(nb, [m, n]));
+    // Each operand's leading index: none for the rank-2 kernel, the batch entry, or 0.
+    let bz = Expr::block_idx(Dim::Z);
+    let index_of = |rows: i64| -> Vec<Expr> {
+        match batch {
+            None => vec![],
+            Some(_) if rows == 1 => vec![Expr::int(0)],
+            Some(_) => vec![bz.clone()],
+        }
+    };
+    let (a_lead, b_lead, c_lead) = (index_of(ab), index_of(bb), index_of(nb));
 
     let smem_a = fb.shared_tensor("smem_a", DataType::F32, row_major([2, bk, bm]));
     let smem_b = fb.shared_tensor("smem_b", DataType::F32, row_major([2, bk, bn]));
@@ -413,6 +486,8 @@ pub fn build(
     let tile = Tiles {
         a: &a,
         b: &b,
+        a_lead: &a_lead,
+        b_lead: &b_lead,
         m,
         n,
         k,
@@ -498,15 +573,20 @@ pub fn build(
         let row = &m0 + t.index[0].clone();
         let col = &n0 + t.index[1].clone();
         fb.if_then(row.lt(m).and(col.lt(n)), |fb| {
-            fb.store(&c, [row.clone(), col.clone()], acc.at([t.slot.clone()]));
+            let index: Vec<Expr> = c_lead
+                .iter()
+                .cloned()
+                .chain([row.clone(), col.clone()])
+                .collect();
+            fb.store(&c, index, acc.at([t.slot.clone()]));
         });
     });
     let kernel = fb.finish();
 
     let mut launcher = FunctionBuilder::host_launcher(format!("{name}_launch"));
-    let la = launcher.tensor_param("a", DataType::F32, [m, k]);
-    let lb = launcher.tensor_param("b", DataType::F32, [k, n]);
-    let lc = launcher.tensor_param("c", DataType::F32, [m, n]);
+    let la = launcher.tensor_param("a", DataType::F32, lead(ab, [m, k]));
+    let lb = launcher.tensor_param("b", DataType::F32, lead(bb, [k, n]));
+    let lc = launcher.tensor_param("c", DataType::F32, lead(nb, [m, n]));
     launcher.launch(&kernel, vec![la.expr(), lb.expr(), lc.expr()]);
     let launcher = launcher.finish();
 
@@ -520,6 +600,9 @@ pub fn build(
 struct Tiles<'a> {
     a: &'a Var,
     b: &'a Var,
+    /// The leading (batch) indices of `a` and `b`: empty for the rank-2 kernel.
+    a_lead: &'a [Expr],
+    b_lead: &'a [Expr],
     m: i64,
     n: i64,
     k: i64,
@@ -548,7 +631,14 @@ impl Tiles<'_> {
             let slot = t.slot.clone();
             fb.if_then_else(
                 row.lt(self.m).and(col.lt(self.k)),
-                |fb| fb.store(ldg_a, [slot.clone()], self.a.at([row.clone(), col.clone()])),
+                |fb| {
+                    let index = self
+                        .a_lead
+                        .iter()
+                        .cloned()
+                        .chain([row.clone(), col.clone()]);
+                    fb.store(ldg_a, [slot.clone()], self.a.at(index))
+                },
                 |fb| fb.store(ldg_a, [slot.clone()], Expr::f32(0.0)),
             );
         });
@@ -558,7 +648,14 @@ impl Tiles<'_> {
             let slot = t.slot.clone();
             fb.if_then_else(
                 row.lt(self.k).and(col.lt(self.n)),
-                |fb| fb.store(ldg_b, [slot.clone()], self.b.at([row.clone(), col.clone()])),
+                |fb| {
+                    let index = self
+                        .b_lead
+                        .iter()
+                        .cloned()
+                        .chain([row.clone(), col.clone()]);
+                    fb.store(ldg_b, [slot.clone()], self.b.at(index))
+                },
                 |fb| fb.store(ldg_b, [slot.clone()], Expr::f32(0.0)),
             );
         });

@@ -6,12 +6,13 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use hidet::graph::compiled::{CompileOptions, StepInfo};
+use hidet::graph::compiled::{Backend, CompileOptions, CompiledModel, StepInfo};
 use hidet::graph::Tensor;
-use hidet::pipeline::{self, PipelineError};
+use hidet::pipeline::{self, Device, PipelineError};
 use hidet::zoo::inputs::{complete_inputs, InputKind};
 use hidet::zoo::{self, SEED};
 use hidet_cpu::CpuTarget;
+use hidet_cuda::graph_backend::CudaBackendOptions;
 
 use super::progress::CompileBar;
 use super::{npy, source, CliError};
@@ -35,6 +36,8 @@ pub struct BenchArgs {
     pub check_tolerance: f64,
     /// Time every step of the launch list during the timed runs.
     pub profile: bool,
+    /// Where the compiled kernels run.
+    pub device: Device,
 }
 
 /// Latency statistics of `times` (non-empty), in milliseconds: (min, median, max, mean).
@@ -109,6 +112,10 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     if args.runs == 0 {
         return Err(CliError::Other("--runs must be at least 1".into()));
     }
+    if !args.reference {
+        args.device.check_runnable()?;
+    }
+    let device = args.device;
     let specs = super::run::parse_inputs(&args.inputs)?;
     let loaded = source::load(&args.model)?;
     let graph = &loaded.model.graph;
@@ -138,7 +145,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     let mut compile_seconds = 0f64;
     let mut intermediate_bytes = 0usize;
     let mut times = Vec::with_capacity(args.runs);
-    let outputs;
+    let outputs: Vec<(String, Tensor)>;
     let mut check = None;
     let mut profile: Option<Vec<ProfileRow>> = None;
     if args.reference {
@@ -159,50 +166,24 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             progress: Some(bar.sink()),
             ..CompileOptions::default()
         };
-        let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, t)| t.shape().to_vec()).collect();
-        let start = Instant::now();
-        let compiled = pipeline::compile(&loaded.model, opts)
-            .compiled(&shapes)
-            .map_err(PipelineError::from);
-        bar.finish();
-        let compiled = compiled?;
-        compile_seconds = start.elapsed().as_secs_f64();
-        let report = compiled.report();
-        kernels = report.kernels;
-        intermediate_bytes = report.intermediate_bytes;
-        println!(
-            "compiled in {compile_seconds:.2} s: {} kernels ({} compiled, {} cached units), {} host nodes, {:.1} MiB intermediates",
-            report.kernels,
-            report.module.compiled,
-            report.module.cached,
-            report.host_nodes(),
-            report.intermediate_bytes as f64 / (1 << 20) as f64
-        );
-        for _ in 0..args.warmup {
-            compiled.run(&inputs).map_err(PipelineError::from)?;
-        }
-        let mut last = Vec::new();
-        let mut step_times: Vec<Vec<Duration>> = vec![Vec::new(); compiled.steps().len()];
-        for _ in 0..args.runs {
-            let t = Instant::now();
-            if args.profile {
-                let (out, per_step) = compiled
-                    .run_profiled(&inputs)
-                    .map_err(PipelineError::from)?;
-                times.push(t.elapsed());
-                last = out;
-                for (all, d) in step_times.iter_mut().zip(per_step) {
-                    all.push(d);
-                }
-            } else {
-                last = compiled.run(&inputs).map_err(PipelineError::from)?;
-                times.push(t.elapsed());
+        let timed = match device {
+            Device::Cpu => {
+                time_compiled(args, pipeline::compile(&loaded.model, opts), &inputs, bar)?
             }
-        }
-        outputs = last;
-        if args.profile {
-            profile = Some(profile_rows(&compiled.steps(), &step_times));
-        }
+            Device::CudaSim => time_compiled(
+                args,
+                pipeline::compile_sim(&loaded.model, opts, CudaBackendOptions::default()),
+                &inputs,
+                bar,
+            )?,
+            Device::Cuda => return Err(pipeline::no_cuda_runtime().into()),
+        };
+        kernels = timed.kernels;
+        compile_seconds = timed.compile_seconds;
+        intermediate_bytes = timed.intermediate_bytes;
+        times = timed.times;
+        outputs = timed.outputs;
+        profile = timed.profile;
         if args.check {
             let want = pipeline::run_reference(&loaded.model, &inputs)?;
             check = Some(compare(&outputs, &want)?);
@@ -247,6 +228,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         let mut obj = serde_json::json!({
             "model": loaded.label,
             "executor": if args.reference { "reference" } else { "compiled" },
+            "device": device.name(),
             "threads": if args.reference { 1 } else { args.threads.unwrap_or(CpuTarget::host().cores) },
             "runs": args.runs,
             "warmup": args.warmup,
@@ -289,6 +271,70 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         }
         _ => Ok(()),
     }
+}
+
+/// What timing a compiled model gave.
+struct Timed {
+    kernels: usize,
+    compile_seconds: f64,
+    intermediate_bytes: usize,
+    times: Vec<Duration>,
+    outputs: Vec<(String, Tensor)>,
+    profile: Option<Vec<ProfileRow>>,
+}
+
+/// Compiles `model` for the inputs' shapes, then runs the warmup and the timed runs.
+fn time_compiled<B: Backend>(
+    args: &BenchArgs,
+    model: CompiledModel<B>,
+    inputs: &[(String, Tensor)],
+    bar: CompileBar,
+) -> Result<Timed, CliError> {
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, t)| t.shape().to_vec()).collect();
+    let start = Instant::now();
+    let compiled = model.compiled(&shapes).map_err(PipelineError::from);
+    bar.finish();
+    let compiled = compiled?;
+    let compile_seconds = start.elapsed().as_secs_f64();
+    let report = compiled.report();
+    println!(
+        "compiled in {compile_seconds:.2} s: {} kernels ({} compiled, {} cached units), {} host nodes, {:.1} MiB intermediates",
+        report.kernels,
+        report.module.compiled,
+        report.module.cached,
+        report.host_nodes(),
+        report.intermediate_bytes as f64 / (1 << 20) as f64
+    );
+    for _ in 0..args.warmup {
+        compiled.run(inputs).map_err(PipelineError::from)?;
+    }
+    let mut times = Vec::with_capacity(args.runs);
+    let mut last = Vec::new();
+    let mut step_times: Vec<Vec<Duration>> = vec![Vec::new(); compiled.steps().len()];
+    for _ in 0..args.runs {
+        let t = Instant::now();
+        if args.profile {
+            let (out, per_step) = compiled.run_profiled(inputs).map_err(PipelineError::from)?;
+            times.push(t.elapsed());
+            last = out;
+            for (all, d) in step_times.iter_mut().zip(per_step) {
+                all.push(d);
+            }
+        } else {
+            last = compiled.run(inputs).map_err(PipelineError::from)?;
+            times.push(t.elapsed());
+        }
+    }
+    Ok(Timed {
+        kernels: report.kernels,
+        compile_seconds,
+        intermediate_bytes: report.intermediate_bytes,
+        times,
+        outputs: last,
+        profile: args
+            .profile
+            .then(|| profile_rows(&compiled.steps(), &step_times)),
+    })
 }
 
 /// One step of the launch list in a `--profile` report.

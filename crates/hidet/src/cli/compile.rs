@@ -4,9 +4,11 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use hidet::graph::compiled::CompileOptions;
+use hidet::graph::compiled::{Backend, CompileOptions, CompileReport, CompiledModel};
 use hidet::graph::Dim;
-use hidet::pipeline::{self, PipelineError};
+use hidet::pipeline::{self, Device, PipelineError};
+use hidet_cuda::graph_backend::{CudaBackendOptions, NvrtcCheck};
+use hidet_cuda::Arch;
 
 use super::progress::CompileBar;
 use super::{source, CliError};
@@ -20,6 +22,30 @@ pub struct CompileArgs {
     pub emit_source: Option<PathBuf>,
     pub json: bool,
     pub threads: Option<usize>,
+    pub device: Device,
+    /// The architecture CUDA kernels are compiled for (`--device cuda-sim`).
+    pub arch: Arch,
+}
+
+/// What a compilation produced beyond the graph layer's report: the target line of the
+/// text report and the JSON fields of the target.
+struct Target {
+    line: String,
+    /// What building the kernels was (`C build`, `NVRTC build`).
+    build: &'static str,
+    json: serde_json::Value,
+}
+
+/// Compiles `model` for `shapes`; the report and the target description made by `target`
+/// from the compiled graph's module.
+fn compile_with<B: Backend>(
+    model: CompiledModel<B>,
+    shapes: &[Vec<usize>],
+    target: impl FnOnce(&B::Module) -> Target,
+) -> Result<(CompileReport, Target), CliError> {
+    let compiled = model.compiled(shapes).map_err(PipelineError::from)?;
+    let target = target(compiled.module());
+    Ok((compiled.report().clone(), target))
 }
 
 /// Runs `hidet compile` (see the module docs). Symbolic input dimensions are compiled as 1.
@@ -51,13 +77,68 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
         ..CompileOptions::default()
     };
     let start = Instant::now();
-    let compiled = pipeline::compile(&loaded.model, opts)
-        .compiled(&shapes)
-        .map_err(PipelineError::from);
+    let compiled = match args.device {
+        Device::Cpu => compile_with(pipeline::compile(&loaded.model, opts), &shapes, |_| {
+            let host = hidet_cpu::CpuTarget::host();
+            Target {
+                line: format!("target: {host}"),
+                build: "C build",
+                json: serde_json::json!({ "target_features": host.features.names() }),
+            }
+        }),
+        Device::CudaSim => {
+            let options = CudaBackendOptions {
+                arch: args.arch,
+                nvrtc: NvrtcCheck::IfAvailable,
+                ptxas: true,
+            };
+            let model = pipeline::compile_sim(&loaded.model, opts, options);
+            compile_with(model, &shapes, |module| {
+                let reports = module.ptxas_reports();
+                let spilling: Vec<String> = reports
+                    .iter()
+                    .flat_map(|(_, r)| r.spilling().map(|k| k.name.clone()))
+                    .collect();
+                let stack: Vec<String> = reports
+                    .iter()
+                    .flat_map(|(_, r)| r.kernels.iter())
+                    .filter(|k| k.stack_frame_bytes > 0)
+                    .map(|k| k.name.clone())
+                    .collect();
+                let nvrtc = if module.ptx_compiled() {
+                    "every kernel compiled by NVRTC"
+                } else {
+                    "NVRTC not found: kernels not compiled to PTX"
+                };
+                Target {
+                    line: format!(
+                        "target: cuda-sim ({}; {nvrtc}; ptxas: {} kernels checked, {} spill, {} use stack)",
+                        args.arch.real_name(),
+                        reports.len(),
+                        spilling.len(),
+                        stack.len()
+                    ),
+                    build: if module.ptx_compiled() {
+                        "NVRTC build"
+                    } else {
+                        "build"
+                    },
+                    json: serde_json::json!({
+                        "arch": args.arch.real_name(),
+                        "nvrtc": module.ptx_compiled(),
+                        "ptxas_checked": reports.len(),
+                        "spilling_kernels": spilling,
+                        "stack_kernels": stack,
+                    }),
+                }
+            })
+        }
+        Device::Cuda => Err(pipeline::no_cuda_runtime().into()),
+    };
     bar.finish();
-    let compiled = compiled?;
+    let (report, target) = compiled?;
+    let report = &report;
     let compile_seconds = start.elapsed().as_secs_f64();
-    let report = compiled.report();
     if let Some(dir) = &args.emit_source {
         report.write_sources(dir).map_err(|e| CliError::Io {
             path: dir.clone(),
@@ -65,8 +146,9 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
         })?;
     }
     if args.json {
-        let obj = serde_json::json!({
+        let mut obj = serde_json::json!({
             "model": loaded.label,
+            "device": args.device.name(),
             "kernels": report.kernels,
             "host_nodes": report.host_nodes(),
             "host_steps": report.host_nodes(),
@@ -83,8 +165,10 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
             "unplanned_bytes": report.unplanned_bytes,
             "constant_bytes": report.constant_bytes,
             "emit_source": args.emit_source.as_ref().map(|p| p.display().to_string()),
-            "target_features": hidet_cpu::CpuTarget::host().features.names(),
         });
+        if let (Some(obj), serde_json::Value::Object(fields)) = (obj.as_object_mut(), target.json) {
+            obj.extend(fields);
+        }
         println!("{obj}");
         return Ok(());
     }
@@ -97,10 +181,11 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
         report.aliases,
         report.folded
     );
-    println!("target: {}", hidet_cpu::CpuTarget::host());
+    println!("{}", target.line);
     println!(
-        "compiled in {compile_seconds:.2} s (load {:.2} s, C build {:.2} s: {} compiler invocations, {} cached)",
+        "compiled in {compile_seconds:.2} s (load {:.2} s, {} {:.2} s: {} compiler invocations, {} cached)",
         loaded.load_time.as_secs_f64(),
+        target.build,
         report.module.build_time.as_secs_f64(),
         report.module.compiled,
         report.module.cached

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use hidet::pipeline::Device;
 use hidet::{Model, Options, Tensor};
 
 use super::{npy, CliError};
@@ -38,14 +39,19 @@ pub fn parse_inputs(args: &[String]) -> Result<Vec<(String, PathBuf)>, CliError>
 }
 
 /// Loads `model`, reads the inputs, runs (compiled, or with the reference executor on the
-/// graph as imported when `reference`), writes `output_dir/<sanitized name>.npy` for every graph output.
+/// graph as imported when `reference`; compiled for `device` otherwise), writes
+/// `output_dir/<sanitized name>.npy` for every graph output.
 pub fn run(
     model: &Path,
     inputs: &[String],
     output_dir: &Path,
     reference: bool,
     threads: Option<usize>,
+    device: Device,
 ) -> Result<(), CliError> {
+    if !reference {
+        device.check_runnable()?;
+    }
     let specs = parse_inputs(inputs)?;
     let m = Model::load(model)?;
     let tensors: Vec<(String, Tensor)> = specs
@@ -56,6 +62,7 @@ pub fn run(
         m.run_reference(&tensors)?
     } else {
         let options = Options {
+            device,
             threads,
             ..Options::default()
         };

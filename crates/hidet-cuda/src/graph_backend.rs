@@ -1,0 +1,444 @@
+//! The CUDA implementation of the graph layer's [`Backend`], over any [`GpuDevice`]: the
+//! simulator device today ([`crate::sim_device::SimDevice`], `--device cuda-sim`), a real
+//! GPU through a driver-API runtime later.
+//!
+//! How a task becomes a kernel: an anchored task whose anchor is an f32 (batched) matmul uses the
+//! SIMT matmul template with its prologues and epilogue fused
+//! ([`crate::schedule::matmul_anchor`]), an f32 2-D convolution the same template as an
+//! implicit GEMM ([`crate::schedule::conv_anchor`]); when fusion is refused, a fused task is
+//! refused and the graph layer splits it; every other task goes through the default GPU scheduler
+//! ([`crate::schedule`]), which turns the task's composed compute definition into one CUDA
+//! kernel. Every kernel is verified,
+//! lowered and emitted as CUDA C when it is lowered (so a kernel the CUDA dialect cannot
+//! express fails at compile time, naming the task), and, with [`NvrtcCheck`], compiled to
+//! PTX by NVRTC when the module is built.
+//!
+//! Memory: an arena is one device allocation ([`arena::CudaArena`]); addresses are device
+//! pointers. Launches are synchronous (the trait's `launch` is the device's launch followed
+//! by a synchronize).
+
+pub mod arena;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use hidet_graph::compiled::{
+    ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport,
+};
+use hidet_graph::fusion::FusedTask;
+use hidet_graph::{DType, Tensor};
+use hidet_ir::compute::tensor_dtype;
+use hidet_ir::function::{FunctionKind, IRModule, Target};
+
+use crate::arch::Arch;
+use crate::device::{DeviceKernel, GpuDevice, KernelParam};
+use crate::ptxas::PtxasReport;
+use crate::schedule::conv_anchor::conv_kernel;
+use crate::schedule::matmul_anchor::{matmul_kernel, TemplateOutcome};
+use crate::schedule::{self, ScheduleKind};
+pub use arena::CudaArena;
+
+/// Whether [`Backend::build`] compiles every kernel with NVRTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NvrtcCheck {
+    /// Never (the simulator needs no PTX).
+    #[default]
+    Off,
+    /// When NVRTC can be loaded on this machine; skipped silently otherwise.
+    IfAvailable,
+    /// Always; building fails when NVRTC is missing or rejects a kernel.
+    Required,
+}
+
+/// Options of the CUDA backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaBackendOptions {
+    /// The architecture kernels are compiled for.
+    pub arch: Arch,
+    /// Whether building compiles every kernel to PTX with NVRTC.
+    pub nvrtc: NvrtcCheck,
+    /// Also assemble every kernel's PTX with `ptxas -v` (when NVRTC ran and `ptxas` is
+    /// found) and keep the resource reports ([`CudaModule::ptxas_reports`]).
+    pub ptxas: bool,
+}
+
+impl Default for CudaBackendOptions {
+    fn default() -> Self {
+        CudaBackendOptions {
+            arch: Arch::SM80,
+            nvrtc: NvrtcCheck::Off,
+            ptxas: false,
+        }
+    }
+}
+
+/// How a kernel was produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelOrigin {
+    /// The SIMT matmul template alone.
+    Template,
+    /// The SIMT matmul template with prologues/epilogue fused in.
+    FusedTemplate,
+    /// The default scheduler, with the schedule it chose.
+    Scheduler(ScheduleKind),
+}
+
+/// A lowered kernel.
+#[derive(Debug, Clone)]
+pub struct CudaKernel {
+    pub image: DeviceKernel,
+    pub origin: KernelOrigin,
+}
+
+/// The built kernels of a model on device `D`.
+#[derive(Debug)]
+pub struct CudaModule<D: GpuDevice> {
+    loaded: D::Module,
+    images: Vec<DeviceKernel>,
+    origins: Vec<KernelOrigin>,
+    ptx_compiled: bool,
+    ptxas_reports: Vec<(String, PtxasReport)>,
+}
+
+impl<D: GpuDevice> CudaModule<D> {
+    /// How each kernel was produced, in kernel order.
+    pub fn origins(&self) -> &[KernelOrigin] {
+        &self.origins
+    }
+
+    /// The kernels as given to the device, in kernel order.
+    pub fn images(&self) -> &[DeviceKernel] {
+        &self.images
+    }
+
+    /// Whether every kernel was compiled to PTX by NVRTC.
+    pub fn ptx_compiled(&self) -> bool {
+        self.ptx_compiled
+    }
+
+    /// `(kernel name, ptxas report)` of every kernel, when `ptxas` ran.
+    pub fn ptxas_reports(&self) -> &[(String, PtxasReport)] {
+        &self.ptxas_reports
+    }
+}
+
+/// The CUDA backend on device `D` (see the module docs).
+#[derive(Debug)]
+pub struct CudaBackend<D: GpuDevice> {
+    device: Arc<D>,
+    pub options: CudaBackendOptions,
+}
+
+impl<D: GpuDevice> CudaBackend<D> {
+    pub fn new(device: Arc<D>, options: CudaBackendOptions) -> CudaBackend<D> {
+        CudaBackend { device, options }
+    }
+
+    /// The device kernels run on.
+    pub fn device(&self) -> &Arc<D> {
+        &self.device
+    }
+}
+
+/// The image of CUDA kernel function `module.functions[0]` computing `task`: parameters,
+/// launch configuration and CUDA C.
+fn kernel_image(task: &FusedTask, module: IRModule) -> Result<DeviceKernel, String> {
+    let f = module
+        .functions
+        .first()
+        .ok_or_else(|| "the module has no kernel".to_string())?;
+    let FunctionKind::CudaKernel(launch) = &f.kind else {
+        return Err(format!("`{}` is not a CUDA kernel", f.name));
+    };
+    let dim = |e: &hidet_ir::expr::Expr, what: &str| {
+        e.as_int()
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or_else(|| format!("{what} `{e}` is not a constant 32-bit size"))
+    };
+    let grid = [
+        dim(&launch.grid[0], "grid")?,
+        dim(&launch.grid[1], "grid")?,
+        dim(&launch.grid[2], "grid")?,
+    ];
+    let block = launch
+        .block
+        .map(|b| u32::try_from(b).map_err(|_| format!("block dimension {b}")));
+    let block = [block[0].clone()?, block[1].clone()?, block[2].clone()?];
+    let dynamic_shared_bytes = dim(&launch.dynamic_shared_bytes, "dynamic shared memory")?;
+    let inputs = task.def.inputs.len();
+    let params = f
+        .params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let shape = schedule::const_shape(p).map_err(|e| e.to_string())?;
+            let elements = shape
+                .iter()
+                .try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?))
+                .ok_or_else(|| format!("parameter `{}` has an invalid shape", p.name()))?;
+            let dtype = tensor_dtype(p)
+                .ok_or_else(|| format!("parameter `{}` is not a tensor", p.name()))?;
+            Ok(KernelParam {
+                name: p.name().to_string(),
+                dtype,
+                elements,
+                written: i >= inputs,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let source = crate::emit_cuda(&module).map_err(|e| e.to_string())?;
+    Ok(DeviceKernel {
+        name: f.name.clone(),
+        grid,
+        block,
+        dynamic_shared_bytes,
+        params,
+        source,
+        module,
+    })
+}
+
+/// Compiles every image with NVRTC (and `ptxas` when asked) on `jobs` threads; returns the
+/// ptxas reports (empty without `ptxas`).
+fn compile_all(
+    images: &[DeviceKernel],
+    options: &CudaBackendOptions,
+    jobs: usize,
+    progress: Option<&hidet_graph::compiled::ProgressSink>,
+) -> Result<Vec<(String, PtxasReport)>, BackendError> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let next = AtomicUsize::new(0);
+    /// Kernel index and what compiling it gave.
+    type Compiled = (usize, Result<Option<PtxasReport>, String>);
+    let results: Mutex<Vec<Compiled>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, images.len().max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(image) = images.get(i) else { break };
+                let result = crate::nvrtc::compile_to_ptx(
+                    &image.name,
+                    &image.source,
+                    options.arch,
+                    &crate::nvrtc::CompileOptions::default(),
+                )
+                .map_err(|e| e.to_string())
+                .and_then(|ptx| {
+                    if !options.ptxas || crate::ptxas::locate_ptxas().is_err() {
+                        return Ok(None);
+                    }
+                    crate::ptxas::assemble(&image.name, &ptx)
+                        .map(Some)
+                        .map_err(|e| e.to_string())
+                });
+                if let Some(p) = progress {
+                    p.report(CompileProgress::Built { kernels: 1 });
+                }
+                results
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((i, result));
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    results.sort_by_key(|(i, _)| *i);
+    let mut reports = Vec::new();
+    for (i, r) in results {
+        match r {
+            Ok(Some(report)) => reports.push((images[i].name.clone(), report)),
+            Ok(None) => {}
+            Err(message) => {
+                return Err(BackendError::Build(format!(
+                    "NVRTC, kernel `{}`: {message}",
+                    images[i].name
+                )))
+            }
+        }
+    }
+    Ok(reports)
+}
+
+impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
+    type Kernel = CudaKernel;
+    type Module = CudaModule<D>;
+    type Arena = CudaArena<D>;
+
+    fn name(&self) -> &'static str {
+        self.device.name()
+    }
+
+    /// The target-neutral passes ([`hidet_graph::passes::default_passes`]).
+    fn graph_passes(&self) -> Vec<Box<dyn hidet_graph::passes::GraphPass>> {
+        hidet_graph::passes::default_passes()
+    }
+
+    fn lower(&self, task: &FusedTask, _opts: &CompileOptions) -> Result<CudaKernel, BackendError> {
+        let compile_error = |message: String| BackendError::Compile {
+            task: task.name.clone(),
+            message,
+        };
+        let fused = task.nodes.len() > 1;
+        let outcome = match matmul_kernel(task) {
+            TemplateOutcome::NotApplicable => conv_kernel(task),
+            outcome => outcome,
+        };
+        let (function, origin) = match outcome {
+            TemplateOutcome::Kernel(f) if fused => (*f, KernelOrigin::FusedTemplate),
+            TemplateOutcome::Kernel(f) => (*f, KernelOrigin::Template),
+            TemplateOutcome::Refused(reason) if fused => {
+                return Err(BackendError::Refused {
+                    task: task.name.clone(),
+                    reason,
+                })
+            }
+            TemplateOutcome::Refused(_) | TemplateOutcome::NotApplicable => {
+                let (f, kind) = schedule::schedule(&task.def, &task.name)
+                    .map_err(|e| compile_error(e.to_string()))?;
+                (f, KernelOrigin::Scheduler(kind))
+            }
+        };
+        let module = IRModule::new(task.name.clone(), Target::Cuda).with(function);
+        let image = kernel_image(task, module).map_err(compile_error)?;
+        Ok(CudaKernel { image, origin })
+    }
+
+    fn build(
+        &self,
+        kernels: Vec<CudaKernel>,
+        opts: &CompileOptions,
+    ) -> Result<(CudaModule<D>, ModuleReport), BackendError> {
+        let start = Instant::now();
+        if let Some(p) = &opts.progress {
+            p.report(CompileProgress::Building {
+                kernels: kernels.len(),
+            });
+        }
+        let (images, origins): (Vec<DeviceKernel>, Vec<KernelOrigin>) =
+            kernels.into_iter().map(|k| (k.image, k.origin)).unzip();
+        let run_nvrtc = match self.options.nvrtc {
+            NvrtcCheck::Off => false,
+            NvrtcCheck::IfAvailable => crate::nvrtc::Nvrtc::global().is_ok(),
+            NvrtcCheck::Required => true,
+        };
+        let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let ptxas_reports = if run_nvrtc {
+            compile_all(&images, &self.options, jobs, opts.progress.as_ref())?
+        } else {
+            if let Some(p) = &opts.progress {
+                p.report(CompileProgress::Built {
+                    kernels: images.len(),
+                });
+            }
+            Vec::new()
+        };
+        let loaded = self
+            .device
+            .load(&images)
+            .map_err(|e| BackendError::Build(e.to_string()))?;
+        // Every kernel's CUDA C is at hand (emitted when lowered): always reported.
+        let report = ModuleReport {
+            kernels: images.len(),
+            compiled: if run_nvrtc { images.len() } else { 0 },
+            build_time: start.elapsed(),
+            sources: images
+                .iter()
+                .map(|k| (k.name.clone(), k.source.clone()))
+                .collect(),
+            ..Default::default()
+        };
+        Ok((
+            CudaModule {
+                loaded,
+                images,
+                origins,
+                ptx_compiled: run_nvrtc,
+                ptxas_reports,
+            },
+            report,
+        ))
+    }
+
+    fn check_args(
+        &self,
+        module: &CudaModule<D>,
+        kernel: usize,
+        args: &[ArgAddress],
+    ) -> Result<(), BackendError> {
+        let fail = |message: String| BackendError::Launch { kernel, message };
+        let image = module
+            .images
+            .get(kernel)
+            .ok_or_else(|| fail("no such kernel".into()))?;
+        if image.params.len() != args.len() {
+            return Err(fail(format!(
+                "{} arguments for {} parameters",
+                args.len(),
+                image.params.len()
+            )));
+        }
+        for (p, a) in image.params.iter().zip(args) {
+            if a.bytes < p.bytes() {
+                return Err(fail(format!(
+                    "parameter `{}` needs {} bytes, given {}",
+                    p.name,
+                    p.bytes(),
+                    a.bytes
+                )));
+            }
+            if p.written && !a.written {
+                return Err(fail(format!(
+                    "parameter `{}` is written by the kernel",
+                    p.name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    unsafe fn launch(
+        &self,
+        module: &CudaModule<D>,
+        kernel: usize,
+        args: &[u64],
+    ) -> Result<(), BackendError> {
+        let fail = |e: crate::device::DeviceError| BackendError::Launch {
+            kernel,
+            message: e.to_string(),
+        };
+        // SAFETY: the caller guarantees (`Backend::launch`) that `args` passed `check_args`
+        // for this kernel (count and sizes match its parameters) and point into live arenas
+        // of this backend — allocations of this device — with no overlap and exclusive
+        // access to written buffers; the synchronize below ends the launch before return.
+        unsafe { self.device.launch(&module.loaded, kernel, args) }.map_err(fail)?;
+        self.device.synchronize().map_err(fail)
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<CudaArena<D>, BackendError> {
+        CudaArena::new(self.device.clone(), bytes)
+    }
+
+    fn base(&self, arena: &CudaArena<D>) -> u64 {
+        arena.base()
+    }
+
+    fn upload(
+        &self,
+        arena: &mut CudaArena<D>,
+        offset: usize,
+        tensor: &Tensor,
+    ) -> Result<(), BackendError> {
+        arena.write(offset, tensor)
+    }
+
+    fn download(
+        &self,
+        arena: &CudaArena<D>,
+        offset: usize,
+        dtype: DType,
+        shape: &[usize],
+    ) -> Result<Tensor, BackendError> {
+        arena.read(offset, dtype, shape)
+    }
+}
