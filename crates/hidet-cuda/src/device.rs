@@ -30,6 +30,9 @@ pub enum DeviceError {
     /// A launch failed or faulted.
     #[error("kernel `{kernel}`: {message}")]
     Launch { kernel: String, message: String },
+    /// A copy between host and device failed.
+    #[error("{what}: {message}")]
+    Transfer { what: String, message: String },
     /// The device has no runtime on this machine.
     #[error("{0}")]
     Unavailable(String),

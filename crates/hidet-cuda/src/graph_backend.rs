@@ -60,6 +60,10 @@ pub struct CudaBackendOptions {
     /// Also assemble every kernel's PTX with `ptxas -v` (when NVRTC ran and `ptxas` is
     /// found) and keep the resource reports ([`CudaModule::ptxas_reports`]).
     pub ptxas: bool,
+    /// When NVRTC runs, also store every kernel's image for `arch` in the cubin/PTX cache
+    /// (`CudaKernelCache::from_env`), so that a GPU of that architecture finds it there
+    /// without compiling (the GPU device compiles through the same cache).
+    pub cache_images: bool,
 }
 
 impl Default for CudaBackendOptions {
@@ -68,6 +72,7 @@ impl Default for CudaBackendOptions {
             arch: Arch::SM80,
             nvrtc: NvrtcCheck::Off,
             ptxas: false,
+            cache_images: false,
         }
     }
 }
@@ -198,8 +203,25 @@ fn kernel_image(task: &FusedTask, module: IRModule) -> Result<DeviceKernel, Stri
     })
 }
 
-/// Compiles every image with NVRTC (and `ptxas` when asked) on `jobs` threads; returns the
-/// ptxas reports (empty without `ptxas`).
+/// Stores `image` compiled for `arch` in the cubin/PTX cache of the environment, keyed as
+/// the GPU device looks it up ([`crate::gpu_device`]).
+fn cache_image(image: &DeviceKernel, arch: crate::Arch) -> Result<(), String> {
+    let nvrtc = crate::nvrtc::Nvrtc::global().map_err(|e| e.to_string())?;
+    crate::cache::CudaKernelCache::from_env()
+        .get_or_compile(
+            nvrtc,
+            &image.name,
+            &image.source,
+            arch,
+            &crate::nvrtc::CompileOptions::default(),
+        )
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Compiles every image with NVRTC (and `ptxas` when asked, and into the kernel cache when
+/// [`CudaBackendOptions::cache_images`]) on `jobs` threads; returns the ptxas reports (empty
+/// without `ptxas`).
 fn compile_all(
     images: &[DeviceKernel],
     options: &CudaBackendOptions,
@@ -225,6 +247,9 @@ fn compile_all(
                 )
                 .map_err(|e| e.to_string())
                 .and_then(|ptx| {
+                    if options.cache_images {
+                        cache_image(image, options.arch)?;
+                    }
                     if !options.ptxas || crate::ptxas::locate_ptxas().is_err() {
                         return Ok(None);
                     }

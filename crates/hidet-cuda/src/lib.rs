@@ -25,6 +25,7 @@ pub mod artifacts;
 pub mod cache;
 pub mod device;
 pub mod error;
+pub mod gpu_device;
 pub mod graph_backend;
 pub mod image;
 pub mod locate;

@@ -57,7 +57,7 @@ use hidet_onnx::OnnxModel;
 pub use hidet_graph::{DType, Dim, Tensor, TensorError};
 pub use hidet_tune::TuneLevel;
 
-use crate::pipeline::{self, CpuModel, PipelineError, SimModel};
+use crate::pipeline::{self, CpuModel, GpuModel, PipelineError, SimModel};
 use crate::zoo;
 
 /// Errors of the embedding API. Each message is the one `hidet` prints for the same failure.
@@ -307,7 +307,7 @@ impl Model {
                 opts,
                 CudaBackendOptions::default(),
             )),
-            Device::Cuda => return Err(pipeline::no_cuda_runtime().into()),
+            Device::Cuda => Compiled::Cuda(pipeline::compile_gpu(&self.onnx, opts)?),
         };
         let compiled = CompiledModel {
             inner: Arc::new(inner),
@@ -335,6 +335,7 @@ pub struct CompiledModel {
 enum Compiled {
     Cpu(CpuModel),
     CudaSim(SimModel),
+    Cuda(GpuModel),
 }
 
 // The API promises that compiled models can be shared across threads: fail the build, not
@@ -379,6 +380,7 @@ impl CompiledModel {
         match &*self.inner {
             Compiled::Cpu(m) => m.compiled(shapes).map(drop)?,
             Compiled::CudaSim(m) => m.compiled(shapes).map(drop)?,
+            Compiled::Cuda(m) => m.compiled(shapes).map(drop)?,
         }
         Ok(())
     }
@@ -392,6 +394,7 @@ impl CompiledModel {
         Ok(match &*self.inner {
             Compiled::Cpu(m) => m.compiled(shapes)?.report().clone(),
             Compiled::CudaSim(m) => m.compiled(shapes)?.report().clone(),
+            Compiled::Cuda(m) => m.compiled(shapes)?.report().clone(),
         })
     }
 
@@ -454,6 +457,7 @@ impl CompiledModel {
         let outputs = match &*self.inner {
             Compiled::Cpu(m) => pipeline::run_data(m, &data)?,
             Compiled::CudaSim(m) => pipeline::run_data(m, &data)?,
+            Compiled::Cuda(m) => pipeline::run_data(m, &data)?,
         };
         outputs
             .into_iter()
@@ -475,7 +479,7 @@ impl CompiledModel {
     pub fn as_cpu_model(&self) -> Option<&CpuModel> {
         match &*self.inner {
             Compiled::Cpu(m) => Some(m),
-            Compiled::CudaSim(_) => None,
+            Compiled::CudaSim(_) | Compiled::Cuda(_) => None,
         }
     }
 }

@@ -47,7 +47,7 @@ enum Command {
         #[arg(long, value_name = "N", value_parser = parse_threads)]
         threads: Option<usize>,
         /// Where compiled kernels run: cpu, cuda-sim (CUDA kernels in the GPU simulator:
-        /// slow, for small models) or cuda (reserved: no CUDA runtime yet). Default:
+        /// slow, for small models) or cuda (NVIDIA GPU 0, driver loaded at run time). Default:
         /// $HIDET_DEVICE, else cpu.
         #[arg(long, value_name = "DEVICE")]
         device: Option<Device>,
@@ -92,7 +92,7 @@ enum Command {
         #[arg(long)]
         list: bool,
         /// Where compiled kernels run: cpu, cuda-sim (CUDA kernels in the GPU simulator:
-        /// slow, for small models) or cuda (reserved: no CUDA runtime yet). Default:
+        /// slow, for small models) or cuda (NVIDIA GPU 0, driver loaded at run time). Default:
         /// $HIDET_DEVICE, else cpu.
         #[arg(long, value_name = "DEVICE")]
         device: Option<Device>,
@@ -111,12 +111,13 @@ enum Command {
         #[arg(long, value_name = "N", value_parser = parse_threads)]
         threads: Option<usize>,
         /// Where compiled kernels run: cpu, cuda-sim (CUDA kernels in the GPU simulator:
-        /// slow, for small models) or cuda (reserved: no CUDA runtime yet). Default:
+        /// slow, for small models) or cuda (NVIDIA GPU 0, driver loaded at run time). Default:
         /// $HIDET_DEVICE, else cpu.
         #[arg(long, value_name = "DEVICE")]
         device: Option<Device>,
-        /// The GPU architecture CUDA kernels are compiled for (with --device cuda-sim):
-        /// sm_80, sm_86, sm_89 or sm_90.
+        /// The GPU architecture CUDA kernels are compiled for, with --device cuda-sim, or
+        /// with --device cuda on a machine without a GPU (the kernels then go into the
+        /// cubin cache for a GPU elsewhere): sm_80, sm_86, sm_89 or sm_90.
         #[arg(long, value_name = "ARCH", default_value = "sm_80", value_parser = parse_arch)]
         arch: Arch,
     },

@@ -1,7 +1,8 @@
 //! Load a model and run it: the path shared by `hidet run` and the conformance suite.
 //!
 //! Two executors: the compiled path ([`compile`], [`run`]: fused CPU kernels, the default;
-//! [`compile_sim`]: fused CUDA kernels run in the GPU simulator, see [`Device`]) and the
+//! [`compile_sim`]: fused CUDA kernels run in the GPU simulator; [`compile_gpu`]: on an
+//! NVIDIA GPU, see [`Device`]) and the
 //! reference executor ([`run_reference`]: every operator's `eval`, the oracle).
 //!
 //! [`load`] gives the graph exactly as imported. The reference executor runs that graph, so
@@ -12,8 +13,11 @@ use std::path::Path;
 
 use hidet_cpu::graph_backend::tuning::CpuTuning;
 use hidet_cpu::graph_backend::{CpuBackend, CpuBackendOptions};
-use hidet_cuda::graph_backend::{CudaBackend, CudaBackendOptions};
+use hidet_cuda::gpu_device::RuntimeDevice;
+use hidet_cuda::graph_backend::{CudaBackend, CudaBackendOptions, NvrtcCheck};
+use hidet_cuda::runtime::Gpu;
 use hidet_cuda::sim_device::{SimDevice, SimDeviceOptions};
+use hidet_cuda::CudaKernelCache;
 use hidet_graph::compiled::{Backend, CompileOptions, CompiledError, CompiledModel};
 use hidet_graph::passes::{run_passes, GraphPass};
 use hidet_graph::{
@@ -30,6 +34,9 @@ pub type CpuModel = CompiledModel<CpuBackend>;
 /// A model compiled for the CUDA backend on the simulator device (`--device cuda-sim`).
 pub type SimModel = CompiledModel<CudaBackend<SimDevice>>;
 
+/// A model compiled for the CUDA backend on an NVIDIA GPU (`--device cuda`).
+pub type GpuModel = CompiledModel<CudaBackend<RuntimeDevice>>;
+
 /// Where compiled kernels run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Device {
@@ -38,8 +45,8 @@ pub enum Device {
     /// Fused CUDA kernels run by the GPU simulator on the CPU: slow, for small models and
     /// tests.
     CudaSim,
-    /// Fused CUDA kernels on an NVIDIA GPU. Reserved: there is no CUDA runtime yet, so
-    /// compiling for it is a [`PipelineError::Device`].
+    /// Fused CUDA kernels on NVIDIA GPU 0, through the CUDA driver loaded at run time
+    /// ([`compile_gpu`]); a [`PipelineError::Device`] where there is no driver or GPU.
     Cuda,
 }
 
@@ -70,22 +77,26 @@ impl Device {
         }
     }
 
-    /// Fails for a device this build cannot run kernels on ([`Device::Cuda`]).
+    /// Fails for a device this machine cannot run kernels on: [`Device::Cuda`] without an
+    /// NVIDIA driver or device (the error says which).
     pub fn check_runnable(self) -> Result<(), PipelineError> {
         match self {
-            Device::Cuda => Err(no_cuda_runtime()),
+            Device::Cuda => match Gpu::device_count() {
+                Ok(0) => Err(cuda_unavailable("the driver reports no CUDA device")),
+                Ok(_) => Ok(()),
+                Err(e) => Err(cuda_unavailable(e)),
+            },
             Device::Cpu | Device::CudaSim => Ok(()),
         }
     }
 }
 
-/// The error for [`Device::Cuda`] until a CUDA runtime exists.
-pub fn no_cuda_runtime() -> PipelineError {
-    PipelineError::Device(
-        "--device cuda: no CUDA runtime yet (use --device cuda-sim to run the CUDA kernels in \
-         the GPU simulator)"
-            .into(),
-    )
+/// The error for [`Device::Cuda`] where no GPU can be used, naming why.
+fn cuda_unavailable(why: impl std::fmt::Display) -> PipelineError {
+    PipelineError::Device(format!(
+        "--device cuda: {why} (--device cuda-sim runs the same CUDA kernels in the GPU \
+         simulator)"
+    ))
 }
 
 impl std::str::FromStr for Device {
@@ -191,6 +202,23 @@ pub fn compile_sim(
     options: CudaBackendOptions,
 ) -> SimModel {
     CompiledModel::new(model.graph.clone(), sim_backend(options), opts)
+}
+
+/// [`compile`] for the CUDA backend on GPU 0 ([`Device::Cuda`]): the target-neutral graph
+/// passes, fused CUDA kernels compiled for the GPU's architecture by NVRTC through the
+/// cubin/PTX cache (`$HIDET_CACHE_DIR/cuda`; a kernel compiled on another machine is taken from
+/// there without NVRTC). Fails, naming why, where no GPU can be opened.
+pub fn compile_gpu(model: &OnnxModel, opts: CompileOptions) -> Result<GpuModel, PipelineError> {
+    Device::Cuda.check_runnable()?;
+    let device = RuntimeDevice::open(0, CudaKernelCache::from_env()).map_err(cuda_unavailable)?;
+    let options = CudaBackendOptions {
+        arch: device.arch(),
+        nvrtc: NvrtcCheck::Off,
+        ptxas: false,
+        cache_images: false,
+    };
+    let backend = CudaBackend::new(std::sync::Arc::new(device), options);
+    Ok(CompiledModel::new(model.graph.clone(), backend, opts))
 }
 
 /// Runs a compiled model on named inputs and returns every graph output as (name, tensor).

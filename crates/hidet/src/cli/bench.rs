@@ -176,7 +176,12 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
                 &inputs,
                 bar,
             )?,
-            Device::Cuda => return Err(pipeline::no_cuda_runtime().into()),
+            Device::Cuda => time_compiled(
+                args,
+                pipeline::compile_gpu(&loaded.model, opts)?,
+                &inputs,
+                bar,
+            )?,
         };
         kernels = timed.kernels;
         compile_seconds = timed.compile_seconds;

@@ -7,7 +7,8 @@ use std::time::Instant;
 use hidet::graph::compiled::{Backend, CompileOptions, CompileReport, CompiledModel};
 use hidet::graph::Dim;
 use hidet::pipeline::{self, Device, PipelineError};
-use hidet_cuda::graph_backend::{CudaBackendOptions, NvrtcCheck};
+use hidet_cuda::device::GpuDevice;
+use hidet_cuda::graph_backend::{CudaBackendOptions, CudaModule, NvrtcCheck};
 use hidet_cuda::Arch;
 
 use super::progress::CompileBar;
@@ -34,6 +35,48 @@ struct Target {
     /// What building the kernels was (`C build`, `NVRTC build`).
     build: &'static str,
     json: serde_json::Value,
+}
+
+/// The target description of CUDA kernels built for `arch` (`device` names the device in the
+/// text): NVRTC and the `ptxas` resource checks.
+fn cuda_target<D: GpuDevice>(device: &str, arch: Arch, module: &CudaModule<D>) -> Target {
+    let reports = module.ptxas_reports();
+    let spilling: Vec<String> = reports
+        .iter()
+        .flat_map(|(_, r)| r.spilling().map(|k| k.name.clone()))
+        .collect();
+    let stack: Vec<String> = reports
+        .iter()
+        .flat_map(|(_, r)| r.kernels.iter())
+        .filter(|k| k.stack_frame_bytes > 0)
+        .map(|k| k.name.clone())
+        .collect();
+    let nvrtc = if module.ptx_compiled() {
+        "every kernel compiled by NVRTC"
+    } else {
+        "NVRTC not found: kernels not compiled to PTX"
+    };
+    Target {
+        line: format!(
+            "target: {device} ({}; {nvrtc}; ptxas: {} kernels checked, {} spill, {} use stack)",
+            arch.real_name(),
+            reports.len(),
+            spilling.len(),
+            stack.len()
+        ),
+        build: if module.ptx_compiled() {
+            "NVRTC build"
+        } else {
+            "build"
+        },
+        json: serde_json::json!({
+            "arch": arch.real_name(),
+            "nvrtc": module.ptx_compiled(),
+            "ptxas_checked": reports.len(),
+            "spilling_kernels": spilling,
+            "stack_kernels": stack,
+        }),
+    }
 }
 
 /// Compiles `model` for `shapes`; the report and the target description made by `target`
@@ -91,49 +134,41 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
                 arch: args.arch,
                 nvrtc: NvrtcCheck::IfAvailable,
                 ptxas: true,
+                cache_images: false,
             };
             let model = pipeline::compile_sim(&loaded.model, opts, options);
             compile_with(model, &shapes, |module| {
-                let reports = module.ptxas_reports();
-                let spilling: Vec<String> = reports
-                    .iter()
-                    .flat_map(|(_, r)| r.spilling().map(|k| k.name.clone()))
-                    .collect();
-                let stack: Vec<String> = reports
-                    .iter()
-                    .flat_map(|(_, r)| r.kernels.iter())
-                    .filter(|k| k.stack_frame_bytes > 0)
-                    .map(|k| k.name.clone())
-                    .collect();
-                let nvrtc = if module.ptx_compiled() {
-                    "every kernel compiled by NVRTC"
-                } else {
-                    "NVRTC not found: kernels not compiled to PTX"
-                };
-                Target {
-                    line: format!(
-                        "target: cuda-sim ({}; {nvrtc}; ptxas: {} kernels checked, {} spill, {} use stack)",
-                        args.arch.real_name(),
-                        reports.len(),
-                        spilling.len(),
-                        stack.len()
-                    ),
-                    build: if module.ptx_compiled() {
-                        "NVRTC build"
-                    } else {
-                        "build"
-                    },
-                    json: serde_json::json!({
-                        "arch": args.arch.real_name(),
-                        "nvrtc": module.ptx_compiled(),
-                        "ptxas_checked": reports.len(),
-                        "spilling_kernels": spilling,
-                        "stack_kernels": stack,
-                    }),
-                }
+                cuda_target("cuda-sim", args.arch, module)
             })
         }
-        Device::Cuda => Err(pipeline::no_cuda_runtime().into()),
+        Device::Cuda if Device::Cuda.check_runnable().is_ok() => {
+            let model = pipeline::compile_gpu(&loaded.model, opts)?;
+            compile_with(model, &shapes, |_| Target {
+                line: "target: cuda (GPU 0; kernels compiled for its architecture, cached)"
+                    .to_string(),
+                build: "NVRTC build",
+                json: serde_json::json!({ "device": "cuda" }),
+            })
+        }
+        Device::Cuda => {
+            // No GPU here: compile every kernel for `--arch` into the cubin/PTX cache, where a
+            // GPU of that architecture finds it (the kernels are checked in the simulator's
+            // loader, never run).
+            let options = CudaBackendOptions {
+                arch: args.arch,
+                nvrtc: NvrtcCheck::Required,
+                ptxas: true,
+                cache_images: true,
+            };
+            let model = pipeline::compile_sim(&loaded.model, opts, options);
+            compile_with(model, &shapes, |module| {
+                cuda_target(
+                    "cuda (no GPU here; kernels cached for it)",
+                    args.arch,
+                    module,
+                )
+            })
+        }
     };
     bar.finish();
     let (report, target) = compiled?;

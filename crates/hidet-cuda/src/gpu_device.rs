@@ -1,0 +1,173 @@
+//! The real-GPU implementation of [`GpuDevice`]: memory, modules and launches through the CUDA
+//! runtime ([`crate::runtime`], the driver API loaded at run time), every kernel's CUDA C
+//! compiled for the GPU's architecture by NVRTC through the cubin/PTX cache, or taken from
+//! the cache where it was compiled on another machine ([`CudaKernelCache::resolve`]).
+//!
+//! Allocations are owned here, by their device address, until [`GpuDevice::free`]; launches
+//! are enqueued on the GPU's stream and [`GpuDevice::synchronize`] waits for them.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use crate::cache::CudaKernelCache;
+use crate::device::{DeviceError, DeviceKernel, GpuDevice};
+use crate::nvrtc::CompileOptions;
+use crate::runtime::{DeviceBuffer, Gpu, Kernel, KernelParam, LaunchConfig};
+use crate::{Arch, CudaError};
+
+/// A CUDA GPU driven through the runtime (see the module docs).
+#[derive(Debug)]
+pub struct RuntimeDevice {
+    gpu: Gpu,
+    cache: CudaKernelCache,
+    allocations: Mutex<HashMap<u64, DeviceBuffer>>,
+}
+
+/// The kernels of one compiled model, loaded on the GPU, each with its launch
+/// configuration.
+#[derive(Debug)]
+pub struct RuntimeModule {
+    kernels: Vec<(Kernel, LaunchConfig)>,
+}
+
+impl RuntimeDevice {
+    /// Opens GPU `ordinal` with kernels cached in `cache`. Fails with a typed error where
+    /// there is no driver, no such device or a driver too old for the runtime.
+    pub fn open(ordinal: usize, cache: CudaKernelCache) -> Result<RuntimeDevice, CudaError> {
+        Ok(RuntimeDevice {
+            gpu: Gpu::open(ordinal)?,
+            cache,
+            allocations: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The architecture kernels must be compiled for.
+    pub fn arch(&self) -> Arch {
+        self.gpu.arch()
+    }
+
+    /// The opened GPU.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    fn allocations(&self) -> MutexGuard<'_, HashMap<u64, DeviceBuffer>> {
+        // A poisoned lock only means another thread panicked while holding the map; the map
+        // itself is never left half-updated (single insert/remove calls).
+        self.allocations
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn load_kernel(&self, kernel: &DeviceKernel) -> Result<(Kernel, LaunchConfig), DeviceError> {
+        let fail = |e: CudaError| DeviceError::Load {
+            kernel: kernel.name.clone(),
+            message: e.to_string(),
+        };
+        let image = self
+            .cache
+            .resolve(
+                &kernel.name,
+                &kernel.source,
+                self.arch(),
+                &CompileOptions::default(),
+            )
+            .map_err(fail)?
+            .image;
+        let module = self.gpu.load_module(&image).map_err(fail)?;
+        let loaded = module.kernel(&kernel.name).map_err(fail)?;
+        let config = LaunchConfig::new(kernel.grid, kernel.block)
+            .with_dynamic_shared(kernel.dynamic_shared_bytes);
+        Ok((loaded, config))
+    }
+}
+
+impl GpuDevice for RuntimeDevice {
+    type Module = RuntimeModule;
+
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<u64, DeviceError> {
+        let fail = |e: CudaError| DeviceError::Alloc {
+            bytes,
+            message: e.to_string(),
+        };
+        let buffer = self
+            .gpu
+            .alloc(bytes.max(1), self.alignment())
+            .map_err(fail)?;
+        buffer.zero().map_err(fail)?;
+        let ptr = buffer.ptr();
+        self.allocations().insert(ptr, buffer);
+        Ok(ptr)
+    }
+
+    unsafe fn free(&self, ptr: u64) -> Result<(), DeviceError> {
+        match self.allocations().remove(&ptr) {
+            Some(_) => Ok(()),
+            None => Err(DeviceError::BadAddress {
+                what: "free".into(),
+                address: ptr,
+                bytes: 0,
+            }),
+        }
+    }
+
+    fn upload(&self, dst: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.gpu
+            .upload(dst, data)
+            .map_err(|e| DeviceError::Transfer {
+                what: format!("upload of {} bytes to {dst:#x}", data.len()),
+                message: e.to_string(),
+            })
+    }
+
+    fn download(&self, src: u64, out: &mut [u8]) -> Result<(), DeviceError> {
+        let bytes = out.len();
+        self.gpu
+            .download(src, out)
+            .map_err(|e| DeviceError::Transfer {
+                what: format!("download of {bytes} bytes from {src:#x}"),
+                message: e.to_string(),
+            })
+    }
+
+    fn load(&self, kernels: &[DeviceKernel]) -> Result<RuntimeModule, DeviceError> {
+        let kernels = kernels
+            .iter()
+            .map(|k| self.load_kernel(k))
+            .collect::<Result<_, _>>()?;
+        Ok(RuntimeModule { kernels })
+    }
+
+    unsafe fn launch(
+        &self,
+        module: &RuntimeModule,
+        kernel: usize,
+        args: &[u64],
+    ) -> Result<(), DeviceError> {
+        let (loaded, config) = module
+            .kernels
+            .get(kernel)
+            .ok_or_else(|| DeviceError::Launch {
+                kernel: format!("#{kernel}"),
+                message: format!("the module has {} kernels", module.kernels.len()),
+            })?;
+        let params: Vec<KernelParam> = args.iter().map(|&a| KernelParam::Ptr(a)).collect();
+        self.gpu
+            .launch(loaded, config, &params)
+            .map_err(|e| DeviceError::Launch {
+                kernel: loaded.name().to_string(),
+                message: e.to_string(),
+            })
+    }
+
+    fn synchronize(&self) -> Result<(), DeviceError> {
+        self.gpu.synchronize().map_err(|e| DeviceError::Launch {
+            kernel: "(synchronize)".into(),
+            message: e.to_string(),
+        })
+    }
+}
