@@ -46,13 +46,18 @@ class Model:
     @property
     def outputs(self) -> List[TensorInfo]: ...
     def compile(
-        self, *, threads: Optional[int] = None, tuning: int = 0, retune: bool = False
+        self,
+        *,
+        threads: Optional[int] = None,
+        tuning: int = 0,
+        retune: bool = False,
+        device: str = "cpu",
     ) -> CompiledModel: ...
     def run_reference(self, inputs: Inputs) -> List[np.ndarray]:
         """The reference executor (every operator's own implementation, node by node)."""
 
 class CompiledModel:
-    """A model compiled for this CPU; safe to run from several threads at once."""
+    """A compiled model; safe to run from several threads at once."""
 
     @property
     def inputs(self) -> List[TensorInfo]: ...
@@ -79,11 +84,13 @@ def compile(
     threads: Optional[int] = None,
     tuning: int = 0,
     retune: bool = False,
+    device: str = "cpu",
 ) -> CompiledModel:
-    """Imports (unless given a Model) and compiles for this CPU. `threads`: kernel threads
-    (default: `set_threads`, else every core); `tuning`: 0 (recorded winners or heuristics),
-    1 or 2 (measure matmul schedules, recorded in the tuning cache); `retune`: ignore
-    recorded winners."""
+    """Imports (unless given a Model) and compiles for `device`: "cpu", "cuda-sim" (CUDA
+    kernels in the GPU simulator: slow, small models) or "cuda" (NVIDIA GPU 0). `threads`:
+    kernel threads (default: `set_threads`, else every core); `tuning`: 0 (recorded winners
+    or heuristics), 1 or 2 (measure matmul schedules, recorded in the tuning cache; CPU
+    only); `retune`: ignore recorded winners."""
 
 def zoo(name: str) -> Model:
     """A built-in model with seeded random weights (`zoo_models()` lists them)."""

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use hidet::graph::compiled::CompiledError;
 use hidet::graph::ExecError;
-use hidet::pipeline::PipelineError;
+use hidet::pipeline::{Device, PipelineError};
 use hidet::{CompiledModel, DType, Dim, Error, Model, Options, Tensor, TensorInfo, TuneLevel};
 use numpy::{PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray};
 use numpy::{PyReadonlyArrayDyn, PyUntypedArrayMethods};
@@ -316,17 +316,18 @@ fn load_source(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<Model> {
         .map_err(py_error)
 }
 
-fn options(threads: Option<usize>, tuning: u32, retune: bool) -> PyResult<Options> {
+fn options(threads: Option<usize>, tuning: u32, retune: bool, device: &str) -> PyResult<Options> {
     let level = TuneLevel::from_number(tuning).map_err(|e| HidetError::new_err(e.to_string()))?;
+    let device: Device = device.parse().map_err(HidetError::new_err)?;
     let threads = threads.or(match DEFAULT_THREADS.load(Ordering::Relaxed) {
         0 => None,
         n => Some(n),
     });
     Ok(Options {
+        device,
         threads,
         tuning: level,
         retune,
-        ..Options::default()
     })
 }
 
@@ -350,16 +351,17 @@ impl PyModel {
         infos(&self.model.outputs())
     }
 
-    /// Compiles for this CPU (see `hidet_rs.compile`).
-    #[pyo3(signature = (*, threads=None, tuning=0, retune=false))]
+    /// Compiles for `device` (see `hidet_rs.compile`).
+    #[pyo3(signature = (*, threads=None, tuning=0, retune=false, device="cpu"))]
     fn compile(
         &self,
         py: Python<'_>,
         threads: Option<usize>,
         tuning: u32,
         retune: bool,
+        device: &str,
     ) -> PyResult<PyCompiledModel> {
-        compile_model(py, &self.model, options(threads, tuning, retune)?)
+        compile_model(py, &self.model, options(threads, tuning, retune, device)?)
     }
 
     /// Runs the reference executor (every operator's own implementation, node by node,
@@ -408,7 +410,7 @@ fn compile_model(py: Python<'_>, model: &Model, options: Options) -> PyResult<Py
     Ok(PyCompiledModel { compiled, threads })
 }
 
-/// A model compiled for this CPU. Safe to run from several Python threads at once (each
+/// A compiled model. Safe to run from several Python threads at once (each
 /// run releases the GIL and uses its own memory).
 #[pyclass(module = "hidet_rs", name = "CompiledModel", frozen)]
 struct PyCompiledModel {
@@ -535,17 +537,19 @@ fn load(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<PyModel> {
     })
 }
 
-/// Imports (when not already a Model) and compiles a model for this CPU.
+/// Imports (when not already a Model) and compiles a model for `device`: "cpu" (the
+/// default), "cuda-sim" (CUDA kernels in the GPU simulator: slow, small models) or "cuda".
 #[pyfunction]
-#[pyo3(signature = (source, *, threads=None, tuning=0, retune=false))]
+#[pyo3(signature = (source, *, threads=None, tuning=0, retune=false, device="cpu"))]
 fn compile(
     py: Python<'_>,
     source: &Bound<'_, PyAny>,
     threads: Option<usize>,
     tuning: u32,
     retune: bool,
+    device: &str,
 ) -> PyResult<PyCompiledModel> {
-    let options = options(threads, tuning, retune)?;
+    let options = options(threads, tuning, retune, device)?;
     if let Ok(model) = source.downcast::<PyModel>() {
         return compile_model(py, &model.get().model, options);
     }

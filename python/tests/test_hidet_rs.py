@@ -344,3 +344,27 @@ def test_dtypes_round_trip(dtype, onnx_type):
     np.testing.assert_array_equal(z, x)
     assert s2.shape == () and s2 == s
     assert [i.dtype for i in compiled.inputs] == [dtype, dtype]
+
+
+def test_cuda_sim_device_matches_the_reference_executor():
+    # The CUDA kernels run in the GPU simulator (every block, with its race and
+    # uninitialised-read checkers).
+    model = hidet_rs.zoo("tiny_mlp")
+    compiled = hidet_rs.compile(model, device="cuda-sim")
+    rng = np.random.default_rng(5)
+    feeds = {
+        info.name: rng.standard_normal([int(d) for d in info.shape]).astype(info.dtype)
+        for info in model.inputs
+    }
+    got = compiled.run(feeds)
+    want = model.run_reference(feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_unknown_devices_and_tuning_off_the_cpu_are_errors():
+    model = hidet_rs.zoo("tiny_mlp")
+    with pytest.raises(hidet_rs.HidetError, match="unknown device `tpu`"):
+        hidet_rs.compile(model, device="tpu")
+    with pytest.raises(hidet_rs.HidetError, match="tuning measures CPU kernels only"):
+        model.compile(device="cuda-sim", tuning=1)

@@ -151,6 +151,12 @@ impl Options {
         if self.threads == Some(0) {
             return Err(Error::InvalidOption("threads must be at least 1".into()));
         }
+        if self.device != Device::Cpu && self.tuning != TuneLevel::Heuristic {
+            return Err(Error::InvalidOption(format!(
+                "tuning measures CPU kernels only; compile for {} with tuning level 0",
+                self.device.name()
+            )));
+        }
         Ok(())
     }
 }
