@@ -9,6 +9,7 @@ pub mod dtype;
 pub mod expr;
 pub mod function;
 pub mod fusion;
+pub mod inline;
 pub mod interp;
 pub mod intrinsic;
 pub mod layout;

@@ -2,14 +2,13 @@
 //! template, with the task's prologues and epilogue fused into it by
 //! [`hidet_ir::fusion::fuse`].
 
-use std::collections::HashMap;
-
-use hidet_graph::fusion::{AnchorInfo, AnchorOperand, FusedTask, OperandLayout};
+use hidet_graph::fusion::{
+    fuse_into_template, AnchorInfo, AnchorOperand, FusedTask, OperandLayout, TemplateParams,
+};
 use hidet_ir::compute::{tensor_dtype, tensor_shape, ComputeDef, ComputeNode, ReduceKind};
 use hidet_ir::dtype::DataType;
 use hidet_ir::expr::{BinaryOp, Expr, ExprKind, Var};
 use hidet_ir::function::Function;
-use hidet_ir::fusion::{fuse, Epilogue, Prologue};
 
 use crate::templates::matmul::{
     batch_matmul_f32_with_layouts, matmul_f32_with_layouts, ALayout, BLayout, MatmulSchedule,
@@ -280,7 +279,6 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
     };
     let (m, n, k) = (shape.m, shape.n, shape.k);
     let batched = is_batched(&shape);
-    let def = &task.def;
     // Batched panels of `B` only (the template packs a batched `A`).
     let a_panels = left_panels(anchor).filter(|_| !batched).map(|(i, _)| i);
     let b_panels = right_panels(anchor);
@@ -299,86 +297,17 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
         Ok(f) => f,
         Err(e) => return TemplateOutcome::Refused(format!("matmul template: {e}")),
     };
-    let operand_rank = if batched { 3 } else { 2 };
     let [ta, tb, tc] = template.params.as_slice() else {
         return TemplateOutcome::Refused("the matmul template does not take (A, B, C)".into());
     };
-    // Task inputs read directly by the template become the template's own parameters.
-    let mut params: Vec<Var> = def.inputs.clone();
-    let mut direct: HashMap<Var, Var> = HashMap::new();
-    let mut prologues = Vec::new();
-    for (position, (operand, param)) in anchor.operands.iter().zip([ta, tb]).enumerate() {
-        let in_place = if position == 0 { a_panels } else { b_panels };
-        if let Some(i) = in_place {
-            if direct.contains_key(&def.inputs[i]) {
-                return TemplateOutcome::Refused("both operands read the same panels".into());
-            }
-            direct.insert(def.inputs[i].clone(), param.clone());
-            params[i] = param.clone();
-            continue;
-        }
-        match operand {
-            Some(AnchorOperand::Input(i)) if !direct.contains_key(&def.inputs[*i]) => {
-                direct.insert(def.inputs[*i].clone(), param.clone());
-                params[*i] = param.clone();
-            }
-            Some(AnchorOperand::Input(i)) => {
-                let axes: Vec<Var> = (0..operand_rank)
-                    .map(|d| Var::new(format!("p{d}"), DataType::I32))
-                    .collect();
-                let value = def.inputs[*i].at(axes.iter().map(Var::expr));
-                prologues.push((param.clone(), axes, value));
-            }
-            Some(AnchorOperand::Prologue { axes, value }) => {
-                prologues.push((param.clone(), axes.clone(), value.clone()));
-            }
-            None => {
-                return TemplateOutcome::Refused(
-                    "an anchor operand has no prologue expression".into(),
-                )
-            }
-        }
-    }
-    let redirect = |e: &Expr| hidet_graph::fusion::task::redirect_reads(e, &direct);
-    let prologues: Vec<Prologue> = prologues
-        .into_iter()
-        .map(|(param, axes, value)| Prologue {
-            param,
-            axes,
-            value: redirect(&value),
-        })
-        .collect();
-    let [output] = def.outputs.as_slice() else {
-        return TemplateOutcome::Refused("an anchored task with several outputs".into());
+    let params = TemplateParams {
+        operands: &[ta.clone(), tb.clone()],
+        output: tc,
+        operand_rank: if batched { 3 } else { 2 },
+        stored: &[a_panels, b_panels],
     };
-    // The task output is the anchor's own output unless epilogues follow it.
-    let has_epilogue = anchor.def.outputs.first() != Some(output);
-    let epilogue = match (&anchor.epilogue, has_epilogue) {
-        (Some(e), true) => Some(Epilogue {
-            param: tc.clone(),
-            axes: e.axes.clone(),
-            stored: e.stored.clone(),
-            output: output.clone(),
-            indices: e.indices.clone(),
-            value: redirect(&e.value),
-        }),
-        (None, true) => {
-            return TemplateOutcome::Refused("the epilogue's index map is not invertible".into())
-        }
-        _ => None,
-    };
-    if epilogue.is_none() {
-        params.push(tc.clone());
-    } else {
-        params.push(output.clone());
-    }
-    if prologues.is_empty() && epilogue.is_none() {
-        let mut f = template;
-        f.params = params;
-        return TemplateOutcome::Kernel(Box::new(f));
-    }
-    match fuse(&template, params, &prologues, epilogue.as_ref()) {
+    match fuse_into_template(task, &template, &params) {
         Ok(f) => TemplateOutcome::Kernel(Box::new(f)),
-        Err(e) => TemplateOutcome::Refused(e.to_string()),
+        Err(reason) => TemplateOutcome::Refused(reason),
     }
 }

@@ -14,10 +14,12 @@
 
 use std::collections::HashMap;
 
+use hidet_ir::inline::element;
+
 use hidet_ir::builder::FunctionBuilder;
 use hidet_ir::compute::{tensor_shape, ComputeDef, ComputeNode};
-use hidet_ir::dtype::DataType;
-use hidet_ir::expr::{Expr, ExprKind, Var};
+
+use hidet_ir::expr::{Expr, Var};
 use hidet_ir::function::Function;
 use hidet_ir::stmt::LoopKind;
 
@@ -125,67 +127,4 @@ fn emit_elements(
             });
         }
     }
-}
-
-/// The value of `node` at `index`, with reads of other nodes expanded.
-fn element(
-    fb: &mut FunctionBuilder,
-    node: &ComputeNode,
-    index: &[Expr],
-    nodes: &HashMap<Var, ComputeNode>,
-) -> Expr {
-    let mut env: HashMap<Var, Expr> = node
-        .axes()
-        .iter()
-        .cloned()
-        .zip(index.iter().cloned())
-        .collect();
-    match node {
-        ComputeNode::Grid { value, .. } => expand(fb, &value.substitute(&env), nodes),
-        ComputeNode::Reduce {
-            reduce_axes,
-            reduce_shape,
-            kind,
-            value,
-            ..
-        } => {
-            let dtype = value.dtype().unwrap_or(DataType::F32);
-            let acc = fb.var("acc", kind.identity(dtype));
-            let extents: Vec<Expr> = reduce_shape.iter().map(|d| d.substitute(&env)).collect();
-            reduce_nest(fb, &extents, &mut Vec::new(), &mut |fb, r| {
-                for (a, x) in reduce_axes.iter().zip(r) {
-                    env.insert(a.clone(), x.clone());
-                }
-                let v = expand(fb, &value.substitute(&env), nodes);
-                fb.assign(&acc, kind.combine(acc.expr(), v));
-            });
-            acc.expr()
-        }
-    }
-}
-
-fn reduce_nest(
-    fb: &mut FunctionBuilder,
-    extents: &[Expr],
-    prefix: &mut Vec<Expr>,
-    body: &mut dyn FnMut(&mut FunctionBuilder, &[Expr]),
-) {
-    match extents.split_first() {
-        None => body(fb, prefix),
-        Some((e, rest)) => fb.for_range("r", e.clone(), |fb, r| {
-            prefix.push(r);
-            reduce_nest(fb, rest, prefix, body);
-            prefix.pop();
-        }),
-    }
-}
-
-/// `e` with every read of a defined tensor replaced by its value at the read's indices.
-fn expand(fb: &mut FunctionBuilder, e: &Expr, nodes: &HashMap<Var, ComputeNode>) -> Expr {
-    e.rewrite(&mut |x| match x.kind() {
-        ExprKind::TensorElement { tensor, indices } => nodes
-            .get(tensor)
-            .map(|node| element(fb, node, indices, nodes)),
-        _ => None,
-    })
 }

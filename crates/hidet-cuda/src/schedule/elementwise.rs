@@ -11,10 +11,12 @@
 
 use std::collections::HashMap;
 
+use hidet_ir::inline::element;
+
 use hidet_ir::builder::FunctionBuilder;
 use hidet_ir::compute::{ComputeDef, ComputeNode};
-use hidet_ir::dtype::DataType;
-use hidet_ir::expr::{Dim, Expr, ExprKind, Var};
+
+use hidet_ir::expr::{Dim, Expr, Var};
 use hidet_ir::function::Function;
 
 use super::{const_shape, output_params, ScheduleError};
@@ -76,68 +78,4 @@ pub fn unravel(flat: &Expr, shape: &[i64]) -> Vec<Expr> {
         index.push(if d == 0 { q } else { q % Expr::int(extent) });
     }
     index
-}
-
-/// The value of `node` at `index`, with reads of other nodes expanded (reductions as loops
-/// emitted into `fb`).
-pub fn element(
-    fb: &mut FunctionBuilder,
-    node: &ComputeNode,
-    index: &[Expr],
-    nodes: &HashMap<Var, ComputeNode>,
-) -> Expr {
-    let mut env: HashMap<Var, Expr> = node
-        .axes()
-        .iter()
-        .cloned()
-        .zip(index.iter().cloned())
-        .collect();
-    match node {
-        ComputeNode::Grid { value, .. } => expand(fb, &value.substitute(&env), nodes),
-        ComputeNode::Reduce {
-            reduce_axes,
-            reduce_shape,
-            kind,
-            value,
-            ..
-        } => {
-            let dtype = value.dtype().unwrap_or(DataType::F32);
-            let acc = fb.var("acc", kind.identity(dtype));
-            let extents: Vec<Expr> = reduce_shape.iter().map(|d| d.substitute(&env)).collect();
-            reduce_nest(fb, &extents, &mut Vec::new(), &mut |fb, r| {
-                for (a, x) in reduce_axes.iter().zip(r) {
-                    env.insert(a.clone(), x.clone());
-                }
-                let v = expand(fb, &value.substitute(&env), nodes);
-                fb.assign(&acc, kind.combine(acc.expr(), v));
-            });
-            acc.expr()
-        }
-    }
-}
-
-fn reduce_nest(
-    fb: &mut FunctionBuilder,
-    extents: &[Expr],
-    prefix: &mut Vec<Expr>,
-    body: &mut dyn FnMut(&mut FunctionBuilder, &[Expr]),
-) {
-    match extents.split_first() {
-        None => body(fb, prefix),
-        Some((e, rest)) => fb.for_range("r", e.clone(), |fb, r| {
-            prefix.push(r);
-            reduce_nest(fb, rest, prefix, body);
-            prefix.pop();
-        }),
-    }
-}
-
-/// `e` with every read of a defined tensor replaced by its value at the read's indices.
-pub fn expand(fb: &mut FunctionBuilder, e: &Expr, nodes: &HashMap<Var, ComputeNode>) -> Expr {
-    e.rewrite(&mut |x| match x.kind() {
-        ExprKind::TensorElement { tensor, indices } => nodes
-            .get(tensor)
-            .map(|node| element(fb, node, indices, nodes)),
-        _ => None,
-    })
 }

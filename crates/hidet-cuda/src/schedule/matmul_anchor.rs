@@ -3,14 +3,11 @@
 //! on `blockIdx.z`), with the task's prologues and epilogue fused into it by
 //! [`hidet_ir::fusion::fuse`].
 
-use std::collections::HashMap;
-
-use hidet_graph::fusion::{AnchorOperand, FusedTask};
+use hidet_graph::fusion::{fuse_into_template, FusedTask, TemplateParams};
 use hidet_ir::compute::{tensor_dtype, ComputeDef, ComputeNode, ReduceKind};
 use hidet_ir::dtype::DataType;
 use hidet_ir::expr::{BinaryOp, Expr, ExprKind, Var};
 use hidet_ir::function::Function;
-use hidet_ir::fusion::{fuse, Epilogue, Prologue};
 
 use super::const_shape;
 use crate::templates::matmul_simt::{self, Batch, MatmulSimtSchedule};
@@ -165,82 +162,17 @@ pub fn matmul_kernel(task: &FusedTask) -> TemplateOutcome {
         return TemplateOutcome::Refused("the SIMT matmul module has no kernel".into());
     };
     template.name = task.name.clone();
-    let def = &task.def;
     let [ta, tb, tc] = template.params.as_slice() else {
         return TemplateOutcome::Refused("the SIMT matmul template does not take (a, b, c)".into());
     };
-    let (ta, tb, tc) = (ta.clone(), tb.clone(), tc.clone());
-    // Task inputs read directly by the template become the template's own parameters.
-    let mut params: Vec<Var> = def.inputs.clone();
-    let mut direct: HashMap<Var, Var> = HashMap::new();
-    let mut prologues = Vec::new();
-    for (operand, param) in anchor.operands.iter().zip([&ta, &tb]) {
-        match operand {
-            Some(AnchorOperand::Input(i)) if !direct.contains_key(&def.inputs[*i]) => {
-                direct.insert(def.inputs[*i].clone(), param.clone());
-                params[*i] = param.clone();
-            }
-            Some(AnchorOperand::Input(i)) => {
-                // Both operands are one tensor: the second reads it through a prologue.
-                let rank = if batch.is_some() { 3 } else { 2 };
-                let axes: Vec<Var> = (0..rank)
-                    .map(|d| Var::new(format!("p{d}"), DataType::I32))
-                    .collect();
-                let value = def.inputs[*i].at(axes.iter().map(Var::expr));
-                prologues.push((param.clone(), axes, value));
-            }
-            Some(AnchorOperand::Prologue { axes, value }) => {
-                prologues.push((param.clone(), axes.clone(), value.clone()));
-            }
-            None => {
-                return TemplateOutcome::Refused(
-                    "an anchor operand has no prologue expression".into(),
-                )
-            }
-        }
-    }
-    let redirect = |e: &Expr| hidet_graph::fusion::task::redirect_reads(e, &direct);
-    let prologues: Vec<Prologue> = prologues
-        .into_iter()
-        .map(|(param, axes, value)| Prologue {
-            param,
-            axes,
-            value: redirect(&value),
-        })
-        .collect();
-    let [output] = def.outputs.as_slice() else {
-        return TemplateOutcome::Refused("an anchored task with several outputs".into());
+    let params = TemplateParams {
+        operands: &[ta.clone(), tb.clone()],
+        output: tc,
+        operand_rank: if batch.is_some() { 3 } else { 2 },
+        stored: &[],
     };
-    if def.inputs.contains(output) {
-        return TemplateOutcome::Refused("the task output is one of its inputs".into());
-    }
-    // The task output is the anchor's own output unless epilogues follow it.
-    let has_epilogue = anchor.def.outputs.first() != Some(output);
-    let epilogue = match (&anchor.epilogue, has_epilogue) {
-        (Some(e), true) => Some(Epilogue {
-            param: tc.clone(),
-            axes: e.axes.clone(),
-            stored: e.stored.clone(),
-            output: output.clone(),
-            indices: e.indices.clone(),
-            value: redirect(&e.value),
-        }),
-        (None, true) => {
-            return TemplateOutcome::Refused("the epilogue's index map is not invertible".into())
-        }
-        _ => None,
-    };
-    params.push(if epilogue.is_none() {
-        tc.clone()
-    } else {
-        output.clone()
-    });
-    if prologues.is_empty() && epilogue.is_none() {
-        template.params = params;
-        return TemplateOutcome::Kernel(Box::new(template));
-    }
-    match fuse(&template, params, &prologues, epilogue.as_ref()) {
+    match fuse_into_template(task, &template, &params) {
         Ok(f) => TemplateOutcome::Kernel(Box::new(f)),
-        Err(e) => TemplateOutcome::Refused(e.to_string()),
+        Err(reason) => TemplateOutcome::Refused(reason),
     }
 }

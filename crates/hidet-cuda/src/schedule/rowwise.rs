@@ -29,8 +29,9 @@ use hidet_ir::expr::{Dim, Expr, ExprKind, Var};
 use hidet_ir::function::Function;
 use hidet_ir::intrinsic::{Intrinsic, ShuffleKind};
 
-use super::elementwise::{expand, unravel};
+use super::elementwise::unravel;
 use super::{const_shape, output_params, ScheduleError};
+use hidet_ir::inline::expand;
 
 /// Warps (rows) per block.
 pub const WARPS: i64 = 4;

@@ -11,8 +11,10 @@ pub mod layout;
 pub mod partition;
 pub mod specialize;
 pub mod task;
+pub mod template;
 
 pub use layout::{OperandLayout, StoredLayout};
 pub use partition::{partition, partition_with, Group, GroupKind, Partition, RESHAPE_LIKE};
 pub use specialize::{HostReason, NodeMode, Specialization, SpecializeError, ValueInfo};
 pub use task::{AnchorInfo, AnchorOperand, FusedTask, TaskEpilogue, TaskError};
+pub use template::{fuse_into_template, TemplateParams};
