@@ -3,10 +3,10 @@
 //! [`hidet_ir::fusion::fuse`].
 
 use hidet_graph::fusion::{
-    fuse_into_template, AnchorInfo, AnchorOperand, FusedTask, OperandLayout, TemplateParams,
+    fuse_into_template, matmul_sizes, AnchorInfo, AnchorOperand, FusedTask, OperandLayout,
+    TemplateParams,
 };
-use hidet_ir::compute::{tensor_dtype, tensor_shape, ComputeDef, ComputeNode, ReduceKind};
-use hidet_ir::dtype::DataType;
+use hidet_ir::compute::ComputeDef;
 use hidet_ir::expr::{BinaryOp, Expr, ExprKind, Var};
 use hidet_ir::function::Function;
 
@@ -15,92 +15,20 @@ use crate::templates::matmul::{
     MatmulShape, B_PANEL_WIDTH,
 };
 
-/// The sizes of `def` when it is exactly `C[i, j] = Σ_r A[i, r] · B[r, j]` over f32 with
-/// inputs `(A, B)` in that order (batch 1), or its batched form `C[b, i, j] = Σ_r A[b', i, r]
-/// · B[b'', r, j]` where each operand's batch index `b'`, `b''` is `b` or, for an operand of
-/// batch 1 (broadcast), the constant 0.
+/// The sizes of `def` when it is exactly a (batched) f32 matrix product
+/// ([`hidet_graph::fusion::matmul_sizes`]); a rank-2 product has batch sizes 1.
 pub fn matmul_shape(def: &ComputeDef) -> Option<MatmulShape> {
-    let ([a, b], [(c, node)], [out]) = (
-        def.inputs.as_slice(),
-        def.nodes.as_slice(),
-        def.outputs.as_slice(),
-    ) else {
-        return None;
-    };
-    if c != out {
-        return None;
-    }
-    let ComputeNode::Reduce {
-        axes,
-        reduce_axes,
-        kind: ReduceKind::Sum,
-        value,
-        ..
-    } = node
-    else {
-        return None;
-    };
-    let [r] = reduce_axes.as_slice() else {
-        return None;
-    };
-    let (batch_axis, i, j) = match axes.as_slice() {
-        [i, j] => (None, i, j),
-        [bv, i, j] => (Some(bv), i, j),
-        _ => return None,
-    };
-    if [a, b, c]
-        .iter()
-        .any(|v| tensor_dtype(v) != Some(DataType::F32))
-    {
-        return None;
-    }
-    let shape =
-        |v: &Var| -> Option<Vec<i64>> { tensor_shape(v).iter().map(Expr::as_int).collect() };
-    let (sa, sb, sc) = (shape(a)?, shape(b)?, shape(c)?);
-    let (batch, (a_batch, m, k), (b_batch, k2, n), (m2, n2)) =
-        match (sa.as_slice(), sb.as_slice(), sc.as_slice()) {
-            ([m, k], [k2, n], [m2, n2]) => (1, (1, *m, *k), (1, *k2, *n), (*m2, *n2)),
-            ([ab, m, k], [bb, k2, n], [batch, m2, n2]) if batch_axis.is_some() => {
-                (*batch, (*ab, *m, *k), (*bb, *k2, *n), (*m2, *n2))
-            }
-            _ => return None,
-        };
-    if k != k2 || m != m2 || n != n2 {
-        return None;
-    }
-    let ExprKind::Binary(BinaryOp::Mul, x, y) = value.kind() else {
-        return None;
-    };
-    // The operand's batch index: the batch axis, or 0 for a broadcast operand of batch 1.
-    let batch_index = |e: &Expr, operand_batch: i64| match batch_axis {
-        Some(bv) if operand_batch == batch => e.as_var() == Some(bv),
-        Some(_) => operand_batch == 1 && e.as_int() == Some(0),
-        None => false,
-    };
-    let is_read = |e: &Expr, t: &Var, operand_batch: i64, idx: [&Var; 2]| match e.kind() {
-        ExprKind::TensorElement { tensor, indices } => {
-            let (lead, tail) = indices.split_at(indices.len().saturating_sub(2));
-            tensor == t
-                && tail.len() == 2
-                && tail[0].as_var() == Some(idx[0])
-                && tail[1].as_var() == Some(idx[1])
-                && match lead {
-                    [] => batch_axis.is_none(),
-                    [e] => batch_index(e, operand_batch),
-                    _ => false,
-                }
-        }
-        _ => false,
-    };
-    let ordered = is_read(x, a, a_batch, [i, r]) && is_read(y, b, b_batch, [r, j]);
-    let swapped = is_read(y, a, a_batch, [i, r]) && is_read(x, b, b_batch, [r, j]);
-    (ordered || swapped).then_some(MatmulShape {
+    let sizes = matmul_sizes(def)?;
+    let (batch, a_batch, b_batch) = sizes
+        .batch
+        .map_or((1, 1, 1), |b| (b.batch, b.a_batch, b.b_batch));
+    Some(MatmulShape {
         batch,
         a_batch,
         b_batch,
-        m,
-        n,
-        k,
+        m: sizes.m,
+        n: sizes.n,
+        k: sizes.k,
     })
 }
 

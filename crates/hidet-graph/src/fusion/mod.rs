@@ -8,12 +8,14 @@
 
 pub mod index_map;
 pub mod layout;
+pub mod matmul;
 pub mod partition;
 pub mod specialize;
 pub mod task;
 pub mod template;
 
 pub use layout::{OperandLayout, StoredLayout};
+pub use matmul::{matmul_sizes, BatchSizes, MatmulSizes};
 pub use partition::{partition, partition_with, Group, GroupKind, Partition, RESHAPE_LIKE};
 pub use specialize::{HostReason, NodeMode, Specialization, SpecializeError, ValueInfo};
 pub use task::{AnchorInfo, AnchorOperand, FusedTask, TaskEpilogue, TaskError};
