@@ -16,6 +16,7 @@
 pub mod anchor;
 pub mod arena;
 pub mod naive;
+mod saved;
 pub mod tuning;
 
 use std::ffi::c_void;
@@ -215,6 +216,9 @@ pub struct CpuBackendOptions {
     pub matmul_template: bool,
     /// Compiler invocations run concurrently; `None` = one per core.
     pub compile_jobs: Option<usize>,
+    /// Threads the kernels of a module loaded from a saved model run on; `None` = all cores.
+    /// (A module built here runs on [`CompileOptions::threads`].)
+    pub loaded_threads: Option<usize>,
 }
 
 impl Default for CpuBackendOptions {
@@ -223,6 +227,7 @@ impl Default for CpuBackendOptions {
             build: BuildOptions::default(),
             matmul_template: true,
             compile_jobs: None,
+            loaded_threads: None,
         }
     }
 }
@@ -606,6 +611,30 @@ impl Backend for CpuBackend {
         shape: &[usize],
     ) -> Result<Tensor, BackendError> {
         arena.read(offset, dtype, shape)
+    }
+
+    /// The kernels' libraries, signatures and the target's features ([`saved`]).
+    fn save_module(
+        &self,
+        module: &CpuGraphModule,
+        blobs: &mut hidet_graph::compiled::ArtifactWriter,
+    ) -> Result<serde_json::Value, BackendError> {
+        saved::save(self, module, blobs)
+    }
+
+    /// Loads saved libraries without a compiler; refuses a module whose target features
+    /// this CPU lacks ([`saved`]).
+    fn load_module(
+        &self,
+        manifest: &serde_json::Value,
+        blobs: &hidet_graph::compiled::ArtifactReader,
+    ) -> Result<CpuGraphModule, BackendError> {
+        let threads = self
+            .options
+            .loaded_threads
+            .unwrap_or_else(|| self.options.build.target().cores)
+            .max(1);
+        saved::load(manifest, blobs, threads)
     }
 }
 

@@ -166,6 +166,25 @@ impl CompiledModule {
     /// lowering of it with the same kernel parameters): signatures are
     /// taken from the IR and cannot be checked against the machine code.
     pub fn load(module: &IRModule, library_path: &Path) -> Result<CompiledModule, CpuError> {
+        let signatures = module
+            .functions
+            .iter()
+            .filter(|f| f.kind == FunctionKind::CpuKernel)
+            .map(KernelSignature::of)
+            .collect::<Result<Vec<_>, _>>()?;
+        CompiledModule::load_with_signatures(&module.name, library_path, signatures)
+    }
+
+    /// Loads the library at `library_path` and resolves the packed entry point of each
+    /// kernel of `signatures` (for a library saved with a compiled model, whose IR is gone).
+    ///
+    /// The signatures must be those of the IR functions the library was generated from:
+    /// they cannot be checked against the machine code.
+    pub fn load_with_signatures(
+        name: &str,
+        library_path: &Path,
+        signatures: Vec<KernelSignature>,
+    ) -> Result<CompiledModule, CpuError> {
         let library = Arc::new(open_library(library_path)?);
         let load_error = |what: String, source| CpuError::Load {
             what,
@@ -173,12 +192,8 @@ impl CompiledModule {
             source,
         };
         let mut kernels = Vec::new();
-        for function in &module.functions {
-            if function.kind != FunctionKind::CpuKernel {
-                continue;
-            }
-            let signature = KernelSignature::of(function)?;
-            let symbol = packed_symbol(&function.name);
+        for signature in signatures {
+            let symbol = packed_symbol(&signature.kernel);
             // SAFETY: the symbol is the packed entry point emitted for this
             // kernel, whose C type is `void (void *const *)`, matching
             // `PackedEntry`.
@@ -198,7 +213,7 @@ impl CompiledModule {
             .ok()
             .map(|s| *s);
         Ok(CompiledModule {
-            name: module.name.clone(),
+            name: name.to_string(),
             library_path: library_path.to_path_buf(),
             source_path: None,
             outcome: None,

@@ -229,6 +229,7 @@ fn backend(dir: &std::path::Path, template: bool) -> Arc<CpuBackend> {
         },
         matmul_template: template,
         compile_jobs: Some(2),
+        loaded_threads: None,
     }))
 }
 

@@ -241,6 +241,7 @@ fn backend(dir: &std::path::Path, tuning: CpuTuning) -> Arc<CpuBackend> {
         build: options_in(dir),
         matmul_template: true,
         compile_jobs: Some(2),
+        loaded_threads: None,
     };
     Arc::new(CpuBackend::new(options).with_tuning(tuning))
 }

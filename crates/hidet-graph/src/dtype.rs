@@ -9,7 +9,9 @@ use std::fmt;
 /// integers are storage-only types (see [`crate::narrow`]): one byte per element, no
 /// arithmetic, no kernel IR type ([`DType::is_storage_only`]). Strings ([`crate::string`])
 /// are handles to interned text: no byte encoding, no kernel IR type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum DType {
     F32,
     F64,

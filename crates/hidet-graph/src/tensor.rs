@@ -83,6 +83,9 @@ pub trait Element:
     fn from_i128(v: i128) -> Self;
     /// Decodes one element from little-endian bytes; `b.len() == DTYPE.size_in_bytes()`.
     fn from_le_slice(b: &[u8]) -> Self;
+    /// Appends the element's little-endian encoding (`DTYPE.size_in_bytes()` bytes), the
+    /// inverse of [`Element::from_le_slice`]. Strings have no byte encoding and append nothing.
+    fn extend_le(self, out: &mut Vec<u8>);
 }
 
 macro_rules! impl_int_element {
@@ -114,6 +117,9 @@ macro_rules! impl_int_element {
                 let mut a = [0u8; std::mem::size_of::<$t>()];
                 a.copy_from_slice(b);
                 <$t>::from_le_bytes(a)
+            }
+            fn extend_le(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
             }
         }
     };
@@ -157,6 +163,9 @@ macro_rules! impl_float_element {
                 a.copy_from_slice(b);
                 <$t>::from_le_bytes(a)
             }
+            fn extend_le(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
         }
     };
 }
@@ -195,10 +204,13 @@ impl Element for bool {
     fn from_le_slice(b: &[u8]) -> Self {
         b[0] != 0
     }
+    fn extend_le(self, out: &mut Vec<u8>) {
+        out.push(u8::from(self));
+    }
 }
 
 macro_rules! impl_narrow_element {
-    ($t:ident, $to:expr, $from:expr, $from_int:expr, $from_byte:expr) => {
+    ($t:ident, $to:expr, $from:expr, $from_int:expr, $from_byte:expr, $to_byte:expr) => {
         impl Element for $t {
             const DTYPE: DType = DType::$t;
             fn wrap(v: Arc<Vec<Self>>) -> TensorData {
@@ -225,6 +237,9 @@ macro_rules! impl_narrow_element {
             fn from_le_slice(b: &[u8]) -> Self {
                 $from_byte(b[0])
             }
+            fn extend_le(self, out: &mut Vec<u8>) {
+                out.push($to_byte(self));
+            }
         }
     };
 }
@@ -235,42 +250,48 @@ impl_narrow_element!(
     |x: F8E4M3FN| x.to_f32() as f64,
     |v| F8E4M3FN::from_f32(v, true),
     |v: i128| F8E4M3FN::from_f32(v as f32, true),
-    F8E4M3FN
+    F8E4M3FN,
+    |x: F8E4M3FN| x.0
 );
 impl_narrow_element!(
     F8E4M3FNUZ,
     |x: F8E4M3FNUZ| x.to_f32() as f64,
     |v| F8E4M3FNUZ::from_f32(v, true),
     |v: i128| F8E4M3FNUZ::from_f32(v as f32, true),
-    F8E4M3FNUZ
+    F8E4M3FNUZ,
+    |x: F8E4M3FNUZ| x.0
 );
 impl_narrow_element!(
     F8E5M2,
     |x: F8E5M2| x.to_f32() as f64,
     |v| F8E5M2::from_f32(v, true),
     |v: i128| F8E5M2::from_f32(v as f32, true),
-    F8E5M2
+    F8E5M2,
+    |x: F8E5M2| x.0
 );
 impl_narrow_element!(
     F8E5M2FNUZ,
     |x: F8E5M2FNUZ| x.to_f32() as f64,
     |v| F8E5M2FNUZ::from_f32(v, true),
     |v: i128| F8E5M2FNUZ::from_f32(v as f32, true),
-    F8E5M2FNUZ
+    F8E5M2FNUZ,
+    |x: F8E5M2FNUZ| x.0
 );
 impl_narrow_element!(
     I4,
     |x: I4| x.0 as f64,
     I4::from_f32,
     |v: i128| I4(v.clamp(I4::MIN as i128, I4::MAX as i128) as i8),
-    I4::from_nibble
+    I4::from_nibble,
+    |x: I4| x.0 as u8 & 0x0f
 );
 impl_narrow_element!(
     U4,
     |x: U4| x.0 as f64,
     U4::from_f32,
     |v: i128| U4(v.clamp(U4::MIN as i128, U4::MAX as i128) as u8),
-    U4::from_nibble
+    U4::from_nibble,
+    |x: U4| x.0 & 0x0f
 );
 
 impl Element for Str {
@@ -303,6 +324,8 @@ impl Element for Str {
     fn from_le_slice(_: &[u8]) -> Self {
         Str::default()
     }
+    /// Strings have no byte encoding; [`Tensor::to_le_bytes`] refuses them.
+    fn extend_le(self, _: &mut Vec<u8>) {}
 }
 
 /// Runs `$body` with `$T` bound to the Rust element type of `$dtype`, for the dtypes listed
@@ -439,6 +462,21 @@ impl Tensor {
             let v: Vec<T> = bytes.chunks_exact(size).map(T::from_le_slice).collect();
             Tensor::new(shape, v)
         })
+    }
+
+    /// The elements as little-endian bytes, the inverse of [`Tensor::from_le_bytes`]. Fails
+    /// for strings, which have no byte encoding.
+    pub fn to_le_bytes(&self) -> Result<Vec<u8>, TensorError> {
+        if self.dtype() == DType::String {
+            return Err(TensorError::NoBytes(self.dtype()));
+        }
+        let mut out = Vec::with_capacity(self.size_in_bytes());
+        crate::dispatch_all!(self.dtype(), T => {
+            for &x in self.as_slice::<T>()? {
+                x.extend_le(&mut out);
+            }
+        });
+        Ok(out)
     }
 
     /// The element type.
@@ -636,6 +674,26 @@ impl fmt::Debug for Tensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn le_bytes_round_trip_for_every_dtype_with_bytes() {
+        let source = Tensor::new(
+            vec![2, 7],
+            (0..14).map(|i| i as f32 * 0.37 - 2.1).collect::<Vec<f32>>(),
+        )
+        .unwrap();
+        for dtype in DType::ALL {
+            let t = source.cast(dtype);
+            if dtype == DType::String {
+                assert!(matches!(t.to_le_bytes(), Err(TensorError::NoBytes(_))));
+                continue;
+            }
+            let bytes = t.to_le_bytes().unwrap();
+            assert_eq!(bytes.len(), t.size_in_bytes(), "{dtype}");
+            let back = Tensor::from_le_bytes(dtype, vec![2, 7], &bytes).unwrap();
+            assert_eq!(back.to_f64_vec(), t.to_f64_vec(), "{dtype}");
+        }
+    }
 
     #[test]
     fn new_checks_length() {

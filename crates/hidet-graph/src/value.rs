@@ -11,7 +11,7 @@ use std::fmt;
 use crate::tensor::Tensor;
 
 /// What a graph value holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ValueKind {
     Tensor,
     /// An ordered list of tensors of one dtype.

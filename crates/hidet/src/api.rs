@@ -57,7 +57,7 @@ use hidet_onnx::OnnxModel;
 pub use hidet_graph::{DType, Dim, Tensor, TensorError};
 pub use hidet_tune::TuneLevel;
 
-use crate::pipeline::{self, CpuModel, GpuModel, PipelineError, SimModel};
+use crate::pipeline::{self, CpuModel, GpuModel, LoadedCpuModel, PipelineError, SimModel};
 use crate::zoo;
 
 /// Errors of the embedding API. Each message is the one `hidet` prints for the same failure.
@@ -342,6 +342,8 @@ enum Compiled {
     Cpu(CpuModel),
     CudaSim(SimModel),
     Cuda(GpuModel),
+    /// Loaded from a saved model: runs the saved shapes only, compiles nothing.
+    Saved(LoadedCpuModel),
 }
 
 // The API promises that compiled models can be shared across threads: fail the build, not
@@ -387,6 +389,7 @@ impl CompiledModel {
             Compiled::Cpu(m) => m.compiled(shapes).map(drop)?,
             Compiled::CudaSim(m) => m.compiled(shapes).map(drop)?,
             Compiled::Cuda(m) => m.compiled(shapes).map(drop)?,
+            Compiled::Saved(m) => m.compiled(shapes).map(drop)?,
         }
         Ok(())
     }
@@ -401,6 +404,73 @@ impl CompiledModel {
             Compiled::Cpu(m) => m.compiled(shapes)?.report().clone(),
             Compiled::CudaSim(m) => m.compiled(shapes)?.report().clone(),
             Compiled::Cuda(m) => m.compiled(shapes)?.report().clone(),
+            Compiled::Saved(m) => m.compiled(shapes)?.report().clone(),
+        })
+    }
+
+    /// Saves the model as compiled so far to one file at `path` (written whole or not at
+    /// all): every compiled set of input shapes with its kernels' machine code, memory plan,
+    /// weights and the CPU features the kernels need. [`CompiledModel::load`] runs it on
+    /// another machine with no C compiler. A model with fixed input shapes is compiled by
+    /// [`Model::compile`]; one with symbolic dimensions saves the shapes it was run or
+    /// [prepared](CompiledModel::prepare) with. Returns how many sets of shapes were saved.
+    ///
+    /// Fails for a model compiled for another device than the CPU, one with nothing
+    /// compiled yet, or one with a step run on the host that has a subgraph (If, Loop, Scan).
+    ///
+    /// ```no_run
+    /// use hidet::{CompiledModel, Model, Options};
+    ///
+    /// let compiled = Model::load("model.onnx")?.compile(&Options::default())?;
+    /// compiled.save("model.hidet")?;
+    /// // Later, elsewhere (no C compiler needed):
+    /// let loaded = CompiledModel::load("model.hidet", &Options::default())?;
+    /// # Ok::<(), hidet::Error>(())
+    /// ```
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<usize, Error> {
+        let saved = match &*self.inner {
+            Compiled::Cpu(m) => m.save(path.as_ref())?,
+            Compiled::CudaSim(_) | Compiled::Cuda(_) => {
+                return Err(Error::InvalidOption(
+                    "only models compiled for the CPU can be saved".into(),
+                ))
+            }
+            Compiled::Saved(_) => {
+                return Err(Error::InvalidOption(
+                    "this model was loaded from a saved file: copy that file instead".into(),
+                ))
+            }
+        };
+        Ok(saved)
+    }
+
+    /// Loads a model that [`CompiledModel::save`] (or `hidet compile -o`) wrote, without
+    /// compiling anything: no C compiler is needed. `options.threads` sets the threads its
+    /// kernels run on; the device must be the CPU, and tuning does not apply. Fails with an
+    /// error naming the problem for a file that is not a saved model or is truncated or
+    /// corrupted, and for kernels that need CPU features this machine lacks (naming them).
+    /// The model runs the input shapes it was saved with.
+    ///
+    /// A saved model holds machine code that loading runs: load only files you trust.
+    pub fn load(path: impl AsRef<Path>, options: &Options) -> Result<CompiledModel, Error> {
+        options.check()?;
+        if options.device != Device::Cpu {
+            return Err(Error::InvalidOption(format!(
+                "saved models run on the CPU, not {}",
+                options.device.name()
+            )));
+        }
+        let loaded = pipeline::load_compiled(path.as_ref(), options.threads)?;
+        let info = |d: &hidet_graph::compiled::SavedDecl| TensorInfo {
+            name: d.name.clone(),
+            kind: d.kind,
+            dtype: d.dtype,
+            shape: d.dims(),
+        };
+        Ok(CompiledModel {
+            inputs: loaded.inputs().iter().map(info).collect(),
+            outputs: loaded.outputs().iter().map(info).collect(),
+            inner: Arc::new(Compiled::Saved(loaded)),
         })
     }
 
@@ -464,6 +534,7 @@ impl CompiledModel {
             Compiled::Cpu(m) => pipeline::run_data(m, &data)?,
             Compiled::CudaSim(m) => pipeline::run_data(m, &data)?,
             Compiled::Cuda(m) => pipeline::run_data(m, &data)?,
+            Compiled::Saved(m) => m.run_data(&data).map_err(|e| Error::Pipeline(e.into()))?,
         };
         outputs
             .into_iter()
@@ -485,7 +556,7 @@ impl CompiledModel {
     pub fn as_cpu_model(&self) -> Option<&CpuModel> {
         match &*self.inner {
             Compiled::Cpu(m) => Some(m),
-            Compiled::CudaSim(_) | Compiled::Cuda(_) => None,
+            Compiled::CudaSim(_) | Compiled::Cuda(_) | Compiled::Saved(_) => None,
         }
     }
 }

@@ -30,7 +30,8 @@ enum Command {
     Ops,
     /// Run a model on .npy inputs and write every output to DIR/<name>.npy.
     Run {
-        /// The .onnx file.
+        /// The .onnx file, or a compiled model saved by `hidet compile -o` (run without a C
+        /// compiler).
         model: PathBuf,
         /// An input as NAME=FILE.npy (repeat for every input).
         #[arg(long = "input", value_name = "NAME=FILE.npy")]
@@ -120,6 +121,11 @@ enum Command {
         /// cubin cache for a GPU elsewhere): sm_80, sm_86, sm_89 or sm_90.
         #[arg(long, value_name = "ARCH", default_value = "sm_80", value_parser = parse_arch)]
         arch: Arch,
+        /// Save the compiled model to FILE (CPU only): kernels' machine code, memory plan,
+        /// weights and the CPU features it needs, in one file that `hidet run FILE` runs
+        /// on another machine with no C compiler.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
     },
     /// List the built-in models (use them as zoo:NAME).
     Zoo,
@@ -253,6 +259,7 @@ fn main() -> ExitCode {
             threads,
             device,
             arch,
+            output,
         } => Device::resolve(device)
             .map_err(cli::CliError::from)
             .and_then(|device| {
@@ -263,6 +270,7 @@ fn main() -> ExitCode {
                     threads,
                     device,
                     arch,
+                    output,
                 })
             }),
         Command::Zoo => {

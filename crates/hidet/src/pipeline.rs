@@ -18,7 +18,9 @@ use hidet_cuda::graph_backend::{CudaBackend, CudaBackendOptions, NvrtcCheck};
 use hidet_cuda::runtime::Gpu;
 use hidet_cuda::sim_device::{SimDevice, SimDeviceOptions};
 use hidet_cuda::CudaKernelCache;
-use hidet_graph::compiled::{Backend, CompileOptions, CompiledError, CompiledModel};
+use hidet_graph::compiled::{
+    ArtifactReader, Backend, CompileOptions, CompiledError, CompiledModel, LoadedModel,
+};
 use hidet_graph::passes::{run_passes, GraphPass};
 use hidet_graph::{
     run_reference as reference_executor, run_reference_data as reference_executor_data, Datum,
@@ -36,6 +38,9 @@ pub type SimModel = CompiledModel<CudaBackend<SimDevice>>;
 
 /// A model compiled for the CUDA backend on an NVIDIA GPU (`--device cuda`).
 pub type GpuModel = CompiledModel<CudaBackend<RuntimeDevice>>;
+
+/// A compiled CPU model loaded from a file that [`CompiledModel::save`] wrote.
+pub type LoadedCpuModel = LoadedModel<CpuBackend>;
 
 /// Where compiled kernels run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,6 +192,23 @@ pub fn compile_tuned(model: &OnnxModel, opts: CompileOptions, tuning: CpuTuning)
 }
 
 /// The CUDA backend on a fresh simulator device, with `options`.
+/// Whether the file at `path` is a saved compiled model (by its first bytes) rather than an
+/// ONNX model.
+pub fn is_compiled_model(path: &Path) -> bool {
+    ArtifactReader::is_artifact_file(path)
+}
+
+/// Loads a compiled CPU model saved with [`CompiledModel::save`] (`hidet compile -o`), its
+/// kernels on `threads` threads (`None`: all cores). Nothing is compiled: no C compiler is
+/// needed, and a model compiled for CPU features this one lacks is refused, naming them.
+pub fn load_compiled(path: &Path, threads: Option<usize>) -> Result<LoadedCpuModel, PipelineError> {
+    let backend = CpuBackend::new(CpuBackendOptions {
+        loaded_threads: threads,
+        ..CpuBackendOptions::default()
+    });
+    Ok(LoadedModel::load(path, backend)?)
+}
+
 pub fn sim_backend(options: CudaBackendOptions) -> CudaBackend<SimDevice> {
     CudaBackend::new(
         std::sync::Arc::new(SimDevice::new(SimDeviceOptions::default())),

@@ -21,6 +21,7 @@ pub fn cpu_backend(dir: &Path, template: bool) -> CpuBackend {
         build: options_in(dir),
         matmul_template: template,
         compile_jobs: Some(2),
+        loaded_threads: None,
     })
 }
 

@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::artifact::{ArtifactReader, ArtifactWriter};
 use crate::dtype::DType;
 use crate::fusion::FusedTask;
 use crate::tensor::Tensor;
@@ -48,6 +49,9 @@ pub enum BackendError {
     /// A kernel launch failed or was given unusable arguments.
     #[error("launch of kernel #{kernel}: {message}")]
     Launch { kernel: usize, message: String },
+    /// A module could not be saved, or a saved one cannot be loaded or run here.
+    #[error("{0}")]
+    Artifact(String),
 }
 
 /// One step of a compilation, reported to [`CompileOptions::progress`].
@@ -219,4 +223,34 @@ pub trait Backend: Send + Sync + fmt::Debug {
         dtype: DType,
         shape: &[usize],
     ) -> Result<Tensor, BackendError>;
+
+    /// What [`Backend::load_module`] needs to load `module` again without compiling
+    /// anything: a manifest, with the bytes it refers to (machine code, the target it was
+    /// built for) added to `blobs`. The default refuses: the backend cannot save modules.
+    fn save_module(
+        &self,
+        module: &Self::Module,
+        blobs: &mut ArtifactWriter,
+    ) -> Result<serde_json::Value, BackendError> {
+        let _ = (module, blobs);
+        Err(BackendError::Artifact(format!(
+            "the {} backend cannot save compiled models",
+            self.name()
+        )))
+    }
+
+    /// Loads a module that [`Backend::save_module`] wrote, with the same kernels in the same
+    /// order, never invoking a compiler. Refuses a module this machine cannot run (naming
+    /// what it lacks) and a manifest it does not understand.
+    fn load_module(
+        &self,
+        manifest: &serde_json::Value,
+        blobs: &ArtifactReader,
+    ) -> Result<Self::Module, BackendError> {
+        let _ = (manifest, blobs);
+        Err(BackendError::Artifact(format!(
+            "the {} backend cannot load compiled models",
+            self.name()
+        )))
+    }
 }

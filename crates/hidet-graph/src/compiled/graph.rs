@@ -47,11 +47,17 @@ pub enum CompiledError {
     /// bound to them.
     #[error(transparent)]
     Bind(#[from] crate::bind::BindError),
+    /// A saved compiled model could not be written or read.
+    #[error(transparent)]
+    Artifact(#[from] super::artifact::ArtifactError),
+    /// A compiled model that cannot be saved, or a saved one that cannot run here.
+    #[error("{0}")]
+    Saved(String),
 }
 
 /// Where a value lives while a compiled graph runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Loc {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(super) enum Loc {
     /// In the constant arena at this offset.
     Const(usize),
     /// In the run arena at this offset.
@@ -63,16 +69,16 @@ enum Loc {
 }
 
 #[derive(Debug, Clone)]
-struct ValueSlot {
-    name: String,
-    dtype: DType,
-    kind: ValueKind,
-    shape: Option<Vec<usize>>,
-    loc: Loc,
+pub(super) struct ValueSlot {
+    pub(super) name: String,
+    pub(super) dtype: DType,
+    pub(super) kind: ValueKind,
+    pub(super) shape: Option<Vec<usize>>,
+    pub(super) loc: Loc,
 }
 
 #[derive(Debug)]
-enum Step {
+pub(super) enum Step {
     Kernel {
         kernel: usize,
         /// `(value, written)` per kernel argument.
@@ -82,6 +88,11 @@ enum Step {
     Host {
         node: String,
         op_type: String,
+        /// The node's domain, opset and attributes: what rebuilds `op` from the registry
+        /// when a saved model is loaded.
+        domain: String,
+        opset: i64,
+        attrs: crate::attribute::Attributes,
         op: Arc<dyn Operator>,
         inputs: Vec<Option<ValueId>>,
         outputs: Vec<Option<ValueId>>,
@@ -101,9 +112,9 @@ enum Step {
 /// can, see [`Backend::output_in_place`]) instead of into the arena, from which it would be
 /// copied. Only outputs that span their whole buffer, that no host step reads or writes,
 /// that are not graph inputs and that share their buffer with no other output are bound.
-struct Bound {
-    value: ValueId,
-    uses: Vec<(usize, usize, u64)>,
+pub(super) struct Bound {
+    pub(super) value: ValueId,
+    pub(super) uses: Vec<(usize, usize, u64)>,
 }
 
 /// What [`CompiledGraph::run_profiled`] returns: the named outputs and each step's time.
@@ -121,7 +132,7 @@ pub struct StepInfo {
 }
 
 /// A node that a compiled graph runs with its reference `eval` on the host.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HostStep {
     pub node: String,
     pub op_type: String,
@@ -197,7 +208,7 @@ impl CompileReport {
     }
 }
 
-struct RunState<B: Backend> {
+pub(super) struct RunState<B: Backend> {
     arena: B::Arena,
     /// Argument addresses of each step (empty for host steps).
     addresses: Vec<Vec<u64>>,
@@ -206,20 +217,24 @@ struct RunState<B: Backend> {
 
 /// A graph compiled for one set of input shapes (see the module docs).
 pub struct CompiledGraph<B: Backend> {
-    backend: Arc<B>,
-    module: B::Module,
-    consts: B::Arena,
-    const_tensors: HashMap<ValueId, Tensor>,
-    values: Vec<ValueSlot>,
-    steps: Vec<Step>,
-    inputs: Vec<ValueId>,
-    bound_inputs: Vec<Bound>,
-    bound_outputs: Vec<Bound>,
-    outputs: Vec<ValueId>,
-    run_bytes: usize,
-    host_slots: usize,
-    pool: Mutex<Vec<RunState<B>>>,
-    report: CompileReport,
+    pub(super) backend: Arc<B>,
+    pub(super) module: B::Module,
+    pub(super) consts: B::Arena,
+    /// Where each constant root lies in `consts` (`const_bytes` in all).
+    pub(super) const_layout: Vec<(ValueId, usize)>,
+    pub(super) const_bytes: usize,
+    /// Every constant as host steps and reads see it (roots and their reshaped aliases).
+    pub(super) const_tensors: HashMap<ValueId, Tensor>,
+    pub(super) values: Vec<ValueSlot>,
+    pub(super) steps: Vec<Step>,
+    pub(super) inputs: Vec<ValueId>,
+    pub(super) bound_inputs: Vec<Bound>,
+    pub(super) bound_outputs: Vec<Bound>,
+    pub(super) outputs: Vec<ValueId>,
+    pub(super) run_bytes: usize,
+    pub(super) host_slots: usize,
+    pub(super) pool: Mutex<Vec<RunState<B>>>,
+    pub(super) report: CompileReport,
 }
 
 impl<B: Backend> std::fmt::Debug for CompiledGraph<B> {
@@ -434,6 +449,9 @@ impl<B: Backend> CompiledGraph<B> {
                         steps.push(Step::Host {
                             node: n.name.clone(),
                             op_type: n.op_type.clone(),
+                            domain: n.domain.clone(),
+                            opset: n.opset,
+                            attrs: n.attrs.clone(),
                             op: Arc::clone(&n.op),
                             inputs: n.inputs.clone(),
                             outputs: n.outputs.clone(),
@@ -533,6 +551,10 @@ impl<B: Backend> CompiledGraph<B> {
         for (r, offset) in &const_layout {
             backend.upload(&mut consts, *offset, &const_tensors[&ValueId(*r)])?;
         }
+        let const_layout = const_layout
+            .into_iter()
+            .map(|(r, offset)| (ValueId(r), offset))
+            .collect();
         report.intermediate_bytes = plan.arena_bytes;
         report.unplanned_bytes = plan.unplanned_bytes;
         report.constant_bytes = const_bytes;
@@ -541,6 +563,8 @@ impl<B: Backend> CompiledGraph<B> {
             backend,
             module,
             consts,
+            const_layout,
+            const_bytes,
             const_tensors,
             values,
             steps,
@@ -568,7 +592,7 @@ impl<B: Backend> CompiledGraph<B> {
             .collect()
     }
 
-    fn new_state(&self) -> Result<RunState<B>, CompiledError> {
+    pub(super) fn new_state(&self) -> Result<RunState<B>, CompiledError> {
         let arena = self.backend.alloc(self.run_bytes)?;
         let (cbase, rbase) = (self.backend.base(&self.consts), self.backend.base(&arena));
         let mut addresses = Vec::with_capacity(self.steps.len());
@@ -804,6 +828,7 @@ impl<B: Backend> CompiledGraph<B> {
                     op,
                     inputs: ins,
                     outputs: outs,
+                    ..
                 } => self.run_host(state, inputs, node, op_type, op.as_ref(), ins, outs)?,
             }
             if let (Some(times), Some(t)) = (times.as_deref_mut(), started) {

@@ -7,13 +7,19 @@
 //!   inputs are placed in their output.
 //! - [`graph`]: [`CompiledGraph`], compile and run for one set of input shapes.
 //! - [`model`]: [`CompiledModel`], the per-shape cache.
+//! - [`artifact`]: the checksummed file format of a saved compiled model; [`saved`]: saving a
+//!   [`CompiledModel`]'s compiled graphs into one and loading them as a [`LoadedModel`],
+//!   which runs without compiling anything.
 
+pub mod artifact;
 pub mod backend;
 mod concat_in_place;
 pub mod graph;
 pub mod model;
 pub mod plan;
+pub mod saved;
 
+pub use artifact::{ArtifactError, ArtifactReader, ArtifactWriter, BlobId};
 pub use backend::{
     ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport, OutputSlot,
     ProgressSink,
@@ -21,3 +27,4 @@ pub use backend::{
 pub use graph::{CompileReport, CompiledError, CompiledGraph, HostStep, StepInfo};
 pub use model::CompiledModel;
 pub use plan::{plan_memory, BufferRequest, MemoryPlan};
+pub use saved::{LoadedModel, SavedDecl};

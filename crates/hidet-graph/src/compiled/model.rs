@@ -59,6 +59,22 @@ impl<B: Backend> CompiledModel<B> {
         &self.graph
     }
 
+    /// The backend every graph is compiled for.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Every graph compiled so far, ordered by input shapes.
+    pub fn compiled_graphs(&self) -> Result<Vec<Arc<CompiledGraph<B>>>, CompiledError> {
+        let cache = self
+            .cache
+            .lock()
+            .map_err(|_| BackendError::Memory("compile cache poisoned".into()))?;
+        let mut graphs: Vec<_> = cache.iter().collect();
+        graphs.sort_by(|a, b| a.0.cmp(b.0));
+        Ok(graphs.into_iter().map(|(_, g)| Arc::clone(g)).collect())
+    }
+
     /// The graph compiled for `shapes`: bound to them when any input dimension is symbolic,
     /// then rewritten by the backend's graph passes. An error names the input and the
     /// dimension when `shapes` contradict the graph.

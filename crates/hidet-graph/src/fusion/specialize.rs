@@ -46,7 +46,7 @@ pub enum SpecializeError {
 }
 
 /// Why a node runs its reference `eval` on the host instead of a kernel.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum HostReason {
     /// The value is a sequence or an optional (kept in a host slot).
     NotATensor { value: String, kind: ValueKind },

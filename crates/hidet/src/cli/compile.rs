@@ -26,6 +26,8 @@ pub struct CompileArgs {
     pub device: Device,
     /// The architecture CUDA kernels are compiled for (`--device cuda-sim`).
     pub arch: Arch,
+    /// Where to save the compiled model (CPU only).
+    pub output: Option<PathBuf>,
 }
 
 /// What a compilation produced beyond the graph layer's report: the target line of the
@@ -82,7 +84,7 @@ fn cuda_target<D: GpuDevice>(device: &str, arch: Arch, module: &CudaModule<D>) -
 /// Compiles `model` for `shapes`; the report and the target description made by `target`
 /// from the compiled graph's module.
 fn compile_with<B: Backend>(
-    model: CompiledModel<B>,
+    model: &CompiledModel<B>,
     shapes: &[Vec<usize>],
     target: impl FnOnce(&B::Module) -> Target,
 ) -> Result<(CompileReport, Target), CliError> {
@@ -93,6 +95,12 @@ fn compile_with<B: Backend>(
 
 /// Runs `hidet compile` (see the module docs). Symbolic input dimensions are compiled as 1.
 pub fn run(args: &CompileArgs) -> Result<(), CliError> {
+    if args.output.is_some() && args.device != Device::Cpu {
+        return Err(CliError::Other(format!(
+            "-o saves models compiled for the CPU; this is --device {}",
+            args.device.name()
+        )));
+    }
     let loaded = source::load(&args.model)?;
     let graph = &loaded.model.graph;
     let mut shapes = Vec::with_capacity(graph.inputs().len());
@@ -121,14 +129,23 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
     };
     let start = Instant::now();
     let compiled = match args.device {
-        Device::Cpu => compile_with(pipeline::compile(&loaded.model, opts), &shapes, |_| {
-            let host = hidet_cpu::CpuTarget::host();
-            Target {
-                line: format!("target: {host}"),
-                build: "C build",
-                json: serde_json::json!({ "target_features": host.features.names() }),
-            }
-        }),
+        Device::Cpu => {
+            let model = pipeline::compile(&loaded.model, opts);
+            compile_with(&model, &shapes, |_| {
+                let host = hidet_cpu::CpuTarget::host();
+                Target {
+                    line: format!("target: {host}"),
+                    build: "C build",
+                    json: serde_json::json!({ "target_features": host.features.names() }),
+                }
+            })
+            .and_then(|compiled| {
+                if let Some(path) = &args.output {
+                    model.save(path).map_err(PipelineError::from)?;
+                }
+                Ok(compiled)
+            })
+        }
         Device::CudaSim => {
             let options = CudaBackendOptions {
                 arch: args.arch,
@@ -137,13 +154,13 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
                 cache_images: false,
             };
             let model = pipeline::compile_sim(&loaded.model, opts, options);
-            compile_with(model, &shapes, |module| {
+            compile_with(&model, &shapes, |module| {
                 cuda_target("cuda-sim", args.arch, module)
             })
         }
         Device::Cuda if Device::Cuda.check_runnable().is_ok() => {
             let model = pipeline::compile_gpu(&loaded.model, opts)?;
-            compile_with(model, &shapes, |_| Target {
+            compile_with(&model, &shapes, |_| Target {
                 line: "target: cuda (GPU 0; kernels compiled for its architecture, cached)"
                     .to_string(),
                 build: "NVRTC build",
@@ -161,7 +178,7 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
                 cache_images: true,
             };
             let model = pipeline::compile_sim(&loaded.model, opts, options);
-            compile_with(model, &shapes, |module| {
+            compile_with(&model, &shapes, |module| {
                 cuda_target(
                     "cuda (no GPU here; kernels cached for it)",
                     args.arch,
@@ -200,6 +217,7 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
             "unplanned_bytes": report.unplanned_bytes,
             "constant_bytes": report.constant_bytes,
             "emit_source": args.emit_source.as_ref().map(|p| p.display().to_string()),
+            "output": args.output.as_ref().map(|p| p.display().to_string()),
         });
         if let (Some(obj), serde_json::Value::Object(fields)) = (obj.as_object_mut(), target.json) {
             obj.extend(fields);
@@ -244,6 +262,15 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
         println!(
             "{} fused groups were split after a backend refusal",
             report.refusals.len()
+        );
+    }
+    if let Some(path) = &args.output {
+        let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        println!(
+            "saved the compiled model to {} ({:.2} MiB; `hidet run {}` runs it without a C compiler)",
+            path.display(),
+            mib(bytes as usize),
+            path.display()
         );
     }
     if let Some(dir) = &args.emit_source {

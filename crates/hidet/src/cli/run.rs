@@ -2,8 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use hidet::pipeline::Device;
-use hidet::{Model, Options, Tensor};
+use hidet::pipeline::{self, Device};
+use hidet::{CompiledModel, Model, Options, Tensor};
 
 use super::{npy, CliError};
 
@@ -53,14 +53,27 @@ pub fn run(
         device.check_runnable()?;
     }
     let specs = parse_inputs(inputs)?;
-    let m = Model::load(model)?;
     let tensors: Vec<(String, Tensor)> = specs
         .iter()
         .map(|(name, path)| Ok((name.clone(), npy::read(path)?)))
         .collect::<Result<_, CliError>>()?;
-    let outputs = if reference {
-        m.run_reference(&tensors)?
+    let outputs = if pipeline::is_compiled_model(model) {
+        if reference {
+            return Err(CliError::Other(format!(
+                "{} is a compiled model, which has no graph for --reference: give the .onnx file",
+                model.display()
+            )));
+        }
+        let options = Options {
+            device,
+            threads,
+            ..Options::default()
+        };
+        CompiledModel::load(model, &options)?.run(&tensors)?
+    } else if reference {
+        Model::load(model)?.run_reference(&tensors)?
     } else {
+        let m = Model::load(model)?;
         let options = Options {
             device,
             threads,

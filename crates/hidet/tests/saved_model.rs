@@ -1,0 +1,417 @@
+//! Compiled models saved to one file (`hidet compile -o`, `CompiledModel::save`) and run
+//! from it with no C compiler and an empty kernel cache, against the compiled model they
+//! came from and the reference executor; and every damaged file an error.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use hidet::onnx::proto::{
+    tensor_shape_proto::{dimension, Dimension},
+    type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto,
+    ValueInfoProto,
+};
+use hidet::{CompiledModel, Device, Model, Options, Tensor};
+use npyz::WriterBuilder;
+use prost::Message;
+
+fn value_info(name: &str, elem: i32, dims: &[Result<i64, &str>]) -> ValueInfoProto {
+    let dim = dims
+        .iter()
+        .map(|d| Dimension {
+            value: Some(match d {
+                Ok(v) => dimension::Value::DimValue(*v),
+                Err(p) => dimension::Value::DimParam(p.to_string()),
+            }),
+            ..Default::default()
+        })
+        .collect();
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(elem),
+                shape: Some(TensorShapeProto { dim }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    NodeProto {
+        op_type: Some(op.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// `r = Relu(MatMul(x, y) - 0.25)`, `nz = NonZero(r)` (a host step: its shape depends on the
+/// data); x: f32[N, 5] (symbolic N), y: f32[5, 7].
+fn model_bytes() -> Vec<u8> {
+    let quarter = hidet::onnx::proto::TensorProto {
+        name: Some("q".into()),
+        dims: vec![],
+        data_type: Some(1),
+        raw_data: Some(0.25f32.to_le_bytes().to_vec()),
+        ..Default::default()
+    };
+    ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
+        graph: Some(GraphProto {
+            name: Some("saved".into()),
+            node: vec![
+                node("MatMul", &["x", "y"], &["m"]),
+                node("Sub", &["m", "q"], &["s"]),
+                node("Relu", &["s"], &["r"]),
+                node("NonZero", &["r"], &["nz"]),
+            ],
+            initializer: vec![quarter],
+            input: vec![
+                value_info("x", 1, &[Err("N"), Ok(5)]),
+                value_info("y", 1, &[Ok(5), Ok(7)]),
+            ],
+            output: vec![
+                value_info("r", 1, &[Err("N"), Ok(7)]),
+                value_info("nz", 7, &[Ok(2), Err("K")]),
+            ],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+/// Deterministic values in [-1, 1), none zero.
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            let v = (s % 2000) as f32 / 1000.0 - 1.0;
+            if v == 0.0 {
+                0.5
+            } else {
+                v
+            }
+        })
+        .collect()
+}
+
+fn inputs(n: usize) -> Vec<(&'static str, Tensor)> {
+    vec![
+        (
+            "x",
+            Tensor::new(vec![n, 5], values(n * 5, n as u32)).unwrap(),
+        ),
+        ("y", Tensor::new(vec![5, 7], values(35, 99)).unwrap()),
+    ]
+}
+
+#[test]
+fn a_saved_model_runs_every_saved_shape_exactly_as_compiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = Model::from_bytes(&model_bytes()).unwrap();
+    let compiled = model.compile(&Options::default().threads(2)).unwrap();
+    for n in [3, 11] {
+        compiled
+            .prepare(&[vec![n, 5], vec![5, 7]])
+            .expect("compiles for N");
+    }
+    let path = dir.path().join("m.hidet");
+    assert_eq!(
+        compiled.save(&path).expect("saves"),
+        2,
+        "two sets of shapes"
+    );
+    let loaded = CompiledModel::load(&path, &Options::default().threads(2)).expect("loads");
+    assert_eq!(
+        loaded.inputs(),
+        compiled.inputs(),
+        "declared inputs, symbols included"
+    );
+    assert_eq!(loaded.outputs(), compiled.outputs());
+    for n in [3, 11] {
+        let want = compiled.run(&inputs(n)).unwrap();
+        let got = loaded.run(&inputs(n)).unwrap();
+        assert_eq!(got, want, "N = {n}: bit for bit");
+        let reference = model.run_reference(&inputs(n)).unwrap();
+        assert_eq!(
+            got[1], reference[1],
+            "NonZero, run on the host, as the reference"
+        );
+        let shapes = [vec![n, 5], vec![5, 7]];
+        let (a, b) = (
+            loaded.report(&shapes).unwrap(),
+            compiled.report(&shapes).unwrap(),
+        );
+        assert_eq!(a.kernels, b.kernels);
+        assert_eq!(a.host_steps, b.host_steps);
+        assert_eq!(a.intermediate_bytes, b.intermediate_bytes);
+    }
+    let err = loaded.run(&inputs(4)).expect_err("N = 4 was not saved");
+    let message = err.to_string();
+    assert!(
+        message.contains("compiled for input shapes [[3, 5], [5, 7]] or [[11, 5], [5, 7]]"),
+        "{message}"
+    );
+    let err = loaded
+        .run(&[("x", Tensor::new(vec![3, 5], values(15, 1)).unwrap())])
+        .expect_err("a missing input");
+    assert_eq!(err.to_string(), "missing input `y`");
+    let err = loaded
+        .save(dir.path().join("again.hidet"))
+        .expect_err("a loaded model is not saved again");
+    assert!(err.to_string().contains("copy that file"), "{err}");
+}
+
+#[test]
+fn zoo_models_round_trip_through_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["tiny_cnn", "tiny_bert"] {
+        let model = Model::zoo(name).unwrap();
+        let compiled = model.compile(&Options::default().threads(2)).unwrap();
+        let path = dir.path().join(format!("{name}.hidet"));
+        assert_eq!(compiled.save(&path).unwrap(), 1);
+        let loaded = CompiledModel::load(&path, &Options::default()).unwrap();
+        let feeds: Vec<(String, Tensor)> =
+            hidet::zoo::inputs::complete_inputs(model.graph(), &[], hidet::zoo::SEED)
+                .unwrap()
+                .into_iter()
+                .map(|(name, t, _)| (name, t))
+                .collect();
+        let outputs = compiled.run(&feeds).unwrap();
+        assert!(
+            outputs
+                .iter()
+                .all(|(_, t)| t.to_f64_vec().iter().all(|v| v.is_finite())),
+            "{name}: finite outputs"
+        );
+        assert_eq!(
+            loaded.run(&feeds).unwrap(),
+            compiled.run(&feeds).unwrap(),
+            "{name}: bit for bit"
+        );
+    }
+}
+
+#[test]
+fn what_cannot_be_saved_or_loaded_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = Model::from_bytes(&model_bytes()).unwrap();
+    let compiled = model.compile(&Options::default()).unwrap();
+    let err = compiled
+        .save(dir.path().join("none.hidet"))
+        .expect_err("nothing compiled yet (symbolic N)");
+    assert!(err.to_string().contains("nothing is compiled yet"), "{err}");
+    assert!(!dir.path().join("none.hidet").exists(), "no file is left");
+    let sim = Model::zoo("tiny_mlp")
+        .unwrap()
+        .compile(&Options {
+            device: Device::CudaSim,
+            ..Options::default()
+        })
+        .unwrap();
+    let err = sim
+        .save(dir.path().join("sim.hidet"))
+        .expect_err("GPU models");
+    assert!(
+        err.to_string().contains("only models compiled for the CPU"),
+        "{err}"
+    );
+
+    let path = dir.path().join("tiny.hidet");
+    let tiny = Model::zoo("tiny_mlp").unwrap();
+    tiny.compile(&Options::default())
+        .unwrap()
+        .save(&path)
+        .unwrap();
+    let err = CompiledModel::load(
+        &path,
+        &Options {
+            device: Device::CudaSim,
+            ..Options::default()
+        },
+    )
+    .expect_err("saved models run on the CPU");
+    assert!(
+        err.to_string().contains("saved models run on the CPU"),
+        "{err}"
+    );
+    let err = CompiledModel::load(dir.path().join("missing.hidet"), &Options::default())
+        .expect_err("no such file");
+    assert!(err.to_string().contains("missing.hidet"), "{err}");
+}
+
+/// Truncations at every boundary of the format and flipped bytes in the header, the
+/// manifest, the weights and a kernel library: each is an error that names the file, never a
+/// crash, both through the API and through `hidet run`.
+#[test]
+fn damaged_files_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("good.hidet");
+    let compiled = Model::zoo("tiny_cnn")
+        .unwrap()
+        .compile(&Options::default())
+        .unwrap();
+    compiled.save(&path).unwrap();
+    let good = std::fs::read(&path).unwrap();
+    let len = good.len();
+    let mut damaged: Vec<(String, Vec<u8>)> = Vec::new();
+    for cut in [
+        0,
+        7,
+        8,
+        20,
+        51,
+        52,
+        200,
+        len / 3,
+        len / 2,
+        len - 100,
+        len - 1,
+    ] {
+        damaged.push((format!("cut at {cut}"), good[..cut].to_vec()));
+    }
+    for at in [9, 15, 30, 60, 300, len / 3, len / 2, len - 200, len - 70] {
+        let mut bytes = good.clone();
+        bytes[at] ^= 0x10;
+        damaged.push((format!("byte {at} flipped"), bytes));
+    }
+    let loads = |bytes: &[u8]| {
+        let p = dir.path().join("bad.hidet");
+        std::fs::write(&p, bytes).unwrap();
+        CompiledModel::load(&p, &Options::default())
+    };
+    assert!(loads(&good).is_ok());
+    for (what, bytes) in &damaged {
+        let err = loads(bytes).expect_err(what);
+        let message = err.to_string();
+        assert!(message.contains("bad.hidet"), "{what}: {message}");
+    }
+    // Through the CLI, a damaged file is an error too (the last one written: a flipped byte
+    // near the end, in a blob).
+    let input = dir.path().join("x.npy");
+    write_npy(&input, &[1, 3, 16, 16], &values(3 * 16 * 16, 5));
+    let bad = dir.path().join("bad.hidet");
+    let o = hidet(
+        &[
+            "run",
+            bad.to_str().unwrap(),
+            "--input",
+            &format!("input={}", input.display()),
+            "--output-dir",
+            dir.path().join("out").to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("truncated or corrupted"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+fn write_npy(path: &Path, shape: &[u64], data: &[f32]) {
+    let f = std::fs::File::create(path).unwrap();
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(shape)
+        .writer(f)
+        .begin_nd()
+        .unwrap();
+    w.extend(data.iter().copied()).unwrap();
+    w.finish().unwrap();
+}
+
+fn read_npy(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap();
+    npyz::NpyFile::new(&bytes[..])
+        .unwrap()
+        .into_vec::<f32>()
+        .unwrap()
+}
+
+fn hidet(args: &[&str], env: &[(&str, &Path)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hidet"));
+    command.args(args);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    command.output().unwrap()
+}
+
+/// `hidet compile -o` writes the file; `hidet run FILE` in a fresh process, with `CC`
+/// naming no compiler and an empty kernel cache, writes what `hidet run model.onnx` writes.
+#[test]
+fn the_cli_saves_and_runs_without_a_c_compiler() {
+    let dir = tempfile::tempdir().unwrap();
+    let onnx = dir.path().join("model.onnx");
+    std::fs::write(&onnx, model_bytes()).unwrap();
+    let saved = dir.path().join("model.hidet");
+    let cache = dir.path().join("cache");
+    let o = hidet(
+        &[
+            "compile",
+            onnx.to_str().unwrap(),
+            "-o",
+            saved.to_str().unwrap(),
+        ],
+        &[("HIDET_CACHE_DIR", &cache)],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("saved the compiled model to"), "{stdout}");
+    // `hidet compile` binds the symbolic N to 1.
+    let (x, y) = (dir.path().join("x.npy"), dir.path().join("y.npy"));
+    write_npy(&x, &[1, 5], &values(5, 1));
+    write_npy(&y, &[5, 7], &values(35, 99));
+    let run = |model: &Path, out: &str, env: &[(&str, &Path)]| {
+        let out = dir.path().join(out);
+        let o = hidet(
+            &[
+                "run",
+                model.to_str().unwrap(),
+                "--input",
+                &format!("x={}", x.display()),
+                "--input",
+                &format!("y={}", y.display()),
+                "--output-dir",
+                out.to_str().unwrap(),
+            ],
+            env,
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        read_npy(&out.join("r.npy"))
+    };
+    let empty = dir.path().join("empty-cache");
+    let no_compiler = dir.path().join("no-such-compiler");
+    let from_file = run(
+        &saved,
+        "saved",
+        &[("CC", &no_compiler), ("HIDET_CACHE_DIR", &empty)],
+    );
+    let from_onnx = run(&onnx, "onnx", &[("HIDET_CACHE_DIR", &cache)]);
+    assert_eq!(from_file, from_onnx);
+    assert!(
+        from_file.iter().any(|v| *v > 0.0),
+        "some outputs are not zero"
+    );
+    let cached = std::fs::read_dir(&empty).map_or(0, |d| d.count());
+    assert_eq!(
+        cached, 0,
+        "running the saved model wrote nothing to the kernel cache"
+    );
+    // The compiler really is absent: compiling the ONNX file there fails.
+    let o = hidet(
+        &["compile", onnx.to_str().unwrap()],
+        &[("CC", &no_compiler), ("HIDET_CACHE_DIR", &empty)],
+    );
+    assert!(!o.status.success(), "compiling needs the C compiler");
+}
