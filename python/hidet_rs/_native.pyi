@@ -74,9 +74,21 @@ class CompiledModel:
     def report(self, shapes: Sequence[Sequence[int]]) -> Dict[str, object]:
         """kernels, host_steps, inputs_in_place, outputs_in_place, constant_bytes,
         intermediate_bytes, compile_seconds."""
+    def save(self, path: Union[str, "os.PathLike[str]"]) -> int:
+        """Saves every compiled set of input shapes (kernels' machine code, weights, the CPU
+        features needed) to one file that `load_compiled` runs without a C compiler; returns
+        how many sets of shapes were saved. CPU models only."""
 
 def load(source: Source) -> Model:
     """Imports an .onnx file (path) or its bytes."""
+
+def load_compiled(
+    path: Union[str, "os.PathLike[str]"], *, threads: Optional[int] = None
+) -> CompiledModel:
+    """Loads a model saved by `CompiledModel.save` (or `hidet compile -o`) without compiling
+    anything; runs the input shapes it was saved with. Raises ModelError for a damaged file
+    or one that needs CPU features this machine lacks. Load only files you trust (they hold
+    machine code)."""
 
 def compile(
     source: Union[Source, Model],

@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use hidet::graph::compiled::CompiledError;
+use hidet::graph::compiled::{BackendError, CompiledError};
 use hidet::graph::ExecError;
 use hidet::pipeline::{Device, PipelineError};
 use hidet::{CompiledModel, DType, Dim, Error, Model, Options, Tensor, TensorInfo, TuneLevel};
@@ -60,9 +60,14 @@ fn py_error(e: Error) -> PyErr {
         )
     };
     match &e {
-        Error::Zoo(_) | Error::Pipeline(PipelineError::Onnx(_) | PipelineError::Graph(_)) => {
-            ModelError::new_err(message)
-        }
+        Error::Zoo(_)
+        | Error::Pipeline(
+            PipelineError::Onnx(_)
+            | PipelineError::Graph(_)
+            | PipelineError::Compiled(
+                CompiledError::Artifact(_) | CompiledError::Backend(BackendError::Artifact(_)),
+            ),
+        ) => ModelError::new_err(message),
         Error::InputCount { .. } | Error::Tensor(_) => InputError::new_err(message),
         Error::Pipeline(PipelineError::Compiled(CompiledError::Bind(_))) => {
             InputError::new_err(message)
@@ -514,6 +519,15 @@ impl PyCompiledModel {
         Ok(dict)
     }
 
+    /// Saves the model as compiled so far to one file at `path` (str or os.PathLike):
+    /// every compiled set of input shapes with its kernels' machine code, weights and the CPU
+    /// features it needs. `load_compiled` runs it on a machine with no C compiler. Returns
+    /// how many sets of shapes were saved. CPU models only.
+    fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<usize> {
+        let compiled = &self.compiled;
+        py.allow_threads(|| compiled.save(&path)).map_err(py_error)
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "CompiledModel(inputs=[{}], threads={})",
@@ -557,6 +571,26 @@ fn compile(
     compile_model(py, &model, options)
 }
 
+/// Loads a compiled model saved by `CompiledModel.save` (or `hidet compile -o`) from `path`,
+/// without compiling anything (no C compiler needed); its kernels run on `threads` threads
+/// (None: every core). Raises ModelError for a file that is not a saved model, is damaged,
+/// or needs CPU features this machine lacks. A saved model holds machine code: load only
+/// files you trust.
+#[pyfunction]
+#[pyo3(signature = (path, *, threads=None))]
+fn load_compiled(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    threads: Option<usize>,
+) -> PyResult<PyCompiledModel> {
+    let options = options(threads, 0, false, "cpu")?;
+    let threads = options.threads;
+    let compiled = py
+        .allow_threads(move || CompiledModel::load(&path, &options))
+        .map_err(py_error)?;
+    Ok(PyCompiledModel { compiled, threads })
+}
+
 /// The built-in zoo model `name` (see `zoo_models`), with seeded random weights.
 #[pyfunction]
 fn zoo(py: Python<'_>, name: String) -> PyResult<PyModel> {
@@ -598,6 +632,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCompiledModel>()?;
     m.add_class::<PyTensorInfo>()?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(load_compiled, m)?)?;
     m.add_function(wrap_pyfunction!(compile, m)?)?;
     m.add_function(wrap_pyfunction!(zoo, m)?)?;
     m.add_function(wrap_pyfunction!(zoo_models, m)?)?;

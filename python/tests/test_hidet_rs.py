@@ -4,6 +4,7 @@ reference executor and ONNX Runtime), model inspection, errors, threads."""
 import os
 import pathlib
 import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -368,3 +369,65 @@ def test_unknown_devices_and_tuning_off_the_cpu_are_errors():
         hidet_rs.compile(model, device="tpu")
     with pytest.raises(hidet_rs.HidetError, match="tuning measures CPU kernels only"):
         model.compile(device="cuda-sim", tuning=1)
+
+
+# --- compiled models saved to a file ------------------------------------------------------
+
+SAVED_RUNNER = """
+import sys, numpy as np, hidet_rs
+model = hidet_rs.load_compiled(sys.argv[1], threads=2)
+x = np.load(sys.argv[2])
+(y,) = model.run([x])
+np.save(sys.argv[3], y)
+"""
+
+
+def test_save_and_load_in_a_fresh_process_without_a_compiler(tmp_path, cnn_bytes):
+    compiled = hidet_rs.compile(cnn_bytes, threads=2)
+    rng = np.random.default_rng(5)
+    xs = {b: rng.standard_normal((b, 3, 12, 12)).astype(np.float32) for b in (1, 3)}
+    for b in xs:
+        compiled.prepare([[b, 3, 12, 12]])
+    path = tmp_path / "cnn.hidet"
+    assert compiled.save(path) == 2
+    for b, x in xs.items():
+        np.save(tmp_path / f"x{b}.npy", x)
+        env = dict(os.environ, CC="/nonexistent", HIDET_CACHE_DIR=str(tmp_path / "empty"))
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                SAVED_RUNNER,
+                str(path),
+                str(tmp_path / f"x{b}.npy"),
+                str(tmp_path / f"y{b}.npy"),
+            ],
+            env=env,
+            check=True,
+        )
+        got = np.load(tmp_path / f"y{b}.npy")
+        (want,) = compiled.run([x])
+        np.testing.assert_array_equal(got, want)
+        (reference,) = ort_run(cnn_bytes, {"image": x})
+        assert_close(got, reference)
+    assert not (tmp_path / "empty").exists() or not any((tmp_path / "empty").iterdir())
+
+
+def test_saved_model_errors(tmp_path, cnn_bytes):
+    compiled = hidet_rs.compile(cnn_bytes)
+    with pytest.raises(hidet_rs.HidetError, match="nothing is compiled yet"):
+        compiled.save(tmp_path / "none.hidet")
+    compiled.prepare([[2, 3, 12, 12]])
+    path = tmp_path / "cnn.hidet"
+    compiled.save(str(path))
+    loaded = hidet_rs.load_compiled(path)
+    assert [i.name for i in loaded.inputs] == ["image"]
+    with pytest.raises(hidet_rs.InputError, match=r"expected shape \[2, 3, 12, 12\]"):
+        loaded.run([np.zeros((5, 3, 12, 12), np.float32)])
+    data = path.read_bytes()
+    (tmp_path / "cut.hidet").write_bytes(data[: len(data) // 2])
+    with pytest.raises(hidet_rs.ModelError, match="truncated or corrupted"):
+        hidet_rs.load_compiled(tmp_path / "cut.hidet")
+    (tmp_path / "x.onnx").write_bytes(cnn_bytes)
+    with pytest.raises(hidet_rs.ModelError, match="not a compiled hidet model"):
+        hidet_rs.load_compiled(tmp_path / "x.onnx")

@@ -819,24 +819,35 @@ impl<B: Backend> LoadedModel<B> {
         &self.graphs
     }
 
-    /// The graph compiled for `shapes` (one per input, in input order), if one was saved.
+    /// The graph compiled for `shapes` (one per input, in input order), if one was saved;
+    /// otherwise an [`ExecError::WrongShape`] naming the first input whose shape no saved
+    /// graph has (or the first input) with the shapes that were saved for it.
     pub fn compiled(&self, shapes: &[Vec<usize>]) -> Result<Arc<CompiledGraph<B>>, CompiledError> {
-        self.graphs
+        let saved: Vec<Vec<Vec<usize>>> = self.graphs.iter().map(|g| g.input_shapes()).collect();
+        if let Some(i) = saved.iter().position(|s| s == shapes) {
+            return Ok(Arc::clone(&self.graphs[i]));
+        }
+        let input = (0..self.inputs.len())
+            .find(|&i| !saved.iter().any(|s| s.get(i) == shapes.get(i)))
+            .unwrap_or(0);
+        let mut expected: Vec<String> = saved
             .iter()
-            .find(|g| g.input_shapes() == shapes)
-            .cloned()
-            .ok_or_else(|| {
-                let saved: Vec<String> = self
-                    .graphs
-                    .iter()
-                    .map(|g| format!("{:?}", g.input_shapes()))
-                    .collect();
-                CompiledError::Saved(format!(
-                    "the saved model was compiled for input shapes {}, not {shapes:?}; compile \
-                     the model for these shapes and save it again",
-                    saved.join(" or ")
-                ))
-            })
+            .filter_map(|s| s.get(input).map(|shape| format!("{shape:?}")))
+            .collect();
+        expected.dedup();
+        Err(ExecError::WrongShape {
+            name: self
+                .inputs
+                .get(input)
+                .map_or_else(String::new, |d| d.name.clone()),
+            expected: format!(
+                "{} (a saved model runs the shapes it was compiled for: compile it for these \
+                 shapes and save it again)",
+                expected.join(" or ")
+            ),
+            given: shapes.get(input).cloned().unwrap_or_default(),
+        }
+        .into())
     }
 
     /// Checks `inputs` against the declared inputs (names, kinds, dtypes, fixed and
