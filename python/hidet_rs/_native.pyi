@@ -67,7 +67,9 @@ class CompiledModel:
     def threads(self) -> Optional[int]: ...
     def run(self, inputs: Inputs) -> List[np.ndarray]:
         """Runs on a dict name -> array or a list of arrays in input order (exact dtypes);
-        returns the outputs in output order. The GIL is released while the kernels run."""
+        returns the outputs in output order. The GIL is released while the kernels run.
+        C-contiguous inputs are read where they are, without a copy: do not modify an input
+        array from another thread while a run reads it."""
     def run_dict(self, inputs: Inputs) -> Dict[str, np.ndarray]: ...
     def prepare(self, shapes: Sequence[Sequence[int]]) -> None:
         """Compiles (and tunes) for these input shapes now."""

@@ -2,8 +2,10 @@
 //! `python/hidet_rs/_native.pyi` for the Python-side contract).
 //!
 //! - Inputs: numpy arrays (or anything `numpy.asarray` accepts) of the input's exact dtype.
-//!   Each is copied once into a tensor (a C-contiguous array with one `memcpy`), since a
-//!   hidet tensor owns its elements; the kernels then read that tensor in place.
+//!   A C-contiguous, aligned array is wrapped as a tensor without a copy
+//!   (`Tensor::from_external`, holding a reference to the array), so the kernels read the
+//!   array's memory in place; any other array is gathered once into a new tensor. An input
+//!   array must not be modified by another thread while a run reads it.
 //! - Outputs: numpy arrays that take over the tensor a run returns, without copying it (the
 //!   kernels wrote it in place where the model allows, see `hidet::api`).
 //! - The GIL is released while a model compiles and while it runs.
@@ -165,7 +167,8 @@ fn infos(list: &[TensorInfo]) -> Vec<PyTensorInfo> {
 }
 
 /// One numpy array (or anything `numpy.asarray` takes) as a tensor of the same dtype and
-/// shape. A C-contiguous array is copied with one `memcpy`; any other is gathered in C order.
+/// shape. A C-contiguous, aligned array is wrapped without a copy (the tensor keeps a
+/// reference to it); any other is gathered in C order into a new buffer.
 fn to_tensor(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Tensor> {
     let py = value.py();
     let owned;
@@ -189,6 +192,19 @@ fn to_tensor(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Tensor> {
                     let view: PyReadonlyArrayDyn<'_, $t> = typed.try_readonly().map_err(|e| {
                         InputError::new_err(format!("input `{name}`: {e}"))
                     })?;
+                    let ptr = typed.data().cast_const();
+                    if typed.is_c_contiguous() && ptr.align_offset(std::mem::align_of::<$t>()) == 0 {
+                        let len = typed.len();
+                        let owner: Py<PyArrayDyn<$t>> = typed.clone().unbind();
+                        // SAFETY: a C-contiguous, aligned array of native `$t` holds `len`
+                        // initialized elements at `ptr`, kept alive by `owner` (a reference
+                        // to the array) for as long as the tensor lives. The elements must
+                        // not be written meanwhile: nothing in hidet writes inputs, and the
+                        // documented contract of `run` is that the caller does not modify
+                        // an input array while a run reads it.
+                        return unsafe { Tensor::from_external(shape, ptr, len, Box::new(owner)) }
+                            .map_err(|e| py_error(e.into()));
+                    }
                     let data: Vec<$t> = match view.as_slice() {
                         Ok(slice) => slice.to_vec(),
                         Err(_) => view.as_array().iter().copied().collect(),
@@ -230,12 +246,15 @@ fn to_numpy<'py>(py: Python<'py>, tensor: Tensor) -> PyResult<Bound<'py, PyAny>>
         tensor: Tensor,
         shape: Vec<usize>,
     ) -> PyResult<Bound<'_, PyAny>> {
-        let shared: Arc<Vec<T>> = T::unwrap(tensor.data())
+        let shared = T::unwrap(tensor.data())
             .cloned()
             .ok_or_else(|| HidetError::new_err("output dtype mismatch"))?;
         drop(tensor);
-        // Unique once the tensor is gone, unless the run shares it (a constant output).
-        let data = Arc::try_unwrap(shared).unwrap_or_else(|shared| shared.as_ref().clone());
+        // Unique once the tensor is gone, unless the run shares it (a constant output); an
+        // output that is an input array's memory is copied.
+        let data = Arc::try_unwrap(shared)
+            .map(|buffer| buffer.into_vec())
+            .unwrap_or_else(|shared| shared.to_vec());
         Ok(PyArray1::from_vec(py, data).reshape(shape)?.into_any())
     }
     match tensor.dtype() {

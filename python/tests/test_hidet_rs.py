@@ -9,6 +9,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -109,6 +110,40 @@ def test_non_contiguous_and_list_inputs(two_inputs_bytes):
     want = ort_run(two_inputs_bytes, {"a": np.ascontiguousarray(a), "b": np.array(b)})
     got = compiled.run({"a": a, "b": np.asarray(b, dtype=np.int64)})
     assert_close(got[0], want[0])
+
+
+def test_inputs_read_in_place_are_never_outputs_and_never_written(tmp_path):
+    """C-contiguous inputs are read where they are; an output that is an input (Identity)
+    is a copy, an unaligned input is gathered, and the inputs keep their values."""
+    graph = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("Identity", ["x"], ["same"]),
+            onnx.helper.make_node("Mul", ["x", "x"], ["square"]),
+        ],
+        "identity",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [5, 7])],
+        [
+            onnx.helper.make_tensor_value_info("same", onnx.TensorProto.FLOAT, [5, 7]),
+            onnx.helper.make_tensor_value_info("square", onnx.TensorProto.FLOAT, [5, 7]),
+        ],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    compiled = hidet_rs.compile(model.SerializeToString(), threads=2)
+    x = np.random.default_rng(2).standard_normal((5, 7)).astype(np.float32)
+    kept = x.copy()
+    raw = bytearray(x.nbytes + 1)
+    unaligned = np.frombuffer(raw, dtype=np.float32, count=35, offset=1).reshape(5, 7)
+    unaligned[...] = x
+    assert not unaligned.flags.aligned
+    for given in (x, unaligned):
+        same, square = compiled.run([given])
+        assert not np.shares_memory(same, given) and not np.shares_memory(square, given)
+        np.testing.assert_array_equal(same, kept)
+        np.testing.assert_array_equal(square, kept * kept)
+        np.testing.assert_array_equal(given, kept)
+        same[...] = 0
+        np.testing.assert_array_equal(given, kept)
 
 
 def test_outputs_are_fresh_writable_arrays(cnn_bytes):

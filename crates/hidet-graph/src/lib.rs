@@ -11,6 +11,7 @@
 
 pub mod attribute;
 pub mod bind;
+pub mod buffer;
 pub mod compiled;
 pub mod dtype;
 pub mod executor;

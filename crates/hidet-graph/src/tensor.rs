@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 
+use crate::buffer::Buffer;
 use crate::dtype::DType;
 use crate::narrow::{F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, I4, U4};
 use crate::string::Str;
@@ -36,26 +37,26 @@ pub enum TensorError {
 /// Typed element storage of a tensor. Cloning is cheap (the buffer is shared).
 #[derive(Clone, PartialEq)]
 pub enum TensorData {
-    F32(Arc<Vec<f32>>),
-    F64(Arc<Vec<f64>>),
-    F16(Arc<Vec<f16>>),
-    BF16(Arc<Vec<bf16>>),
-    I8(Arc<Vec<i8>>),
-    I16(Arc<Vec<i16>>),
-    I32(Arc<Vec<i32>>),
-    I64(Arc<Vec<i64>>),
-    U8(Arc<Vec<u8>>),
-    U16(Arc<Vec<u16>>),
-    U32(Arc<Vec<u32>>),
-    U64(Arc<Vec<u64>>),
-    Bool(Arc<Vec<bool>>),
-    F8E4M3FN(Arc<Vec<F8E4M3FN>>),
-    F8E4M3FNUZ(Arc<Vec<F8E4M3FNUZ>>),
-    F8E5M2(Arc<Vec<F8E5M2>>),
-    F8E5M2FNUZ(Arc<Vec<F8E5M2FNUZ>>),
-    I4(Arc<Vec<I4>>),
-    U4(Arc<Vec<U4>>),
-    String(Arc<Vec<Str>>),
+    F32(Arc<Buffer<f32>>),
+    F64(Arc<Buffer<f64>>),
+    F16(Arc<Buffer<f16>>),
+    BF16(Arc<Buffer<bf16>>),
+    I8(Arc<Buffer<i8>>),
+    I16(Arc<Buffer<i16>>),
+    I32(Arc<Buffer<i32>>),
+    I64(Arc<Buffer<i64>>),
+    U8(Arc<Buffer<u8>>),
+    U16(Arc<Buffer<u16>>),
+    U32(Arc<Buffer<u32>>),
+    U64(Arc<Buffer<u64>>),
+    Bool(Arc<Buffer<bool>>),
+    F8E4M3FN(Arc<Buffer<F8E4M3FN>>),
+    F8E4M3FNUZ(Arc<Buffer<F8E4M3FNUZ>>),
+    F8E5M2(Arc<Buffer<F8E5M2>>),
+    F8E5M2FNUZ(Arc<Buffer<F8E5M2FNUZ>>),
+    I4(Arc<Buffer<I4>>),
+    U4(Arc<Buffer<U4>>),
+    String(Arc<Buffer<Str>>),
 }
 
 /// A Rust element type that a tensor can hold.
@@ -70,9 +71,9 @@ pub trait Element:
     /// The dtype tag of this element type.
     const DTYPE: DType;
     /// Wraps a typed buffer.
-    fn wrap(v: Arc<Vec<Self>>) -> TensorData;
+    fn wrap(v: Arc<Buffer<Self>>) -> TensorData;
     /// The typed buffer, if `d` holds this element type.
-    fn unwrap(d: &TensorData) -> Option<&Arc<Vec<Self>>>;
+    fn unwrap(d: &TensorData) -> Option<&Arc<Buffer<Self>>>;
     /// Value as f64 (exact for every type except i64/u64 beyond 2^53).
     fn to_f64(self) -> f64;
     /// Converts from f64 (see the trait docs for rounding rules).
@@ -92,10 +93,10 @@ macro_rules! impl_int_element {
     ($t:ty, $variant:ident) => {
         impl Element for $t {
             const DTYPE: DType = DType::$variant;
-            fn wrap(v: Arc<Vec<Self>>) -> TensorData {
+            fn wrap(v: Arc<Buffer<Self>>) -> TensorData {
                 TensorData::$variant(v)
             }
-            fn unwrap(d: &TensorData) -> Option<&Arc<Vec<Self>>> {
+            fn unwrap(d: &TensorData) -> Option<&Arc<Buffer<Self>>> {
                 match d {
                     TensorData::$variant(v) => Some(v),
                     _ => None,
@@ -137,10 +138,10 @@ macro_rules! impl_float_element {
     ($t:ty, $variant:ident, $to:expr, $from:expr) => {
         impl Element for $t {
             const DTYPE: DType = DType::$variant;
-            fn wrap(v: Arc<Vec<Self>>) -> TensorData {
+            fn wrap(v: Arc<Buffer<Self>>) -> TensorData {
                 TensorData::$variant(v)
             }
-            fn unwrap(d: &TensorData) -> Option<&Arc<Vec<Self>>> {
+            fn unwrap(d: &TensorData) -> Option<&Arc<Buffer<Self>>> {
                 match d {
                     TensorData::$variant(v) => Some(v),
                     _ => None,
@@ -176,10 +177,10 @@ impl_float_element!(bf16, BF16, |x: bf16| x.to_f64(), bf16::from_f64);
 
 impl Element for bool {
     const DTYPE: DType = DType::Bool;
-    fn wrap(v: Arc<Vec<Self>>) -> TensorData {
+    fn wrap(v: Arc<Buffer<Self>>) -> TensorData {
         TensorData::Bool(v)
     }
-    fn unwrap(d: &TensorData) -> Option<&Arc<Vec<Self>>> {
+    fn unwrap(d: &TensorData) -> Option<&Arc<Buffer<Self>>> {
         match d {
             TensorData::Bool(v) => Some(v),
             _ => None,
@@ -213,10 +214,10 @@ macro_rules! impl_narrow_element {
     ($t:ident, $to:expr, $from:expr, $from_int:expr, $from_byte:expr, $to_byte:expr) => {
         impl Element for $t {
             const DTYPE: DType = DType::$t;
-            fn wrap(v: Arc<Vec<Self>>) -> TensorData {
+            fn wrap(v: Arc<Buffer<Self>>) -> TensorData {
                 TensorData::$t(v)
             }
-            fn unwrap(d: &TensorData) -> Option<&Arc<Vec<Self>>> {
+            fn unwrap(d: &TensorData) -> Option<&Arc<Buffer<Self>>> {
                 match d {
                     TensorData::$t(v) => Some(v),
                     _ => None,
@@ -296,10 +297,10 @@ impl_narrow_element!(
 
 impl Element for Str {
     const DTYPE: DType = DType::String;
-    fn wrap(v: Arc<Vec<Self>>) -> TensorData {
+    fn wrap(v: Arc<Buffer<Self>>) -> TensorData {
         TensorData::String(v)
     }
-    fn unwrap(d: &TensorData) -> Option<&Arc<Vec<Self>>> {
+    fn unwrap(d: &TensorData) -> Option<&Arc<Buffer<Self>>> {
         match d {
             TensorData::String(v) => Some(v),
             _ => None,
@@ -407,7 +408,7 @@ pub fn checked_numel(shape: &[usize]) -> Option<usize> {
 impl Tensor {
     /// Builds a tensor from a typed buffer; fails if `data.len()` is not the shape's product.
     pub fn new<T: Element>(shape: Vec<usize>, data: Vec<T>) -> Result<Tensor, TensorError> {
-        Tensor::from_data(shape, T::wrap(Arc::new(data)))
+        Tensor::from_data(shape, T::wrap(Arc::new(Buffer::from(data))))
     }
 
     /// Builds a tensor from shared storage; fails if the element count does not match.
@@ -428,7 +429,7 @@ impl Tensor {
     pub fn scalar<T: Element>(v: T) -> Tensor {
         Tensor {
             shape: vec![],
-            data: T::wrap(Arc::new(vec![v])),
+            data: T::wrap(Arc::new(Buffer::from(vec![v]))),
         }
     }
 
@@ -504,6 +505,30 @@ impl Tensor {
         self.numel() * self.dtype().size_in_bytes()
     }
 
+    /// A tensor of `shape` over `len` elements at `ptr` that the caller owns (a numpy
+    /// array's memory), without copying them: kernels and every reader see that memory.
+    /// `owner` is dropped when the last clone of the tensor is. Fails, without taking
+    /// `owner`'s memory, when `len` is not the element count of `shape`.
+    ///
+    /// # Safety
+    /// `ptr` must be non-null, aligned for `T` and point to `len` initialized elements that
+    /// stay valid and are not written by anyone for as long as `owner` is alive.
+    pub unsafe fn from_external<T: Element>(
+        shape: Vec<usize>,
+        ptr: *const T,
+        len: usize,
+        owner: Box<dyn Send + Sync>,
+    ) -> Result<Tensor, TensorError> {
+        // SAFETY: the caller's guarantee, passed on.
+        let buffer = unsafe { Buffer::external(ptr, len, owner) };
+        Tensor::from_data(shape, T::wrap(Arc::new(buffer)))
+    }
+
+    /// Whether the elements are memory the caller owns ([`Tensor::from_external`]).
+    pub fn is_external(&self) -> bool {
+        crate::dispatch_all!(self.dtype(), T => T::unwrap(&self.data).is_some_and(|b| b.is_external()))
+    }
+
     /// The shared storage.
     pub fn data(&self) -> &TensorData {
         &self.data
@@ -512,7 +537,7 @@ impl Tensor {
     /// The elements as a typed slice; fails if `T` is not the tensor's element type.
     pub fn as_slice<T: Element>(&self) -> Result<&[T], TensorError> {
         T::unwrap(&self.data)
-            .map(|v| v.as_slice())
+            .map(|v| &***v)
             .ok_or(TensorError::DTypeMismatch {
                 actual: self.dtype(),
                 requested: T::DTYPE,
@@ -584,7 +609,7 @@ impl Tensor {
             };
             return Tensor {
                 shape: self.shape.clone(),
-                data: TensorData::String(Arc::new(text)),
+                data: TensorData::String(Arc::new(Buffer::from(text))),
             };
         }
         let src_float = self.dtype().is_float() || self.dtype().is_float8();
@@ -600,7 +625,7 @@ impl Tensor {
                 } else {
                     src.iter().map(|x| D::from_i128(x.to_i128())).collect()
                 };
-                Tensor { shape: self.shape.clone(), data: D::wrap(Arc::new(out)) }
+                Tensor { shape: self.shape.clone(), data: D::wrap(Arc::new(Buffer::from(out))) }
             })
         })
     }
@@ -693,6 +718,25 @@ mod tests {
             let back = Tensor::from_le_bytes(dtype, vec![2, 7], &bytes).unwrap();
             assert_eq!(back.to_f64_vec(), t.to_f64_vec(), "{dtype}");
         }
+    }
+
+    #[test]
+    fn an_external_tensor_reads_the_callers_memory() {
+        let data: Arc<Vec<f32>> = Arc::new((0..6).map(|i| i as f32 * 0.5).collect());
+        // SAFETY: six floats, kept alive and unwritten by the owner (an `Arc` clone).
+        let t = unsafe {
+            Tensor::from_external(vec![2, 3], data.as_ptr(), 6, Box::new(Arc::clone(&data)))
+        }
+        .unwrap();
+        assert!(t.is_external());
+        assert_eq!(t.as_slice::<f32>().unwrap().as_ptr(), data.as_ptr());
+        assert_eq!(t.reshape(vec![3, 2]).unwrap().to_f64_vec()[5], 2.5);
+        // SAFETY: as above.
+        let wrong = unsafe {
+            Tensor::from_external(vec![4, 3], data.as_ptr(), 6, Box::new(Arc::clone(&data)))
+        };
+        assert!(wrong.is_err(), "6 elements do not fill [4, 3]");
+        assert!(!Tensor::new(vec![1], vec![1f32]).unwrap().is_external());
     }
 
     #[test]

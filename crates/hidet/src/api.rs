@@ -38,8 +38,13 @@
 //! graph output that is a buffer of its own straight into the tensor that is returned (no
 //! copy out). [`CompiledModel::report`] tells how many inputs and outputs of a compiled shape
 //! do so (`inputs_in_place`, `outputs_in_place`). Memory the caller does not own as a `Vec`
-//! (a numpy array, a torch tensor) is copied once into a tensor: the executor takes inputs
-//! as tensors only.
+//! (a numpy array, a torch tensor) is wrapped without a copy by the unsafe
+//! [`Tensor::from_external`], which keeps an owner handle alive as long as the tensor (the
+//! Python package does this for every C-contiguous array).
+//!
+//! # Saved models
+//! [`CompiledModel::save`] writes a compiled model to one file and [`CompiledModel::load`]
+//! runs it without compiling anything (no C compiler needed on that machine).
 //!
 //! # Errors
 //! Every failure is an [`Error`] whose message is the one the `hidet` command-line tool

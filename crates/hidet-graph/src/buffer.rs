@@ -1,0 +1,145 @@
+//! The element storage of a tensor: a vector hidet owns, or memory the caller owns (a numpy
+//! array, a torch tensor) that a tensor wraps without copying, kept alive by a handle.
+
+use std::fmt;
+use std::ptr::NonNull;
+
+/// Immutable elements: owned, or borrowed from a caller for as long as its owner handle
+/// lives (see [`Buffer::external`]). Dereferences to `[T]`.
+pub struct Buffer<T> {
+    repr: Repr<T>,
+}
+
+enum Repr<T> {
+    Owned(Vec<T>),
+    External {
+        ptr: NonNull<T>,
+        len: usize,
+        /// Keeps the memory alive; dropped with the buffer.
+        _owner: Box<dyn Send + Sync>,
+    },
+}
+
+// SAFETY: an owned buffer is a `Vec<T>`; an external one is an immutable view of `len`
+// elements that [`Buffer::external`]'s caller guarantees stay valid and unmodified while the
+// owner lives, the owner itself being `Send + Sync`. So sharing or sending a buffer is
+// sharing or sending `[T]`.
+unsafe impl<T: Send + Sync> Send for Buffer<T> {}
+// SAFETY: see `Send`: a buffer only ever hands out `&[T]`.
+unsafe impl<T: Send + Sync> Sync for Buffer<T> {}
+
+impl<T> Buffer<T> {
+    /// A buffer wrapping `len` elements at `ptr` that someone else owns, without copying
+    /// them; `owner` is dropped when the buffer is.
+    ///
+    /// # Safety
+    /// `ptr` must be non-null, aligned for `T` and point to `len` initialized elements that
+    /// stay valid and are not written by anyone for as long as `owner` is alive.
+    pub unsafe fn external(ptr: *const T, len: usize, owner: Box<dyn Send + Sync>) -> Buffer<T> {
+        let ptr = NonNull::new(ptr.cast_mut()).unwrap_or(NonNull::dangling());
+        Buffer {
+            repr: Repr::External {
+                ptr,
+                len,
+                _owner: owner,
+            },
+        }
+    }
+
+    /// Whether the elements are the caller's memory (see [`Buffer::external`]).
+    pub fn is_external(&self) -> bool {
+        matches!(self.repr, Repr::External { .. })
+    }
+
+    /// The elements as a vector: the owned one as is, a copy of external memory.
+    pub fn into_vec(self) -> Vec<T>
+    where
+        T: Clone,
+    {
+        match self.repr {
+            Repr::Owned(v) => v,
+            Repr::External { .. } => self.to_vec(),
+        }
+    }
+}
+
+impl<T> From<Vec<T>> for Buffer<T> {
+    fn from(v: Vec<T>) -> Buffer<T> {
+        Buffer {
+            repr: Repr::Owned(v),
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Buffer<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        match &self.repr {
+            Repr::Owned(v) => v,
+            // SAFETY: `Buffer::external`'s contract: `len` initialized, aligned elements that
+            // nobody writes while the owner, held by `self`, lives. A zero-length view has a
+            // dangling but aligned pointer, which `from_raw_parts` accepts.
+            Repr::External { ptr, len, .. } => unsafe {
+                std::slice::from_raw_parts(ptr.as_ptr(), *len)
+            },
+        }
+    }
+}
+
+impl<T: Clone> Clone for Buffer<T> {
+    /// An owned copy of the elements.
+    fn clone(&self) -> Buffer<T> {
+        Buffer::from(self.to_vec())
+    }
+}
+
+impl<T: PartialEq> PartialEq for Buffer<T> {
+    fn eq(&self, other: &Buffer<T>) -> bool {
+        **self == **other
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Buffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    /// Holds the memory (never read: it keeps it alive) and flags its own drop.
+    struct Owner(#[allow(dead_code)] Arc<Vec<f32>>, Arc<AtomicBool>);
+    impl Drop for Owner {
+        fn drop(&mut self) {
+            self.1.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn an_external_buffer_reads_the_owner_memory_and_drops_the_owner_with_it() {
+        let data = Arc::new(vec![1.5f32, -2.0, 3.25]);
+        let dropped = Arc::new(AtomicBool::new(false));
+        let owner = Owner(Arc::clone(&data), Arc::clone(&dropped));
+        // SAFETY: `data` holds 3 floats, kept alive (and never written) by `owner`.
+        let b = unsafe { Buffer::external(data.as_ptr(), data.len(), Box::new(owner)) };
+        assert!(b.is_external());
+        assert_eq!(b.as_ptr(), data.as_ptr(), "no copy");
+        assert_eq!(&*b, &[1.5, -2.0, 3.25]);
+        assert_eq!(b.clone(), b);
+        assert!(!b.clone().is_external(), "a clone owns its elements");
+        assert!(!dropped.load(Ordering::SeqCst));
+        assert_eq!(b.into_vec(), vec![1.5, -2.0, 3.25]);
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "the owner goes with the buffer"
+        );
+        // SAFETY: no elements are read through a zero-length view.
+        let empty = unsafe { Buffer::<f32>::external(std::ptr::null(), 0, Box::new(())) };
+        assert!(empty.is_empty());
+    }
+}
