@@ -55,7 +55,8 @@ enum Command {
     },
     /// Compile a model (an .onnx file or zoo:NAME) and time its runs.
     Bench {
-        /// The .onnx file, or zoo:NAME for a built-in model (see `hidet zoo`).
+        /// The .onnx file, zoo:NAME for a built-in model (see `hidet zoo`), or a compiled model
+        /// saved by `hidet compile -o` (timed as loaded: no compiler, its saved shapes).
         #[arg(required_unless_present = "list")]
         model: Option<String>,
         /// An input as NAME=FILE.npy (repeatable); missing inputs get seeded random data.

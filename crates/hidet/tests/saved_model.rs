@@ -408,6 +408,21 @@ fn the_cli_saves_and_runs_without_a_c_compiler() {
         cached, 0,
         "running the saved model wrote nothing to the kernel cache"
     );
+    // `hidet bench` times the saved model as loaded, with synthesized inputs.
+    let o = hidet(
+        &["bench", saved.to_str().unwrap(), "--runs", "2", "--json"],
+        &[("CC", &no_compiler), ("HIDET_CACHE_DIR", &empty)],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(v["compile_seconds"], 0.0, "{v}");
+    assert_eq!(v["outputs"][0]["shape"], serde_json::json!([1, 7]), "{v}");
+    let o = hidet(&["bench", saved.to_str().unwrap(), "--check"], &[]);
+    assert!(
+        !o.status.success(),
+        "no reference executor for a saved model"
+    );
     // The compiler really is absent: compiling the ONNX file there fails.
     let o = hidet(
         &["compile", onnx.to_str().unwrap()],

@@ -6,10 +6,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use hidet::graph::compiled::{Backend, CompileOptions, CompiledModel, StepInfo};
+use hidet::graph::compiled::{Backend, CompileOptions, CompiledGraph, CompiledModel, StepInfo};
 use hidet::graph::Tensor;
 use hidet::pipeline::{self, Device, PipelineError};
-use hidet::zoo::inputs::{complete_inputs, InputKind};
+use hidet::zoo::inputs::{complete_declared_inputs, complete_inputs, InputKind};
 use hidet::zoo::{self, SEED};
 use hidet_cpu::CpuTarget;
 use hidet_cuda::graph_backend::CudaBackendOptions;
@@ -117,6 +117,9 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     }
     let device = args.device;
     let specs = super::run::parse_inputs(&args.inputs)?;
+    if pipeline::is_compiled_model(std::path::Path::new(&args.model)) {
+        return bench_saved(args, &specs);
+    }
     let loaded = source::load(&args.model)?;
     let graph = &loaded.model.graph;
     let given: Vec<(String, Tensor)> = specs
@@ -194,6 +197,115 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             check = Some(compare(&outputs, &want)?);
         }
     }
+    report(
+        args,
+        Measured {
+            label: loaded.label,
+            load_seconds: loaded.load_time.as_secs_f64(),
+            kernels,
+            compile_seconds,
+            intermediate_bytes,
+            times,
+            outputs,
+            check,
+            profile,
+        },
+    )
+}
+
+/// `hidet bench` of a saved compiled model: loads it (no compiler), synthesizes the inputs
+/// not given for its first saved set of shapes, and times its runs.
+fn bench_saved(args: &BenchArgs, specs: &[(String, PathBuf)]) -> Result<(), CliError> {
+    let path = std::path::Path::new(&args.model);
+    if args.reference || args.check {
+        return Err(CliError::Other(format!(
+            "{} is a compiled model, which has no graph for the reference executor (--reference, \
+             --check): give the .onnx file",
+            path.display()
+        )));
+    }
+    if args.device != Device::Cpu {
+        return Err(CliError::Other(format!(
+            "saved models run on the CPU, not {}",
+            args.device.name()
+        )));
+    }
+    let start = Instant::now();
+    let loaded = pipeline::load_compiled(path, args.threads)?;
+    let load_seconds = start.elapsed().as_secs_f64();
+    let given: Vec<(String, Tensor)> = specs
+        .iter()
+        .map(|(name, path)| Ok((name.clone(), npy::read(path)?)))
+        .collect::<Result<_, CliError>>()?;
+    let first = loaded.graphs()[0].input_shapes();
+    let declared: Vec<(String, hidet::DType, Vec<usize>)> = loaded
+        .inputs()
+        .iter()
+        .zip(first)
+        .map(|(d, shape)| (d.name.clone(), d.dtype, shape))
+        .collect();
+    let inputs: Vec<(String, Tensor)> = complete_declared_inputs(&declared, &given, SEED)?
+        .into_iter()
+        .map(|(name, t, _)| (name, t))
+        .collect();
+    println!(
+        "saved model {} ({} compiled input shapes, loaded in {load_seconds:.3} s without a compiler)",
+        path.display(),
+        loaded.graphs().len()
+    );
+    for (name, t) in &inputs {
+        println!("  input {name}: {}", describe(t));
+    }
+    let data: Vec<(String, hidet::graph::Datum)> = inputs
+        .iter()
+        .map(|(n, t)| (n.clone(), hidet::graph::Datum::Tensor(t.clone())))
+        .collect();
+    let compiled = loaded.compiled_for(&data).map_err(PipelineError::from)?;
+    let timed = time_graph(args, &compiled, 0.0, &inputs)?;
+    report(
+        args,
+        Measured {
+            label: args.model.clone(),
+            load_seconds,
+            kernels: timed.kernels,
+            compile_seconds: 0.0,
+            intermediate_bytes: timed.intermediate_bytes,
+            times: timed.times,
+            outputs: timed.outputs,
+            check: None,
+            profile: timed.profile,
+        },
+    )
+}
+
+/// What a bench measured, for the report [`report`] prints.
+struct Measured {
+    label: String,
+    load_seconds: f64,
+    kernels: usize,
+    compile_seconds: f64,
+    intermediate_bytes: usize,
+    times: Vec<Duration>,
+    outputs: Vec<(String, Tensor)>,
+    check: Option<(f64, f64)>,
+    profile: Option<Vec<ProfileRow>>,
+}
+
+/// Prints the outputs, the check, the profile and the latencies (and the JSON line), and
+/// fails when the check is above tolerance.
+fn report(args: &BenchArgs, m: Measured) -> Result<(), CliError> {
+    let Measured {
+        label,
+        load_seconds,
+        kernels,
+        compile_seconds,
+        intermediate_bytes,
+        times,
+        outputs,
+        check,
+        profile,
+    } = m;
+    let device = args.device;
     let (min_ms, median_ms, max_ms, mean_ms) = stats_ms(&times);
     let summaries: Vec<serde_json::Value> =
         outputs.iter().map(|(n, t)| output_summary(n, t)).collect();
@@ -231,7 +343,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     );
     if args.json {
         let mut obj = serde_json::json!({
-            "model": loaded.label,
+            "model": label,
             "executor": if args.reference { "reference" } else { "compiled" },
             "device": device.name(),
             "threads": if args.reference { 1 } else { args.threads.unwrap_or(CpuTarget::host().cores) },
@@ -242,7 +354,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             "max_ms": max_ms,
             "mean_ms": mean_ms,
             "compile_seconds": compile_seconds,
-            "load_seconds": loaded.load_time.as_secs_f64(),
+            "load_seconds": load_seconds,
             "kernels": kernels,
             "intermediate_bytes": intermediate_bytes,
             "outputs": summaries,
@@ -310,6 +422,17 @@ fn time_compiled<B: Backend>(
         report.host_nodes(),
         report.intermediate_bytes as f64 / (1 << 20) as f64
     );
+    time_graph(args, &compiled, compile_seconds, inputs)
+}
+
+/// Runs the warmup and the timed runs of a compiled graph.
+fn time_graph<B: Backend>(
+    args: &BenchArgs,
+    compiled: &CompiledGraph<B>,
+    compile_seconds: f64,
+    inputs: &[(String, Tensor)],
+) -> Result<Timed, CliError> {
+    let report = compiled.report();
     for _ in 0..args.warmup {
         compiled.run(inputs).map_err(PipelineError::from)?;
     }

@@ -105,6 +105,53 @@ pub fn complete_inputs(
     Ok(out)
 }
 
+/// Inputs for a model known only by its declared inputs (a saved compiled model), as
+/// `(name, dtype, shape)` in input order: the one in `given` if present, else synthesized
+/// like [`complete_inputs`] does, except that with no graph to find the tables an integer
+/// id input gets ids in `[0, 2)` (valid for any table of two rows or more).
+pub fn complete_declared_inputs(
+    declared: &[(String, DType, Vec<usize>)],
+    given: &[(String, Tensor)],
+    seed: u64,
+) -> Result<Vec<(String, Tensor, InputKind)>, InputError> {
+    if let Some((name, _)) = given
+        .iter()
+        .find(|(n, _)| !declared.iter().any(|(d, _, _)| d == n))
+    {
+        return Err(InputError::Unknown {
+            name: name.clone(),
+            inputs: declared
+                .iter()
+                .map(|(n, _, _)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    declared
+        .iter()
+        .map(|(name, dtype, shape)| {
+            if let Some((_, t)) = given.iter().find(|(n, _)| n == name) {
+                return Ok((name.clone(), t.clone(), InputKind::Given));
+            }
+            let kind = if is_mask(name) {
+                InputKind::Ones
+            } else if dtype.is_int() {
+                InputKind::Ids { rows: 2 }
+            } else {
+                InputKind::Random
+            };
+            let mut rng = Rng::derived(seed, name);
+            let t = synthesize(*dtype, shape.clone(), kind, &mut rng).map_err(|source| {
+                InputError::Tensor {
+                    name: name.clone(),
+                    source,
+                }
+            })?;
+            Ok((name.clone(), t, kind))
+        })
+        .collect()
+}
+
 fn is_mask(name: &str) -> bool {
     name.to_ascii_lowercase().contains("mask")
 }
