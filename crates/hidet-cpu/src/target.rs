@@ -349,6 +349,7 @@ impl CpuTarget {
             "-fopenmp-simd",
             "-ffp-contract=fast",
             "-fno-math-errno",
+            "-fno-trapping-math",
             "-fno-tree-loop-distribute-patterns",
         ]
         .iter()
