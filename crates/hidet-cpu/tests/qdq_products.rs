@@ -219,7 +219,7 @@ fn check(seed: u64, p: Product, act: DType, per_channel: bool, relu: bool) -> us
     let dir = tempfile::tempdir().unwrap();
     let compiled = CompiledGraph::compile(
         &rewritten,
-        &[xs.clone()],
+        std::slice::from_ref(&xs),
         Arc::new(cpu_backend(dir.path(), true)),
         &CompileOptions::default(),
     )
