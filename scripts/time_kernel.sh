@@ -71,7 +71,7 @@ int main(void) {
 }
 C
 # hidet's flags (crates/hidet-cpu/src/target.rs): -O3, the host's ISA, 512-bit vectors with AVX-512.
-flags=(-O3 -std=gnu11 -fopenmp -ffp-contract=fast -fno-math-errno -fno-tree-loop-distribute-patterns ${ISA:--march=native})
+flags=(-O3 -std=gnu11 -fopenmp -ffp-contract=fast -fno-math-errno -fno-trapping-math -fno-tree-loop-distribute-patterns ${ISA:--march=native})
 if grep -q avx512f /proc/cpuinfo 2>/dev/null; then flags+=(-mprefer-vector-width=512); fi
 gcc "${flags[@]}" -DENTRY="$entry" -DENTRY_NAME="\"$entry\"" -I"$work" "$work/driver.c" -o "$work/driver" -lm
 if [ -n "${BIN_OUT:-}" ]; then cp "$work/driver" "$BIN_OUT"; fi

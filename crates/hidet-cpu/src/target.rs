@@ -338,8 +338,10 @@ impl CpuTarget {
     /// (no OpenMP runtime: [`crate::parallel`] runs the parallel loops), FMA
     /// contraction, loops kept as loops (GCC would otherwise turn a short copy loop
     /// whose length is not constant, such as a segment of an im2col row in a packing
-    /// loop, into an inline `rep movs` that costs tens of cycles to start) and the ISA
-    /// flags of [`CpuTarget::isa_flags`].
+    /// loop, into an inline `rep movs` that costs tens of cycles to start), floating-point
+    /// operations assumed not to trap (kernels never read the exception flags; without it
+    /// GCC will not if-convert a guarded float-to-integer conversion, so a loop quantizing
+    /// to int8 stays scalar) and the ISA flags of [`CpuTarget::isa_flags`].
     pub fn cflags(&self) -> Vec<String> {
         let mut flags: Vec<String> = [
             "-O3",
@@ -349,6 +351,7 @@ impl CpuTarget {
             "-fopenmp-simd",
             "-ffp-contract=fast",
             "-fno-math-errno",
+            "-fno-trapping-math",
             "-fno-tree-loop-distribute-patterns",
         ]
         .iter()

@@ -100,6 +100,9 @@ impl GraphPass for ConvWinograd {
             let Some(conv) = static_conv(&rw, NodeId(i)) else {
                 continue;
             };
+            if only_quantized(rw.graph(), conv.y) {
+                continue;
+            }
             let Some(axes) = self.plan(&conv) else {
                 continue;
             };
@@ -117,6 +120,23 @@ impl GraphPass for ConvWinograd {
         }
         rw.finish()
     }
+}
+
+/// Whether every use of `y` quantizes it (`QuantizeLinear`, as in a QDQ model) and it is no
+/// graph output. Such a convolution is left to the direct or implicit-GEMM product: the
+/// Winograd output transform's epilogue writes each tile's outputs scattered over four
+/// image rows, a loop the C compiler leaves scalar, and a quantization there (a division,
+/// a rounding and a saturation per element, twice with the residual of a ResNet block)
+/// costs more than the transform saves: ResNet-18's QDQ export at batch 1, one thread, took
+/// 31–36 ms in its kernels with these convolutions as Winograd's, 29–31 ms without.
+fn only_quantized(graph: &Graph, y: ValueId) -> bool {
+    let users = &graph.value(y).users;
+    !users.is_empty()
+        && !graph.outputs().contains(&y)
+        && users.iter().all(|&(n, _)| {
+            let node = &graph.nodes()[n.0];
+            node.domain.is_empty() && node.op_type == "QuantizeLinear"
+        })
 }
 
 impl ConvWinograd {

@@ -19,7 +19,7 @@ use crate::operator::{
     Operator,
 };
 use crate::ops::common::check_dtype;
-use crate::ops::compute_util::{float_to_int, input, math1, opt_input, placeholders, try_grid_def};
+use crate::ops::compute_util::{input, int_bounds, math1, opt_input, placeholders, try_grid_def};
 use hidet_ir::expr::{Expr, Var};
 use hidet_ir::intrinsic::MathFunc;
 use crate::registry::{Registry, LATEST_OPSET};
@@ -294,7 +294,18 @@ impl Operator for Quantize {
                 Some(z) => rounded + read(2, z.shape, i)?.cast(f32),
                 None => rounded,
             };
-            float_to_int(shifted, f32, to)
+            // Saturated in f32, then converted unconditionally: `shifted` is an integer (or
+            // an infinity), never NaN, so clamping to the type's bounds and truncating equals
+            // the saturating conversion, and the C compiler vectorizes selects between floats
+            // where it would not if-convert a guarded float-to-int conversion.
+            let (lo, hi) = int_bounds(to);
+            let (lo, hi) = (Expr::float_of(lo as f64, f32), Expr::float_of(hi as f64, f32));
+            let saturated = Expr::select(
+                shifted.le(lo.clone()),
+                lo,
+                Expr::select(shifted.ge(hi.clone()), hi, shifted),
+            );
+            Some(saturated.cast(to))
         })
     }
 }
