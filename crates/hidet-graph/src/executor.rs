@@ -209,11 +209,23 @@ pub fn run_reference(
     graph: &Graph,
     inputs: &[(String, Tensor)],
 ) -> Result<Vec<(String, Tensor)>, ExecError> {
-    let data: Vec<(String, Datum)> = inputs
+    into_tensors(run_reference_data(graph, &as_data(inputs))?)
+}
+
+/// Named tensors as named data (the form every `run_data` takes).
+pub(crate) fn as_data(inputs: &[(String, Tensor)]) -> Vec<(String, Datum)> {
+    inputs
         .iter()
         .map(|(n, t)| (n.clone(), Datum::Tensor(t.clone())))
-        .collect();
-    run_reference_data(graph, &data)?
+        .collect()
+}
+
+/// Named outputs that must all be tensors (what every tensor-only `run` returns); a sequence
+/// or optional among them is [`ExecError::WrongKind`] naming it.
+pub(crate) fn into_tensors(
+    outputs: Vec<(String, Datum)>,
+) -> Result<Vec<(String, Tensor)>, ExecError> {
+    outputs
         .into_iter()
         .map(|(name, d)| match d {
             Datum::Tensor(t) => Ok((name, t)),

@@ -688,22 +688,8 @@ impl<B: Backend> CompiledGraph<B> {
         inputs: &[(String, Tensor)],
         times: Option<&mut Vec<Duration>>,
     ) -> Result<Vec<(String, Tensor)>, CompiledError> {
-        let data: Vec<(String, Datum)> = inputs
-            .iter()
-            .map(|(n, t)| (n.clone(), Datum::Tensor(t.clone())))
-            .collect();
-        self.run_data_with(&data, times)?
-            .into_iter()
-            .map(|(name, d)| match d {
-                Datum::Tensor(t) => Ok((name, t)),
-                other => Err(ExecError::WrongKind {
-                    name,
-                    expected: ValueKind::Tensor,
-                    given: other.describe(),
-                }
-                .into()),
-            })
-            .collect()
+        let outputs = self.run_data_with(&crate::executor::as_data(inputs), times)?;
+        Ok(crate::executor::into_tensors(outputs)?)
     }
 
     /// [`CompiledGraph::run`] for inputs and outputs of any kind: sequences and optionals

@@ -111,22 +111,9 @@ impl<B: Backend> CompiledModel<B> {
     /// Checks `inputs` against the graph's declared inputs (as the reference executor does),
     /// then runs the compiled graph for their shapes.
     pub fn run(&self, inputs: &[(String, Tensor)]) -> Result<Vec<(String, Tensor)>, CompiledError> {
-        let data: Vec<(String, Datum)> = inputs
-            .iter()
-            .map(|(n, t)| (n.clone(), Datum::Tensor(t.clone())))
-            .collect();
-        self.run_data(&data)?
-            .into_iter()
-            .map(|(name, d)| match d {
-                Datum::Tensor(t) => Ok((name, t)),
-                other => Err(crate::executor::ExecError::WrongKind {
-                    name,
-                    expected: crate::value::ValueKind::Tensor,
-                    given: other.describe(),
-                }
-                .into()),
-            })
-            .collect()
+        Ok(crate::executor::into_tensors(
+            self.run_data(&crate::executor::as_data(inputs))?,
+        )?)
     }
 
     /// [`CompiledModel::run`] for inputs and outputs of any kind. Sequence and optional

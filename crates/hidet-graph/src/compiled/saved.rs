@@ -896,21 +896,8 @@ impl<B: Backend> LoadedModel<B> {
 
     /// Runs tensor inputs; every output must be a tensor.
     pub fn run(&self, inputs: &[(String, Tensor)]) -> Result<Vec<(String, Tensor)>, CompiledError> {
-        let data: Vec<(String, Datum)> = inputs
-            .iter()
-            .map(|(n, t)| (n.clone(), Datum::Tensor(t.clone())))
-            .collect();
-        self.run_data(&data)?
-            .into_iter()
-            .map(|(name, d)| match d {
-                Datum::Tensor(t) => Ok((name, t)),
-                other => Err(ExecError::WrongKind {
-                    name,
-                    expected: ValueKind::Tensor,
-                    given: other.describe(),
-                }
-                .into()),
-            })
-            .collect()
+        Ok(crate::executor::into_tensors(
+            self.run_data(&crate::executor::as_data(inputs))?,
+        )?)
     }
 }
