@@ -34,7 +34,7 @@ use crate::arch::Arch;
 use crate::device::{DeviceKernel, GpuDevice, KernelParam};
 use crate::ptxas::PtxasReport;
 use crate::schedule::conv_anchor::conv_kernel;
-use crate::schedule::matmul_anchor::{matmul_kernel, TemplateOutcome};
+use crate::schedule::matmul_anchor::{matmul_kernel, AnchorTarget, TemplateOutcome};
 use crate::schedule::{self, ScheduleKind};
 pub use arena::CudaArena;
 
@@ -64,6 +64,19 @@ pub struct CudaBackendOptions {
     /// (`CudaKernelCache::from_env`), so that a GPU of that architecture finds it there
     /// without compiling (the GPU device compiles through the same cache).
     pub cache_images: bool,
+    /// Whether matmul and convolution anchors with too few output tiles for the GPU split
+    /// their reduction (parallel-k, [`crate::schedule::matmul_anchor`]).
+    pub parallel_k: bool,
+}
+
+impl CudaBackendOptions {
+    /// What the anchors know of the target.
+    pub fn anchor_target(&self) -> AnchorTarget {
+        AnchorTarget {
+            sm_count: self.arch.reference_sm_count(),
+            parallel_k: self.parallel_k,
+        }
+    }
 }
 
 impl Default for CudaBackendOptions {
@@ -73,6 +86,7 @@ impl Default for CudaBackendOptions {
             nvrtc: NvrtcCheck::Off,
             ptxas: false,
             cache_images: false,
+            parallel_k: true,
         }
     }
 }
@@ -88,11 +102,34 @@ pub enum KernelOrigin {
     Scheduler(ScheduleKind),
 }
 
-/// A lowered kernel.
+/// The second kernel of a parallel-k task and its workspace.
+#[derive(Debug, Clone)]
+pub struct ParallelKImage {
+    /// Sums the partial products and applies the task's epilogue: parameters the workspace,
+    /// the task's inputs, then the task's output.
+    pub reduce: DeviceKernel,
+    pub parts: i64,
+    /// Bytes of the workspace `[parts, out…]` (f32) the partial products go to.
+    pub workspace_bytes: usize,
+}
+
+/// A lowered kernel: one device kernel, or two for a parallel-k task (`image` then writes
+/// the partial products: parameters the task's inputs then the workspace).
 #[derive(Debug, Clone)]
 pub struct CudaKernel {
     pub image: DeviceKernel,
     pub origin: KernelOrigin,
+    pub parallel_k: Option<ParallelKImage>,
+}
+
+/// How one kernel of the graph layer (one task) runs on the device.
+#[derive(Debug, Clone)]
+enum Plan {
+    /// Device kernel `kernel` on the task's arguments.
+    Single { kernel: usize },
+    /// Device kernel `partial` on the task's inputs and the module's workspace, then
+    /// `reduce` on the workspace, the task's inputs and its output.
+    ParallelK { partial: usize, reduce: usize },
 }
 
 /// The built kernels of a model on device `D`.
@@ -100,20 +137,39 @@ pub struct CudaKernel {
 pub struct CudaModule<D: GpuDevice> {
     loaded: D::Module,
     images: Vec<DeviceKernel>,
+    /// One per task kernel: how it runs, and the parameters the graph layer passes.
+    plans: Vec<(Plan, Vec<KernelParam>)>,
     origins: Vec<KernelOrigin>,
+    k_parts: Vec<Option<i64>>,
+    /// The workspace of the parallel-k kernels (the largest any needs), shared by them:
+    /// `workspace_lock` is held from a partial kernel's launch to its reduction's, so the
+    /// two are adjacent on the device's stream.
+    workspace: Option<CudaArena<D>>,
+    workspace_lock: std::sync::Mutex<()>,
     ptx_compiled: bool,
     ptxas_reports: Vec<(String, PtxasReport)>,
 }
 
 impl<D: GpuDevice> CudaModule<D> {
-    /// How each kernel was produced, in kernel order.
+    /// How each kernel was produced, in (task) kernel order.
     pub fn origins(&self) -> &[KernelOrigin] {
         &self.origins
     }
 
-    /// The kernels as given to the device, in kernel order.
+    /// For each (task) kernel, the parts of its parallel-k split (`None`: not split).
+    pub fn parallel_k(&self) -> &[Option<i64>] {
+        &self.k_parts
+    }
+
+    /// The device kernels as given to the device: one per task kernel, two (partial
+    /// products, then their reduction) for a parallel-k one.
     pub fn images(&self) -> &[DeviceKernel] {
         &self.images
+    }
+
+    /// Bytes of the parallel-k workspace (0 when no kernel splits k).
+    pub fn workspace_bytes(&self) -> usize {
+        self.workspace.as_ref().map_or(0, CudaArena::len)
     }
 
     /// Whether every kernel was compiled to PTX by NVRTC.
@@ -145,9 +201,9 @@ impl<D: GpuDevice> CudaBackend<D> {
     }
 }
 
-/// The image of CUDA kernel function `module.functions[0]` computing `task`: parameters,
-/// launch configuration and CUDA C.
-fn kernel_image(task: &FusedTask, module: IRModule) -> Result<DeviceKernel, String> {
+/// The image of CUDA kernel function `module.functions[0]`, whose first `inputs` parameters
+/// it reads and the rest it writes: parameters, launch configuration and CUDA C.
+fn kernel_image(inputs: usize, module: IRModule) -> Result<DeviceKernel, String> {
     let f = module
         .functions
         .first()
@@ -170,7 +226,6 @@ fn kernel_image(task: &FusedTask, module: IRModule) -> Result<DeviceKernel, Stri
         .map(|b| u32::try_from(b).map_err(|_| format!("block dimension {b}")));
     let block = [block[0].clone()?, block[1].clone()?, block[2].clone()?];
     let dynamic_shared_bytes = dim(&launch.dynamic_shared_bytes, "dynamic shared memory")?;
-    let inputs = task.def.inputs.len();
     let params = f
         .params
         .iter()
@@ -305,11 +360,37 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
             message,
         };
         let fused = task.nodes.len() > 1;
-        let outcome = match matmul_kernel(task) {
-            TemplateOutcome::NotApplicable => conv_kernel(task),
+        let target = self.options.anchor_target();
+        let outcome = match matmul_kernel(task, &target) {
+            TemplateOutcome::NotApplicable => conv_kernel(task, &target),
             outcome => outcome,
         };
+        let inputs = task.def.inputs.len();
+        let origin = if fused {
+            KernelOrigin::FusedTemplate
+        } else {
+            KernelOrigin::Template
+        };
+        let image_of = |f: hidet_ir::function::Function, inputs: usize| {
+            let module = IRModule::new(f.name.clone(), Target::Cuda).with(f);
+            kernel_image(inputs, module).map_err(compile_error)
+        };
         let (function, origin) = match outcome {
+            TemplateOutcome::ParallelK(k) => {
+                let workspace_bytes = k
+                    .workspace_elements
+                    .checked_mul(4)
+                    .ok_or_else(|| compile_error("the parallel-k workspace is too large".into()))?;
+                return Ok(CudaKernel {
+                    image: image_of(k.partial, inputs)?,
+                    origin,
+                    parallel_k: Some(ParallelKImage {
+                        reduce: image_of(k.reduce, inputs + 1)?,
+                        parts: k.parts,
+                        workspace_bytes,
+                    }),
+                });
+            }
             TemplateOutcome::Kernel(f) if fused => (*f, KernelOrigin::FusedTemplate),
             TemplateOutcome::Kernel(f) => (*f, KernelOrigin::Template),
             TemplateOutcome::Refused(reason) if fused => {
@@ -325,8 +406,12 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
             }
         };
         let module = IRModule::new(task.name.clone(), Target::Cuda).with(function);
-        let image = kernel_image(task, module).map_err(compile_error)?;
-        Ok(CudaKernel { image, origin })
+        let image = kernel_image(inputs, module).map_err(compile_error)?;
+        Ok(CudaKernel {
+            image,
+            origin,
+            parallel_k: None,
+        })
     }
 
     fn build(
@@ -340,8 +425,40 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
                 kernels: kernels.len(),
             });
         }
-        let (images, origins): (Vec<DeviceKernel>, Vec<KernelOrigin>) =
-            kernels.into_iter().map(|k| (k.image, k.origin)).unzip();
+        let mut images = Vec::with_capacity(kernels.len());
+        let mut plans = Vec::with_capacity(kernels.len());
+        let mut origins = Vec::with_capacity(kernels.len());
+        let mut k_parts = Vec::with_capacity(kernels.len());
+        let mut workspace_bytes = 0usize;
+        for k in kernels {
+            origins.push(k.origin);
+            let partial = images.len();
+            match k.parallel_k {
+                None => {
+                    plans.push((Plan::Single { kernel: partial }, k.image.params.clone()));
+                    k_parts.push(None);
+                    images.push(k.image);
+                }
+                Some(pk) => {
+                    // The task's parameters: the partial kernel's inputs, then the
+                    // reduction's output.
+                    let mut params = k.image.params.clone();
+                    params.pop();
+                    params.extend(pk.reduce.params.last().cloned());
+                    plans.push((
+                        Plan::ParallelK {
+                            partial,
+                            reduce: partial + 1,
+                        },
+                        params,
+                    ));
+                    k_parts.push(Some(pk.parts));
+                    workspace_bytes = workspace_bytes.max(pk.workspace_bytes);
+                    images.push(k.image);
+                    images.push(pk.reduce);
+                }
+            }
+        }
         let run_nvrtc = match self.options.nvrtc {
             NvrtcCheck::Off => false,
             NvrtcCheck::IfAvailable => crate::nvrtc::Nvrtc::global().is_ok(),
@@ -362,6 +479,10 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
             .device
             .load(&images)
             .map_err(|e| BackendError::Build(e.to_string()))?;
+        let workspace = match workspace_bytes {
+            0 => None,
+            bytes => Some(CudaArena::new(self.device.clone(), bytes)?),
+        };
         // Every kernel's CUDA C is at hand (emitted when lowered): always reported.
         let report = ModuleReport {
             kernels: images.len(),
@@ -377,7 +498,11 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
             CudaModule {
                 loaded,
                 images,
+                plans,
                 origins,
+                k_parts,
+                workspace,
+                workspace_lock: std::sync::Mutex::new(()),
                 ptx_compiled: run_nvrtc,
                 ptxas_reports,
             },
@@ -392,18 +517,18 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
         args: &[ArgAddress],
     ) -> Result<(), BackendError> {
         let fail = |message: String| BackendError::Launch { kernel, message };
-        let image = module
-            .images
+        let (_, params) = module
+            .plans
             .get(kernel)
             .ok_or_else(|| fail("no such kernel".into()))?;
-        if image.params.len() != args.len() {
+        if params.len() != args.len() {
             return Err(fail(format!(
                 "{} arguments for {} parameters",
                 args.len(),
-                image.params.len()
+                params.len()
             )));
         }
-        for (p, a) in image.params.iter().zip(args) {
+        for (p, a) in params.iter().zip(args) {
             if a.bytes < p.bytes() {
                 return Err(fail(format!(
                     "parameter `{}` needs {} bytes, given {}",
@@ -432,12 +557,47 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
             kernel,
             message: e.to_string(),
         };
-        // SAFETY: the caller guarantees (`Backend::launch`) that `args` passed `check_args`
-        // for this kernel (count and sizes match its parameters) and point into live arenas
-        // of this backend — allocations of this device — with no overlap and exclusive
-        // access to written buffers; the synchronize below ends the launch before return.
-        unsafe { self.device.launch(&module.loaded, kernel, args) }.map_err(fail)?;
-        self.device.synchronize().map_err(fail)
+        let (plan, _) = module
+            .plans
+            .get(kernel)
+            .ok_or_else(|| BackendError::Launch {
+                kernel,
+                message: "no such kernel".into(),
+            })?;
+        match *plan {
+            Plan::Single { kernel: k } => {
+                // SAFETY: the caller guarantees (`Backend::launch`) that `args` passed
+                // `check_args` for this kernel (count and sizes match its parameters) and
+                // point into live arenas of this backend — allocations of this device — with
+                // no overlap and exclusive access to written buffers; the synchronize below
+                // ends the launch before return.
+                unsafe { self.device.launch(&module.loaded, k, args) }.map_err(fail)?;
+                self.device.synchronize().map_err(fail)
+            }
+            Plan::ParallelK { partial, reduce } => {
+                let (partial_args, reduce_args) = parallel_k_args(module, args)
+                    .map_err(|message| BackendError::Launch { kernel, message })?;
+                let _workspace = module
+                    .workspace_lock
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                // SAFETY: as above for the task's arguments; the workspace is a live
+                // allocation of this device at least as large as any partial kernel's
+                // workspace parameter (its size was taken from them at build), distinct from
+                // every arena, and used by no other launch while the lock is held: the
+                // partial kernel writes it, the reduction (after it on the stream) reads it,
+                // and the synchronize ends both before the lock is released.
+                unsafe {
+                    self.device
+                        .launch(&module.loaded, partial, &partial_args)
+                        .map_err(fail)?;
+                    self.device
+                        .launch(&module.loaded, reduce, &reduce_args)
+                        .map_err(fail)?;
+                }
+                self.device.synchronize().map_err(fail)
+            }
+        }
     }
 
     fn alloc(&self, bytes: usize) -> Result<CudaArena<D>, BackendError> {
@@ -466,4 +626,25 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
     ) -> Result<Tensor, BackendError> {
         arena.read(offset, dtype, shape)
     }
+}
+
+/// The arguments of a parallel-k task's two kernels from the task's (its inputs, then its
+/// output): the partial kernel gets the inputs and the workspace, the reduction the
+/// workspace, the inputs and the output.
+fn parallel_k_args<D: GpuDevice>(
+    module: &CudaModule<D>,
+    args: &[u64],
+) -> Result<(Vec<u64>, Vec<u64>), String> {
+    let workspace = module
+        .workspace
+        .as_ref()
+        .ok_or("a parallel-k kernel without a workspace")?
+        .base();
+    let (output, inputs) = args.split_last().ok_or("no arguments")?;
+    let partial = inputs.iter().copied().chain([workspace]).collect();
+    let reduce = std::iter::once(workspace)
+        .chain(inputs.iter().copied())
+        .chain([*output])
+        .collect();
+    Ok((partial, reduce))
 }

@@ -372,7 +372,7 @@ pub fn build(
     k: i64,
     schedule: &MatmulSimtSchedule,
 ) -> Result<IRModule, MatmulSimtError> {
-    build_general(None, m, n, k, schedule)
+    build_general(None, m, n, k, schedule, 1)
 }
 
 /// The batch of a batched product: `C[b] = A[b'] · B[b'']`, where an operand's batch index is
@@ -395,6 +395,106 @@ pub fn build_batched(
     k: i64,
     schedule: &MatmulSimtSchedule,
 ) -> Result<IRModule, MatmulSimtError> {
+    check_batch(batch)?;
+    build_general(Some(batch), m, n, k, schedule, 1)
+}
+
+/// How a parallel-k product splits its reduction: `parts` parts of `tiles_per_part` k-tiles
+/// each (the last part may hold fewer real tiles; its loads past `k` read zero). Every part
+/// holds at least one real tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KSplit {
+    pub parts: i64,
+    pub tiles_per_part: i64,
+}
+
+impl KSplit {
+    /// The split of `k` in k-tiles of `block_k` into at most `parts` parts (fewer when there
+    /// are fewer tiles, or when fewer parts of the same length cover them).
+    pub fn new(k: i64, block_k: i64, parts: i64) -> KSplit {
+        let tiles = ceil_div(k.max(1), block_k.max(1));
+        let tiles_per_part = ceil_div(tiles, parts.clamp(1, tiles));
+        KSplit {
+            parts: ceil_div(tiles, tiles_per_part),
+            tiles_per_part,
+        }
+    }
+}
+
+/// The partial-product kernel of a parallel-k (split-k) product: [`build`] or
+/// [`build_batched`] (`batch: None` or `Some`) with the reduction over `k` split into
+/// `KSplit::new(k, BK, k_parts).parts` parts `P` along a leading output axis:
+/// `c: [P, m, n]` (rank 2) or `[P, batch, m, n]`, `c[p, …] = Σ_{k in part p} a·b`. The grid
+/// runs `batch · P` layers on `blockIdx.z` (part fastest), which must stay ≤ 65535. The parts
+/// are summed by [`build_k_reduce`]'s kernel. With `k_parts = 1` this is exactly
+/// [`build`]/[`build_batched`].
+pub fn build_parallel_k(
+    batch: Option<Batch>,
+    m: i64,
+    n: i64,
+    k: i64,
+    schedule: &MatmulSimtSchedule,
+    k_parts: i64,
+) -> Result<IRModule, MatmulSimtError> {
+    if let Some(b) = batch {
+        check_batch(b)?;
+    }
+    if k_parts < 1 {
+        return Err(MatmulSimtError::InvalidSchedule {
+            schedule: schedule.tag(),
+            reason: format!("{k_parts} k parts"),
+        });
+    }
+    build_general(batch, m, n, k, schedule, k_parts)
+}
+
+/// Threads per block of the parallel-k reduction kernel.
+pub const REDUCE_THREADS: i64 = 256;
+
+/// The reduction kernel of a parallel-k product: `c[idx] = Σ_{p < parts} partial[p, idx]`
+/// (parts summed in order), `partial: [parts, out_shape…]`, `c: [out_shape…]`, fp32; one
+/// output element per thread (`spatial(out_shape)` over the grid's threads), on
+/// `⌈|out| / 256⌉` blocks of [`REDUCE_THREADS`]. The task's epilogue is fused onto this
+/// kernel's store of `c`.
+pub fn build_k_reduce(
+    name: &str,
+    parts: i64,
+    out_shape: &[i64],
+) -> Result<hidet_ir::function::Function, MatmulSimtError> {
+    let total = out_shape
+        .iter()
+        .try_fold(1i64, |t, &d| (d > 0).then(|| t.checked_mul(d)).flatten());
+    let limit = i64::from(i32::MAX);
+    let Some(total) =
+        total.filter(|&t| parts >= 1 && t.checked_mul(parts).is_some_and(|e| e <= limit))
+    else {
+        return Err(MatmulSimtError::BadShape {
+            m: out_shape.iter().rev().nth(1).copied().unwrap_or(0),
+            n: out_shape.last().copied().unwrap_or(0),
+            k: parts,
+        });
+    };
+    let blocks = ceil_div(total, REDUCE_THREADS);
+    let mut fb =
+        FunctionBuilder::cuda_kernel(name, [blocks, 1, 1].map(Expr::int), [REDUCE_THREADS, 1, 1]);
+    let partial_shape: Vec<i64> = std::iter::once(parts)
+        .chain(out_shape.iter().copied())
+        .collect();
+    let partial = fb.tensor_param("partial", DataType::F32, partial_shape);
+    let c = fb.tensor_param("c", DataType::F32, out_shape.to_vec());
+    let worker = Expr::block_idx(Dim::X) * REDUCE_THREADS + Expr::thread_idx(Dim::X);
+    fb.for_each(spatial(out_shape.to_vec())?.on(worker), |fb, idx| {
+        let at = |p: Expr| -> Vec<Expr> { std::iter::once(p).chain(idx.iter().cloned()).collect() };
+        let acc = fb.var("acc", partial.at(at(Expr::int(0))));
+        fb.for_range("p", parts - 1, |fb, p| {
+            fb.assign(&acc, acc.expr() + partial.at(at(p + 1)));
+        });
+        fb.store(&c, idx.to_vec(), acc.expr());
+    });
+    Ok(fb.finish())
+}
+
+fn check_batch(batch: Batch) -> Result<(), MatmulSimtError> {
     let Batch {
         batch: nb,
         a_batch,
@@ -408,7 +508,7 @@ pub fn build_batched(
             b_batch,
         });
     }
-    build_general(Some(batch), m, n, k, schedule)
+    Ok(())
 }
 
 fn build_general(
@@ -417,6 +517,7 @@ fn build_general(
     n: i64,
     k: i64,
     schedule: &MatmulSimtSchedule,
+    k_parts: i64,
 ) -> Result<IRModule, MatmulSimtError> {
     let limit = i64::from(i32::MAX);
     let nb = batch.map_or(1, |b| b.batch);
@@ -430,8 +531,25 @@ fn build_general(
     let [bm, bn] = s.block_tile();
     let bk = s.block_k;
     let threads = s.threads();
-    let k_tiles = ceil_div(k, bk);
-    let name = kernel_name(s);
+    let split = KSplit::new(k, bk, k_parts);
+    let parts = split.parts;
+    // The k-tiles this block multiplies: `tiles_per_part` from tile `part · tiles_per_part`.
+    let k_tiles = split.tiles_per_part;
+    if nb * parts > 65535 {
+        return Err(MatmulSimtError::BadBatch {
+            batch: nb * parts,
+            a_batch: ab,
+            b_batch: bb,
+        });
+    }
+    if parts > 1 && too_big(parts * nb, m, n) {
+        return Err(MatmulSimtError::BadShape { m, n, k });
+    }
+    let name = if parts > 1 {
+        format!("{}_p{parts}", kernel_name(s))
+    } else {
+        kernel_name(s)
+    };
 
     let block_map = s.block_mapping()?;
     let frag_a_map = s.fragment_mapping(0)?;
@@ -441,16 +559,33 @@ fn build_general(
     let frag_a_len = s.warp_outer[0] * s.warp_inner[0];
     let frag_b_len = s.warp_outer[1] * s.warp_inner[1];
 
-    let grid = [ceil_div(n, bn), ceil_div(m, bm), nb].map(Expr::int);
+    let grid = [ceil_div(n, bn), ceil_div(m, bm), nb * parts].map(Expr::int);
     let mut fb = FunctionBuilder::cuda_kernel(name.clone(), grid, [threads, 1, 1]);
     let lead = |rows: i64, dims: [i64; 2]| -> Vec<i64> {
         batch.map(|_| rows).into_iter().chain(dims).collect()
     };
     let a = fb.tensor_param("a", DataType::F32, lead(ab, [m, k]));
     let b = fb.tensor_param("b", DataType::F32, lead(bb, [k, n]));
-    let c = fb.tensor_param("c", DataType::F32, lead(nb, [m, n]));
+    // A parallel-k product writes one partial product per part, on a leading axis.
+    let c_shape = |lead_dims: Vec<i64>| -> Vec<i64> {
+        (parts > 1)
+            .then_some(parts)
+            .into_iter()
+            .chain(lead_dims)
+            .collect()
+    };
+    let c = fb.tensor_param("c", DataType::F32, c_shape(lead(nb, [m, n])));
+    // blockIdx.z = batch entry · parts + part.
+    let (bz, part) = if parts > 1 {
+        (
+            Expr::block_idx(Dim::Z) / parts,
+            Expr::block_idx(Dim::Z) % parts,
+        )
+    } else {
+        (Expr::block_idx(Dim::Z), Expr::int(0))
+    };
+    let k_tile0 = &part * k_tiles;
     // Each operand's leading index: none for the rank-2 kernel, the batch entry, or 0.
-    let bz = Expr::block_idx(Dim::Z);
     let index_of = |rows: i64| -> Vec<Expr> {
         match batch {
             None => vec![],
@@ -458,7 +593,12 @@ fn build_general(
             Some(_) => vec![bz.clone()],
         }
     };
-    let (a_lead, b_lead, c_lead) = (index_of(ab), index_of(bb), index_of(nb));
+    let (a_lead, b_lead) = (index_of(ab), index_of(bb));
+    let c_lead: Vec<Expr> = (parts > 1)
+        .then(|| part.clone())
+        .into_iter()
+        .chain(index_of(nb))
+        .collect();
 
     let smem_a = fb.shared_tensor("smem_a", DataType::F32, row_major([2, bk, bm]));
     let smem_b = fb.shared_tensor("smem_b", DataType::F32, row_major([2, bk, bn]));
@@ -492,6 +632,7 @@ fn build_general(
         n,
         k,
         bk,
+        k_tile0: &k_tile0,
         m0: &m0,
         n0: &n0,
         tid: &tid,
@@ -586,7 +727,7 @@ fn build_general(
     let mut launcher = FunctionBuilder::host_launcher(format!("{name}_launch"));
     let la = launcher.tensor_param("a", DataType::F32, lead(ab, [m, k]));
     let lb = launcher.tensor_param("b", DataType::F32, lead(bb, [k, n]));
-    let lc = launcher.tensor_param("c", DataType::F32, lead(nb, [m, n]));
+    let lc = launcher.tensor_param("c", DataType::F32, c_shape(lead(nb, [m, n])));
     launcher.launch(&kernel, vec![la.expr(), lb.expr(), lc.expr()]);
     let launcher = launcher.finish();
 
@@ -607,13 +748,15 @@ struct Tiles<'a> {
     n: i64,
     k: i64,
     bk: i64,
+    /// The first k-tile of this block's part (0 without parallel-k).
+    k_tile0: &'a Expr,
     m0: &'a Expr,
     n0: &'a Expr,
     tid: &'a Expr,
 }
 
 impl Tiles<'_> {
-    /// `ldg_a ← A[m0.., k_tile·BK..]`, `ldg_b ← B[k_tile·BK.., n0..]`, zero
+    /// `ldg_a ← A[m0.., (k_tile0 + k_tile)·BK..]`, `ldg_b ← B[(k_tile0 + k_tile)·BK.., n0..]`, zero
     /// outside the matrices.
     fn load_global(
         &self,
@@ -624,7 +767,7 @@ impl Tiles<'_> {
         ldg_b: &Var,
         k_tile: Expr,
     ) {
-        let k_base = &k_tile * self.bk;
+        let k_base = (self.k_tile0 + k_tile) * self.bk;
         for_each_levels(fb, copy_a, self.tid.clone(), |fb, t| {
             let row = self.m0 + t.index[0].clone();
             let col = &k_base + t.index[1].clone();

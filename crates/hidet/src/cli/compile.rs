@@ -135,6 +135,7 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
                 nvrtc: NvrtcCheck::IfAvailable,
                 ptxas: true,
                 cache_images: false,
+                ..CudaBackendOptions::default()
             };
             let model = pipeline::compile_sim(&loaded.model, opts, options);
             compile_with(model, &shapes, |module| {
@@ -159,6 +160,7 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
                 nvrtc: NvrtcCheck::Required,
                 ptxas: true,
                 cache_images: true,
+                ..CudaBackendOptions::default()
             };
             let model = pipeline::compile_sim(&loaded.model, opts, options);
             compile_with(model, &shapes, |module| {
