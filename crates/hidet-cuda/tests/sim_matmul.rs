@@ -214,3 +214,20 @@ fn parallel_k_products_match_bit_for_bit() {
         }
     }
 }
+
+/// A tile in dynamic shared memory (the paper's 128×128 block with a k-tile of 32: 64 KiB of
+/// buffers, above the 48 KiB static limit), alone and split in parts, at a shape that is not
+/// a multiple of the tile: bit for bit with the f64 product.
+#[test]
+fn dynamic_shared_memory_tile_matches_bit_for_bit() {
+    let mut s = showcase_schedules()[0];
+    s.block_k = 32;
+    assert_eq!(s.dynamic_shared_bytes(), 64 * 1024);
+    let module = build(130, 135, 70, &s).unwrap();
+    let kernel = module.functions.iter().find(|f| f.is_cuda()).unwrap();
+    let hidet_ir::function::FunctionKind::CudaKernel(launch) = &kernel.kind else {
+        panic!("not a kernel");
+    };
+    assert_eq!(launch.dynamic_shared_bytes.as_int(), Some(64 * 1024));
+    check(&s, 130, 135, 70, 7);
+}

@@ -260,7 +260,10 @@ mod tests {
             assert!(parts > 1, "{m}x{n}x{k} with {s}: {parts} parts");
             let [bm, bn] = s.block_tile();
             let blocks = ((m + bm - 1) / bm) * ((n + bn - 1) / bn);
-            assert!(blocks * parts < 2 * 132 + blocks, "{m}x{n}x{k}: {blocks}·{parts}");
+            assert!(
+                blocks * parts < 2 * 132 + blocks,
+                "{m}x{n}x{k}: {blocks}·{parts}"
+            );
         }
         let s = choose_schedule(4096, 4096).unwrap();
         assert_eq!(k_parts_for(&target, &s, 1, 4096, 4096, 4096), 1);

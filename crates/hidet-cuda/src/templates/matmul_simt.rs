@@ -59,11 +59,16 @@ pub struct MatmulSimtSchedule {
     pub block_k: i64,
 }
 
+/// Shared memory a block may declare statically; a schedule whose two buffers need more
+/// keeps them in dynamic shared memory (the runtime raises the kernel's limit at launch,
+/// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`).
+pub const STATIC_SHARED_LIMIT: i64 = 48 * 1024;
+
 /// Hardware limits a schedule must respect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SimtLimits {
     pub max_threads_per_block: i64,
-    /// Static shared memory per block, in bytes.
+    /// Shared memory per block, in bytes (above [`STATIC_SHARED_LIMIT`], dynamic).
     pub max_shared_bytes: i64,
     /// Registers per thread the compiler may use (architectural maximum).
     pub max_registers_per_thread: i64,
@@ -80,6 +85,25 @@ impl Default for SimtLimits {
             max_registers_per_thread: 255,
             registers_per_sm: 65536,
         }
+    }
+}
+
+impl SimtLimits {
+    /// The limits of `arch` with its opt-in shared memory per block
+    /// ([`crate::Arch::max_shared_bytes_per_block`]: sm_80 163 KiB, sm_86/sm_89 99 KiB,
+    /// sm_90 227 KiB), so the schedule space includes tiles in dynamic shared memory.
+    pub fn for_arch(arch: crate::Arch) -> SimtLimits {
+        SimtLimits {
+            max_shared_bytes: arch.max_shared_bytes_per_block() as i64,
+            ..SimtLimits::default()
+        }
+    }
+
+    /// The loosest limits of any supported architecture (sm_90's 227 KiB of shared memory):
+    /// what instantiating a schedule checks; the architecture's own limit is the schedule
+    /// chooser's to apply ([`SimtLimits::for_arch`]).
+    pub fn largest() -> SimtLimits {
+        SimtLimits::for_arch(crate::Arch::SM90)
     }
 }
 
@@ -125,6 +149,17 @@ impl MatmulSimtSchedule {
     pub fn shared_bytes(&self) -> i64 {
         let [bm, bn] = self.block_tile();
         2 * self.block_k * (bm + bn) * 4
+    }
+
+    /// Dynamic shared memory a block of this schedule launches with: its buffers' bytes when
+    /// they exceed [`STATIC_SHARED_LIMIT`] (they then live there), else 0 (static).
+    pub fn dynamic_shared_bytes(&self) -> i64 {
+        let bytes = self.shared_bytes();
+        if bytes > STATIC_SHARED_LIMIT {
+            bytes
+        } else {
+            0
+        }
     }
 
     /// Elements of `C` each thread accumulates.
@@ -288,7 +323,8 @@ impl fmt::Display for MatmulSimtSchedule {
 /// Every valid schedule of the space: warps per block, warp repeats, lane
 /// layouts, per-thread tiles and k-tiles from the lists below, filtered by
 /// [`MatmulSimtSchedule::validate`]. The space does not depend on the
-/// problem size.
+/// problem size; it depends on the architecture through `limits`
+/// ([`SimtLimits::for_arch`]: tiles whose buffers exceed 48 KiB use dynamic shared memory).
 pub fn schedule_space(limits: &SimtLimits) -> Vec<MatmulSimtSchedule> {
     let block_warps = [[1, 1], [1, 2], [2, 1], [2, 2], [2, 4], [4, 2], [4, 4]];
     let warp_outer = [[1, 1], [1, 2], [2, 1], [2, 2]];
@@ -301,7 +337,7 @@ pub fn schedule_space(limits: &SimtLimits) -> Vec<MatmulSimtSchedule> {
         ([16, 2], LaneOrder::ColumnMajor),
     ];
     let warp_inner = [[2, 2], [4, 4], [4, 8], [8, 4], [8, 8]];
-    let block_k = [4, 8, 16];
+    let block_k = [4, 8, 16, 32];
     let mut space = Vec::new();
     for &bw in &block_warps {
         for &wo in &warp_outer {
@@ -364,7 +400,9 @@ pub fn kernel_name(schedule: &MatmulSimtSchedule) -> String {
 /// `a`, `b`, `c` (row-major fp32 tensors) and it runs on a
 /// `ceil(n / BN) × ceil(m / BM)` grid of [`MatmulSimtSchedule::threads`] threads.
 ///
-/// Fails for an invalid schedule (under [`SimtLimits::default`]) or for
+/// Fails for an invalid schedule (under [`SimtLimits::largest`]; a schedule whose buffers
+/// exceed 48 KiB launches with them in dynamic shared memory,
+/// [`MatmulSimtSchedule::dynamic_shared_bytes`]) or for
 /// non-positive sizes or matrices of 2^31 elements or more (indices are `i32`).
 pub fn build(
     m: i64,
@@ -526,7 +564,7 @@ fn build_general(
     if m <= 0 || n <= 0 || k <= 0 || too_big(ab, m, k) || too_big(bb, k, n) || too_big(nb, m, n) {
         return Err(MatmulSimtError::BadShape { m, n, k });
     }
-    schedule.validate(&SimtLimits::default())?;
+    schedule.validate(&SimtLimits::largest())?;
     let s = schedule;
     let [bm, bn] = s.block_tile();
     let bk = s.block_k;
@@ -600,8 +638,34 @@ fn build_general(
         .chain(index_of(nb))
         .collect();
 
-    let smem_a = fb.shared_tensor("smem_a", DataType::F32, row_major([2, bk, bm]));
-    let smem_b = fb.shared_tensor("smem_b", DataType::F32, row_major([2, bk, bn]));
+    // The double-buffered tiles: static shared memory, or views of the dynamic shared
+    // memory when they exceed the static limit (`B` after `A`, 16-byte aligned).
+    let (smem_a, smem_b) = if s.dynamic_shared_bytes() > 0 {
+        fb.dynamic_shared_bytes(Expr::int(s.dynamic_shared_bytes()));
+        let dynamic = fb.declare(
+            "smem",
+            hidet_ir::ty::Type::pointer_to(hidet_ir::ty::Type::Data(DataType::F32)),
+            hidet_ir::stmt::Scope::Shared,
+        );
+        let a = fb.view(
+            "smem_a",
+            DataType::F32,
+            row_major([2, bk, bm]),
+            dynamic.at([0]).address(),
+        );
+        let b = fb.view(
+            "smem_b",
+            DataType::F32,
+            row_major([2, bk, bn]),
+            dynamic.at([2 * bk * bm]).address(),
+        );
+        (a, b)
+    } else {
+        (
+            fb.shared_tensor("smem_a", DataType::F32, row_major([2, bk, bm])),
+            fb.shared_tensor("smem_b", DataType::F32, row_major([2, bk, bn])),
+        )
+    };
     let acc = fb.register_tensor(
         "acc",
         DataType::F32,
@@ -910,6 +974,33 @@ mod tests {
             assert!(s.threads() <= 1024);
             assert!(s.shared_bytes() <= 48 * 1024);
         }
+    }
+
+    #[test]
+    fn the_space_grows_with_the_architectures_shared_memory() {
+        use crate::Arch;
+        let base = schedule_space(&SimtLimits::default());
+        assert!(base.iter().all(|s| s.dynamic_shared_bytes() == 0));
+        for arch in [Arch::SM80, Arch::SM86, Arch::SM89, Arch::SM90] {
+            let limits = SimtLimits::for_arch(arch);
+            let space = schedule_space(&limits);
+            let dynamic: Vec<_> = space
+                .iter()
+                .filter(|s| s.dynamic_shared_bytes() > 0)
+                .collect();
+            assert!(!dynamic.is_empty(), "{arch}");
+            assert!(space.len() > base.len(), "{arch}");
+            assert!(
+                space
+                    .iter()
+                    .all(|s| s.shared_bytes() <= arch.max_shared_bytes_per_block() as i64),
+                "{arch}"
+            );
+        }
+        assert!(
+            schedule_space(&SimtLimits::for_arch(Arch::SM86)).len()
+                <= schedule_space(&SimtLimits::for_arch(Arch::SM90)).len()
+        );
     }
 
     #[test]

@@ -51,6 +51,7 @@ fn cuda_target<D: GpuDevice>(device: &str, arch: Arch, module: &CudaModule<D>) -
         .filter(|k| k.stack_frame_bytes > 0)
         .map(|k| k.name.clone())
         .collect();
+    let split = module.parallel_k().iter().flatten().count();
     let nvrtc = if module.ptx_compiled() {
         "every kernel compiled by NVRTC"
     } else {
@@ -58,7 +59,7 @@ fn cuda_target<D: GpuDevice>(device: &str, arch: Arch, module: &CudaModule<D>) -
     };
     Target {
         line: format!(
-            "target: {device} ({}; {nvrtc}; ptxas: {} kernels checked, {} spill, {} use stack)",
+            "target: {device} ({}; {nvrtc}; ptxas: {} kernels checked, {} spill, {} use stack; {split} parallel-k)",
             arch.real_name(),
             reports.len(),
             spilling.len(),
@@ -73,6 +74,7 @@ fn cuda_target<D: GpuDevice>(device: &str, arch: Arch, module: &CudaModule<D>) -
             "arch": arch.real_name(),
             "nvrtc": module.ptx_compiled(),
             "ptxas_checked": reports.len(),
+            "parallel_k_kernels": split,
             "spilling_kernels": spilling,
             "stack_kernels": stack,
         }),
