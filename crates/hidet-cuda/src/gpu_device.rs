@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 use crate::cache::CudaKernelCache;
 use crate::device::{DeviceError, DeviceKernel, GpuDevice};
 use crate::nvrtc::CompileOptions;
-use crate::runtime::{DeviceBuffer, Gpu, Kernel, KernelParam, LaunchConfig};
+use crate::runtime::{CapturedGraph, DeviceBuffer, Gpu, Kernel, KernelParam, LaunchConfig};
 use crate::{Arch, CudaError};
 
 /// A CUDA GPU driven through the runtime (see the module docs).
@@ -21,6 +21,9 @@ pub struct RuntimeDevice {
     gpu: Gpu,
     cache: CudaKernelCache,
     allocations: Mutex<HashMap<u64, DeviceBuffer>>,
+    /// Held by every launch and by a whole capture, so that a capture (which records
+    /// whatever is enqueued on the one stream) records no other thread's launch.
+    stream: Mutex<()>,
 }
 
 /// The kernels of one compiled model, loaded on the GPU, each with its launch
@@ -38,6 +41,7 @@ impl RuntimeDevice {
             gpu: Gpu::open(ordinal)?,
             cache,
             allocations: Mutex::new(HashMap::new()),
+            stream: Mutex::new(()),
         })
     }
 
@@ -82,8 +86,38 @@ impl RuntimeDevice {
     }
 }
 
+impl RuntimeDevice {
+    fn stream_lock(&self) -> MutexGuard<'_, ()> {
+        // Guards no data: a poisoned lock is as good as a clean one.
+        self.stream.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Enqueues kernel `kernel` of `module` on `args` (the caller holds the stream lock).
+    fn enqueue(
+        gpu: &Gpu,
+        module: &RuntimeModule,
+        kernel: usize,
+        args: &[u64],
+    ) -> Result<(), DeviceError> {
+        let (loaded, config) = module
+            .kernels
+            .get(kernel)
+            .ok_or_else(|| DeviceError::Launch {
+                kernel: format!("#{kernel}"),
+                message: format!("the module has {} kernels", module.kernels.len()),
+            })?;
+        let params: Vec<KernelParam> = args.iter().map(|&a| KernelParam::Ptr(a)).collect();
+        gpu.launch(loaded, config, &params)
+            .map_err(|e| DeviceError::Launch {
+                kernel: loaded.name().to_string(),
+                message: e.to_string(),
+            })
+    }
+}
+
 impl GpuDevice for RuntimeDevice {
     type Module = RuntimeModule;
+    type Graph = CapturedGraph;
 
     fn name(&self) -> &'static str {
         "cuda"
@@ -148,25 +182,55 @@ impl GpuDevice for RuntimeDevice {
         kernel: usize,
         args: &[u64],
     ) -> Result<(), DeviceError> {
-        let (loaded, config) = module
-            .kernels
-            .get(kernel)
-            .ok_or_else(|| DeviceError::Launch {
-                kernel: format!("#{kernel}"),
-                message: format!("the module has {} kernels", module.kernels.len()),
-            })?;
-        let params: Vec<KernelParam> = args.iter().map(|&a| KernelParam::Ptr(a)).collect();
-        self.gpu
-            .launch(loaded, config, &params)
-            .map_err(|e| DeviceError::Launch {
-                kernel: loaded.name().to_string(),
-                message: e.to_string(),
-            })
+        let _stream = self.stream_lock();
+        Self::enqueue(&self.gpu, module, kernel, args)
     }
 
     fn synchronize(&self) -> Result<(), DeviceError> {
         self.gpu.synchronize().map_err(|e| DeviceError::Launch {
             kernel: "(synchronize)".into(),
+            message: e.to_string(),
+        })
+    }
+
+    unsafe fn capture(
+        &self,
+        module: &RuntimeModule,
+        launches: &[(usize, Vec<u64>)],
+    ) -> Result<CapturedGraph, DeviceError> {
+        let _stream = self.stream_lock();
+        let mut failed = None;
+        let graph = self.gpu.capture(|gpu| {
+            for (kernel, args) in launches {
+                if let Err(e) = Self::enqueue(gpu, module, *kernel, args) {
+                    let reason = e.to_string();
+                    failed = Some(e);
+                    return Err(CudaError::Launch {
+                        kernel: format!("#{kernel}"),
+                        reason,
+                    });
+                }
+            }
+            Ok(())
+        });
+        match (graph, failed) {
+            (Ok(graph), _) => Ok(graph),
+            (Err(_), Some(e)) => Err(e),
+            (Err(e), None) => Err(DeviceError::Launch {
+                kernel: "(graph capture)".into(),
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    unsafe fn replay(
+        &self,
+        _module: &RuntimeModule,
+        graph: &CapturedGraph,
+    ) -> Result<(), DeviceError> {
+        let _stream = self.stream_lock();
+        graph.replay().map_err(|e| DeviceError::Launch {
+            kernel: "(graph replay)".into(),
             message: e.to_string(),
         })
     }

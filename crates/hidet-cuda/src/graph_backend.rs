@@ -67,6 +67,11 @@ pub struct CudaBackendOptions {
     /// Whether matmul and convolution anchors with too few output tiles for the GPU split
     /// their reduction (parallel-k, [`crate::schedule::matmul_anchor`]).
     pub parallel_k: bool,
+    /// Whether a run of kernels only is recorded once as a device graph (a CUDA graph on a
+    /// GPU) and replayed: the first run of a set of argument addresses (one per run state:
+    /// inputs are copied into the run's fixed arena first) captures its launches, later runs
+    /// replay them with one launch. Off, every kernel is launched and waited for.
+    pub cuda_graphs: bool,
 }
 
 impl CudaBackendOptions {
@@ -87,9 +92,26 @@ impl Default for CudaBackendOptions {
             ptxas: false,
             cache_images: false,
             parallel_k: true,
+            cuda_graphs: cuda_graphs_from_env(),
         }
     }
 }
+
+/// Whether CUDA graphs are on by default: yes, unless the environment variable
+/// `HIDET_CUDA_GRAPHS` is `0`, `off` or `false` (the device check's rows without graphs).
+pub fn cuda_graphs_from_env() -> bool {
+    !matches!(
+        std::env::var("HIDET_CUDA_GRAPHS").as_deref(),
+        Ok("0" | "off" | "false")
+    )
+}
+
+/// One launch of the graph layer: (task kernel, argument addresses).
+type TaskLaunch = (usize, Vec<u64>);
+
+/// The most device graphs a module keeps (one per run state, i.e. per concurrent run);
+/// beyond it the oldest is dropped and captured again when needed.
+const MAX_GRAPHS: usize = 8;
 
 /// How a kernel was produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +168,12 @@ pub struct CudaModule<D: GpuDevice> {
     /// two are adjacent on the device's stream.
     workspace: Option<CudaArena<D>>,
     workspace_lock: std::sync::Mutex<()>,
+    /// The launches of the runs in progress with [`CudaBackendOptions::cuda_graphs`], by
+    /// thread (deferred from `launch` to `end_run`).
+    runs: std::sync::Mutex<std::collections::HashMap<std::thread::ThreadId, Vec<TaskLaunch>>>,
+    /// Captured graphs by their launch list, oldest first; and how many runs replayed one.
+    graphs: std::sync::Mutex<Vec<(Vec<TaskLaunch>, D::Graph)>>,
+    replays: std::sync::atomic::AtomicUsize,
     ptx_compiled: bool,
     ptxas_reports: Vec<(String, PtxasReport)>,
 }
@@ -165,6 +193,16 @@ impl<D: GpuDevice> CudaModule<D> {
     /// products, then their reduction) for a parallel-k one.
     pub fn images(&self) -> &[DeviceKernel] {
         &self.images
+    }
+
+    /// Device graphs this module holds (captured, not yet dropped), and runs that replayed
+    /// one (see [`CudaBackendOptions::cuda_graphs`]).
+    pub fn graph_counts(&self) -> (usize, usize) {
+        let held = self.graphs.lock().map_or(0, |g| g.len());
+        (
+            held,
+            self.replays.load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// Bytes of the parallel-k workspace (0 when no kernel splits k).
@@ -503,6 +541,9 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
                 k_parts,
                 workspace,
                 workspace_lock: std::sync::Mutex::new(()),
+                runs: Default::default(),
+                graphs: Default::default(),
+                replays: Default::default(),
                 ptx_compiled: run_nvrtc,
                 ptxas_reports,
             },
@@ -564,6 +605,14 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
                 kernel,
                 message: "no such kernel".into(),
             })?;
+        if self.options.cuda_graphs {
+            let mut runs = module.runs.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(run) = runs.get_mut(&std::thread::current().id()) {
+                // Deferred to `end_run`, within the run that borrows these buffers.
+                run.push((kernel, args.to_vec()));
+                return Ok(());
+            }
+        }
         match *plan {
             Plan::Single { kernel: k } => {
                 // SAFETY: the caller guarantees (`Backend::launch`) that `args` passed
@@ -598,6 +647,70 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
                 self.device.synchronize().map_err(fail)
             }
         }
+    }
+
+    /// With [`CudaBackendOptions::cuda_graphs`]: the run's launches are recorded until
+    /// [`Backend::end_run`].
+    fn begin_run(&self, module: &CudaModule<D>) -> Result<(), BackendError> {
+        if self.options.cuda_graphs {
+            module
+                .runs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(std::thread::current().id(), Vec::new());
+        }
+        Ok(())
+    }
+
+    /// Runs the recorded launches as a device graph: replays the graph captured for exactly
+    /// this launch list (kernels and addresses), capturing it first when there is none, and
+    /// waits for it.
+    fn end_run(&self, module: &CudaModule<D>, completed: bool) -> Result<(), BackendError> {
+        let taken = module
+            .runs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&std::thread::current().id());
+        let Some(launches) = taken.filter(|l| completed && !l.is_empty()) else {
+            return Ok(());
+        };
+        let fail = |e: crate::device::DeviceError| BackendError::Launch {
+            kernel: launches.first().map_or(0, |l| l.0),
+            message: format!("CUDA graph: {e}"),
+        };
+        // The workspace is shared by the parallel-k kernels of every run of this module.
+        let _workspace = module
+            .workspace_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut graphs = module.graphs.lock().unwrap_or_else(|e| e.into_inner());
+        let index = match graphs.iter().position(|(key, _)| *key == launches) {
+            Some(i) => i,
+            None => {
+                let device_launches = device_launches(module, &launches)?;
+                // SAFETY: every launch came through `Backend::launch` in this run, whose
+                // caller guaranteed its arguments (checked by `check_args`, live for the
+                // run, written buffers exclusive); the workspace lives as long as the module.
+                // The graph is replayed only for a run that issued exactly these launches
+                // (the key), under the same guarantees.
+                let graph = unsafe { self.device.capture(&module.loaded, &device_launches) }
+                    .map_err(fail)?;
+                if graphs.len() >= MAX_GRAPHS {
+                    graphs.remove(0);
+                }
+                graphs.push((launches.clone(), graph));
+                graphs.len() - 1
+            }
+        };
+        // SAFETY: this run issued exactly the captured launches (same kernels, same
+        // addresses), so the capture's contract is this run's `launch` contract; the
+        // workspace lock keeps other runs of this module off the workspace until the
+        // synchronize below.
+        unsafe { self.device.replay(&module.loaded, &graphs[index].1) }.map_err(fail)?;
+        module
+            .replays
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.device.synchronize().map_err(fail)
     }
 
     fn alloc(&self, bytes: usize) -> Result<CudaArena<D>, BackendError> {
@@ -647,4 +760,28 @@ fn parallel_k_args<D: GpuDevice>(
         .chain([*output])
         .collect();
     Ok((partial, reduce))
+}
+
+/// The device launches of task launches: a parallel-k task's two kernels on the workspace.
+fn device_launches<D: GpuDevice>(
+    module: &CudaModule<D>,
+    launches: &[TaskLaunch],
+) -> Result<Vec<(usize, Vec<u64>)>, BackendError> {
+    let mut out = Vec::with_capacity(launches.len());
+    for (kernel, args) in launches {
+        let fail = |message: String| BackendError::Launch {
+            kernel: *kernel,
+            message,
+        };
+        match module.plans.get(*kernel).map(|p| &p.0) {
+            Some(Plan::Single { kernel: k }) => out.push((*k, args.clone())),
+            Some(Plan::ParallelK { partial, reduce }) => {
+                let (p, r) = parallel_k_args(module, args).map_err(fail)?;
+                out.push((*partial, p));
+                out.push((*reduce, r));
+            }
+            None => return Err(fail("no such kernel".into())),
+        }
+    }
+    Ok(out)
 }
