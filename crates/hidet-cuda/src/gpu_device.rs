@@ -21,8 +21,9 @@ pub struct RuntimeDevice {
     gpu: Gpu,
     cache: CudaKernelCache,
     allocations: Mutex<HashMap<u64, DeviceBuffer>>,
-    /// Held by every launch and by a whole capture, so that a capture (which records
-    /// whatever is enqueued on the one stream) records no other thread's launch.
+    /// Held by every call that enqueues on (or waits for) the one stream — launches, copies,
+    /// allocations and frees — and by a whole capture, so that a capture records no other
+    /// thread's work and no other thread's synchronous call meets a capturing stream.
     stream: Mutex<()>,
 }
 
@@ -128,6 +129,7 @@ impl GpuDevice for RuntimeDevice {
             bytes,
             message: e.to_string(),
         };
+        let _stream = self.stream_lock();
         let buffer = self
             .gpu
             .alloc(bytes.max(1), self.alignment())
@@ -139,6 +141,7 @@ impl GpuDevice for RuntimeDevice {
     }
 
     unsafe fn free(&self, ptr: u64) -> Result<(), DeviceError> {
+        let _stream = self.stream_lock();
         match self.allocations().remove(&ptr) {
             Some(_) => Ok(()),
             None => Err(DeviceError::BadAddress {
@@ -150,6 +153,7 @@ impl GpuDevice for RuntimeDevice {
     }
 
     fn upload(&self, dst: u64, data: &[u8]) -> Result<(), DeviceError> {
+        let _stream = self.stream_lock();
         self.gpu
             .upload(dst, data)
             .map_err(|e| DeviceError::Transfer {
@@ -160,6 +164,7 @@ impl GpuDevice for RuntimeDevice {
 
     fn download(&self, src: u64, out: &mut [u8]) -> Result<(), DeviceError> {
         let bytes = out.len();
+        let _stream = self.stream_lock();
         self.gpu
             .download(src, out)
             .map_err(|e| DeviceError::Transfer {

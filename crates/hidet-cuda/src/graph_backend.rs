@@ -693,8 +693,21 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
                 // run, written buffers exclusive); the workspace lives as long as the module.
                 // The graph is replayed only for a run that issued exactly these launches
                 // (the key), under the same guarantees.
-                let graph = unsafe { self.device.capture(&module.loaded, &device_launches) }
-                    .map_err(fail)?;
+                let graph = match unsafe { self.device.capture(&module.loaded, &device_launches) } {
+                    Ok(graph) => graph,
+                    Err(_) => {
+                        // The device could not record them (a driver without graph support,
+                        // say): run them as plain launches; the next run tries again.
+                        drop(graphs);
+                        for (kernel, args) in &device_launches {
+                            // SAFETY: as for the capture above; these are this run's own
+                            // launches, issued now, in order.
+                            unsafe { self.device.launch(&module.loaded, *kernel, args) }
+                                .map_err(fail)?;
+                        }
+                        return self.device.synchronize().map_err(fail);
+                    }
+                };
                 if graphs.len() >= MAX_GRAPHS {
                     graphs.remove(0);
                 }
