@@ -117,7 +117,8 @@ pub trait GpuDevice: Send + Sync + fmt::Debug {
 
     /// Launches kernel `kernel` of `module` on one device pointer per parameter (with the
     /// launch configuration of its [`DeviceKernel`]). It may return before the kernel
-    /// finishes; [`GpuDevice::synchronize`] waits.
+    /// finishes; [`GpuDevice::synchronize`] waits. Launches (and graph replays) run in the
+    /// order they were made, each after the previous one finished (one stream).
     ///
     /// # Safety
     /// Each pointer must lie in a live allocation of this device with the parameter's bytes

@@ -14,8 +14,9 @@
 //! PTX by NVRTC when the module is built.
 //!
 //! Memory: an arena is one device allocation ([`arena::CudaArena`]); addresses are device
-//! pointers. Launches are synchronous (the trait's `launch` is the device's launch followed
-//! by a synchronize).
+//! pointers. A run of kernels only is replayed as a device graph, or streamed and waited for
+//! once ([`CudaBackendOptions::cuda_graphs`]); any other launch is the device's launch
+//! followed by a synchronize.
 
 pub mod arena;
 
@@ -70,7 +71,9 @@ pub struct CudaBackendOptions {
     /// Whether a run of kernels only is recorded once as a device graph (a CUDA graph on a
     /// GPU) and replayed: the first run of a set of argument addresses (one per run state:
     /// inputs are copied into the run's fixed arena first) captures its launches, later runs
-    /// replay them with one launch. Off, every kernel is launched and waited for.
+    /// replay them with one launch. Off, a run enqueues its kernels on the stream and waits
+    /// once at its end. (A profiled run, or one with host steps, launches and waits for each
+    /// kernel either way.)
     pub cuda_graphs: bool,
 }
 
@@ -108,6 +111,15 @@ pub fn cuda_graphs_from_env() -> bool {
 
 /// One launch of the graph layer: (task kernel, argument addresses).
 type TaskLaunch = (usize, Vec<u64>);
+
+/// What a run in progress (between `begin_run` and `end_run`) does with its launches.
+#[derive(Debug)]
+enum RunLog {
+    /// With CUDA graphs: records them, for `end_run` to replay as one graph.
+    Recording(Vec<TaskLaunch>),
+    /// Without: enqueues them on the device's stream without waiting; `end_run` waits.
+    Streaming,
+}
 
 /// The most device graphs a module keeps (one per run state, i.e. per concurrent run);
 /// beyond it the oldest is dropped and captured again when needed.
@@ -168,9 +180,8 @@ pub struct CudaModule<D: GpuDevice> {
     /// two are adjacent on the device's stream.
     workspace: Option<CudaArena<D>>,
     workspace_lock: std::sync::Mutex<()>,
-    /// The launches of the runs in progress with [`CudaBackendOptions::cuda_graphs`], by
-    /// thread (deferred from `launch` to `end_run`).
-    runs: std::sync::Mutex<std::collections::HashMap<std::thread::ThreadId, Vec<TaskLaunch>>>,
+    /// The runs in progress, by thread (see [`RunLog`]).
+    runs: std::sync::Mutex<std::collections::HashMap<std::thread::ThreadId, RunLog>>,
     /// Captured graphs by their launch list, oldest first; and how many runs replayed one.
     graphs: std::sync::Mutex<Vec<(Vec<TaskLaunch>, D::Graph)>>,
     replays: std::sync::atomic::AtomicUsize,
@@ -605,23 +616,35 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
                 kernel,
                 message: "no such kernel".into(),
             })?;
-        if self.options.cuda_graphs {
+        let streaming = {
             let mut runs = module.runs.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(run) = runs.get_mut(&std::thread::current().id()) {
-                // Deferred to `end_run`, within the run that borrows these buffers.
-                run.push((kernel, args.to_vec()));
-                return Ok(());
+            match runs.get_mut(&std::thread::current().id()) {
+                Some(RunLog::Recording(launches)) => {
+                    // Deferred to `end_run`, within the run that borrows these buffers.
+                    launches.push((kernel, args.to_vec()));
+                    return Ok(());
+                }
+                Some(RunLog::Streaming) => true,
+                None => false,
             }
-        }
+        };
+        // Outside a run each launch is waited for; inside one, `end_run` waits for all.
+        let finish = || {
+            if streaming {
+                Ok(())
+            } else {
+                self.device.synchronize().map_err(fail)
+            }
+        };
         match *plan {
             Plan::Single { kernel: k } => {
                 // SAFETY: the caller guarantees (`Backend::launch`) that `args` passed
                 // `check_args` for this kernel (count and sizes match its parameters) and
                 // point into live arenas of this backend — allocations of this device — with
-                // no overlap and exclusive access to written buffers; the synchronize below
-                // ends the launch before return.
+                // no overlap and exclusive access to written buffers, until this call returns
+                // or, inside a run, until `end_run` (whose synchronize ends the launch).
                 unsafe { self.device.launch(&module.loaded, k, args) }.map_err(fail)?;
-                self.device.synchronize().map_err(fail)
+                finish()
             }
             Plan::ParallelK { partial, reduce } => {
                 let (partial_args, reduce_args) = parallel_k_args(module, args)
@@ -633,9 +656,9 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
                 // SAFETY: as above for the task's arguments; the workspace is a live
                 // allocation of this device at least as large as any partial kernel's
                 // workspace parameter (its size was taken from them at build), distinct from
-                // every arena, and used by no other launch while the lock is held: the
-                // partial kernel writes it, the reduction (after it on the stream) reads it,
-                // and the synchronize ends both before the lock is released.
+                // every arena. The lock makes the two launches adjacent in the device's launch
+                // order (in which launches run): the partial kernel writes the workspace, the
+                // reduction reads it next, and any later user of the workspace runs after.
                 unsafe {
                     self.device
                         .launch(&module.loaded, partial, &partial_args)
@@ -644,35 +667,46 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
                         .launch(&module.loaded, reduce, &reduce_args)
                         .map_err(fail)?;
                 }
-                self.device.synchronize().map_err(fail)
+                finish()
             }
         }
     }
 
-    /// With [`CudaBackendOptions::cuda_graphs`]: the run's launches are recorded until
-    /// [`Backend::end_run`].
+    /// With [`CudaBackendOptions::cuda_graphs`], the run's launches are recorded until
+    /// [`Backend::end_run`]; without, they are enqueued without waiting.
     fn begin_run(&self, module: &CudaModule<D>) -> Result<(), BackendError> {
-        if self.options.cuda_graphs {
-            module
-                .runs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(std::thread::current().id(), Vec::new());
-        }
+        let log = if self.options.cuda_graphs {
+            RunLog::Recording(Vec::new())
+        } else {
+            RunLog::Streaming
+        };
+        module
+            .runs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(std::thread::current().id(), log);
         Ok(())
     }
 
-    /// Runs the recorded launches as a device graph: replays the graph captured for exactly
-    /// this launch list (kernels and addresses), capturing it first when there is none, and
-    /// waits for it.
+    /// Waits for a streaming run's launches (completed or not, so its buffers are free
+    /// again); runs a recording run's launches as a device graph: replays the graph captured
+    /// for exactly this launch list (kernels and addresses), capturing it first when there is
+    /// none, and waits for it.
     fn end_run(&self, module: &CudaModule<D>, completed: bool) -> Result<(), BackendError> {
         let taken = module
             .runs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&std::thread::current().id());
-        let Some(launches) = taken.filter(|l| completed && !l.is_empty()) else {
-            return Ok(());
+        let launches = match taken {
+            Some(RunLog::Streaming) => {
+                return self.device.synchronize().map_err(|e| BackendError::Launch {
+                    kernel: 0,
+                    message: format!("waiting for the run: {e}"),
+                })
+            }
+            Some(RunLog::Recording(l)) if completed && !l.is_empty() => l,
+            _ => return Ok(()),
         };
         let fail = |e: crate::device::DeviceError| BackendError::Launch {
             kernel: launches.first().map_or(0, |l| l.0),
