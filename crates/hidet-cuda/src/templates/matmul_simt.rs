@@ -125,6 +125,11 @@ pub enum MatmulSimtError {
         a_batch: i64,
         b_batch: i64,
     },
+    #[error(
+        "parallel-k reduction of {parts} parts of shape {shape:?}: parts and sizes must be \
+         positive and the workspace below 2^31 elements"
+    )]
+    BadReduction { parts: i64, shape: Vec<i64> },
     #[error(transparent)]
     Mapping(#[from] MappingError),
 }
@@ -506,10 +511,9 @@ pub fn build_k_reduce(
     let Some(total) =
         total.filter(|&t| parts >= 1 && t.checked_mul(parts).is_some_and(|e| e <= limit))
     else {
-        return Err(MatmulSimtError::BadShape {
-            m: out_shape.iter().rev().nth(1).copied().unwrap_or(0),
-            n: out_shape.last().copied().unwrap_or(0),
-            k: parts,
+        return Err(MatmulSimtError::BadReduction {
+            parts,
+            shape: out_shape.to_vec(),
         });
     };
     let blocks = ceil_div(total, REDUCE_THREADS);
@@ -1001,6 +1005,21 @@ mod tests {
             schedule_space(&SimtLimits::for_arch(Arch::SM86)).len()
                 <= schedule_space(&SimtLimits::for_arch(Arch::SM90)).len()
         );
+    }
+
+    #[test]
+    fn bad_reductions_are_errors() {
+        for (parts, shape) in [
+            (0, vec![4, 4]),
+            (2, vec![0, 4]),
+            (4, vec![1 << 16, 1 << 15]),
+        ] {
+            assert!(matches!(
+                build_k_reduce("r", parts, &shape),
+                Err(MatmulSimtError::BadReduction { .. })
+            ));
+        }
+        assert!(build_k_reduce("r", 3, &[2, 5, 7]).is_ok());
     }
 
     #[test]
