@@ -22,8 +22,9 @@
 #
 #    prints the device, then one row per kernel from `gpu_smoke` (max error against a
 #    float64 CPU reference, median stream-launch and CUDA-graph-replay times and GFLOP/s),
-#    then torch.mm (fp32, TF32 off) at the same sizes for comparison, then one row per paper
-#    model (`hidet bench --device cuda --check`). Finishes in a few minutes (each step has
+#    then torch.mm (fp32, TF32 off) at the same sizes for comparison, then two rows per paper
+#    model: `hidet bench --device cuda --check` with CUDA graphs (the default), and its
+#    latency without them (`HIDET_CUDA_GRAPHS=0`). Finishes in a few minutes (each step has
 #    its own timeout); exits non-zero when a check failed. Record the table in BENCHMARKS.md
 #    with the device name.
 set -uo pipefail
@@ -83,11 +84,15 @@ for m, n, k in [(333, 517, 129), (1024, 1024, 1024), (4096, 4096, 4096)]:
     print(f"torch.mm {m}x{n}x{k:<8} {ms:11.4f} ms {2 * m * n * k / ms / 1e6:10.0f} GFLOP/s")
 PY
 
-echo "== models (hidet --device cuda: median latency, outputs checked against the reference executor)"
+echo "== models (hidet --device cuda: median latency with CUDA graphs, outputs checked against the reference executor; then without CUDA graphs)"
 if [ -x "$out/bin/hidet" ]; then
     for model in resnet50 inception_v3 mobilenet_v2 bert_base gpt2; do
-        HIDET_CACHE_DIR="$out/cache" timeout 90 "$out/bin/hidet" bench "zoo:$model" \
-            --device cuda --runs 20 --check || status=1
+        echo "-- $model, CUDA graphs on (captured once, replayed)"
+        HIDET_CUDA_GRAPHS=1 HIDET_CACHE_DIR="$out/cache" timeout 90 "$out/bin/hidet" bench \
+            "zoo:$model" --device cuda --runs 20 --check || status=1
+        echo "-- $model, CUDA graphs off (HIDET_CUDA_GRAPHS=0: one launch and wait per kernel)"
+        HIDET_CUDA_GRAPHS=0 HIDET_CACHE_DIR="$out/cache" timeout 60 "$out/bin/hidet" bench \
+            "zoo:$model" --device cuda --runs 20 | grep -E "^latency" || status=1
     done
 else
     echo "skipped: no .gpu/bin/hidet (run scripts/gpu/check.sh --prepare here)"

@@ -52,6 +52,20 @@ impl Arch {
         }
     }
 
+    /// Streaming multiprocessors of this architecture's reference GPU, for heuristics that
+    /// fill the GPU (parallel-k): sm_80 an A100 (108), sm_86 an RTX 3090 / A6000 class (82),
+    /// sm_89 an RTX 4090 (128), sm_90 and later an H100/H200 (132); others 80. A real GPU's
+    /// own count may differ.
+    pub fn reference_sm_count(self) -> i64 {
+        match self.capability {
+            80 | 87 => 108,
+            86 => 82,
+            89 => 128,
+            90.. => 132,
+            _ => 80,
+        }
+    }
+
     /// Shared memory one block may declare statically, in bytes.
     pub fn max_static_shared_bytes(self) -> usize {
         48 * 1024

@@ -83,6 +83,9 @@ pub trait GpuDevice: Send + Sync + fmt::Debug {
     /// Loaded kernels (one module per compiled model).
     type Module: Send + Sync + fmt::Debug;
 
+    /// A recorded sequence of launches, replayed as one unit (a CUDA graph).
+    type Graph: Send + Sync + fmt::Debug;
+
     /// A short name for reports (`"cuda-sim"`, `"cuda"`).
     fn name(&self) -> &'static str;
 
@@ -114,7 +117,8 @@ pub trait GpuDevice: Send + Sync + fmt::Debug {
 
     /// Launches kernel `kernel` of `module` on one device pointer per parameter (with the
     /// launch configuration of its [`DeviceKernel`]). It may return before the kernel
-    /// finishes; [`GpuDevice::synchronize`] waits.
+    /// finishes; [`GpuDevice::synchronize`] waits. Launches (and graph replays) run in the
+    /// order they were made, each after the previous one finished (one stream).
     ///
     /// # Safety
     /// Each pointer must lie in a live allocation of this device with the parameter's bytes
@@ -129,4 +133,27 @@ pub trait GpuDevice: Send + Sync + fmt::Debug {
 
     /// Waits for every launch so far.
     fn synchronize(&self) -> Result<(), DeviceError>;
+
+    /// Records `launches` — `(kernel of module, one device pointer per parameter)`, in order —
+    /// as one graph, without running them. No other work of this device is recorded into it,
+    /// whatever other threads do meanwhile.
+    ///
+    /// # Safety
+    /// As for [`GpuDevice::launch`], for every launch, whenever the graph is replayed: the
+    /// pointers must then lie in live allocations, and each launch's written buffers must not
+    /// overlap its other arguments. Later launches of the list may read what earlier ones
+    /// wrote (they run in order).
+    unsafe fn capture(
+        &self,
+        module: &Self::Module,
+        launches: &[(usize, Vec<u64>)],
+    ) -> Result<Self::Graph, DeviceError>;
+
+    /// Enqueues one run of `graph` (captured from `module`'s kernels): its launches in order,
+    /// after everything enqueued before. [`GpuDevice::synchronize`] waits for it.
+    ///
+    /// # Safety
+    /// The capture's contract must hold now (every pointer live, nothing else touching the
+    /// written buffers until the replay has finished).
+    unsafe fn replay(&self, module: &Self::Module, graph: &Self::Graph) -> Result<(), DeviceError>;
 }

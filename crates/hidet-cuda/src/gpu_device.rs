@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 use crate::cache::CudaKernelCache;
 use crate::device::{DeviceError, DeviceKernel, GpuDevice};
 use crate::nvrtc::CompileOptions;
-use crate::runtime::{DeviceBuffer, Gpu, Kernel, KernelParam, LaunchConfig};
+use crate::runtime::{CapturedGraph, DeviceBuffer, Gpu, Kernel, KernelParam, LaunchConfig};
 use crate::{Arch, CudaError};
 
 /// A CUDA GPU driven through the runtime (see the module docs).
@@ -21,6 +21,10 @@ pub struct RuntimeDevice {
     gpu: Gpu,
     cache: CudaKernelCache,
     allocations: Mutex<HashMap<u64, DeviceBuffer>>,
+    /// Held by every call that enqueues on (or waits for) the one stream — launches, copies,
+    /// allocations and frees — and by a whole capture, so that a capture records no other
+    /// thread's work and no other thread's synchronous call meets a capturing stream.
+    stream: Mutex<()>,
 }
 
 /// The kernels of one compiled model, loaded on the GPU, each with its launch
@@ -38,6 +42,7 @@ impl RuntimeDevice {
             gpu: Gpu::open(ordinal)?,
             cache,
             allocations: Mutex::new(HashMap::new()),
+            stream: Mutex::new(()),
         })
     }
 
@@ -82,8 +87,38 @@ impl RuntimeDevice {
     }
 }
 
+impl RuntimeDevice {
+    fn stream_lock(&self) -> MutexGuard<'_, ()> {
+        // Guards no data: a poisoned lock is as good as a clean one.
+        self.stream.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Enqueues kernel `kernel` of `module` on `args` (the caller holds the stream lock).
+    fn enqueue(
+        gpu: &Gpu,
+        module: &RuntimeModule,
+        kernel: usize,
+        args: &[u64],
+    ) -> Result<(), DeviceError> {
+        let (loaded, config) = module
+            .kernels
+            .get(kernel)
+            .ok_or_else(|| DeviceError::Launch {
+                kernel: format!("#{kernel}"),
+                message: format!("the module has {} kernels", module.kernels.len()),
+            })?;
+        let params: Vec<KernelParam> = args.iter().map(|&a| KernelParam::Ptr(a)).collect();
+        gpu.launch(loaded, config, &params)
+            .map_err(|e| DeviceError::Launch {
+                kernel: loaded.name().to_string(),
+                message: e.to_string(),
+            })
+    }
+}
+
 impl GpuDevice for RuntimeDevice {
     type Module = RuntimeModule;
+    type Graph = CapturedGraph;
 
     fn name(&self) -> &'static str {
         "cuda"
@@ -94,6 +129,7 @@ impl GpuDevice for RuntimeDevice {
             bytes,
             message: e.to_string(),
         };
+        let _stream = self.stream_lock();
         let buffer = self
             .gpu
             .alloc(bytes.max(1), self.alignment())
@@ -105,6 +141,7 @@ impl GpuDevice for RuntimeDevice {
     }
 
     unsafe fn free(&self, ptr: u64) -> Result<(), DeviceError> {
+        let _stream = self.stream_lock();
         match self.allocations().remove(&ptr) {
             Some(_) => Ok(()),
             None => Err(DeviceError::BadAddress {
@@ -116,6 +153,7 @@ impl GpuDevice for RuntimeDevice {
     }
 
     fn upload(&self, dst: u64, data: &[u8]) -> Result<(), DeviceError> {
+        let _stream = self.stream_lock();
         self.gpu
             .upload(dst, data)
             .map_err(|e| DeviceError::Transfer {
@@ -126,6 +164,7 @@ impl GpuDevice for RuntimeDevice {
 
     fn download(&self, src: u64, out: &mut [u8]) -> Result<(), DeviceError> {
         let bytes = out.len();
+        let _stream = self.stream_lock();
         self.gpu
             .download(src, out)
             .map_err(|e| DeviceError::Transfer {
@@ -148,25 +187,55 @@ impl GpuDevice for RuntimeDevice {
         kernel: usize,
         args: &[u64],
     ) -> Result<(), DeviceError> {
-        let (loaded, config) = module
-            .kernels
-            .get(kernel)
-            .ok_or_else(|| DeviceError::Launch {
-                kernel: format!("#{kernel}"),
-                message: format!("the module has {} kernels", module.kernels.len()),
-            })?;
-        let params: Vec<KernelParam> = args.iter().map(|&a| KernelParam::Ptr(a)).collect();
-        self.gpu
-            .launch(loaded, config, &params)
-            .map_err(|e| DeviceError::Launch {
-                kernel: loaded.name().to_string(),
-                message: e.to_string(),
-            })
+        let _stream = self.stream_lock();
+        Self::enqueue(&self.gpu, module, kernel, args)
     }
 
     fn synchronize(&self) -> Result<(), DeviceError> {
         self.gpu.synchronize().map_err(|e| DeviceError::Launch {
             kernel: "(synchronize)".into(),
+            message: e.to_string(),
+        })
+    }
+
+    unsafe fn capture(
+        &self,
+        module: &RuntimeModule,
+        launches: &[(usize, Vec<u64>)],
+    ) -> Result<CapturedGraph, DeviceError> {
+        let _stream = self.stream_lock();
+        let mut failed = None;
+        let graph = self.gpu.capture(|gpu| {
+            for (kernel, args) in launches {
+                if let Err(e) = Self::enqueue(gpu, module, *kernel, args) {
+                    let reason = e.to_string();
+                    failed = Some(e);
+                    return Err(CudaError::Launch {
+                        kernel: format!("#{kernel}"),
+                        reason,
+                    });
+                }
+            }
+            Ok(())
+        });
+        match (graph, failed) {
+            (Ok(graph), _) => Ok(graph),
+            (Err(_), Some(e)) => Err(e),
+            (Err(e), None) => Err(DeviceError::Launch {
+                kernel: "(graph capture)".into(),
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    unsafe fn replay(
+        &self,
+        _module: &RuntimeModule,
+        graph: &CapturedGraph,
+    ) -> Result<(), DeviceError> {
+        let _stream = self.stream_lock();
+        graph.replay().map_err(|e| DeviceError::Launch {
+            kernel: "(graph replay)".into(),
             message: e.to_string(),
         })
     }

@@ -14,8 +14,9 @@
 //! PTX by NVRTC when the module is built.
 //!
 //! Memory: an arena is one device allocation ([`arena::CudaArena`]); addresses are device
-//! pointers. Launches are synchronous (the trait's `launch` is the device's launch followed
-//! by a synchronize).
+//! pointers. A run of kernels only is replayed as a device graph, or streamed and waited for
+//! once ([`CudaBackendOptions::cuda_graphs`]); any other launch is the device's launch
+//! followed by a synchronize.
 
 pub mod arena;
 
@@ -34,7 +35,7 @@ use crate::arch::Arch;
 use crate::device::{DeviceKernel, GpuDevice, KernelParam};
 use crate::ptxas::PtxasReport;
 use crate::schedule::conv_anchor::conv_kernel;
-use crate::schedule::matmul_anchor::{matmul_kernel, TemplateOutcome};
+use crate::schedule::matmul_anchor::{matmul_kernel, AnchorTarget, TemplateOutcome};
 use crate::schedule::{self, ScheduleKind};
 pub use arena::CudaArena;
 
@@ -64,6 +65,26 @@ pub struct CudaBackendOptions {
     /// (`CudaKernelCache::from_env`), so that a GPU of that architecture finds it there
     /// without compiling (the GPU device compiles through the same cache).
     pub cache_images: bool,
+    /// Whether matmul and convolution anchors with too few output tiles for the GPU split
+    /// their reduction (parallel-k, [`crate::schedule::matmul_anchor`]).
+    pub parallel_k: bool,
+    /// Whether a run of kernels only is recorded once as a device graph (a CUDA graph on a
+    /// GPU) and replayed: the first run of a set of argument addresses (one per run state:
+    /// inputs are copied into the run's fixed arena first) captures its launches, later runs
+    /// replay them with one launch. Off, a run enqueues its kernels on the stream and waits
+    /// once at its end. (A profiled run, or one with host steps, launches and waits for each
+    /// kernel either way.)
+    pub cuda_graphs: bool,
+}
+
+impl CudaBackendOptions {
+    /// What the anchors know of the target.
+    pub fn anchor_target(&self) -> AnchorTarget {
+        AnchorTarget {
+            sm_count: self.arch.reference_sm_count(),
+            parallel_k: self.parallel_k,
+        }
+    }
 }
 
 impl Default for CudaBackendOptions {
@@ -73,9 +94,36 @@ impl Default for CudaBackendOptions {
             nvrtc: NvrtcCheck::Off,
             ptxas: false,
             cache_images: false,
+            parallel_k: true,
+            cuda_graphs: cuda_graphs_from_env(),
         }
     }
 }
+
+/// Whether CUDA graphs are on by default: yes, unless the environment variable
+/// `HIDET_CUDA_GRAPHS` is `0`, `off` or `false` (the device check's rows without graphs).
+pub fn cuda_graphs_from_env() -> bool {
+    !matches!(
+        std::env::var("HIDET_CUDA_GRAPHS").as_deref(),
+        Ok("0" | "off" | "false")
+    )
+}
+
+/// One launch of the graph layer: (task kernel, argument addresses).
+type TaskLaunch = (usize, Vec<u64>);
+
+/// What a run in progress (between `begin_run` and `end_run`) does with its launches.
+#[derive(Debug)]
+enum RunLog {
+    /// With CUDA graphs: records them, for `end_run` to replay as one graph.
+    Recording(Vec<TaskLaunch>),
+    /// Without: enqueues them on the device's stream without waiting; `end_run` waits.
+    Streaming,
+}
+
+/// The most device graphs a module keeps (one per run state, i.e. per concurrent run);
+/// beyond it the oldest is dropped and captured again when needed.
+const MAX_GRAPHS: usize = 8;
 
 /// How a kernel was produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,11 +136,34 @@ pub enum KernelOrigin {
     Scheduler(ScheduleKind),
 }
 
-/// A lowered kernel.
+/// The second kernel of a parallel-k task and its workspace.
+#[derive(Debug, Clone)]
+pub struct ParallelKImage {
+    /// Sums the partial products and applies the task's epilogue: parameters the workspace,
+    /// the task's inputs, then the task's output.
+    pub reduce: DeviceKernel,
+    pub parts: i64,
+    /// Bytes of the workspace `[parts, out…]` (f32) the partial products go to.
+    pub workspace_bytes: usize,
+}
+
+/// A lowered kernel: one device kernel, or two for a parallel-k task (`image` then writes
+/// the partial products: parameters the task's inputs then the workspace).
 #[derive(Debug, Clone)]
 pub struct CudaKernel {
     pub image: DeviceKernel,
     pub origin: KernelOrigin,
+    pub parallel_k: Option<ParallelKImage>,
+}
+
+/// How one kernel of the graph layer (one task) runs on the device.
+#[derive(Debug, Clone)]
+enum Plan {
+    /// Device kernel `kernel` on the task's arguments.
+    Single { kernel: usize },
+    /// Device kernel `partial` on the task's inputs and the module's workspace, then
+    /// `reduce` on the workspace, the task's inputs and its output.
+    ParallelK { partial: usize, reduce: usize },
 }
 
 /// The built kernels of a model on device `D`.
@@ -100,20 +171,54 @@ pub struct CudaKernel {
 pub struct CudaModule<D: GpuDevice> {
     loaded: D::Module,
     images: Vec<DeviceKernel>,
+    /// One per task kernel: how it runs, and the parameters the graph layer passes.
+    plans: Vec<(Plan, Vec<KernelParam>)>,
     origins: Vec<KernelOrigin>,
+    k_parts: Vec<Option<i64>>,
+    /// The workspace of the parallel-k kernels (the largest any needs), shared by them:
+    /// `workspace_lock` is held from a partial kernel's launch to its reduction's, so the
+    /// two are adjacent on the device's stream.
+    workspace: Option<CudaArena<D>>,
+    workspace_lock: std::sync::Mutex<()>,
+    /// The runs in progress, by thread (see [`RunLog`]).
+    runs: std::sync::Mutex<std::collections::HashMap<std::thread::ThreadId, RunLog>>,
+    /// Captured graphs by their launch list, oldest first; and how many runs replayed one.
+    graphs: std::sync::Mutex<Vec<(Vec<TaskLaunch>, D::Graph)>>,
+    replays: std::sync::atomic::AtomicUsize,
     ptx_compiled: bool,
     ptxas_reports: Vec<(String, PtxasReport)>,
 }
 
 impl<D: GpuDevice> CudaModule<D> {
-    /// How each kernel was produced, in kernel order.
+    /// How each kernel was produced, in (task) kernel order.
     pub fn origins(&self) -> &[KernelOrigin] {
         &self.origins
     }
 
-    /// The kernels as given to the device, in kernel order.
+    /// For each (task) kernel, the parts of its parallel-k split (`None`: not split).
+    pub fn parallel_k(&self) -> &[Option<i64>] {
+        &self.k_parts
+    }
+
+    /// The device kernels as given to the device: one per task kernel, two (partial
+    /// products, then their reduction) for a parallel-k one.
     pub fn images(&self) -> &[DeviceKernel] {
         &self.images
+    }
+
+    /// Device graphs this module holds (captured, not yet dropped), and runs that replayed
+    /// one (see [`CudaBackendOptions::cuda_graphs`]).
+    pub fn graph_counts(&self) -> (usize, usize) {
+        let held = self.graphs.lock().map_or(0, |g| g.len());
+        (
+            held,
+            self.replays.load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    /// Bytes of the parallel-k workspace (0 when no kernel splits k).
+    pub fn workspace_bytes(&self) -> usize {
+        self.workspace.as_ref().map_or(0, CudaArena::len)
     }
 
     /// Whether every kernel was compiled to PTX by NVRTC.
@@ -145,9 +250,9 @@ impl<D: GpuDevice> CudaBackend<D> {
     }
 }
 
-/// The image of CUDA kernel function `module.functions[0]` computing `task`: parameters,
-/// launch configuration and CUDA C.
-fn kernel_image(task: &FusedTask, module: IRModule) -> Result<DeviceKernel, String> {
+/// The image of CUDA kernel function `module.functions[0]`, whose first `inputs` parameters
+/// it reads and the rest it writes: parameters, launch configuration and CUDA C.
+fn kernel_image(inputs: usize, module: IRModule) -> Result<DeviceKernel, String> {
     let f = module
         .functions
         .first()
@@ -170,7 +275,6 @@ fn kernel_image(task: &FusedTask, module: IRModule) -> Result<DeviceKernel, Stri
         .map(|b| u32::try_from(b).map_err(|_| format!("block dimension {b}")));
     let block = [block[0].clone()?, block[1].clone()?, block[2].clone()?];
     let dynamic_shared_bytes = dim(&launch.dynamic_shared_bytes, "dynamic shared memory")?;
-    let inputs = task.def.inputs.len();
     let params = f
         .params
         .iter()
@@ -305,11 +409,37 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
             message,
         };
         let fused = task.nodes.len() > 1;
-        let outcome = match matmul_kernel(task) {
-            TemplateOutcome::NotApplicable => conv_kernel(task),
+        let target = self.options.anchor_target();
+        let outcome = match matmul_kernel(task, &target) {
+            TemplateOutcome::NotApplicable => conv_kernel(task, &target),
             outcome => outcome,
         };
+        let inputs = task.def.inputs.len();
+        let origin = if fused {
+            KernelOrigin::FusedTemplate
+        } else {
+            KernelOrigin::Template
+        };
+        let image_of = |f: hidet_ir::function::Function, inputs: usize| {
+            let module = IRModule::new(f.name.clone(), Target::Cuda).with(f);
+            kernel_image(inputs, module).map_err(compile_error)
+        };
         let (function, origin) = match outcome {
+            TemplateOutcome::ParallelK(k) => {
+                let workspace_bytes = k
+                    .workspace_elements
+                    .checked_mul(4)
+                    .ok_or_else(|| compile_error("the parallel-k workspace is too large".into()))?;
+                return Ok(CudaKernel {
+                    image: image_of(k.partial, inputs)?,
+                    origin,
+                    parallel_k: Some(ParallelKImage {
+                        reduce: image_of(k.reduce, inputs + 1)?,
+                        parts: k.parts,
+                        workspace_bytes,
+                    }),
+                });
+            }
             TemplateOutcome::Kernel(f) if fused => (*f, KernelOrigin::FusedTemplate),
             TemplateOutcome::Kernel(f) => (*f, KernelOrigin::Template),
             TemplateOutcome::Refused(reason) if fused => {
@@ -325,8 +455,12 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
             }
         };
         let module = IRModule::new(task.name.clone(), Target::Cuda).with(function);
-        let image = kernel_image(task, module).map_err(compile_error)?;
-        Ok(CudaKernel { image, origin })
+        let image = kernel_image(inputs, module).map_err(compile_error)?;
+        Ok(CudaKernel {
+            image,
+            origin,
+            parallel_k: None,
+        })
     }
 
     fn build(
@@ -340,8 +474,40 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
                 kernels: kernels.len(),
             });
         }
-        let (images, origins): (Vec<DeviceKernel>, Vec<KernelOrigin>) =
-            kernels.into_iter().map(|k| (k.image, k.origin)).unzip();
+        let mut images = Vec::with_capacity(kernels.len());
+        let mut plans = Vec::with_capacity(kernels.len());
+        let mut origins = Vec::with_capacity(kernels.len());
+        let mut k_parts = Vec::with_capacity(kernels.len());
+        let mut workspace_bytes = 0usize;
+        for k in kernels {
+            origins.push(k.origin);
+            let partial = images.len();
+            match k.parallel_k {
+                None => {
+                    plans.push((Plan::Single { kernel: partial }, k.image.params.clone()));
+                    k_parts.push(None);
+                    images.push(k.image);
+                }
+                Some(pk) => {
+                    // The task's parameters: the partial kernel's inputs, then the
+                    // reduction's output.
+                    let mut params = k.image.params.clone();
+                    params.pop();
+                    params.extend(pk.reduce.params.last().cloned());
+                    plans.push((
+                        Plan::ParallelK {
+                            partial,
+                            reduce: partial + 1,
+                        },
+                        params,
+                    ));
+                    k_parts.push(Some(pk.parts));
+                    workspace_bytes = workspace_bytes.max(pk.workspace_bytes);
+                    images.push(k.image);
+                    images.push(pk.reduce);
+                }
+            }
+        }
         let run_nvrtc = match self.options.nvrtc {
             NvrtcCheck::Off => false,
             NvrtcCheck::IfAvailable => crate::nvrtc::Nvrtc::global().is_ok(),
@@ -362,6 +528,10 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
             .device
             .load(&images)
             .map_err(|e| BackendError::Build(e.to_string()))?;
+        let workspace = match workspace_bytes {
+            0 => None,
+            bytes => Some(CudaArena::new(self.device.clone(), bytes)?),
+        };
         // Every kernel's CUDA C is at hand (emitted when lowered): always reported.
         let report = ModuleReport {
             kernels: images.len(),
@@ -377,7 +547,14 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
             CudaModule {
                 loaded,
                 images,
+                plans,
                 origins,
+                k_parts,
+                workspace,
+                workspace_lock: std::sync::Mutex::new(()),
+                runs: Default::default(),
+                graphs: Default::default(),
+                replays: Default::default(),
                 ptx_compiled: run_nvrtc,
                 ptxas_reports,
             },
@@ -392,18 +569,18 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
         args: &[ArgAddress],
     ) -> Result<(), BackendError> {
         let fail = |message: String| BackendError::Launch { kernel, message };
-        let image = module
-            .images
+        let (_, params) = module
+            .plans
             .get(kernel)
             .ok_or_else(|| fail("no such kernel".into()))?;
-        if image.params.len() != args.len() {
+        if params.len() != args.len() {
             return Err(fail(format!(
                 "{} arguments for {} parameters",
                 args.len(),
-                image.params.len()
+                params.len()
             )));
         }
-        for (p, a) in image.params.iter().zip(args) {
+        for (p, a) in params.iter().zip(args) {
             if a.bytes < p.bytes() {
                 return Err(fail(format!(
                     "parameter `{}` needs {} bytes, given {}",
@@ -432,11 +609,154 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
             kernel,
             message: e.to_string(),
         };
-        // SAFETY: the caller guarantees (`Backend::launch`) that `args` passed `check_args`
-        // for this kernel (count and sizes match its parameters) and point into live arenas
-        // of this backend — allocations of this device — with no overlap and exclusive
-        // access to written buffers; the synchronize below ends the launch before return.
-        unsafe { self.device.launch(&module.loaded, kernel, args) }.map_err(fail)?;
+        let (plan, _) = module
+            .plans
+            .get(kernel)
+            .ok_or_else(|| BackendError::Launch {
+                kernel,
+                message: "no such kernel".into(),
+            })?;
+        let streaming = {
+            let mut runs = module.runs.lock().unwrap_or_else(|e| e.into_inner());
+            match runs.get_mut(&std::thread::current().id()) {
+                Some(RunLog::Recording(launches)) => {
+                    // Deferred to `end_run`, within the run that borrows these buffers.
+                    launches.push((kernel, args.to_vec()));
+                    return Ok(());
+                }
+                Some(RunLog::Streaming) => true,
+                None => false,
+            }
+        };
+        // Outside a run each launch is waited for; inside one, `end_run` waits for all.
+        let finish = || {
+            if streaming {
+                Ok(())
+            } else {
+                self.device.synchronize().map_err(fail)
+            }
+        };
+        match *plan {
+            Plan::Single { kernel: k } => {
+                // SAFETY: the caller guarantees (`Backend::launch`) that `args` passed
+                // `check_args` for this kernel (count and sizes match its parameters) and
+                // point into live arenas of this backend — allocations of this device — with
+                // no overlap and exclusive access to written buffers, until this call returns
+                // or, inside a run, until `end_run` (whose synchronize ends the launch).
+                unsafe { self.device.launch(&module.loaded, k, args) }.map_err(fail)?;
+                finish()
+            }
+            Plan::ParallelK { partial, reduce } => {
+                let (partial_args, reduce_args) = parallel_k_args(module, args)
+                    .map_err(|message| BackendError::Launch { kernel, message })?;
+                let _workspace = module
+                    .workspace_lock
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                // SAFETY: as above for the task's arguments; the workspace is a live
+                // allocation of this device at least as large as any partial kernel's
+                // workspace parameter (its size was taken from them at build), distinct from
+                // every arena. The lock makes the two launches adjacent in the device's launch
+                // order (in which launches run): the partial kernel writes the workspace, the
+                // reduction reads it next, and any later user of the workspace runs after.
+                unsafe {
+                    self.device
+                        .launch(&module.loaded, partial, &partial_args)
+                        .map_err(fail)?;
+                    self.device
+                        .launch(&module.loaded, reduce, &reduce_args)
+                        .map_err(fail)?;
+                }
+                finish()
+            }
+        }
+    }
+
+    /// With [`CudaBackendOptions::cuda_graphs`], the run's launches are recorded until
+    /// [`Backend::end_run`]; without, they are enqueued without waiting.
+    fn begin_run(&self, module: &CudaModule<D>) -> Result<(), BackendError> {
+        let log = if self.options.cuda_graphs {
+            RunLog::Recording(Vec::new())
+        } else {
+            RunLog::Streaming
+        };
+        module
+            .runs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(std::thread::current().id(), log);
+        Ok(())
+    }
+
+    /// Waits for a streaming run's launches (completed or not, so its buffers are free
+    /// again); runs a recording run's launches as a device graph: replays the graph captured
+    /// for exactly this launch list (kernels and addresses), capturing it first when there is
+    /// none, and waits for it.
+    fn end_run(&self, module: &CudaModule<D>, completed: bool) -> Result<(), BackendError> {
+        let taken = module
+            .runs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&std::thread::current().id());
+        let launches = match taken {
+            Some(RunLog::Streaming) => {
+                return self.device.synchronize().map_err(|e| BackendError::Launch {
+                    kernel: 0,
+                    message: format!("waiting for the run: {e}"),
+                })
+            }
+            Some(RunLog::Recording(l)) if completed && !l.is_empty() => l,
+            _ => return Ok(()),
+        };
+        let fail = |e: crate::device::DeviceError| BackendError::Launch {
+            kernel: launches.first().map_or(0, |l| l.0),
+            message: format!("CUDA graph: {e}"),
+        };
+        // The workspace is shared by the parallel-k kernels of every run of this module.
+        let _workspace = module
+            .workspace_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut graphs = module.graphs.lock().unwrap_or_else(|e| e.into_inner());
+        let index = match graphs.iter().position(|(key, _)| *key == launches) {
+            Some(i) => i,
+            None => {
+                let device_launches = device_launches(module, &launches)?;
+                // SAFETY: every launch came through `Backend::launch` in this run, whose
+                // caller guaranteed its arguments (checked by `check_args`, live for the
+                // run, written buffers exclusive); the workspace lives as long as the module.
+                // The graph is replayed only for a run that issued exactly these launches
+                // (the key), under the same guarantees.
+                let graph = match unsafe { self.device.capture(&module.loaded, &device_launches) } {
+                    Ok(graph) => graph,
+                    Err(_) => {
+                        // The device could not record them (a driver without graph support,
+                        // say): run them as plain launches; the next run tries again.
+                        drop(graphs);
+                        for (kernel, args) in &device_launches {
+                            // SAFETY: as for the capture above; these are this run's own
+                            // launches, issued now, in order.
+                            unsafe { self.device.launch(&module.loaded, *kernel, args) }
+                                .map_err(fail)?;
+                        }
+                        return self.device.synchronize().map_err(fail);
+                    }
+                };
+                if graphs.len() >= MAX_GRAPHS {
+                    graphs.remove(0);
+                }
+                graphs.push((launches.clone(), graph));
+                graphs.len() - 1
+            }
+        };
+        // SAFETY: this run issued exactly the captured launches (same kernels, same
+        // addresses), so the capture's contract is this run's `launch` contract; the
+        // workspace lock keeps other runs of this module off the workspace until the
+        // synchronize below.
+        unsafe { self.device.replay(&module.loaded, &graphs[index].1) }.map_err(fail)?;
+        module
+            .replays
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.device.synchronize().map_err(fail)
     }
 
@@ -466,4 +786,49 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
     ) -> Result<Tensor, BackendError> {
         arena.read(offset, dtype, shape)
     }
+}
+
+/// The arguments of a parallel-k task's two kernels from the task's (its inputs, then its
+/// output): the partial kernel gets the inputs and the workspace, the reduction the
+/// workspace, the inputs and the output.
+fn parallel_k_args<D: GpuDevice>(
+    module: &CudaModule<D>,
+    args: &[u64],
+) -> Result<(Vec<u64>, Vec<u64>), String> {
+    let workspace = module
+        .workspace
+        .as_ref()
+        .ok_or("a parallel-k kernel without a workspace")?
+        .base();
+    let (output, inputs) = args.split_last().ok_or("no arguments")?;
+    let partial = inputs.iter().copied().chain([workspace]).collect();
+    let reduce = std::iter::once(workspace)
+        .chain(inputs.iter().copied())
+        .chain([*output])
+        .collect();
+    Ok((partial, reduce))
+}
+
+/// The device launches of task launches: a parallel-k task's two kernels on the workspace.
+fn device_launches<D: GpuDevice>(
+    module: &CudaModule<D>,
+    launches: &[TaskLaunch],
+) -> Result<Vec<(usize, Vec<u64>)>, BackendError> {
+    let mut out = Vec::with_capacity(launches.len());
+    for (kernel, args) in launches {
+        let fail = |message: String| BackendError::Launch {
+            kernel: *kernel,
+            message,
+        };
+        match module.plans.get(*kernel).map(|p| &p.0) {
+            Some(Plan::Single { kernel: k }) => out.push((*k, args.clone())),
+            Some(Plan::ParallelK { partial, reduce }) => {
+                let (p, r) = parallel_k_args(module, args).map_err(fail)?;
+                out.push((*partial, p));
+                out.push((*reduce, r));
+            }
+            None => return Err(fail("no such kernel".into())),
+        }
+    }
+    Ok(out)
 }

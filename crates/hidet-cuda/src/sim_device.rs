@@ -10,6 +10,7 @@
 //! the written buffers back. Launches are synchronous.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::device::{DeviceError, DeviceKernel, GpuDevice, KernelParam};
@@ -36,6 +37,23 @@ impl Default for SimDeviceOptions {
 pub struct SimDevice {
     options: SimDeviceOptions,
     memory: Mutex<SimMemory>,
+    /// Graphs captured and replayed so far (`GpuDevice::capture`, `replay`).
+    captures: AtomicUsize,
+    replays: AtomicUsize,
+}
+
+/// A graph of the simulator device: the launches, replayed one after another (exactly what
+/// launching them does, since simulated launches are synchronous).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimGraph {
+    launches: Vec<(usize, Vec<u64>)>,
+}
+
+impl SimGraph {
+    /// The recorded launches, in order.
+    pub fn launches(&self) -> &[(usize, Vec<u64>)] {
+        &self.launches
+    }
 }
 
 /// The allocations by base address, and where the next one goes.
@@ -104,6 +122,14 @@ pub struct SimModule {
 }
 
 impl SimDevice {
+    /// Graphs captured and graph replays so far, on this device.
+    pub fn graph_counts(&self) -> (usize, usize) {
+        (
+            self.captures.load(Ordering::Relaxed),
+            self.replays.load(Ordering::Relaxed),
+        )
+    }
+
     /// The first device address handed out (far from any address 0 or small integer).
     pub const BASE: u64 = 0x7f00_0000_0000;
     /// Unused bytes left after every allocation, so an overrun lands outside all of them.
@@ -112,7 +138,7 @@ impl SimDevice {
     pub fn new(options: SimDeviceOptions) -> SimDevice {
         SimDevice {
             options,
-            memory: Mutex::new(SimMemory::default()),
+            ..SimDevice::default()
         }
     }
 
@@ -125,6 +151,7 @@ impl SimDevice {
 
 impl GpuDevice for SimDevice {
     type Module = SimModule;
+    type Graph = SimGraph;
 
     fn name(&self) -> &'static str {
         "cuda-sim"
@@ -261,6 +288,43 @@ impl GpuDevice for SimDevice {
     }
 
     fn synchronize(&self) -> Result<(), DeviceError> {
+        Ok(())
+    }
+
+    unsafe fn capture(
+        &self,
+        module: &SimModule,
+        launches: &[(usize, Vec<u64>)],
+    ) -> Result<SimGraph, DeviceError> {
+        // What a real capture checks without running: the kernels and their arities.
+        for (kernel, args) in launches {
+            let k = module
+                .kernels
+                .get(*kernel)
+                .ok_or_else(|| DeviceError::Launch {
+                    kernel: format!("#{kernel}"),
+                    message: "no such kernel".into(),
+                })?;
+            if k.params.len() != args.len() {
+                return Err(DeviceError::Launch {
+                    kernel: k.name.clone(),
+                    message: format!("{} arguments for {} parameters", args.len(), k.params.len()),
+                });
+            }
+        }
+        self.captures.fetch_add(1, Ordering::Relaxed);
+        Ok(SimGraph {
+            launches: launches.to_vec(),
+        })
+    }
+
+    unsafe fn replay(&self, module: &SimModule, graph: &SimGraph) -> Result<(), DeviceError> {
+        self.replays.fetch_add(1, Ordering::Relaxed);
+        for (kernel, args) in &graph.launches {
+            // SAFETY: the caller guarantees the capture's contract now, which is `launch`'s
+            // for every launch of the graph, in order.
+            unsafe { self.launch(module, *kernel, args)? };
+        }
         Ok(())
     }
 }

@@ -166,6 +166,11 @@ enum Command {
         /// Print one JSON object (per-task summaries) as the last stdout line.
         #[arg(long)]
         json: bool,
+        /// The device tuned for: cpu (measured here). cuda-sim is refused (the simulator
+        /// has no timing); cuda is refused until the CUDA tuner exists. Default:
+        /// $HIDET_DEVICE, else cpu.
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<Device>,
     },
 }
 
@@ -288,17 +293,23 @@ fn main() -> ExitCode {
             model_check_runs,
             model_check_max_spread,
             json,
-        } => cli::tune::run(&cli::tune::TuneArgs {
-            model,
-            inputs,
-            level,
-            threads,
-            max_candidates,
-            retune,
-            model_check_runs: model_check_runs as usize,
-            model_check_max_spread,
-            json,
-        }),
+            device,
+        } => Device::resolve(device)
+            .map_err(cli::CliError::from)
+            .and_then(cli::tune::check_device)
+            .and_then(|()| {
+                cli::tune::run(&cli::tune::TuneArgs {
+                    model,
+                    inputs,
+                    level,
+                    threads,
+                    max_candidates,
+                    retune,
+                    model_check_runs: model_check_runs as usize,
+                    model_check_max_spread,
+                    json,
+                })
+            }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

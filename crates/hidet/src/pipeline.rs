@@ -238,6 +238,7 @@ pub fn compile_gpu(model: &OnnxModel, opts: CompileOptions) -> Result<GpuModel, 
         nvrtc: NvrtcCheck::Off,
         ptxas: false,
         cache_images: false,
+        ..CudaBackendOptions::default()
     };
     let backend = CudaBackend::new(std::sync::Arc::new(device), options);
     Ok(CompiledModel::new(model.graph.clone(), backend, opts))

@@ -184,3 +184,17 @@ fn bad_level_is_an_error() {
     let err = text(&o.stderr);
     assert!(err.contains("tuning level 3 does not exist"), "{err}");
 }
+
+/// Tuning needs timing: `--device cuda-sim` is refused with the reason (the simulator has
+/// none), and so is `--device cuda` until the CUDA tuner exists; neither writes a record.
+#[test]
+fn tuning_on_the_simulator_is_refused_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    for (device, reason) in [("cuda-sim", "no timing"), ("cuda", "not implemented")] {
+        let o = hidet(dir.path(), &["tune", "zoo:tiny_mlp", "--device", device]);
+        assert!(!o.status.success(), "{device}");
+        let err = text(&o.stderr);
+        assert!(err.contains(reason), "{device}: {err}");
+    }
+    assert_eq!(records(dir.path()), 0);
+}

@@ -196,3 +196,138 @@ fn odd_shapes_match_the_reference() {
     let err = relative_error(&got, &want);
     assert!(err <= 1e-4, "relative error {err}");
 }
+
+/// Parallel-k on the simulated GPU: products whose output tiles are far fewer than the SMs
+/// and whose reduction is long split it (`CudaModule::parallel_k`): a 6×20 by 600 `Gemm`
+/// with bias and ReLU (the epilogue on the reduction kernel) and a grouped 3×3 padded
+/// convolution with 288 reduction elements per group, bias and ReLU (im2col on the partial
+/// products). Outputs match the reference executor, and match the same model compiled
+/// without parallel-k.
+#[test]
+fn parallel_k_matches_the_reference_and_the_unsplit_kernels() {
+    use hidet::graph::DType;
+    use hidet::zoo::net::{ConvSpec, Net};
+    let mut net = Net::new("split_k", 5);
+    let a = net.input("a", DType::F32, &[6, 600]);
+    let g = net.gemm("fc", &a, 600, 20, true, 1.0).unwrap();
+    let g = net.relu(&g);
+    let x = net.input("x", DType::F32, &[2, 64, 5, 5]);
+    let conv = net
+        .conv(
+            "conv",
+            &x,
+            64,
+            ConvSpec::square(16, 3, 1, 1).grouped(2),
+            1.0,
+        )
+        .unwrap();
+    let conv = net.relu(&conv);
+    let graph = net.finish("split_k", &[&g, &conv]).unwrap();
+    let model = model_of(graph);
+    let inputs: Vec<(String, Tensor)> = complete_inputs(&model.graph, &[], 5)
+        .unwrap()
+        .into_iter()
+        .map(|(n, t, _)| (n, t))
+        .collect();
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, t)| t.shape().to_vec()).collect();
+    let want = pipeline::run_reference(&model, &inputs).unwrap();
+    let mut outputs = Vec::new();
+    for parallel_k in [true, false] {
+        let options = CudaBackendOptions {
+            parallel_k,
+            ..CudaBackendOptions::default()
+        };
+        let compiled = pipeline::compile_sim(&model, CompileOptions::default(), options);
+        let graph = compiled.compiled(&shapes).unwrap();
+        let split: Vec<i64> = graph
+            .module()
+            .parallel_k()
+            .iter()
+            .flatten()
+            .copied()
+            .collect();
+        if parallel_k {
+            assert_eq!(
+                split.len(),
+                2,
+                "the Gemm and the convolution split k: {split:?}"
+            );
+            assert!(graph.module().workspace_bytes() > 0);
+        } else {
+            assert!(split.is_empty());
+        }
+        let got = pipeline::run(&compiled, &inputs).unwrap();
+        let err = relative_error(&got, &want);
+        assert!(err <= 1e-4, "parallel-k {parallel_k}: relative error {err}");
+        outputs.push(got);
+    }
+    let err = relative_error(&outputs[0], &outputs[1]);
+    assert!(err <= 1e-5, "with and without parallel-k: {err}");
+}
+
+/// CUDA graphs through the device trait, on the simulator device: with
+/// `CudaBackendOptions::cuda_graphs`, the first run of a compiled graph captures its
+/// launches once (the parallel-k Gemm's two kernels included) and every run replays the
+/// graph; a profiled run launches kernel by kernel; outputs equal those of a backend without
+/// graphs, which never captures.
+#[test]
+fn runs_capture_one_graph_and_replay_it() {
+    use hidet::graph::compiled::CompiledModel;
+    use hidet::graph::DType;
+    use hidet::zoo::net::Net;
+    use hidet_cuda::graph_backend::CudaBackend;
+    use hidet_cuda::sim_device::{SimDevice, SimDeviceOptions};
+    use std::sync::Arc;
+    let mut net = Net::new("graphs", 3);
+    let a = net.input("a", DType::F32, &[3, 520]);
+    let g = net.gemm("fc", &a, 520, 24, true, 1.0).unwrap();
+    let g = net.relu(&g);
+    let h = net.gemm("fc2", &g, 24, 10, true, 1.0).unwrap();
+    let s = net.softmax("softmax", &h);
+    let model = model_of(net.finish("graphs", &[&s]).unwrap());
+    let mut outputs = Vec::new();
+    for cuda_graphs in [true, false] {
+        let device = Arc::new(SimDevice::new(SimDeviceOptions::default()));
+        let options = CudaBackendOptions {
+            cuda_graphs,
+            ..CudaBackendOptions::default()
+        };
+        let compiled = CompiledModel::new(
+            model.graph.clone(),
+            CudaBackend::new(device.clone(), options),
+            CompileOptions::default(),
+        );
+        let mut runs = Vec::new();
+        for seed in [1, 2, 3] {
+            let inputs: Vec<(String, Tensor)> = complete_inputs(&model.graph, &[], seed)
+                .unwrap()
+                .into_iter()
+                .map(|(n, t, _)| (n, t))
+                .collect();
+            let want = pipeline::run_reference(&model, &inputs).unwrap();
+            let got = compiled.run(&inputs).unwrap();
+            assert!(relative_error(&got, &want) <= 1e-4, "graphs {cuda_graphs}");
+            runs.push(got);
+        }
+        let shapes = vec![vec![3, 520]];
+        let graph = compiled.compiled(&shapes).unwrap();
+        assert!(graph.module().parallel_k().iter().any(Option::is_some));
+        let inputs: Vec<(String, Tensor)> = complete_inputs(&model.graph, &[], 1)
+            .unwrap()
+            .into_iter()
+            .map(|(n, t, _)| (n, t))
+            .collect();
+        let (profiled, _) = graph.run_profiled(&inputs).unwrap();
+        assert!(relative_error(&profiled, &runs[0]) <= 1e-6);
+        if cuda_graphs {
+            assert_eq!(device.graph_counts(), (1, 3), "one capture, three replays");
+            assert_eq!(graph.module().graph_counts(), (1, 3));
+        } else {
+            assert_eq!(device.graph_counts(), (0, 0));
+        }
+        outputs.push(runs);
+    }
+    for (with, without) in outputs[0].iter().zip(&outputs[1]) {
+        assert!(relative_error(with, without) <= 1e-6);
+    }
+}

@@ -21,7 +21,10 @@ use hidet_ir::function::Function;
 use hidet_ir::fusion::{fuse, Epilogue, Prologue};
 
 use super::const_shape;
-use super::matmul_anchor::{choose_schedule, TemplateOutcome};
+use super::matmul_anchor::{
+    choose_schedule, k_parts_for, workspace_elements, AnchorTarget, ParallelKKernels,
+    TemplateOutcome,
+};
 use crate::templates::matmul_simt::{self, Batch};
 
 /// Output channels per group below which a convolution is left to the default scheduler.
@@ -59,16 +62,18 @@ fn replace_reads(
 
 /// The implicit-GEMM kernel of `task` (see the module docs), or
 /// [`TemplateOutcome::NotApplicable`] when the anchor is not an f32 2-D convolution of the
-/// expected form.
-pub fn conv_kernel(task: &FusedTask) -> TemplateOutcome {
-    match build(task) {
-        Ok(Some(f)) => TemplateOutcome::Kernel(Box::new(f)),
+/// expected form. Few output tiles on `target` make it a parallel-k product
+/// ([`crate::schedule::matmul_anchor`]): the im2col and weight prologues go on the partial
+/// products' kernel, the bias and the task's epilogue on the reduction kernel.
+pub fn conv_kernel(task: &FusedTask, target: &AnchorTarget) -> TemplateOutcome {
+    match build(task, target) {
+        Ok(Some(outcome)) => outcome,
         Ok(None) => TemplateOutcome::NotApplicable,
         Err(reason) => TemplateOutcome::Refused(reason),
     }
 }
 
-fn build(task: &FusedTask) -> Result<Option<Function>, String> {
+fn build(task: &FusedTask, target: &AnchorTarget) -> Result<Option<TemplateOutcome>, String> {
     let Some(anchor) = &task.anchor else {
         return Ok(None);
     };
@@ -127,7 +132,8 @@ fn build(task: &FusedTask) -> Result<Option<Function>, String> {
         a_batch: groups,
         b_batch: groups,
     };
-    let module = matmul_simt::build_batched(batch, m, n, k, &schedule)
+    let parts = k_parts_for(target, &schedule, groups, m, n, k);
+    let module = matmul_simt::build_parallel_k(Some(batch), m, n, k, &schedule, parts)
         .map_err(|e| format!("SIMT matmul template: {e}"))?;
     let mut template = module
         .functions
@@ -257,22 +263,43 @@ fn build(task: &FusedTask) -> Result<Option<Function>, String> {
             value: b_value,
         },
     ];
-    let epilogue = Epilogue {
-        param: tc,
+    let inputs = task.def.inputs.iter().cloned();
+    let mut epilogue = Epilogue {
+        param: tc.clone(),
         axes: vec![pe_g, pe_i, pe_j],
         stored,
         output: output.clone(),
         indices,
         value,
     };
-    let params: Vec<Var> = task
-        .def
-        .inputs
-        .iter()
-        .cloned()
+    if parts == 1 {
+        let params: Vec<Var> = inputs.chain([output.clone()]).collect();
+        return fuse(&template, params, &prologues, Some(&epilogue))
+            .map(|f| Some(TemplateOutcome::Kernel(Box::new(f))))
+            .map_err(|e| e.to_string());
+    }
+    // Parallel-k: the prologues on the partial products, the epilogue on their sum.
+    let partial_params: Vec<Var> = inputs.clone().chain([tc]).collect();
+    let partial = fuse(&template, partial_params, &prologues, None).map_err(|e| e.to_string())?;
+    let out_shape = [groups, m, n];
+    let reduce = matmul_simt::build_k_reduce(&format!("{}_reduce", task.name), parts, &out_shape)
+        .map_err(|e| format!("parallel-k reduction: {e}"))?;
+    let [rp, rc] = reduce.params.as_slice() else {
+        return Err("the parallel-k reduction does not take (partial, c)".into());
+    };
+    let (rp, rc) = (rp.clone(), rc.clone());
+    epilogue.param = rc;
+    let reduce_params: Vec<Var> = std::iter::once(rp)
+        .chain(inputs)
         .chain([output.clone()])
         .collect();
-    fuse(&template, params, &prologues, Some(&epilogue))
-        .map(Some)
-        .map_err(|e| e.to_string())
+    let reduce = fuse(&reduce, reduce_params, &[], Some(&epilogue)).map_err(|e| e.to_string())?;
+    Ok(Some(TemplateOutcome::ParallelK(Box::new(
+        ParallelKKernels {
+            partial,
+            reduce,
+            parts,
+            workspace_elements: workspace_elements(parts, &out_shape),
+        },
+    ))))
 }

@@ -2,12 +2,97 @@
 //! on either operand): the SIMT matmul template ([`crate::templates::matmul_simt`], batches
 //! on `blockIdx.z`), with the task's prologues and epilogue fused into it by
 //! [`hidet_ir::fusion::fuse`].
+//!
+//! **Parallel-k** (split-k): when the product's output tiles are too few to fill the GPU
+//! (`blocks < SMs`), the reduction over `k` is split into parts ([`choose_k_parts`]): a first
+//! kernel, with the prologues fused, writes one partial product per part on a leading axis of
+//! a workspace (`[parts, (batch,) m, n]`), and a second kernel sums the parts in order and
+//! applies the task's epilogue where it stores ([`ParallelKKernels`]). The epilogue can
+//! always go on the reduction kernel (it stores exactly the anchor's output elements), so
+//! parallel-k never limits what fuses.
 
-use hidet_graph::fusion::{fuse_into_template, matmul_sizes, FusedTask, TemplateParams};
+use hidet_graph::fusion::{
+    fuse_epilogue_into_template, fuse_into_template, matmul_sizes, without_epilogue, FusedTask,
+    TemplateParams,
+};
 use hidet_ir::compute::ComputeDef;
 use hidet_ir::function::Function;
 
-use crate::templates::matmul_simt::{self, Batch, MatmulSimtSchedule};
+use crate::templates::matmul_simt::{self, Batch, KSplit, MatmulSimtSchedule};
+
+/// What the anchors need to know of the target GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnchorTarget {
+    /// Streaming multiprocessors: the parallel-k heuristic fills them.
+    pub sm_count: i64,
+    /// Whether parallel-k may be chosen.
+    pub parallel_k: bool,
+}
+
+impl Default for AnchorTarget {
+    /// An A100 (108 SMs), parallel-k allowed.
+    fn default() -> Self {
+        AnchorTarget {
+            sm_count: 108,
+            parallel_k: true,
+        }
+    }
+}
+
+/// The least `k` each part of a parallel-k product keeps: below it, the partial products'
+/// traffic (written and read once each) outweighs the extra parallelism.
+pub const MIN_K_PER_PART: i64 = 128;
+
+/// The most parts of a parallel-k product.
+pub const MAX_K_PARTS: i64 = 32;
+
+/// The paper's parallel-k heuristic: a product of `blocks` thread blocks on `sm_count` SMs
+/// is split into parts only when its blocks do not fill the SMs, into
+/// `⌈sm_count / blocks⌉` parts (so `blocks · parts` is one to two waves of one block per
+/// SM), at most `k / MIN_K_PER_PART` (each part keeps `k ≥ MIN_K_PER_PART`) and
+/// [`MAX_K_PARTS`]; 1 means no split.
+pub fn choose_k_parts(blocks: i64, k: i64, sm_count: i64) -> i64 {
+    if blocks <= 0 || blocks >= sm_count {
+        return 1;
+    }
+    let want = (sm_count + blocks - 1) / blocks;
+    want.min(k / MIN_K_PER_PART).clamp(1, MAX_K_PARTS)
+}
+
+/// The parts a product of `batch` entries of `m × n × k` gets with `schedule` on `target`
+/// (normalized by [`KSplit`], so every part multiplies at least one k-tile); 1 means none.
+pub fn k_parts_for(
+    target: &AnchorTarget,
+    schedule: &MatmulSimtSchedule,
+    batch: i64,
+    m: i64,
+    n: i64,
+    k: i64,
+) -> i64 {
+    if !target.parallel_k {
+        return 1;
+    }
+    let [bm, bn] = schedule.block_tile();
+    let blocks = batch * ((m + bm - 1) / bm) * ((n + bn - 1) / bn);
+    let parts = choose_k_parts(blocks, k, target.sm_count);
+    // The grid's z dimension holds batch · parts.
+    let parts = parts.min(65535 / batch.max(1)).max(1);
+    KSplit::new(k, schedule.block_k, parts).parts
+}
+
+/// The two kernels of a parallel-k task (see the module docs).
+#[derive(Debug)]
+pub struct ParallelKKernels {
+    /// The partial products: parameters the task's inputs, then the workspace
+    /// `[parts, out…]` (written).
+    pub partial: Function,
+    /// Their sum with the task's epilogue: parameters the workspace, the task's inputs, then
+    /// the task's output (written).
+    pub reduce: Function,
+    pub parts: i64,
+    /// Elements (f32) of the workspace.
+    pub workspace_elements: usize,
+}
 
 /// What the template path made of a task.
 #[derive(Debug)]
@@ -16,6 +101,8 @@ pub enum TemplateOutcome {
     NotApplicable,
     /// The template kernel, with the task's prologues and epilogue fused when it has any.
     Kernel(Box<Function>),
+    /// A parallel-k product: two kernels and a workspace.
+    ParallelK(Box<ParallelKKernels>),
     /// The template cannot absorb the task's prologues or epilogue (why).
     Refused(String),
 }
@@ -59,9 +146,10 @@ pub fn choose_schedule(m: i64, n: i64) -> Option<MatmulSimtSchedule> {
         })
 }
 
-/// The template kernel of `task` named `task.name` (see [`TemplateOutcome`]). Its parameters
-/// are the task's inputs then its output, as the graph backend's contract requires.
-pub fn matmul_kernel(task: &FusedTask) -> TemplateOutcome {
+/// The template kernel of `task` named `task.name` (see [`TemplateOutcome`]) for `target`.
+/// Its parameters are the task's inputs then its output, as the graph backend's contract
+/// requires (a parallel-k task's two kernels: see [`ParallelKKernels`]).
+pub fn matmul_kernel(task: &FusedTask, target: &AnchorTarget) -> TemplateOutcome {
     let Some(anchor) = &task.anchor else {
         return TemplateOutcome::NotApplicable;
     };
@@ -72,10 +160,8 @@ pub fn matmul_kernel(task: &FusedTask) -> TemplateOutcome {
     let Some(schedule) = choose_schedule(m, n) else {
         return TemplateOutcome::NotApplicable;
     };
-    let module = match batch {
-        None => matmul_simt::build(m, n, k, &schedule),
-        Some(batch) => matmul_simt::build_batched(batch, m, n, k, &schedule),
-    };
+    let parts = k_parts_for(target, &schedule, batch.map_or(1, |b| b.batch), m, n, k);
+    let module = matmul_simt::build_parallel_k(batch, m, n, k, &schedule, parts);
     let module = match module {
         Ok(module) => module,
         Err(e) => return TemplateOutcome::Refused(format!("SIMT matmul template: {e}")),
@@ -93,8 +179,99 @@ pub fn matmul_kernel(task: &FusedTask) -> TemplateOutcome {
         operand_rank: if batch.is_some() { 3 } else { 2 },
         stored: &[],
     };
-    match fuse_into_template(task, &template, &params) {
-        Ok(f) => TemplateOutcome::Kernel(Box::new(f)),
+    if parts == 1 {
+        return match fuse_into_template(task, &template, &params) {
+            Ok(f) => TemplateOutcome::Kernel(Box::new(f)),
+            Err(reason) => TemplateOutcome::Refused(reason),
+        };
+    }
+    let out_shape: Vec<i64> = batch.map(|b| b.batch).into_iter().chain([m, n]).collect();
+    let kernels =
+        fuse_into_template(&without_epilogue(task), &template, &params).and_then(|partial| {
+            let reduce = reduce_with_epilogue(task, parts, &out_shape)?;
+            Ok(ParallelKKernels {
+                partial,
+                reduce,
+                parts,
+                workspace_elements: workspace_elements(parts, &out_shape),
+            })
+        });
+    match kernels {
+        Ok(k) => TemplateOutcome::ParallelK(Box::new(k)),
         Err(reason) => TemplateOutcome::Refused(reason),
+    }
+}
+
+/// Elements of a parallel-k workspace `[parts, out_shape…]`.
+pub fn workspace_elements(parts: i64, out_shape: &[i64]) -> usize {
+    out_shape
+        .iter()
+        .fold(parts, |n, &d| n.saturating_mul(d))
+        .try_into()
+        .unwrap_or(usize::MAX)
+}
+
+/// The reduction kernel of a parallel-k `task` (named `<task>_reduce`) summing `parts`
+/// partial products of shape `out_shape` (the anchor's template output) with the task's
+/// epilogue fused onto its store.
+pub fn reduce_with_epilogue(
+    task: &FusedTask,
+    parts: i64,
+    out_shape: &[i64],
+) -> Result<Function, String> {
+    let name = format!("{}_reduce", task.name);
+    let template = matmul_simt::build_k_reduce(&name, parts, out_shape)
+        .map_err(|e| format!("parallel-k reduction: {e}"))?;
+    let [partial, c] = template.params.as_slice() else {
+        return Err("the parallel-k reduction does not take (partial, c)".into());
+    };
+    let (partial, c) = (partial.clone(), c.clone());
+    fuse_epilogue_into_template(task, &template, &c, &[partial])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k_parts_fill_the_sms_and_keep_long_parts() {
+        // Enough blocks: no split.
+        assert_eq!(choose_k_parts(132, 4096, 132), 1);
+        assert_eq!(choose_k_parts(500, 4096, 132), 1);
+        // 6 blocks on 132 SMs want 22 parts; k = 768 allows 6, k = 3072 allows 22.
+        assert_eq!(choose_k_parts(6, 768, 132), 6);
+        assert_eq!(choose_k_parts(6, 3072, 132), 22);
+        // Short reductions are never split; the number of parts is capped.
+        assert_eq!(choose_k_parts(1, 200, 132), 1);
+        assert_eq!(choose_k_parts(1, 1 << 20, 132), MAX_K_PARTS);
+    }
+
+    #[test]
+    fn small_m_large_k_products_split_and_large_ones_do_not() {
+        let target = AnchorTarget {
+            sm_count: 132,
+            parallel_k: true,
+        };
+        // GPT-2/BERT batch-1 projections (one row of activations), ResNet-50's last 3×3
+        // convolution as an implicit GEMM (512 channels × 49 pixels × 4608).
+        for (m, n, k) in [(1, 768, 3072), (1, 2304, 768), (512, 49, 4608)] {
+            let s = choose_schedule(m, n).unwrap();
+            let parts = k_parts_for(&target, &s, 1, m, n, k);
+            assert!(parts > 1, "{m}x{n}x{k} with {s}: {parts} parts");
+            let [bm, bn] = s.block_tile();
+            let blocks = ((m + bm - 1) / bm) * ((n + bn - 1) / bn);
+            assert!(
+                blocks * parts < 2 * 132 + blocks,
+                "{m}x{n}x{k}: {blocks}·{parts}"
+            );
+        }
+        let s = choose_schedule(4096, 4096).unwrap();
+        assert_eq!(k_parts_for(&target, &s, 1, 4096, 4096, 4096), 1);
+        let off = AnchorTarget {
+            parallel_k: false,
+            ..target
+        };
+        let s = choose_schedule(1, 768).unwrap();
+        assert_eq!(k_parts_for(&off, &s, 1, 1, 768, 3072), 1);
     }
 }

@@ -59,11 +59,16 @@ pub struct MatmulSimtSchedule {
     pub block_k: i64,
 }
 
+/// Shared memory a block may declare statically; a schedule whose two buffers need more
+/// keeps them in dynamic shared memory (the runtime raises the kernel's limit at launch,
+/// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`).
+pub const STATIC_SHARED_LIMIT: i64 = 48 * 1024;
+
 /// Hardware limits a schedule must respect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SimtLimits {
     pub max_threads_per_block: i64,
-    /// Static shared memory per block, in bytes.
+    /// Shared memory per block, in bytes (above [`STATIC_SHARED_LIMIT`], dynamic).
     pub max_shared_bytes: i64,
     /// Registers per thread the compiler may use (architectural maximum).
     pub max_registers_per_thread: i64,
@@ -80,6 +85,25 @@ impl Default for SimtLimits {
             max_registers_per_thread: 255,
             registers_per_sm: 65536,
         }
+    }
+}
+
+impl SimtLimits {
+    /// The limits of `arch` with its opt-in shared memory per block
+    /// ([`crate::Arch::max_shared_bytes_per_block`]: sm_80 163 KiB, sm_86/sm_89 99 KiB,
+    /// sm_90 227 KiB), so the schedule space includes tiles in dynamic shared memory.
+    pub fn for_arch(arch: crate::Arch) -> SimtLimits {
+        SimtLimits {
+            max_shared_bytes: arch.max_shared_bytes_per_block() as i64,
+            ..SimtLimits::default()
+        }
+    }
+
+    /// The loosest limits of any supported architecture (sm_90's 227 KiB of shared memory):
+    /// what instantiating a schedule checks; the architecture's own limit is the schedule
+    /// chooser's to apply ([`SimtLimits::for_arch`]).
+    pub fn largest() -> SimtLimits {
+        SimtLimits::for_arch(crate::Arch::SM90)
     }
 }
 
@@ -101,6 +125,11 @@ pub enum MatmulSimtError {
         a_batch: i64,
         b_batch: i64,
     },
+    #[error(
+        "parallel-k reduction of {parts} parts of shape {shape:?}: parts and sizes must be \
+         positive and the workspace below 2^31 elements"
+    )]
+    BadReduction { parts: i64, shape: Vec<i64> },
     #[error(transparent)]
     Mapping(#[from] MappingError),
 }
@@ -125,6 +154,17 @@ impl MatmulSimtSchedule {
     pub fn shared_bytes(&self) -> i64 {
         let [bm, bn] = self.block_tile();
         2 * self.block_k * (bm + bn) * 4
+    }
+
+    /// Dynamic shared memory a block of this schedule launches with: its buffers' bytes when
+    /// they exceed [`STATIC_SHARED_LIMIT`] (they then live there), else 0 (static).
+    pub fn dynamic_shared_bytes(&self) -> i64 {
+        let bytes = self.shared_bytes();
+        if bytes > STATIC_SHARED_LIMIT {
+            bytes
+        } else {
+            0
+        }
     }
 
     /// Elements of `C` each thread accumulates.
@@ -288,7 +328,8 @@ impl fmt::Display for MatmulSimtSchedule {
 /// Every valid schedule of the space: warps per block, warp repeats, lane
 /// layouts, per-thread tiles and k-tiles from the lists below, filtered by
 /// [`MatmulSimtSchedule::validate`]. The space does not depend on the
-/// problem size.
+/// problem size; it depends on the architecture through `limits`
+/// ([`SimtLimits::for_arch`]: tiles whose buffers exceed 48 KiB use dynamic shared memory).
 pub fn schedule_space(limits: &SimtLimits) -> Vec<MatmulSimtSchedule> {
     let block_warps = [[1, 1], [1, 2], [2, 1], [2, 2], [2, 4], [4, 2], [4, 4]];
     let warp_outer = [[1, 1], [1, 2], [2, 1], [2, 2]];
@@ -301,7 +342,7 @@ pub fn schedule_space(limits: &SimtLimits) -> Vec<MatmulSimtSchedule> {
         ([16, 2], LaneOrder::ColumnMajor),
     ];
     let warp_inner = [[2, 2], [4, 4], [4, 8], [8, 4], [8, 8]];
-    let block_k = [4, 8, 16];
+    let block_k = [4, 8, 16, 32];
     let mut space = Vec::new();
     for &bw in &block_warps {
         for &wo in &warp_outer {
@@ -364,7 +405,9 @@ pub fn kernel_name(schedule: &MatmulSimtSchedule) -> String {
 /// `a`, `b`, `c` (row-major fp32 tensors) and it runs on a
 /// `ceil(n / BN) × ceil(m / BM)` grid of [`MatmulSimtSchedule::threads`] threads.
 ///
-/// Fails for an invalid schedule (under [`SimtLimits::default`]) or for
+/// Fails for an invalid schedule (under [`SimtLimits::largest`]; a schedule whose buffers
+/// exceed 48 KiB launches with them in dynamic shared memory,
+/// [`MatmulSimtSchedule::dynamic_shared_bytes`]) or for
 /// non-positive sizes or matrices of 2^31 elements or more (indices are `i32`).
 pub fn build(
     m: i64,
@@ -372,7 +415,7 @@ pub fn build(
     k: i64,
     schedule: &MatmulSimtSchedule,
 ) -> Result<IRModule, MatmulSimtError> {
-    build_general(None, m, n, k, schedule)
+    build_general(None, m, n, k, schedule, 1)
 }
 
 /// The batch of a batched product: `C[b] = A[b'] · B[b'']`, where an operand's batch index is
@@ -395,6 +438,105 @@ pub fn build_batched(
     k: i64,
     schedule: &MatmulSimtSchedule,
 ) -> Result<IRModule, MatmulSimtError> {
+    check_batch(batch)?;
+    build_general(Some(batch), m, n, k, schedule, 1)
+}
+
+/// How a parallel-k product splits its reduction: `parts` parts of `tiles_per_part` k-tiles
+/// each (the last part may hold fewer real tiles; its loads past `k` read zero). Every part
+/// holds at least one real tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KSplit {
+    pub parts: i64,
+    pub tiles_per_part: i64,
+}
+
+impl KSplit {
+    /// The split of `k` in k-tiles of `block_k` into at most `parts` parts (fewer when there
+    /// are fewer tiles, or when fewer parts of the same length cover them).
+    pub fn new(k: i64, block_k: i64, parts: i64) -> KSplit {
+        let tiles = ceil_div(k.max(1), block_k.max(1));
+        let tiles_per_part = ceil_div(tiles, parts.clamp(1, tiles));
+        KSplit {
+            parts: ceil_div(tiles, tiles_per_part),
+            tiles_per_part,
+        }
+    }
+}
+
+/// The partial-product kernel of a parallel-k (split-k) product: [`build`] or
+/// [`build_batched`] (`batch: None` or `Some`) with the reduction over `k` split into
+/// `KSplit::new(k, BK, k_parts).parts` parts `P` along a leading output axis:
+/// `c: [P, m, n]` (rank 2) or `[P, batch, m, n]`, `c[p, …] = Σ_{k in part p} a·b`. The grid
+/// runs `batch · P` layers on `blockIdx.z` (part fastest), which must stay ≤ 65535. The parts
+/// are summed by [`build_k_reduce`]'s kernel. With `k_parts = 1` this is exactly
+/// [`build`]/[`build_batched`].
+pub fn build_parallel_k(
+    batch: Option<Batch>,
+    m: i64,
+    n: i64,
+    k: i64,
+    schedule: &MatmulSimtSchedule,
+    k_parts: i64,
+) -> Result<IRModule, MatmulSimtError> {
+    if let Some(b) = batch {
+        check_batch(b)?;
+    }
+    if k_parts < 1 {
+        return Err(MatmulSimtError::InvalidSchedule {
+            schedule: schedule.tag(),
+            reason: format!("{k_parts} k parts"),
+        });
+    }
+    build_general(batch, m, n, k, schedule, k_parts)
+}
+
+/// Threads per block of the parallel-k reduction kernel.
+pub const REDUCE_THREADS: i64 = 256;
+
+/// The reduction kernel of a parallel-k product: `c[idx] = Σ_{p < parts} partial[p, idx]`
+/// (parts summed in order), `partial: [parts, out_shape…]`, `c: [out_shape…]`, fp32; one
+/// output element per thread (`spatial(out_shape)` over the grid's threads), on
+/// `⌈|out| / 256⌉` blocks of [`REDUCE_THREADS`]. The task's epilogue is fused onto this
+/// kernel's store of `c`.
+pub fn build_k_reduce(
+    name: &str,
+    parts: i64,
+    out_shape: &[i64],
+) -> Result<hidet_ir::function::Function, MatmulSimtError> {
+    let total = out_shape
+        .iter()
+        .try_fold(1i64, |t, &d| (d > 0).then(|| t.checked_mul(d)).flatten());
+    let limit = i64::from(i32::MAX);
+    let Some(total) =
+        total.filter(|&t| parts >= 1 && t.checked_mul(parts).is_some_and(|e| e <= limit))
+    else {
+        return Err(MatmulSimtError::BadReduction {
+            parts,
+            shape: out_shape.to_vec(),
+        });
+    };
+    let blocks = ceil_div(total, REDUCE_THREADS);
+    let mut fb =
+        FunctionBuilder::cuda_kernel(name, [blocks, 1, 1].map(Expr::int), [REDUCE_THREADS, 1, 1]);
+    let partial_shape: Vec<i64> = std::iter::once(parts)
+        .chain(out_shape.iter().copied())
+        .collect();
+    let partial = fb.tensor_param("partial", DataType::F32, partial_shape);
+    let c = fb.tensor_param("c", DataType::F32, out_shape.to_vec());
+    let worker = Expr::block_idx(Dim::X) * REDUCE_THREADS + Expr::thread_idx(Dim::X);
+    fb.for_each(spatial(out_shape.to_vec())?.on(worker), |fb, idx| {
+        let at = |p: Expr| -> Vec<Expr> { std::iter::once(p).chain(idx.iter().cloned()).collect() };
+        let acc = fb.var("acc", partial.at(at(Expr::int(0))));
+        fb.for_range("p", parts - 1, |fb, p| {
+            fb.assign(&acc, acc.expr() + partial.at(at(p + 1)));
+        });
+        fb.store(&c, idx.to_vec(), acc.expr());
+    });
+    Ok(fb.finish())
+}
+
+fn check_batch(batch: Batch) -> Result<(), MatmulSimtError> {
     let Batch {
         batch: nb,
         a_batch,
@@ -408,7 +550,7 @@ pub fn build_batched(
             b_batch,
         });
     }
-    build_general(Some(batch), m, n, k, schedule)
+    Ok(())
 }
 
 fn build_general(
@@ -417,6 +559,7 @@ fn build_general(
     n: i64,
     k: i64,
     schedule: &MatmulSimtSchedule,
+    k_parts: i64,
 ) -> Result<IRModule, MatmulSimtError> {
     let limit = i64::from(i32::MAX);
     let nb = batch.map_or(1, |b| b.batch);
@@ -425,13 +568,30 @@ fn build_general(
     if m <= 0 || n <= 0 || k <= 0 || too_big(ab, m, k) || too_big(bb, k, n) || too_big(nb, m, n) {
         return Err(MatmulSimtError::BadShape { m, n, k });
     }
-    schedule.validate(&SimtLimits::default())?;
+    schedule.validate(&SimtLimits::largest())?;
     let s = schedule;
     let [bm, bn] = s.block_tile();
     let bk = s.block_k;
     let threads = s.threads();
-    let k_tiles = ceil_div(k, bk);
-    let name = kernel_name(s);
+    let split = KSplit::new(k, bk, k_parts);
+    let parts = split.parts;
+    // The k-tiles this block multiplies: `tiles_per_part` from tile `part · tiles_per_part`.
+    let k_tiles = split.tiles_per_part;
+    if nb * parts > 65535 {
+        return Err(MatmulSimtError::BadBatch {
+            batch: nb * parts,
+            a_batch: ab,
+            b_batch: bb,
+        });
+    }
+    if parts > 1 && too_big(parts * nb, m, n) {
+        return Err(MatmulSimtError::BadShape { m, n, k });
+    }
+    let name = if parts > 1 {
+        format!("{}_p{parts}", kernel_name(s))
+    } else {
+        kernel_name(s)
+    };
 
     let block_map = s.block_mapping()?;
     let frag_a_map = s.fragment_mapping(0)?;
@@ -441,16 +601,33 @@ fn build_general(
     let frag_a_len = s.warp_outer[0] * s.warp_inner[0];
     let frag_b_len = s.warp_outer[1] * s.warp_inner[1];
 
-    let grid = [ceil_div(n, bn), ceil_div(m, bm), nb].map(Expr::int);
+    let grid = [ceil_div(n, bn), ceil_div(m, bm), nb * parts].map(Expr::int);
     let mut fb = FunctionBuilder::cuda_kernel(name.clone(), grid, [threads, 1, 1]);
     let lead = |rows: i64, dims: [i64; 2]| -> Vec<i64> {
         batch.map(|_| rows).into_iter().chain(dims).collect()
     };
     let a = fb.tensor_param("a", DataType::F32, lead(ab, [m, k]));
     let b = fb.tensor_param("b", DataType::F32, lead(bb, [k, n]));
-    let c = fb.tensor_param("c", DataType::F32, lead(nb, [m, n]));
+    // A parallel-k product writes one partial product per part, on a leading axis.
+    let c_shape = |lead_dims: Vec<i64>| -> Vec<i64> {
+        (parts > 1)
+            .then_some(parts)
+            .into_iter()
+            .chain(lead_dims)
+            .collect()
+    };
+    let c = fb.tensor_param("c", DataType::F32, c_shape(lead(nb, [m, n])));
+    // blockIdx.z = batch entry · parts + part.
+    let (bz, part) = if parts > 1 {
+        (
+            Expr::block_idx(Dim::Z) / parts,
+            Expr::block_idx(Dim::Z) % parts,
+        )
+    } else {
+        (Expr::block_idx(Dim::Z), Expr::int(0))
+    };
+    let k_tile0 = &part * k_tiles;
     // Each operand's leading index: none for the rank-2 kernel, the batch entry, or 0.
-    let bz = Expr::block_idx(Dim::Z);
     let index_of = |rows: i64| -> Vec<Expr> {
         match batch {
             None => vec![],
@@ -458,10 +635,41 @@ fn build_general(
             Some(_) => vec![bz.clone()],
         }
     };
-    let (a_lead, b_lead, c_lead) = (index_of(ab), index_of(bb), index_of(nb));
+    let (a_lead, b_lead) = (index_of(ab), index_of(bb));
+    let c_lead: Vec<Expr> = (parts > 1)
+        .then(|| part.clone())
+        .into_iter()
+        .chain(index_of(nb))
+        .collect();
 
-    let smem_a = fb.shared_tensor("smem_a", DataType::F32, row_major([2, bk, bm]));
-    let smem_b = fb.shared_tensor("smem_b", DataType::F32, row_major([2, bk, bn]));
+    // The double-buffered tiles: static shared memory, or views of the dynamic shared
+    // memory when they exceed the static limit (`B` after `A`, 16-byte aligned).
+    let (smem_a, smem_b) = if s.dynamic_shared_bytes() > 0 {
+        fb.dynamic_shared_bytes(Expr::int(s.dynamic_shared_bytes()));
+        let dynamic = fb.declare(
+            "smem",
+            hidet_ir::ty::Type::pointer_to(hidet_ir::ty::Type::Data(DataType::F32)),
+            hidet_ir::stmt::Scope::Shared,
+        );
+        let a = fb.view(
+            "smem_a",
+            DataType::F32,
+            row_major([2, bk, bm]),
+            dynamic.at([0]).address(),
+        );
+        let b = fb.view(
+            "smem_b",
+            DataType::F32,
+            row_major([2, bk, bn]),
+            dynamic.at([2 * bk * bm]).address(),
+        );
+        (a, b)
+    } else {
+        (
+            fb.shared_tensor("smem_a", DataType::F32, row_major([2, bk, bm])),
+            fb.shared_tensor("smem_b", DataType::F32, row_major([2, bk, bn])),
+        )
+    };
     let acc = fb.register_tensor(
         "acc",
         DataType::F32,
@@ -492,6 +700,7 @@ fn build_general(
         n,
         k,
         bk,
+        k_tile0: &k_tile0,
         m0: &m0,
         n0: &n0,
         tid: &tid,
@@ -586,7 +795,7 @@ fn build_general(
     let mut launcher = FunctionBuilder::host_launcher(format!("{name}_launch"));
     let la = launcher.tensor_param("a", DataType::F32, lead(ab, [m, k]));
     let lb = launcher.tensor_param("b", DataType::F32, lead(bb, [k, n]));
-    let lc = launcher.tensor_param("c", DataType::F32, lead(nb, [m, n]));
+    let lc = launcher.tensor_param("c", DataType::F32, c_shape(lead(nb, [m, n])));
     launcher.launch(&kernel, vec![la.expr(), lb.expr(), lc.expr()]);
     let launcher = launcher.finish();
 
@@ -607,13 +816,15 @@ struct Tiles<'a> {
     n: i64,
     k: i64,
     bk: i64,
+    /// The first k-tile of this block's part (0 without parallel-k).
+    k_tile0: &'a Expr,
     m0: &'a Expr,
     n0: &'a Expr,
     tid: &'a Expr,
 }
 
 impl Tiles<'_> {
-    /// `ldg_a ← A[m0.., k_tile·BK..]`, `ldg_b ← B[k_tile·BK.., n0..]`, zero
+    /// `ldg_a ← A[m0.., (k_tile0 + k_tile)·BK..]`, `ldg_b ← B[(k_tile0 + k_tile)·BK.., n0..]`, zero
     /// outside the matrices.
     fn load_global(
         &self,
@@ -624,7 +835,7 @@ impl Tiles<'_> {
         ldg_b: &Var,
         k_tile: Expr,
     ) {
-        let k_base = &k_tile * self.bk;
+        let k_base = (self.k_tile0 + k_tile) * self.bk;
         for_each_levels(fb, copy_a, self.tid.clone(), |fb, t| {
             let row = self.m0 + t.index[0].clone();
             let col = &k_base + t.index[1].clone();
@@ -767,6 +978,48 @@ mod tests {
             assert!(s.threads() <= 1024);
             assert!(s.shared_bytes() <= 48 * 1024);
         }
+    }
+
+    #[test]
+    fn the_space_grows_with_the_architectures_shared_memory() {
+        use crate::Arch;
+        let base = schedule_space(&SimtLimits::default());
+        assert!(base.iter().all(|s| s.dynamic_shared_bytes() == 0));
+        for arch in [Arch::SM80, Arch::SM86, Arch::SM89, Arch::SM90] {
+            let limits = SimtLimits::for_arch(arch);
+            let space = schedule_space(&limits);
+            let dynamic: Vec<_> = space
+                .iter()
+                .filter(|s| s.dynamic_shared_bytes() > 0)
+                .collect();
+            assert!(!dynamic.is_empty(), "{arch}");
+            assert!(space.len() > base.len(), "{arch}");
+            assert!(
+                space
+                    .iter()
+                    .all(|s| s.shared_bytes() <= arch.max_shared_bytes_per_block() as i64),
+                "{arch}"
+            );
+        }
+        assert!(
+            schedule_space(&SimtLimits::for_arch(Arch::SM86)).len()
+                <= schedule_space(&SimtLimits::for_arch(Arch::SM90)).len()
+        );
+    }
+
+    #[test]
+    fn bad_reductions_are_errors() {
+        for (parts, shape) in [
+            (0, vec![4, 4]),
+            (2, vec![0, 4]),
+            (4, vec![1 << 16, 1 << 15]),
+        ] {
+            assert!(matches!(
+                build_k_reduce("r", parts, &shape),
+                Err(MatmulSimtError::BadReduction { .. })
+            ));
+        }
+        assert!(build_k_reduce("r", 3, &[2, 5, 7]).is_ok());
     }
 
     #[test]

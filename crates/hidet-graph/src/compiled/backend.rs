@@ -167,7 +167,8 @@ pub trait Backend: Send + Sync + fmt::Debug {
         args: &[ArgAddress],
     ) -> Result<(), BackendError>;
 
-    /// Launches kernel `kernel` on `args` and waits for it.
+    /// Launches kernel `kernel` on `args` and waits for it (between [`Backend::begin_run`]
+    /// and [`Backend::end_run`], its work may instead finish by `end_run`).
     ///
     /// # Safety
     /// `args` must have passed [`Backend::check_args`] for this kernel; every address must
@@ -179,6 +180,25 @@ pub trait Backend: Send + Sync + fmt::Debug {
         kernel: usize,
         args: &[u64],
     ) -> Result<(), BackendError>;
+
+    /// Called by the compiled graph before the steps of a run whose steps are all kernels
+    /// (never for a profiled run, whose launches are timed one by one). Until the matching
+    /// [`Backend::end_run`] on the same thread, the graph layer calls only
+    /// [`Backend::launch`] for that run, and `launch` may defer its work (enqueue it, record
+    /// it) instead of waiting for it; other threads' runs may interleave. The default does
+    /// nothing (launches stay synchronous).
+    fn begin_run(&self, module: &Self::Module) -> Result<(), BackendError> {
+        let _ = module;
+        Ok(())
+    }
+
+    /// Ends the run begun by [`Backend::begin_run`] on this thread: with `completed`, every
+    /// launch since then has run and finished when this returns `Ok`; without (a step failed),
+    /// deferred work may be discarded. Called exactly once per `begin_run`, also on failure.
+    fn end_run(&self, module: &Self::Module, completed: bool) -> Result<(), BackendError> {
+        let _ = (module, completed);
+        Ok(())
+    }
 
     /// A zero-filled arena of `bytes` bytes, aligned for any element type (64 bytes).
     fn alloc(&self, bytes: usize) -> Result<Self::Arena, BackendError>;

@@ -208,6 +208,39 @@ impl CompileReport {
     }
 }
 
+/// A run between [`Backend::begin_run`] and [`Backend::end_run`]; dropped without
+/// [`BackendRun::end`] (a step failed), it ends the run as not completed.
+struct BackendRun<'a, B: Backend> {
+    backend: &'a B,
+    module: &'a B::Module,
+    open: bool,
+}
+
+impl<'a, B: Backend> BackendRun<'a, B> {
+    fn begin(backend: &'a B, module: &'a B::Module) -> Result<Self, BackendError> {
+        backend.begin_run(module)?;
+        Ok(BackendRun {
+            backend,
+            module,
+            open: true,
+        })
+    }
+
+    fn end(mut self) -> Result<(), BackendError> {
+        self.open = false;
+        self.backend.end_run(self.module, true)
+    }
+}
+
+impl<B: Backend> Drop for BackendRun<'_, B> {
+    fn drop(&mut self) {
+        if self.open {
+            // The run already failed; its own error is the one reported.
+            let _ = self.backend.end_run(self.module, false);
+        }
+    }
+}
+
 pub(super) struct RunState<B: Backend> {
     arena: B::Arena,
     /// Argument addresses of each step (empty for host steps).
@@ -792,6 +825,12 @@ impl<B: Backend> CompiledGraph<B> {
                 state.addresses[step][arg] = base + at;
             }
         }
+        // A run of kernels only (not timed per step) is one unit for the backend, which may
+        // defer its launches to the end (a CUDA graph replay); `run` ends it on every path.
+        let mut run = (times.is_none()
+            && self.steps.iter().all(|s| matches!(s, Step::Kernel { .. })))
+        .then(|| BackendRun::begin(&*self.backend, &self.module))
+        .transpose()?;
         for (i, step) in self.steps.iter().enumerate() {
             let started = times.is_some().then(Instant::now);
             match step {
@@ -820,6 +859,9 @@ impl<B: Backend> CompiledGraph<B> {
             if let (Some(times), Some(t)) = (times.as_deref_mut(), started) {
                 times.push(t.elapsed());
             }
+        }
+        if let Some(run) = run.take() {
+            run.end()?;
         }
         let mut finished: HashMap<ValueId, Tensor> = HashMap::with_capacity(placed.len());
         for (v, output) in placed {

@@ -19,4 +19,6 @@ pub use matmul::{matmul_sizes, BatchSizes, MatmulSizes};
 pub use partition::{partition, partition_with, Group, GroupKind, Partition, RESHAPE_LIKE};
 pub use specialize::{HostReason, NodeMode, Specialization, SpecializeError, ValueInfo};
 pub use task::{AnchorInfo, AnchorOperand, FusedTask, TaskEpilogue, TaskError};
-pub use template::{fuse_into_template, TemplateParams};
+pub use template::{
+    fuse_epilogue_into_template, fuse_into_template, without_epilogue, TemplateParams,
+};

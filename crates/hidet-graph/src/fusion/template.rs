@@ -119,3 +119,79 @@ pub fn fuse_into_template(
     }
     fuse(template, kernel_params, &prologues, epilogue.as_ref()).map_err(|e| e.to_string())
 }
+
+/// `template`, a kernel whose stores to its parameter `output` are `task`'s anchor output
+/// (such as the reduction kernel of a parallel-k product, which sums partial products that
+/// a prologue-fused kernel wrote), with the task's epilogue applied where it stores. Its
+/// parameters become `leading` (parameters of `template` kept as they are), then the task's
+/// inputs (`task.def.inputs`), then its output (`task.def.outputs[0]`; `output` itself when
+/// the task has no epilogue). The kernel need not read every task input.
+///
+/// Errors (the reason the backend refuses the task): several task outputs, an epilogue
+/// whose index map is not invertible, a `leading` parameter that is a task input, or a
+/// refusal of [`fuse`].
+pub fn fuse_epilogue_into_template(
+    task: &FusedTask,
+    template: &Function,
+    output: &Var,
+    leading: &[Var],
+) -> Result<Function, String> {
+    let Some(anchor) = &task.anchor else {
+        return Err("the task has no anchor".into());
+    };
+    let def = &task.def;
+    let [task_output] = def.outputs.as_slice() else {
+        return Err("an anchored task with several outputs".into());
+    };
+    if def.inputs.contains(task_output) {
+        return Err("the task output is one of its inputs".into());
+    }
+    if leading
+        .iter()
+        .any(|v| def.inputs.contains(v) || v == output)
+    {
+        return Err("a leading parameter is a task input or the output".into());
+    }
+    let has_epilogue = anchor.def.outputs.first() != Some(task_output);
+    let epilogue = match (&anchor.epilogue, has_epilogue) {
+        (Some(e), true) => Some(Epilogue {
+            param: output.clone(),
+            axes: e.axes.clone(),
+            stored: e.stored.clone(),
+            output: task_output.clone(),
+            indices: e.indices.clone(),
+            value: e.value.clone(),
+        }),
+        (None, true) => return Err("the epilogue's index map is not invertible".into()),
+        _ => None,
+    };
+    let mut params: Vec<Var> = leading.to_vec();
+    params.extend(def.inputs.iter().cloned());
+    params.push(if epilogue.is_some() {
+        task_output.clone()
+    } else {
+        output.clone()
+    });
+    match epilogue {
+        None => {
+            let mut f = template.clone();
+            f.params = params;
+            Ok(f)
+        }
+        Some(e) => fuse(template, params, &[], Some(&e)).map_err(|e| e.to_string()),
+    }
+}
+
+/// `task` without its epilogue: its output becomes its anchor's output. The kernel of the
+/// anchor alone (prologues fused) is fused from it, when the epilogue is applied by another
+/// kernel ([`fuse_epilogue_into_template`]).
+pub fn without_epilogue(task: &FusedTask) -> FusedTask {
+    let mut bare = task.clone();
+    if let Some(anchor) = bare.anchor.as_mut() {
+        if let Some(first) = anchor.def.outputs.first() {
+            bare.def.outputs = vec![first.clone()];
+        }
+        anchor.epilogue = None;
+    }
+    bare
+}

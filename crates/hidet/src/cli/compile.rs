@@ -53,6 +53,7 @@ fn cuda_target<D: GpuDevice>(device: &str, arch: Arch, module: &CudaModule<D>) -
         .filter(|k| k.stack_frame_bytes > 0)
         .map(|k| k.name.clone())
         .collect();
+    let split = module.parallel_k().iter().flatten().count();
     let nvrtc = if module.ptx_compiled() {
         "every kernel compiled by NVRTC"
     } else {
@@ -60,7 +61,7 @@ fn cuda_target<D: GpuDevice>(device: &str, arch: Arch, module: &CudaModule<D>) -
     };
     Target {
         line: format!(
-            "target: {device} ({}; {nvrtc}; ptxas: {} kernels checked, {} spill, {} use stack)",
+            "target: {device} ({}; {nvrtc}; ptxas: {} kernels checked, {} spill, {} use stack; {split} parallel-k)",
             arch.real_name(),
             reports.len(),
             spilling.len(),
@@ -75,6 +76,7 @@ fn cuda_target<D: GpuDevice>(device: &str, arch: Arch, module: &CudaModule<D>) -
             "arch": arch.real_name(),
             "nvrtc": module.ptx_compiled(),
             "ptxas_checked": reports.len(),
+            "parallel_k_kernels": split,
             "spilling_kernels": spilling,
             "stack_kernels": stack,
         }),
@@ -152,6 +154,7 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
                 nvrtc: NvrtcCheck::IfAvailable,
                 ptxas: true,
                 cache_images: false,
+                ..CudaBackendOptions::default()
             };
             let model = pipeline::compile_sim(&loaded.model, opts, options);
             compile_with(&model, &shapes, |module| {
@@ -176,6 +179,7 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
                 nvrtc: NvrtcCheck::Required,
                 ptxas: true,
                 cache_images: true,
+                ..CudaBackendOptions::default()
             };
             let model = pipeline::compile_sim(&loaded.model, opts, options);
             compile_with(&model, &shapes, |module| {

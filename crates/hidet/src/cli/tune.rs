@@ -49,6 +49,26 @@ pub struct TuneArgs {
     pub json: bool,
 }
 
+/// Whether `hidet tune` can tune for `device`: the CPU only. The GPU simulator has no timing
+/// (it runs kernels on the CPU, block after block), so tuning on it is refused; tuning the
+/// CUDA backend on a GPU is not implemented yet (its kernels use the heuristic schedules).
+pub fn check_device(device: hidet::pipeline::Device) -> Result<(), CliError> {
+    use hidet::pipeline::Device;
+    match device {
+        Device::Cpu => Ok(()),
+        Device::CudaSim => Err(CliError::Other(
+            "cannot tune on --device cuda-sim: the GPU simulator has no timing (it runs \
+             kernels on the CPU); tune with --device cpu, or on a GPU"
+                .into(),
+        )),
+        Device::Cuda => Err(CliError::Other(
+            "tuning for --device cuda is not implemented yet: CUDA kernels use the heuristic \
+             SIMT schedules (with parallel-k); tune with --device cpu"
+                .into(),
+        )),
+    }
+}
+
 /// Runs `hidet tune` (see the module docs).
 pub fn run(args: &TuneArgs) -> Result<(), CliError> {
     let level = TuneLevel::from_number(args.level).map_err(|e| CliError::Other(e.to_string()))?;
