@@ -3,46 +3,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use hidet::onnx::proto::{
-    tensor_shape_proto::{dimension, Dimension},
-    type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-    TensorShapeProto, TypeProto, ValueInfoProto,
-};
-use npyz::WriterBuilder;
+use hidet::onnx::proto::{GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto};
 use prost::Message;
 
-fn value_info(name: &str, elem: i32, dims: &[Result<i64, &str>]) -> ValueInfoProto {
-    let dim = dims
-        .iter()
-        .map(|d| Dimension {
-            value: Some(match d {
-                Ok(v) => dimension::Value::DimValue(*v),
-                Err(p) => dimension::Value::DimParam(p.to_string()),
-            }),
-            ..Default::default()
-        })
-        .collect();
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(elem),
-                shape: Some(TensorShapeProto { dim }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
-    NodeProto {
-        op_type: Some(op.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
+mod common;
+use common::{node, value_info, write_npy};
 
 /// out:0 = Relu(x + y) * w, x: f32[N, 3] (symbolic N), y: f32[3], w: initializer f32[3].
 fn model(extra_nodes: Vec<NodeProto>) -> ModelProto {
@@ -89,19 +54,6 @@ fn write_model(dir: &Path, m: &ModelProto) -> PathBuf {
     let p = dir.join("model.onnx");
     std::fs::write(&p, m.encode_to_vec()).unwrap();
     p
-}
-
-fn write_npy<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data: &[T]) -> String {
-    let f = std::fs::File::create(path).unwrap();
-    let mut w = npyz::WriteOptions::new()
-        .default_dtype()
-        .shape(shape)
-        .writer(f)
-        .begin_nd()
-        .unwrap();
-    w.extend(data.iter().copied()).unwrap();
-    w.finish().unwrap();
-    path.display().to_string()
 }
 
 fn hidet(args: &[&str]) -> Output {

@@ -7,7 +7,9 @@ use std::process::{Command, Output};
 use hidet::graph::Tensor;
 use hidet::pipeline;
 use hidet::zoo;
-use npyz::WriterBuilder;
+
+mod common;
+use common::write_npy;
 
 fn hidet(cache: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hidet"))
@@ -157,18 +159,6 @@ fn bench_fills_token_ids_and_masks_for_a_transformer() {
     let v = last_json(&o);
     assert!(num(&v, "max_rel_diff") < 1e-4, "{v}");
     assert_eq!(v["outputs"].as_array().map(Vec::len), Some(2), "{v}");
-}
-
-fn write_npy(path: &Path, shape: &[u64], data: &[f32]) {
-    let f = std::fs::File::create(path).unwrap();
-    let mut w = npyz::WriteOptions::new()
-        .default_dtype()
-        .shape(shape)
-        .writer(f)
-        .begin_nd()
-        .unwrap();
-    w.extend(data.iter().copied()).unwrap();
-    w.finish().unwrap();
 }
 
 #[test]

@@ -5,47 +5,12 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use hidet::onnx::proto::{
-    tensor_shape_proto::{dimension, Dimension},
-    type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto,
-    ValueInfoProto,
-};
+use hidet::onnx::proto::{GraphProto, ModelProto, OperatorSetIdProto};
 use hidet::{CompiledModel, Device, Model, Options, Tensor};
-use npyz::WriterBuilder;
 use prost::Message;
 
-fn value_info(name: &str, elem: i32, dims: &[Result<i64, &str>]) -> ValueInfoProto {
-    let dim = dims
-        .iter()
-        .map(|d| Dimension {
-            value: Some(match d {
-                Ok(v) => dimension::Value::DimValue(*v),
-                Err(p) => dimension::Value::DimParam(p.to_string()),
-            }),
-            ..Default::default()
-        })
-        .collect();
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(elem),
-                shape: Some(TensorShapeProto { dim }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
-    NodeProto {
-        op_type: Some(op.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
+mod common;
+use common::{node, value_info, write_npy};
 
 /// `r = Relu(MatMul(x, y) - 0.25)`, `nz = NonZero(r)` (a host step: its shape depends on the
 /// data); x: f32[N, 5] (symbolic N), y: f32[5, 7].
@@ -316,18 +281,6 @@ fn damaged_files_are_errors() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("truncated or corrupted"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
-}
-
-fn write_npy(path: &Path, shape: &[u64], data: &[f32]) {
-    let f = std::fs::File::create(path).unwrap();
-    let mut w = npyz::WriteOptions::new()
-        .default_dtype()
-        .shape(shape)
-        .writer(f)
-        .begin_nd()
-        .unwrap();
-    w.extend(data.iter().copied()).unwrap();
-    w.finish().unwrap();
 }
 
 fn read_npy(path: &Path) -> Vec<f32> {
