@@ -137,3 +137,61 @@ fn contiguous_reads_and_short_rows_are_left_whole() {
         expected(4, 32, MIN_ROW - 1, MIN_ROW + 1)
     );
 }
+
+/// `out[p*n + j] = planes[x / (h·w), (x / w) % h, x % w + 1]` with `x = base + p*n + j`: an
+/// im2col read over several images (batch folded into the pixels). The divisions by the
+/// plane and of the row index are divisions of the same row, so the loop is cut at rows once.
+#[test]
+fn planes_and_row_indices_are_cut_at_rows_too() {
+    let (h, w, images) = (5i64, 19i64, 3i64);
+    for n in [16i64, 40, 7] {
+        let mut fb = FunctionBuilder::cpu_kernel("planes");
+        let base = fb.param("base", DataType::I32);
+        let planes = fb.tensor_param("planes", DataType::I32, [images, h, w + 2]);
+        let out = fb.tensor_param("out", DataType::I32, [PANELS * n]);
+        let base = base.expr();
+        fb.for_range("p", PANELS, |fb, p| {
+            fb.for_range_with("j", n, LoopKind::Vectorize, |fb, j| {
+                let x = &base + &p * n + &j;
+                let value = planes.at([&x / (h * w), (&x / w) % h, &x % w + 1]);
+                fb.store(&out, [&p * n + &j], value);
+            });
+        });
+        let original = fb.finish();
+        let lowered = lower_function(original.clone()).unwrap();
+        assert_eq!(segment_loops(&lowered.body), 1, "n={n}:\n{lowered}");
+        assert!(!divides_vector_lane(&lowered.body), "n={n}:\n{lowered}");
+        let data: Vec<i64> = (0..images * h * (w + 2)).map(|i| i * 5 - 11).collect();
+        // Bases whose reads all fall inside the images.
+        let bases = [0, 3, w - 1, h * w - 2, 2 * h * w + 1];
+        for base_value in bases
+            .into_iter()
+            .filter(|b| b + PANELS * n <= images * h * w)
+        {
+            let go = |f: &Function| {
+                let mut args = vec![
+                    Arg::Scalar(Scalar::Int(base_value)),
+                    Arg::Buffer(Buffer::from_i64(DataType::I32, &data)),
+                    Arg::Buffer(Buffer::from_i64(
+                        DataType::I32,
+                        &vec![-1; (PANELS * n) as usize],
+                    )),
+                ];
+                run_function(f, &mut args).expect("kernel runs");
+                match &args[2] {
+                    Arg::Buffer(b) => b.to_i64(),
+                    Arg::Scalar(_) => unreachable!("argument 2 is a buffer"),
+                }
+            };
+            let want: Vec<i64> = (0..PANELS * n)
+                .map(|i| {
+                    let x = base_value + i;
+                    let (img, r, c) = (x / (h * w), (x / w) % h, x % w + 1);
+                    data[((img * h + r) * (w + 2) + c) as usize]
+                })
+                .collect();
+            assert_eq!(go(&original), want, "original n={n} base={base_value}");
+            assert_eq!(go(&lowered), want, "split n={n} base={base_value}");
+        }
+    }
+}

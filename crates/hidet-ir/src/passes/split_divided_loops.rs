@@ -14,6 +14,10 @@
 //!         body[j := lo + e, (a+j)/w := q0 + s, (a+j)%w := r0 + lo + e - s*w]
 //! ```
 //!
+//! Divisions by multiples of `w` (`(a + j) / (k·w)`, an image plane beside
+//! its rows) and divisions of the row index (`((a + j) / w) % h`) are
+//! rewritten too: within a segment they are constants.
+//!
 //! Within a segment every access is affine in `e`, so a stride-1 read is a
 //! plain vector load. The rewrite is exact under floor semantics for any
 //! sign of `a`, and keeps the iteration order. Loops are split only when
@@ -83,9 +87,13 @@ fn divided_row(body: &Stmt, var: &Var) -> Option<(Expr, i64)> {
     if !found.gathers {
         return None;
     }
-    let first = found.rows.first()?.clone()?;
-    let all_same = found.rows.iter().all(|r| r.as_ref() == Some(&first));
-    (all_same && first.1 >= MIN_ROW).then_some(first)
+    let rows: Vec<(Expr, i64)> = found.rows.into_iter().collect::<Option<_>>()?;
+    let offset = rows.first()?.0.clone();
+    let row = rows.iter().map(|(_, w)| *w).min()?;
+    // Divisions by multiples of the row (an image plane `w·h` beside its rows `w`) are
+    // divisions of the row index: `(a + j) / (k·w) = ((a + j) / w) / k`.
+    let fits = rows.iter().all(|(a, w)| *a == offset && w % row == 0);
+    (fits && row >= MIN_ROW).then_some((offset, row))
 }
 
 /// The divisions of a loop variable met in a loop body.
@@ -101,6 +109,14 @@ struct Divisions {
 impl Divisions {
     fn expr(&mut self, e: &Expr, var: &Var) {
         match e.kind() {
+            // `((a + var) / w) op k`: once the inner division is a row index, the outer one
+            // is free of `var`; only the inner one counts.
+            ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, num, den)
+                if den.as_int().is_some_and(|k| k > 0)
+                    && matches!(num.kind(), ExprKind::Binary(BinaryOp::Div, _, _)) =>
+            {
+                self.expr(num, var)
+            }
             ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, num, den) if num.mentions(var) => {
                 let row = den.as_int().filter(|&w| w > 0);
                 self.rows
@@ -228,13 +244,19 @@ impl Replacement<'_> {
         match e.kind() {
             ExprKind::Var(v) if v == self.var => return self.j.clone(),
             ExprKind::Binary(op @ (BinaryOp::Div | BinaryOp::Mod), num, den)
-                if den.as_int() == Some(self.row)
+                if den.as_int().is_some_and(|d| d > 0 && d % self.row == 0)
                     && offset_of(num, self.var).as_ref() == Some(self.offset) =>
             {
-                return if *op == BinaryOp::Div {
-                    self.quotient.clone()
-                } else {
-                    self.remainder.clone()
+                // With `x = a + j = row·q + r` (floor semantics, `0 <= r < row`) and a
+                // divisor `k·row`: `x / (k·row) = q / k`, `x % (k·row) = (q % k)·row + r`.
+                let k = den.as_int().unwrap_or(self.row) / self.row;
+                let ty = den.dtype().unwrap_or(DataType::I32);
+                let int = |v: i64| Expr::int_of(v, ty);
+                return match (*op, k) {
+                    (BinaryOp::Div, 1) => self.quotient.clone(),
+                    (BinaryOp::Div, _) => self.quotient.clone() / int(k),
+                    (_, 1) => self.remainder.clone(),
+                    _ => (self.quotient.clone() % int(k)) * int(self.row) + self.remainder.clone(),
                 };
             }
             _ => {}
