@@ -195,3 +195,43 @@ fn planes_and_row_indices_are_cut_at_rows_too() {
         }
     }
 }
+
+/// A stride-2 read (`image[x / w, 2·(x % w)]`, a strided convolution's pack) stays strided
+/// within a row, so the loop is left whole (the gather is the better code); it still
+/// computes the same.
+#[test]
+fn strided_reads_are_left_whole() {
+    let (n, w) = (32i64, 20i64);
+    let mut fb = FunctionBuilder::cpu_kernel("strided");
+    let image = fb.tensor_param("image", DataType::I32, [64i64, 2 * w]);
+    let out = fb.tensor_param("out", DataType::I32, [PANELS * n]);
+    fb.for_range("p", PANELS, |fb, p| {
+        fb.for_range_with("j", n, LoopKind::Vectorize, |fb, j| {
+            let x = &p * n + &j;
+            let value = image.at([&x / w, (&x % w) * 2]);
+            fb.store(&out, [&p * n + &j], value);
+        });
+    });
+    let original = fb.finish();
+    let lowered = lower_function(original.clone()).unwrap();
+    assert_eq!(segment_loops(&lowered.body), 0, "{lowered}");
+    let data: Vec<i64> = (0..64 * 2 * w).map(|i| i * 3 + 1).collect();
+    let go = |f: &Function| {
+        let mut args = vec![
+            Arg::Buffer(Buffer::from_i64(DataType::I32, &data)),
+            Arg::Buffer(Buffer::from_i64(
+                DataType::I32,
+                &vec![-1; (PANELS * n) as usize],
+            )),
+        ];
+        run_function(f, &mut args).expect("kernel runs");
+        match &args[1] {
+            Arg::Buffer(b) => b.to_i64(),
+            Arg::Scalar(_) => unreachable!("argument 1 is a buffer"),
+        }
+    };
+    let want: Vec<i64> = (0..PANELS * n)
+        .map(|x| data[((x / w) * 2 * w + (x % w) * 2) as usize])
+        .collect();
+    assert_eq!(go(&lowered), want);
+}

@@ -22,7 +22,9 @@
 //! plain vector load. The rewrite is exact under floor semantics for any
 //! sign of `a`, and keeps the iteration order. Loops are split only when
 //! `w >= MIN_ROW`: shorter rows would make segments shorter than a vector,
-//! where the gather is the better code.
+//! where the gather is the better code; and not when a gathering read steps
+//! through a row by more than one element (`c · ((a + j) % w)`, a strided
+//! convolution), whose segments would still read strided.
 
 use super::{simplify_expr, vectorized_loop, FunctionPass, PassError, VarRanges};
 use crate::dtype::DataType;
@@ -84,7 +86,7 @@ fn divided_row(body: &Stmt, var: &Var) -> Option<(Expr, i64)> {
             found.expr(e, var);
         }
     });
-    if !found.gathers {
+    if !found.gathers || found.strided {
         return None;
     }
     let rows: Vec<(Expr, i64)> = found.rows.into_iter().collect::<Option<_>>()?;
@@ -104,6 +106,10 @@ struct Divisions {
     rows: Vec<Option<(Expr, i64)>>,
     /// Whether some tensor access's flat offset divides the variable.
     gathers: bool,
+    /// Whether some gathering access steps through a row by more than one element (a
+    /// strided convolution's `(a + var) % w` scaled by its stride): cut at rows, its reads
+    /// would stay strided, and the gather is the better code.
+    strided: bool,
 }
 
 impl Divisions {
@@ -140,6 +146,7 @@ impl Divisions {
             if flat.rows.is_empty() {
                 return;
             }
+            self.strided |= steps_by_more_than_one(&offset, var);
         }
         let before = self.rows.len();
         for i in indices {
@@ -147,6 +154,22 @@ impl Divisions {
         }
         self.gathers |= self.rows.len() > before;
     }
+}
+
+/// Whether a term of `offset` is `c · ((a + var) % w)` with a constant `c` other than 1: the
+/// column within a row, scaled (a strided read).
+fn steps_by_more_than_one(offset: &Expr, var: &Var) -> bool {
+    let is_column = |e: &Expr| matches!(e.kind(), ExprKind::Binary(BinaryOp::Mod, num, _) if offset_of(num, var).is_some());
+    offset
+        .additive_terms()
+        .iter()
+        .any(|(term, _)| match term.kind() {
+            ExprKind::Binary(BinaryOp::Mul, x, y) => {
+                (is_column(x) && y.as_int().is_some_and(|c| c != 1))
+                    || (is_column(y) && x.as_int().is_some_and(|c| c != 1))
+            }
+            _ => false,
+        })
 }
 
 /// `a` when `num` is the sum `a + var` (terms in any order, `a` free of `var`).
