@@ -32,7 +32,7 @@ fn kernel(n: i64, row: i64, width: i64) -> Function {
 
 fn run(f: &Function, base: i64, n: i64, width: i64) -> Vec<i64> {
     let image: Vec<i64> = (0..64 * width).map(|i| i * 7 + 3).collect();
-    let mut args = vec![
+    let args = vec![
         Arg::Scalar(Scalar::Int(base)),
         Arg::Buffer(Buffer::from_i64(DataType::I32, &image)),
         Arg::Buffer(Buffer::from_i64(
@@ -40,10 +40,15 @@ fn run(f: &Function, base: i64, n: i64, width: i64) -> Vec<i64> {
             &vec![-1; (PANELS * n) as usize],
         )),
     ];
+    last_buffer(f, args)
+}
+
+/// Runs `f` on `args` and returns its last argument, a buffer, as integers.
+fn last_buffer(f: &Function, mut args: Vec<Arg>) -> Vec<i64> {
     run_function(f, &mut args).expect("kernel runs");
-    match &args[2] {
-        Arg::Buffer(b) => b.to_i64(),
-        Arg::Scalar(_) => unreachable!("argument 2 is a buffer"),
+    match args.last() {
+        Some(Arg::Buffer(b)) => b.to_i64(),
+        _ => unreachable!("the last argument is a buffer"),
     }
 }
 
@@ -169,7 +174,7 @@ fn planes_and_row_indices_are_cut_at_rows_too() {
             .filter(|b| b + PANELS * n <= images * h * w)
         {
             let go = |f: &Function| {
-                let mut args = vec![
+                let args = vec![
                     Arg::Scalar(Scalar::Int(base_value)),
                     Arg::Buffer(Buffer::from_i64(DataType::I32, &data)),
                     Arg::Buffer(Buffer::from_i64(
@@ -177,11 +182,7 @@ fn planes_and_row_indices_are_cut_at_rows_too() {
                         &vec![-1; (PANELS * n) as usize],
                     )),
                 ];
-                run_function(f, &mut args).expect("kernel runs");
-                match &args[2] {
-                    Arg::Buffer(b) => b.to_i64(),
-                    Arg::Scalar(_) => unreachable!("argument 2 is a buffer"),
-                }
+                last_buffer(f, args)
             };
             let want: Vec<i64> = (0..PANELS * n)
                 .map(|i| {
@@ -217,18 +218,14 @@ fn strided_reads_are_left_whole() {
     assert_eq!(segment_loops(&lowered.body), 0, "{lowered}");
     let data: Vec<i64> = (0..64 * 2 * w).map(|i| i * 3 + 1).collect();
     let go = |f: &Function| {
-        let mut args = vec![
+        let args = vec![
             Arg::Buffer(Buffer::from_i64(DataType::I32, &data)),
             Arg::Buffer(Buffer::from_i64(
                 DataType::I32,
                 &vec![-1; (PANELS * n) as usize],
             )),
         ];
-        run_function(f, &mut args).expect("kernel runs");
-        match &args[1] {
-            Arg::Buffer(b) => b.to_i64(),
-            Arg::Scalar(_) => unreachable!("argument 1 is a buffer"),
-        }
+        last_buffer(f, args)
     };
     let want: Vec<i64> = (0..PANELS * n)
         .map(|x| data[((x / w) * 2 * w + (x % w) * 2) as usize])
