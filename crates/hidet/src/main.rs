@@ -127,6 +127,10 @@ enum Command {
         /// on another machine with no C compiler.
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: Option<PathBuf>,
+        /// Compile input NAME for this shape (`NAME=8x3x224x224`; repeatable) instead of
+        /// taking every symbolic dimension as 1.
+        #[arg(long = "shape", value_name = "NAME=DIMS")]
+        shapes: Vec<String>,
     },
     /// List the built-in models (use them as zoo:NAME).
     Zoo,
@@ -266,6 +270,7 @@ fn main() -> ExitCode {
             device,
             arch,
             output,
+            shapes,
         } => Device::resolve(device)
             .map_err(cli::CliError::from)
             .and_then(|device| {
@@ -277,6 +282,7 @@ fn main() -> ExitCode {
                     device,
                     arch,
                     output,
+                    shapes,
                 })
             }),
         Command::Zoo => {

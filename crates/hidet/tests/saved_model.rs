@@ -376,6 +376,42 @@ fn the_cli_saves_and_runs_without_a_c_compiler() {
         !o.status.success(),
         "no reference executor for a saved model"
     );
+    // `--shape` compiles (and saves) another size of the symbolic N; bad shapes are named.
+    let saved4 = dir.path().join("model4.hidet");
+    let o = hidet(
+        &[
+            "compile",
+            onnx.to_str().unwrap(),
+            "--shape",
+            "x=4x5",
+            "-o",
+            saved4.to_str().unwrap(),
+        ],
+        &[("HIDET_CACHE_DIR", &cache)],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = hidet(
+        &["bench", saved4.to_str().unwrap(), "--runs", "1", "--json"],
+        &[],
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(v["outputs"][0]["shape"], serde_json::json!([4, 7]), "{v}");
+    for (shape, message) in [
+        ("x=4x6", "`x`"),
+        ("z=1", "`z` is not an input of the model (inputs: x, y)"),
+        ("x=4by5", "expected NAME=D1xD2"),
+    ] {
+        let o = hidet(
+            &["compile", onnx.to_str().unwrap(), "--shape", shape],
+            &[("HIDET_CACHE_DIR", &cache)],
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains(message),
+            "{shape}: {err}"
+        );
+    }
     // The compiler really is absent: compiling the ONNX file there fails.
     let o = hidet(
         &["compile", onnx.to_str().unwrap()],

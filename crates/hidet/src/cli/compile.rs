@@ -28,6 +28,38 @@ pub struct CompileArgs {
     pub arch: Arch,
     /// Where to save the compiled model (CPU only).
     pub output: Option<PathBuf>,
+    /// `NAME=D1xD2…` shapes for inputs (others: symbolic dimensions as 1).
+    pub shapes: Vec<String>,
+}
+
+/// Parses `NAME=D1xD2…` (`NAME=` alone is a scalar), rejecting a name given twice.
+fn parse_shapes(specs: &[String]) -> Result<Vec<(String, Vec<usize>)>, CliError> {
+    let mut out: Vec<(String, Vec<usize>)> = Vec::new();
+    for spec in specs {
+        let bad = || {
+            CliError::Other(format!(
+                "--shape `{spec}`: expected NAME=D1xD2… (e.g. input=8x3x224x224)"
+            ))
+        };
+        let (name, dims) = spec.split_once('=').ok_or_else(bad)?;
+        if name.is_empty() {
+            return Err(bad());
+        }
+        let dims: Vec<usize> = if dims.is_empty() {
+            Vec::new()
+        } else {
+            dims.split('x')
+                .map(|d| d.trim().parse::<usize>().map_err(|_| bad()))
+                .collect::<Result<_, _>>()?
+        };
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(CliError::Other(format!(
+                "--shape gives input `{name}` twice"
+            )));
+        }
+        out.push((name.to_string(), dims));
+    }
+    Ok(out)
 }
 
 /// What a compilation produced beyond the graph layer's report: the target line of the
@@ -105,12 +137,28 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
     }
     let loaded = source::load(&args.model)?;
     let graph = &loaded.model.graph;
+    let given = parse_shapes(&args.shapes)?;
+    let names: Vec<&str> = graph
+        .inputs()
+        .iter()
+        .map(|&id| graph.value(id).name.as_str())
+        .collect();
+    if let Some((name, _)) = given.iter().find(|(n, _)| !names.contains(&n.as_str())) {
+        return Err(CliError::Other(format!(
+            "--shape: `{name}` is not an input of the model (inputs: {})",
+            names.join(", ")
+        )));
+    }
     let mut shapes = Vec::with_capacity(graph.inputs().len());
     for &id in graph.inputs() {
         let v = graph.value(id);
+        if let Some((_, shape)) = given.iter().find(|(n, _)| *n == v.name) {
+            shapes.push(shape.clone());
+            continue;
+        }
         let dims = v.ty.shape.as_ref().ok_or_else(|| {
             CliError::Other(format!(
-                "input `{}` has an unknown rank; `hidet compile` needs static input shapes",
+                "input `{}` has an unknown rank; give its shape with --shape NAME=D1xD2…",
                 v.name
             ))
         })?;
@@ -120,7 +168,10 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
                 .collect::<Vec<usize>>(),
         );
         if dims.iter().any(|d| !matches!(d, Dim::Fixed(_))) && !args.json {
-            println!("input `{}`: symbolic dimensions compiled as 1", v.name);
+            println!(
+                "input `{}`: symbolic dimensions compiled as 1 (--shape sets them)",
+                v.name
+            );
         }
     }
     let bar = CompileBar::new(&loaded.label);
