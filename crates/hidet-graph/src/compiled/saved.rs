@@ -752,8 +752,13 @@ impl<B: Backend> CompiledModel<B> {
 pub struct LoadedModel<B: Backend> {
     name: String,
     inputs: Vec<SavedDecl>,
+    /// The declared dimensions of each input (`None`: unknown rank), kept for the input check
+    /// of every run.
+    input_dims: Vec<Option<Vec<Dim>>>,
     outputs: Vec<SavedDecl>,
     graphs: Vec<Arc<CompiledGraph<B>>>,
+    /// `graphs[i]`'s input shapes, by which a run picks its graph.
+    graph_shapes: Vec<Vec<Vec<usize>>>,
 }
 
 impl<B: Backend> std::fmt::Debug for LoadedModel<B> {
@@ -793,8 +798,10 @@ impl<B: Backend> LoadedModel<B> {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(LoadedModel {
             name: saved.name,
+            input_dims: saved.inputs.iter().map(SavedDecl::dims).collect(),
             inputs: saved.inputs,
             outputs: saved.outputs,
+            graph_shapes: graphs.iter().map(|g| g.input_shapes()).collect(),
             graphs,
         })
     }
@@ -823,7 +830,7 @@ impl<B: Backend> LoadedModel<B> {
     /// otherwise an [`ExecError::WrongShape`] naming the first input whose shape no saved
     /// graph has (or the first input) with the shapes that were saved for it.
     pub fn compiled(&self, shapes: &[Vec<usize>]) -> Result<Arc<CompiledGraph<B>>, CompiledError> {
-        let saved: Vec<Vec<Vec<usize>>> = self.graphs.iter().map(|g| g.input_shapes()).collect();
+        let saved = &self.graph_shapes;
         if let Some(i) = saved.iter().position(|s| s == shapes) {
             return Ok(Arc::clone(&self.graphs[i]));
         }
@@ -856,11 +863,10 @@ impl<B: Backend> LoadedModel<B> {
         &self,
         inputs: &[(String, Datum)],
     ) -> Result<Arc<CompiledGraph<B>>, CompiledError> {
-        let dims: Vec<Option<Vec<Dim>>> = self.inputs.iter().map(SavedDecl::dims).collect();
         let declared: Vec<InputDecl<'_>> = self
             .inputs
             .iter()
-            .zip(&dims)
+            .zip(&self.input_dims)
             .map(|(d, dims)| InputDecl {
                 name: &d.name,
                 kind: d.kind,
