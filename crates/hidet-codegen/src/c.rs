@@ -728,6 +728,22 @@ impl Dialect for CDialect {
                 });
                 Ok(format!("{name}({ptr}, {value})"))
             }
+            Intrinsic::DotU8I8 { lanes } => {
+                let [acc, a, b] = args else {
+                    return Err(Unsupported::new("dot_u8i8 with other than 3 arguments"));
+                };
+                let vty = self.value_type(DataType::vector(ScalarType::I32, *lanes), uses)?;
+                let name = format!("hidet_dot_u8i8_{lanes}");
+                let body = dot_u8i8_body(*lanes, &vty);
+                uses.require_helper(&name, || {
+                    format!(
+                        "/* acc + four-way u8 x i8 products per 32-bit lane */\n\
+                         #if defined(__x86_64__)\n#include <immintrin.h>\n#endif\n\
+                         static inline {vty} {name}({vty} acc, {vty} a, {vty} b) {{\n{body}}}"
+                    )
+                });
+                Ok(format!("{name}({acc}, {a}, {b})"))
+            }
             other => Err(Unsupported::new(format!("the intrinsic {other}"))),
         }
     }
@@ -751,6 +767,53 @@ impl Dialect for CDialect {
             c_string(message)
         ))
     }
+}
+
+/// The body of the `dot_u8i8` helper on `lanes` 32-bit lanes of vector type `vty`: VNNI's
+/// `vpdpbusd` where the compiler targets it (`__AVX512VNNI__`, or `__AVXVNNI__` for 256 bits),
+/// else, on AVX2/AVX-512BW, exact 16-bit multiply-adds (`vpmaddwd`) of the even and the odd
+/// bytes, widened (zero-extended `a`, sign-extended `b`), else a per-lane loop.
+fn dot_u8i8_body(lanes: u16, vty: &str) -> String {
+    let portable = format!(
+        "    {vty} r;\n    for (int l = 0; l < {lanes}; ++l) {{\n        \
+         uint32_t ua = (uint32_t)a[l], ub = (uint32_t)b[l], s = (uint32_t)acc[l];\n        \
+         for (int q = 0; q < 4; ++q)\n            \
+         s += (uint32_t)((int32_t)(uint8_t)(ua >> (8 * q)) * (int32_t)(int8_t)(uint8_t)(ub >> (8 * q)));\n        \
+         r[l] = (int32_t)s;\n    }}\n    return r;\n"
+    );
+    let (vnni, vnni_call, madd_guard, p) = match lanes {
+        16 => (
+            "defined(__AVX512VNNI__)",
+            "_mm512_dpbusd_epi32",
+            "defined(__AVX512BW__)",
+            "_mm512",
+        ),
+        8 => (
+            "defined(__AVX512VNNI__) && defined(__AVX512VL__)",
+            "_mm256_dpbusd_epi32",
+            "defined(__AVX2__)",
+            "_mm256",
+        ),
+        _ => return portable,
+    };
+    let si = if lanes == 16 { "si512" } else { "si256" };
+    let m = if lanes == 16 { "__m512i" } else { "__m256i" };
+    let avx_vnni = if lanes == 8 {
+        format!(
+            "#elif defined(__AVXVNNI__)\n    return ({vty})_mm256_dpbusd_avx_epi32(({m})acc, ({m})a, ({m})b);\n"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "#if {vnni}\n    return ({vty}){vnni_call}(({m})acc, ({m})a, ({m})b);\n{avx_vnni}\
+         #elif {madd_guard}\n    \
+         {m} low = {p}_set1_epi16(0x00ff);\n    \
+         {m} a_even = {p}_and_{si}(({m})a, low), a_odd = {p}_srli_epi16(({m})a, 8);\n    \
+         {m} b_even = {p}_srai_epi16({p}_slli_epi16(({m})b, 8), 8), b_odd = {p}_srai_epi16(({m})b, 8);\n    \
+         {m} s = {p}_add_epi32({p}_madd_epi16(a_even, b_even), {p}_madd_epi16(a_odd, b_odd));\n    \
+         return ({vty}){p}_add_epi32(({m})acc, s);\n#else\n{portable}#endif\n"
+    )
 }
 
 #[cfg(test)]

@@ -930,6 +930,9 @@ impl Dialect for CudaDialect {
             Intrinsic::CpAsyncWait { n } => Ok(format!(
                 "asm volatile(\"cp.async.wait_group {n};\\n\" ::: \"memory\")"
             )),
+            Intrinsic::DotU8I8 { .. } => {
+                Err(Unsupported::new(format!("the CPU intrinsic {intrinsic}")))
+            }
             Intrinsic::Function { name, .. } => Err(Unsupported::new(format!(
                 "the function call `{name}` as an intrinsic"
             ))),

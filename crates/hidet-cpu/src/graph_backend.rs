@@ -34,8 +34,9 @@ use hidet_ir::function::{Function, IRModule, Target};
 use crate::module::CompiledModule;
 use crate::options::BuildOptions;
 use crate::signature::ParamKind;
+use crate::templates::integer_matmul::IntegerMatmulSchedule;
 use crate::templates::matmul::MatmulSchedule;
-use anchor::{matmul_kernel, TemplateOutcome};
+use anchor::{integer_matmul_kernel, matmul_kernel, TemplateOutcome};
 pub use arena::CpuArena;
 
 /// The graph-pass options for running on `target`: the defaults, except that a constant left
@@ -384,6 +385,28 @@ impl Backend for CpuBackend {
             }
         }
         let threads = i64::try_from(self.threads(opts)).unwrap_or(1);
+        let integer = IntegerMatmulSchedule::for_target(self.options.build.target(), threads);
+        match integer_matmul_kernel(task, &integer) {
+            TemplateOutcome::Kernel(function) => {
+                let origin = if fused {
+                    KernelOrigin::FusedTemplate
+                } else {
+                    KernelOrigin::Template
+                };
+                return Ok(CpuKernel {
+                    function: *function,
+                    origin,
+                    tunable: None,
+                });
+            }
+            TemplateOutcome::Refused(reason) if fused => {
+                return Err(BackendError::Refused {
+                    task: task.name.clone(),
+                    reason,
+                })
+            }
+            TemplateOutcome::Refused(_) | TemplateOutcome::NotApplicable => {}
+        }
         match crate::schedule::schedule(&task.def, &task.name, self.options.build.target(), threads)
         {
             Ok(function) => Ok(CpuKernel {

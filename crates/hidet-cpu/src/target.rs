@@ -52,6 +52,10 @@ pub struct CpuFeatures {
     pub avx512bw: bool,
     pub avx512dq: bool,
     pub avx512vl: bool,
+    /// AVX-512 VNNI: `vpdpbusd`, four 8-bit products summed into each 32-bit lane.
+    pub avx512vnni: bool,
+    /// AVX-VNNI: the same on 256-bit vectors without AVX-512.
+    pub avxvnni: bool,
     pub neon: bool,
 }
 
@@ -69,6 +73,8 @@ impl CpuFeatures {
                 avx512bw: std::arch::is_x86_feature_detected!("avx512bw"),
                 avx512dq: std::arch::is_x86_feature_detected!("avx512dq"),
                 avx512vl: std::arch::is_x86_feature_detected!("avx512vl"),
+                avx512vnni: std::arch::is_x86_feature_detected!("avx512vnni"),
+                avxvnni: std::arch::is_x86_feature_detected!("avxvnni"),
                 neon: false,
             }
         }
@@ -86,7 +92,7 @@ impl CpuFeatures {
     }
 
     /// Every feature this type knows, by name, with its flag.
-    fn flags(&self) -> [(bool, &'static str); 9] {
+    fn flags(&self) -> [(bool, &'static str); 11] {
         [
             (self.sse2, "sse2"),
             (self.avx, "avx"),
@@ -96,6 +102,8 @@ impl CpuFeatures {
             (self.avx512bw, "avx512bw"),
             (self.avx512dq, "avx512dq"),
             (self.avx512vl, "avx512vl"),
+            (self.avx512vnni, "avx512vnni"),
+            (self.avxvnni, "avxvnni"),
             (self.neon, "neon"),
         ]
     }
@@ -110,6 +118,8 @@ impl CpuFeatures {
             "avx512bw" => &mut self.avx512bw,
             "avx512dq" => &mut self.avx512dq,
             "avx512vl" => &mut self.avx512vl,
+            "avx512vnni" => &mut self.avx512vnni,
+            "avxvnni" => &mut self.avxvnni,
             "neon" => &mut self.neon,
             _ => return None,
         })
@@ -126,8 +136,8 @@ impl CpuFeatures {
 
     /// The features of a comma-separated list of names (`"avx2,fma"`; case and spaces are
     /// ignored), with the features each implies on x86-64 added: `avx512*` implies
-    /// `avx512f`, `avx512f` implies `avx2` and `fma`, `avx2` implies `avx`, and `avx`
-    /// implies `sse2`. An empty list is no feature at all (scalar code).
+    /// `avx512f`, `avx512f` implies `avx2` and `fma`, `avxvnni` implies `avx2`, `avx2` implies
+    /// `avx`, and `avx` implies `sse2`. An empty list is no feature at all (scalar code).
     pub fn parse(list: &str) -> Result<CpuFeatures, TargetError> {
         let mut features = CpuFeatures::default();
         for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
@@ -145,8 +155,8 @@ impl CpuFeatures {
             }
         }
         let f = &mut features;
-        f.avx512f |= f.avx512bw || f.avx512dq || f.avx512vl;
-        f.avx2 |= f.avx512f;
+        f.avx512f |= f.avx512bw || f.avx512dq || f.avx512vl || f.avx512vnni;
+        f.avx2 |= f.avx512f || f.avxvnni;
         f.fma |= f.avx512f;
         f.avx |= f.avx2 || f.fma;
         f.sse2 |= f.avx;
@@ -167,7 +177,16 @@ impl CpuFeatures {
         let foreign: &[&str] = match arch {
             Arch::X86_64 => &["neon"],
             Arch::Aarch64 => &[
-                "sse2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+                "sse2",
+                "avx",
+                "avx2",
+                "fma",
+                "avx512f",
+                "avx512bw",
+                "avx512dq",
+                "avx512vl",
+                "avx512vnni",
+                "avxvnni",
             ],
             Arch::Other => &[],
         };
@@ -321,6 +340,8 @@ impl CpuTarget {
                 (f.avx512bw, "-mavx512bw"),
                 (f.avx512dq, "-mavx512dq"),
                 (f.avx512vl, "-mavx512vl"),
+                (f.avx512vnni, "-mavx512vnni"),
+                (f.avxvnni, "-mavxvnni"),
             ] {
                 if on {
                     flags.push(flag.to_string());

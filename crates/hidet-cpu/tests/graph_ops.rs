@@ -134,6 +134,35 @@ fn im2col_definitions_agree_with_eval() {
         &[floats(&[3, 2, 11], 3).cast(DType::F16)],
         0.0,
     );
+    // Quantized activations padded with their zero point.
+    check(
+        "Im2Col",
+        &[
+            ("kernel_shape", ints(&[3, 3])),
+            ("strides", ints(&[2, 1])),
+            ("pads", ints(&[1, 2, 0, 1])),
+            ("padding_value", Attribute::Int(131)),
+        ],
+        &[bytes(&[2, 3, 7, 6], 4)],
+        0.0,
+    );
+}
+
+/// A `uint8` tensor of `shape` spanning the byte range, from `seed`.
+fn bytes(shape: &[usize], seed: u64) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<u8> = (0..n as u64)
+        .map(|i| ((i * 97 + seed * 31) % 256) as u8)
+        .collect();
+    Tensor::new(shape.to_vec(), v).unwrap()
+}
+
+#[test]
+fn integer_matmul_definitions_agree_with_eval() {
+    // K = 10, stored as 12 columns whose last two hold values the product must ignore.
+    let a: Vec<i8> = (0..5 * 12).map(|i| ((i * 53 % 256) as u8) as i8).collect();
+    let a = Tensor::new(vec![5, 12], a).unwrap();
+    check("IntegerMatMul", &[], &[a, bytes(&[2, 10, 7], 5)], 0.0);
 }
 
 #[test]

@@ -26,9 +26,10 @@ use hidet_graph::{
 /// The product under test, with the shape of its weight.
 #[derive(Clone, Copy, Debug)]
 enum Product {
-    /// `Conv` with `group` groups over `[1, c, h, w]`, `o` output channels, a `k × k` window,
-    /// `stride` and `pad` on every side.
+    /// `Conv` with `group` groups over `[batch, c, h, w]`, `o` output channels, a `k × k`
+    /// window, `stride` and `pad` on every side.
     Conv {
+        batch: usize,
         c: usize,
         o: usize,
         hw: usize,
@@ -46,7 +47,7 @@ enum Product {
 impl Product {
     fn input_shape(&self) -> Vec<usize> {
         match *self {
-            Product::Conv { c, hw, .. } => vec![1, c, hw, hw],
+            Product::Conv { batch, c, hw, .. } => vec![batch, c, hw, hw],
             Product::MatMul { m, k, .. } | Product::Gemm { m, k, .. } => vec![m, k],
         }
     }
@@ -81,8 +82,9 @@ fn attrs(pairs: &[(&str, Attribute)]) -> Attributes {
 /// weight scales when `per_channel` and a ReLU before the output's quantization when `relu`
 /// (ONNX Runtime's exports fold it into the zero point), runs it with the reference executor
 /// and compiled after the CPU passes, and checks the quantized output. Returns the number of
-/// anchored products (`MatMul` kernels) of the compiled graph.
-fn check(seed: u64, p: Product, act: DType, per_channel: bool, relu: bool) -> usize {
+/// anchored products of the compiled graph: float (`MatMul` kernels) and 8-bit
+/// (`IntegerMatMul` kernels).
+fn check(seed: u64, p: Product, act: DType, per_channel: bool, relu: bool) -> (usize, usize) {
     let mut rng = Rng::new(seed);
     let what = format!("{p:?}, {act:?}, per channel {per_channel}");
     let xs = p.input_shape();
@@ -254,16 +256,20 @@ fn check(seed: u64, p: Product, act: DType, per_channel: bool, relu: bool) -> us
             assert_eq!(a, b, "{what}: dequantized output {i}");
         }
     }
-    report
-        .partition
-        .lines()
-        .filter(|l| l.starts_with("kernel ") && l.contains("[anchored] MatMul"))
-        .count()
+    let anchored = |op: &str| {
+        report
+            .partition
+            .lines()
+            .filter(|l| l.starts_with("kernel ") && l.contains(&format!("[anchored] {op}")))
+            .count()
+    };
+    (anchored("MatMul"), anchored("IntegerMatMul"))
 }
 
 #[test]
-fn qdq_convolutions_match_the_reference_within_one_step() {
-    let conv = |c, o, hw, k, stride, pad, group| Product::Conv {
+fn qdq_convolutions_are_8_bit_products_that_match_the_reference_within_one_step() {
+    let conv = |batch, c, o, hw, k, stride, pad, group| Product::Conv {
+        batch,
         c,
         o,
         hw,
@@ -272,25 +278,87 @@ fn qdq_convolutions_match_the_reference_within_one_step() {
         pad,
         group,
     };
+    // Every ungrouped convolution becomes one 8-bit product (`K` = C·k² and the output pixels
+    // multiples of no tile, padding at the activations' zero point); a grouped one keeps its
+    // float form.
     let cases = [
-        // 3×3 stride 1 with enough tiles and channels, a ReLU after it: Winograd's three
-        // products.
-        (11, conv(61, 67, 26, 3, 1, 1, 1), DType::I8, false, true, 3),
-        (12, conv(61, 67, 26, 3, 1, 1, 1), DType::U8, true, true, 3),
-        // The same quantized right away: one direct product (`ConvWinograd` declines).
-        (17, conv(61, 67, 26, 3, 1, 1, 1), DType::I8, true, false, 1),
-        // Few channels, 7×7 stride 2: a direct convolution over a padded copy.
-        (13, conv(3, 21, 37, 7, 2, 3, 1), DType::I8, true, true, 1),
-        // 3×3 stride 2 with more channels: a direct convolution too (pixels as rows).
-        (14, conv(70, 81, 15, 3, 2, 1, 1), DType::U8, false, false, 1),
-        // Pointwise.
-        (15, conv(45, 99, 9, 1, 1, 0, 1), DType::I8, true, false, 1),
+        // 3×3 stride 1 with enough tiles and channels, a ReLU after it.
+        (
+            11,
+            conv(1, 61, 67, 26, 3, 1, 1, 1),
+            DType::I8,
+            false,
+            true,
+            (0, 1),
+        ),
+        (
+            12,
+            conv(1, 61, 67, 26, 3, 1, 1, 1),
+            DType::U8,
+            true,
+            true,
+            (0, 1),
+        ),
+        (
+            17,
+            conv(3, 61, 67, 26, 3, 1, 1, 1),
+            DType::I8,
+            true,
+            false,
+            (0, 1),
+        ),
+        // Few channels, 7×7 stride 2, a batch of 2.
+        (
+            13,
+            conv(2, 3, 21, 37, 7, 2, 3, 1),
+            DType::I8,
+            true,
+            true,
+            (0, 1),
+        ),
+        // 3×3 stride 2 with more channels.
+        (
+            14,
+            conv(1, 70, 81, 15, 3, 2, 1, 1),
+            DType::U8,
+            false,
+            false,
+            (0, 1),
+        ),
+        // Pointwise, a batch of 3.
+        (
+            15,
+            conv(3, 45, 99, 9, 1, 1, 0, 1),
+            DType::I8,
+            true,
+            false,
+            (0, 1),
+        ),
+        // Grouped: the float product batched over the groups.
+        (
+            18,
+            conv(2, 24, 30, 11, 3, 1, 1, 3),
+            DType::I8,
+            true,
+            true,
+            (1, 0),
+        ),
         // Depthwise 3×3: no product.
-        (16, conv(37, 37, 19, 3, 1, 1, 37), DType::U8, true, true, 0),
+        (
+            16,
+            conv(1, 37, 37, 19, 3, 1, 1, 37),
+            DType::U8,
+            true,
+            true,
+            (0, 0),
+        ),
     ];
     for (seed, p, act, per_channel, relu, products) in cases {
         let got = check(seed, p, act, per_channel, relu);
-        assert_eq!(got, products, "{p:?}, relu {relu}: anchored products");
+        assert_eq!(
+            got, products,
+            "{p:?}, relu {relu}: anchored products (float, 8-bit)"
+        );
     }
 }
 
@@ -307,6 +375,6 @@ fn qdq_matmul_and_gemm_match_the_reference_within_one_step() {
         (24, gemm(9, 64, 37), DType::U8, false, true),
     ];
     for (seed, p, act, per_channel, relu) in cases {
-        assert_eq!(check(seed, p, act, per_channel, relu), 1, "{p:?}");
+        assert_eq!(check(seed, p, act, per_channel, relu), (1, 0), "{p:?}");
     }
 }

@@ -5,7 +5,7 @@
 //! to a named [`Intrinsic`] whose meaning each backend implements. Passes only
 //! need their result type, which [`Intrinsic::result_type`] gives.
 
-use crate::dtype::DataType;
+use crate::dtype::{DataType, ScalarType};
 use crate::ty::Type;
 use std::fmt;
 
@@ -164,6 +164,12 @@ pub enum Intrinsic {
     CpAsyncCommit,
     /// Waits until at most `n` committed groups are still in flight. Returns void.
     CpAsyncWait { n: u32 },
+    /// `dot_u8i8(acc, a, b)` on vectors of `lanes` 32-bit integers (`i32` lanes), each lane
+    /// of `a` and `b` holding four bytes (little-endian): lane `l` of the result is
+    /// `acc[l] + Σ_{q<4} u8(a[l] byte q) · i8(b[l] byte q)`, wrapping on `i32` overflow. The
+    /// four-way multiply-add of an 8-bit product. CPU only: x86 VNNI (`vpdpbusd`) where the
+    /// target has it, else exact 16-bit multiply-adds. Returns `i32` × `lanes`.
+    DotU8I8 { lanes: u16 },
     /// A call to a device/internal function of the same module, by name,
     /// returning `ret`.
     Function { name: String, ret: Type },
@@ -175,6 +181,7 @@ impl Intrinsic {
         match self {
             Intrinsic::WarpShuffle { .. } => args.first().cloned().unwrap_or(Type::Void),
             Intrinsic::VectorLoad { dtype } => Type::Data(*dtype),
+            Intrinsic::DotU8I8 { lanes } => Type::Data(DataType::vector(ScalarType::I32, *lanes)),
             Intrinsic::Function { ret, .. } => ret.clone(),
             Intrinsic::VectorStore
             | Intrinsic::Mma { .. }
@@ -212,6 +219,7 @@ impl fmt::Display for Intrinsic {
             Intrinsic::CpAsync { bytes } => write!(f, "cp_async<{bytes}>"),
             Intrinsic::CpAsyncCommit => f.write_str("cp_async_commit"),
             Intrinsic::CpAsyncWait { n } => write!(f, "cp_async_wait<{n}>"),
+            Intrinsic::DotU8I8 { lanes } => write!(f, "dot_u8i8<{lanes}>"),
             Intrinsic::Function { name, .. } => f.write_str(name),
         }
     }

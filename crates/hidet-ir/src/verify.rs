@@ -30,7 +30,7 @@
 //! names, launched kernels and called functions that exist with matching
 //! argument counts, launch blocks equal to the kernel's.
 
-use crate::dtype::DataType;
+use crate::dtype::{DataType, ScalarType};
 use crate::expr::{floor_div, BinaryOp, Builtin, Constant, Dim, Expr, ExprKind, UnaryOp, Var};
 use crate::function::{CudaLaunch, Function, FunctionKind, IRModule, Target};
 use crate::intrinsic::{Intrinsic, MathFunc};
@@ -1115,6 +1115,22 @@ impl<'f> Checker<'f> {
                 (3, &[0, 1])
             }
             Intrinsic::CpAsyncCommit | Intrinsic::CpAsyncWait { .. } => (0, &[]),
+            Intrinsic::DotU8I8 { lanes } => {
+                if self.place == Place::CudaDevice {
+                    return Err(self.not_available(format!("the CPU intrinsic `{intrinsic}`")));
+                }
+                let want = DataType::vector(ScalarType::I32, *lanes);
+                for (i, a) in args.iter().enumerate() {
+                    if a.ty() != Type::Data(want) {
+                        return Err(Problem::WrongType {
+                            expr: self.show(a),
+                            found: self.show_ty(&a.ty()),
+                            expected: format!("{want} (argument {i} of `{name}`)"),
+                        });
+                    }
+                }
+                (3, &[])
+            }
             Intrinsic::Function { name, ret } => return self.function_call(name, ret, args),
         };
         if args.len() != arity {

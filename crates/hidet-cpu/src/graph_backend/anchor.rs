@@ -6,10 +6,12 @@ use hidet_graph::fusion::{
     fuse_into_template, matmul_sizes, AnchorInfo, AnchorOperand, FusedTask, OperandLayout,
     TemplateParams,
 };
-use hidet_ir::compute::ComputeDef;
+use hidet_ir::compute::{tensor_shape, ComputeDef};
 use hidet_ir::expr::{BinaryOp, Expr, ExprKind, Var};
 use hidet_ir::function::Function;
 
+use crate::graph_ops::integer_matmul::OP_TYPE as INTEGER_MATMUL;
+use crate::templates::integer_matmul::{integer_matmul, IntegerMatmulSchedule, IntegerMatmulShape};
 use crate::templates::matmul::{
     batch_matmul_f32_with_layouts, matmul_f32_with_layouts, ALayout, BLayout, MatmulSchedule,
     MatmulShape, B_PANEL_WIDTH,
@@ -233,6 +235,54 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
         output: tc,
         operand_rank: if batched { 3 } else { 2 },
         stored: &[a_panels, b_panels],
+    };
+    match fuse_into_template(task, &template, &params) {
+        Ok(f) => TemplateOutcome::Kernel(Box::new(f)),
+        Err(reason) => TemplateOutcome::Refused(reason),
+    }
+}
+
+/// The integer-product template's kernel of `task` when its anchor is `hidet::IntegerMatMul`
+/// ([`crate::graph_ops::integer_matmul`]), with its prologues (the column matrix of quantized
+/// activations) and its epilogue (the requantizing arithmetic) fused; see [`TemplateOutcome`].
+pub fn integer_matmul_kernel(
+    task: &FusedTask,
+    schedule: &IntegerMatmulSchedule,
+) -> TemplateOutcome {
+    let Some(anchor) = &task.anchor else {
+        return TemplateOutcome::NotApplicable;
+    };
+    if anchor.op_type != INTEGER_MATMUL {
+        return TemplateOutcome::NotApplicable;
+    }
+    let shapes: Option<Vec<Vec<i64>>> = anchor
+        .def
+        .inputs
+        .iter()
+        .map(|v| tensor_shape(v).iter().map(Expr::as_int).collect())
+        .collect();
+    let (Some([a, x]), [_]) = (shapes.as_deref(), anchor.def.outputs.as_slice()) else {
+        return TemplateOutcome::Refused("IntegerMatMul takes (A, X) and gives one output".into());
+    };
+    let ([m, _], [batch, k, n]) = (a.as_slice(), x.as_slice()) else {
+        return TemplateOutcome::Refused(format!("IntegerMatMul of shapes {a:?} and {x:?}"));
+    };
+    let shape = match IntegerMatmulShape::new(*batch, *m, *n, *k) {
+        Ok(s) => s,
+        Err(e) => return TemplateOutcome::Refused(format!("integer product template: {e}")),
+    };
+    let template = match integer_matmul(&task.name, &shape, schedule) {
+        Ok(f) => f,
+        Err(e) => return TemplateOutcome::Refused(format!("integer product template: {e}")),
+    };
+    let [ta, tx, tc] = template.params.as_slice() else {
+        return TemplateOutcome::Refused("the integer template does not take (A, X, C)".into());
+    };
+    let params = TemplateParams {
+        operands: &[ta.clone(), tx.clone()],
+        output: tc,
+        operand_rank: 3,
+        stored: &[],
     };
     match fuse_into_template(task, &template, &params) {
         Ok(f) => TemplateOutcome::Kernel(Box::new(f)),

@@ -5,7 +5,8 @@
 //! `Col` of shape `[C·∏k, N·∏o]`: row `r = (c, k…)` (row-major over the channel and the
 //! kernel position), column `(n, o)` (row-major over the image and the output positions),
 //! holding the element of image `n` the window at `o` reads at kernel position `k` of channel
-//! `c`, or 0 in the padding. The window geometry is the convolution's
+//! `c`, or the attribute `padding_value` (an integer, default 0) in the padding. `X` is a float
+//! tensor, or `uint8` (quantized activations, padded with their zero point). The window geometry is the convolution's
 //! ([`hidet_graph::kernels::window`]) with explicit pads.
 //!
 //! The operator is internal (domain [`HIDET_DOMAIN`]): the implicit-GEMM pass creates it in
@@ -31,6 +32,13 @@ use hidet_ir::expr::Expr;
 #[derive(Debug)]
 struct Im2Col {
     window: WindowAttrs,
+    /// The value of the padding.
+    padding: i64,
+}
+
+/// The element types `Im2Col` takes.
+fn supported(d: DType) -> bool {
+    d.is_float() || d == DType::U8
 }
 
 /// Registers `hidet::Im2Col` (every opset of the domain).
@@ -40,8 +48,16 @@ pub fn register(r: &mut Registry) {
         "Im2Col",
         1..=LATEST_OPSET,
         |c: &OpContext<'_>| {
+            let padding = c.attrs.int_or("padding_value", 0)?;
+            if !(0..=255).contains(&padding) {
+                return Err(OpError::attr(
+                    "padding_value",
+                    format!("must be a uint8 value, got {padding}"),
+                ));
+            }
             Ok(Box::new(Im2Col {
                 window: WindowSpec::explicit(c.attrs, "Im2Col")?,
+                padding,
             }))
         },
     );
@@ -63,7 +79,7 @@ impl Im2Col {
 impl Operator for Im2Col {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
         let x = infer_arg(inputs, 0)?;
-        check_dtype(0, x.ty.dtype, DType::is_float)?;
+        check_dtype(0, x.ty.dtype, supported)?;
         let kernel: usize = self.window.kernel.iter().product();
         let shape = match x.ty.fixed_shape() {
             Some(xs) => {
@@ -83,7 +99,7 @@ impl Operator for Im2Col {
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         let x = arg(inputs, 0)?;
-        check_dtype(0, x.dtype(), DType::is_float)?;
+        check_dtype(0, x.dtype(), supported)?;
         let g = self.geometry(x.shape())?;
         let (ni, no, nk) = (g.input_size(), g.output_size(), g.kernel_size());
         let (batch, channels) = (x.shape()[0], x.shape()[1]);
@@ -98,7 +114,7 @@ impl Operator for Im2Col {
                         if off < BEYOND_PADDING {
                             plane[off]
                         } else {
-                            0.0
+                            self.padding as f64
                         }
                     }));
                 }
@@ -106,17 +122,22 @@ impl Operator for Im2Col {
         }
         let shape = vec![channels * nk, batch * no];
         let dtype = x.dtype();
+        if dtype == DType::U8 {
+            // Exact: every value is an input element or the padding, both in 0..=255.
+            let bytes: Vec<u8> = col.iter().map(|&v| v as u8).collect();
+            return Ok(vec![Tensor::new(shape, bytes)?]);
+        }
         let out = dispatch_float!(dtype,
             T => Tensor::new(shape, col.iter().map(|&v| T::from_f64(v)).collect::<Vec<T>>())?,
             else return Err(OpError::DType { index: 0, dtype }));
         Ok(vec![out])
     }
 
-    /// `Col[r, j] = x[n, c, o·s + k·d - pad]` (0 in the padding: a select on the index
-    /// bounds), with `(c, k…)` unraveled from `r` and `(n, o…)` from `j`.
+    /// `Col[r, j] = x[n, c, o·s + k·d - pad]` (`padding_value` in the padding: a select on the
+    /// index bounds), with `(c, k…)` unraveled from `r` and `(n, o…)` from `j`.
     fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
         let x = input(inputs, 0)?;
-        check_dtype(0, x.dtype, DType::is_float)?;
+        check_dtype(0, x.dtype, supported)?;
         let g = self.geometry(x.shape)?;
         let (batch, channels) = (x.shape[0], x.shape[1]);
         let shape = [channels * g.kernel_size(), batch * g.output_size()];
@@ -136,7 +157,12 @@ impl Operator for Im2Col {
             let read = window_read(&g, &column[1..], &row[1..]);
             let mut idx = vec![column[0].clone(), row[0].clone()];
             idx.extend(read.index);
-            guarded(&read.inside, vx.at(idx), Expr::zero(dtype))
+            let padding = if self.padding == 0 {
+                Expr::zero(dtype)
+            } else {
+                Expr::int(self.padding).cast(dtype)
+            };
+            guarded(&read.inside, vx.at(idx), padding)
         })
         .map(Some)
     }

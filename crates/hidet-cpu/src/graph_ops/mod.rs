@@ -7,7 +7,8 @@
 //! - [`offset_gather`]: a matrix gathered at separable flat offsets (a direct convolution's
 //!   pixels as rows), read in place;
 //! - [`depthwise_nhwc`]: a channels-last depthwise convolution;
-//! - [`column_panels`]: a constant matrix stored as panels of a few columns.
+//! - [`column_panels`]: a constant matrix stored as panels of a few columns;
+//! - [`integer_matmul`]: an 8-bit product accumulated in 32 bits (quantized models).
 
 use std::sync::OnceLock;
 
@@ -16,6 +17,7 @@ use hidet_graph::Registry;
 pub mod column_panels;
 pub mod depthwise_nhwc;
 pub mod im2col;
+pub mod integer_matmul;
 pub mod offset_gather;
 
 /// The domain of the CPU backend's internal operators.
@@ -39,6 +41,7 @@ pub fn register_internal(r: &mut Registry) {
     offset_gather::register(r);
     depthwise_nhwc::register(r);
     column_panels::register(r);
+    integer_matmul::register(r);
 }
 
 /// Test helper: builds the internal operator `domain::op` as the graph builder would.

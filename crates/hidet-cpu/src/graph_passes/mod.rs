@@ -9,12 +9,14 @@ mod channels_last;
 mod conv_implicit_gemm;
 mod conv_winograd;
 mod panel_weights;
+mod quantized_products;
 mod separable_pool;
 
 pub use channels_last::{DepthwiseChannelsLast, SinkTransposes};
 pub use conv_implicit_gemm::{ConvToImplicitGemm, FEW_CHANNELS};
 pub use conv_winograd::{ConvWinograd, WINOGRAD_MIN_CHANNEL_HARMONIC, WINOGRAD_MIN_TILES};
 pub use panel_weights::PanelConstantWeights;
+pub use quantized_products::QuantizedProducts;
 pub use separable_pool::SeparablePool;
 
 use hidet_graph::passes::{
@@ -64,11 +66,14 @@ pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
     passes_for(&PassOptions::default())
 }
 
-/// The CPU backend's graph passes, in order, for `options`: the target-neutral simplifications
-/// of `hidet-graph`, the CPU rewrites, then the target-neutral cleanup with the weight panels
+/// The CPU backend's graph passes, in order, for `options`: quantized convolutions as 8-bit
+/// products, the target-neutral simplifications of `hidet-graph`, the CPU rewrites, then the target-neutral cleanup with the weight panels
 /// stored before the last dead-code elimination. New CPU passes are added here.
 pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
-    let mut passes = simplification_passes();
+    // Conv of DequantizeLinear operands → an 8-bit product with 32-bit accumulation; before
+    // constant folding turns the weight's DequantizeLinear into floats.
+    let mut passes: Vec<Box<dyn GraphPass>> = vec![Box::new(QuantizedProducts)];
+    passes.extend(simplification_passes());
     passes.extend::<[Box<dyn GraphPass>; 10]>([
         // Static f32 depthwise Conv (any batch) → hidet::DepthwiseConvNhwc between transposes.
         Box::new(DepthwiseChannelsLast),

@@ -22,9 +22,10 @@
 //! plain vector load. The rewrite is exact under floor semantics for any
 //! sign of `a`, and keeps the iteration order. Loops are split only when
 //! `w >= MIN_ROW`: shorter rows would make segments shorter than a vector,
-//! where the gather is the better code; and not when a gathering read steps
-//! through a row by more than one element (`c · ((a + j) % w)`, a strided
-//! convolution), whose segments would still read strided.
+//! where the gather is the better code; and not when a gathering read of
+//! 4- or 8-byte elements steps through a row by more than one element
+//! (`c · ((a + j) % w)`, a strided convolution), whose segments would still
+//! read strided where a gather instruction reads as fast (bytes have none).
 
 use super::{simplify_expr, vectorized_loop, FunctionPass, PassError, VarRanges};
 use crate::dtype::DataType;
@@ -106,9 +107,9 @@ struct Divisions {
     rows: Vec<Option<(Expr, i64)>>,
     /// Whether some tensor access's flat offset divides the variable.
     gathers: bool,
-    /// Whether some gathering access steps through a row by more than one element (a
-    /// strided convolution's `(a + var) % w` scaled by its stride): cut at rows, its reads
-    /// would stay strided, and the gather is the better code.
+    /// Whether some gathering access of 4- or 8-byte elements steps through a row by more
+    /// than one element (a strided convolution's `(a + var) % w` scaled by its stride): cut
+    /// at rows, its reads would stay strided, and the gather is the better code.
     strided: bool,
 }
 
@@ -146,7 +147,9 @@ impl Divisions {
             if flat.rows.is_empty() {
                 return;
             }
-            self.strided |= steps_by_more_than_one(&offset, var);
+            // Narrow elements have no hardware gather: a strided segment read beats one
+            // whose every address divides.
+            self.strided |= t.dtype.bytes() >= 4 && steps_by_more_than_one(&offset, var);
         }
         let before = self.rows.len();
         for i in indices {

@@ -1,0 +1,325 @@
+//! Quantized convolutions as 8-bit products: a `Conv` of dequantized operands (a QDQ model,
+//! as ONNX Runtime's static quantization writes it) becomes an integer product accumulated in
+//! 32 bits, `hidet::IntegerMatMul`, followed by the arithmetic that dequantizes its result.
+//!
+//! ```text
+//! Conv(DequantizeLinear(xq, sx, zx), DequantizeLinear(wq, sw, 0), B?)
+//!     →  Reshape(Add(Mul(Cast(Sub(IntegerMatMul(A, X), corr), f32), scale), B[OC, 1]), [N, OC, o…])
+//!     X = Transpose(Reshape(hidet::Im2Col(Pad(u, zu)), [K, N, ∏o]), [1, 0, 2])   [N, K, ∏o]
+//!     u = xq as uint8 (int8 shifted by 128: Cast(Add(Cast(xq, int32), 128), uint8)), zu = zx (+128)
+//!     Pad(u, zu): u padded with zu (stored once), for a padded convolution
+//!     A = wq as [OC, K] (K = C·∏k), rows padded with zeros to a multiple of 4 columns
+//!     corr[oc] = zu · Σ_k wq[oc, k],  scale[oc] = sx · sw[oc]
+//! ```
+//!
+//! which is exact: `Σ_k (x - zx)·w = Σ_k u·w - zu·Σ_k w`, and the padding, `zu`, dequantizes
+//! to 0 as the float convolution's does. The weight is stored once as 8-bit integers, the
+//! activations are read as bytes, and the kernel multiplies four byte pairs per 32-bit lane
+//! (`vpdpbusd` with VNNI, exact 16-bit multiply-adds without).
+//!
+//! The pass runs before constant folding, which would otherwise fold the weight's
+//! `DequantizeLinear` into a float tensor. It applies to ungrouped convolutions with static
+//! shapes, a constant `int8` weight with zero points all 0 (symmetric, ONNX Runtime's default)
+//! and a per-tensor or per-output-channel scale, and activations of `int8` or `uint8` with a
+//! constant per-tensor scale and zero point. Others keep their float convolution.
+
+use crate::graph_ops::integer_matmul::OP_TYPE as INTEGER_MATMUL;
+use crate::graph_ops::HIDET_DOMAIN;
+use crate::templates::integer_matmul::padded_depth;
+use hidet_graph::attribute::Attributes;
+use hidet_graph::dtype::DType;
+use hidet_graph::graph::{Graph, GraphError, NodeId, ValueId};
+use hidet_graph::kernels::window::{Geometry, WindowSpec};
+use hidet_graph::passes::rewrite::Rewriter;
+use hidet_graph::passes::GraphPass;
+use hidet_graph::tensor::{Tensor, TensorError};
+use hidet_graph::{Attribute, FusionHints};
+
+/// Rewrites convolutions of dequantized operands into 8-bit products (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuantizedProducts;
+
+impl GraphPass for QuantizedProducts {
+    fn name(&self) -> &'static str {
+        "quantized-products"
+    }
+
+    fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
+        let mut rw = Rewriter::with_registry(graph, crate::graph_ops::registry());
+        for i in 0..rw.graph().nodes().len() {
+            let Some(plan) = plan(&rw, NodeId(i)) else {
+                continue;
+            };
+            rw.focus(NodeId(i));
+            let out = rewrite(&mut rw, &plan)?;
+            rw.replace(plan.y, out);
+            rw.remove_node(NodeId(i));
+        }
+        rw.finish()
+    }
+}
+
+/// One applicable convolution.
+struct Plan {
+    node: String,
+    /// The quantized activations `xq` (`int8` or `uint8`, `[N, C, d…]`).
+    xq: ValueId,
+    signed: bool,
+    input_shape: Vec<usize>,
+    /// The activations' scale and zero point.
+    x_scale: f32,
+    x_zero: i32,
+    /// The weight, `int8` `[OC, C, k…]`, and its scale per output channel.
+    weight: Vec<i8>,
+    weight_shape: Vec<usize>,
+    w_scale: Vec<f32>,
+    bias: Option<ValueId>,
+    y: ValueId,
+    geometry: Geometry,
+}
+
+/// The `DequantizeLinear` node producing `v` (default domain), with its inputs.
+fn dequantize(rw: &Rewriter, v: ValueId) -> Option<(ValueId, ValueId, Option<ValueId>, i64)> {
+    let g = rw.graph();
+    let (producer, _) = g.value(v).producer?;
+    let node = &g.nodes()[producer.0];
+    if node.op_type != "DequantizeLinear" || !node.domain.is_empty() {
+        return None;
+    }
+    let x = node.inputs.first().copied().flatten()?;
+    let scale = node.inputs.get(1).copied().flatten()?;
+    let zero = node.inputs.get(2).copied().flatten();
+    // Blocked quantization (opset 21's `block_size`) is not per-tensor or per-axis.
+    if node.attrs.int_or("block_size", 0).ok()? != 0 {
+        return None;
+    }
+    Some((x, scale, zero, node.attrs.int_or("axis", 1).ok()?))
+}
+
+/// The one value of a constant `f32` tensor of one element.
+fn scalar_f32(rw: &Rewriter, v: ValueId) -> Option<f32> {
+    let t = rw.constant(v)?;
+    (t.dtype() == DType::F32 && t.numel() == 1)
+        .then(|| t.as_slice::<f32>().ok()?.first().copied())?
+}
+
+/// The one integer value of a constant zero point (`int8` or `uint8`) of one element, or 0.
+fn zero_point(rw: &Rewriter, v: Option<ValueId>, dtype: DType) -> Option<i32> {
+    let Some(v) = v else {
+        return Some(0);
+    };
+    let t = rw.constant(v)?;
+    if t.dtype() != dtype || t.numel() != 1 {
+        return None;
+    }
+    let value = t.to_f64_vec().first().copied()?;
+    Some(value as i32)
+}
+
+fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
+    let g = rw.graph();
+    let node = &g.nodes()[n.0];
+    if node.op_type != "Conv" || !node.domain.is_empty() {
+        return None;
+    }
+    if node.attrs.int_or("group", 1).ok()? != 1 {
+        return None;
+    }
+    let x = node.inputs.first().copied().flatten()?;
+    let w = node.inputs.get(1).copied().flatten()?;
+    let bias = node.inputs.get(2).copied().flatten();
+    let y = match node.outputs.as_slice() {
+        [Some(y)] => *y,
+        _ => return None,
+    };
+    let (xq, x_scale, x_zero, _) = dequantize(rw, x)?;
+    let (wq, w_scale, w_zero, w_axis) = dequantize(rw, w)?;
+    let x_dtype = g.value(xq).ty.dtype;
+    let signed = match x_dtype {
+        DType::I8 => true,
+        DType::U8 => false,
+        _ => return None,
+    };
+    let input_shape = g.value(xq).ty.fixed_shape()?;
+    let weight = rw.constant(wq)?;
+    if weight.dtype() != DType::I8 || g.value(y).ty.dtype != DType::F32 {
+        return None;
+    }
+    let weight_shape = weight.shape().to_vec();
+    let out_ch = *weight_shape.first()?;
+    if input_shape.len() < 3
+        || weight_shape.len() != input_shape.len()
+        || weight_shape[1] != input_shape[1]
+        || input_shape[0] == 0
+        || weight.numel() == 0
+    {
+        return None;
+    }
+    if let Some(z) = w_zero {
+        let z = rw.constant(z)?;
+        if z.dtype() != DType::I8 || z.to_f64_vec().iter().any(|&v| v != 0.0) {
+            return None;
+        }
+    }
+    let scales = rw.constant(w_scale)?;
+    if scales.dtype() != DType::F32 {
+        return None;
+    }
+    let scales = scales.as_slice::<f32>().ok()?.to_vec();
+    let w_scale = match scales.len() {
+        1 => vec![scales[0]; out_ch],
+        len if len == out_ch && (w_axis == 0 || w_axis == -(weight_shape.len() as i64)) => scales,
+        _ => return None,
+    };
+    if let Some(b) = bias {
+        let bt = &g.value(b).ty;
+        if bt.dtype != DType::F32 || bt.fixed_shape()? != [out_ch] {
+            return None;
+        }
+    }
+    let spec = WindowSpec::from_attrs(&node.attrs).ok()?;
+    let window = spec.attrs(&weight_shape[2..]).ok()?;
+    if window.kernel != weight_shape[2..] {
+        return None;
+    }
+    let geometry = window.resolve(&input_shape[2..]).ok()?;
+    if geometry.output_size() == 0 {
+        return None;
+    }
+    Some(Plan {
+        node: node.name.clone(),
+        xq,
+        signed,
+        input_shape,
+        x_scale: scalar_f32(rw, x_scale)?,
+        x_zero: zero_point(rw, x_zero, x_dtype)?,
+        weight: weight.as_slice::<i8>().ok()?.to_vec(),
+        weight_shape,
+        w_scale,
+        bias,
+        y,
+        geometry,
+    })
+}
+
+fn node_error(p: &Plan, e: TensorError) -> GraphError {
+    GraphError::Node {
+        node: p.node.clone(),
+        op_type: "Conv".into(),
+        source: e.into(),
+    }
+}
+
+/// A `Cast` of `v` to the ONNX element type `to`.
+fn cast(rw: &mut Rewriter, v: ValueId, to: i64) -> Result<ValueId, GraphError> {
+    let mut attrs = Attributes::new();
+    attrs.insert("to", Attribute::Int(to));
+    rw.add_op("Cast", attrs, &[v])
+}
+
+/// ONNX element types (`TensorProto.DataType`).
+const ONNX_FLOAT: i64 = 1;
+const ONNX_UINT8: i64 = 2;
+const ONNX_INT32: i64 = 6;
+
+/// For a padded convolution: `u` padded with its zero point `zu` by a `Pad` node stored once
+/// ([`FusionHints::materialize`]: the column matrix then reads it without guards, and whatever
+/// computes `u`, such as the quantization of a float input, runs once per element rather than
+/// once per window that reads it), and the geometry of the same convolution over it without
+/// padding. An unpadded convolution reads `u` as it is.
+fn padded(
+    rw: &mut Rewriter,
+    p: &Plan,
+    u: ValueId,
+    zu: i32,
+) -> Result<(ValueId, Geometry), GraphError> {
+    let g = &p.geometry;
+    if g.pads_begin.iter().chain(&g.pads_end).all(|&v| v == 0) {
+        return Ok((u, g.clone()));
+    }
+    let mut pads = vec![0i64; 2];
+    pads.extend(g.pads_begin.iter().map(|&v| v as i64));
+    pads.extend([0, 0]);
+    pads.extend(g.pads_end.iter().map(|&v| v as i64));
+    let pads = Tensor::new(vec![pads.len()], pads).map_err(|e| node_error(p, e))?;
+    let pads = rw.add_constant("qconv_pads", pads);
+    // `zu` is in 0..=255: the zero point of unsigned (or shifted signed) bytes.
+    let value = Tensor::new(vec![], vec![zu as u8]).map_err(|e| node_error(p, e))?;
+    let value = rw.add_constant("qconv_pad_value", value);
+    let padded = rw.add_op("Pad", Attributes::new(), &[u, pads, value])?;
+    rw.set_hints(
+        padded,
+        FusionHints {
+            materialize: true,
+            ..FusionHints::default()
+        },
+    )?;
+    let n = g.input.len();
+    let unpadded = Geometry {
+        input: (0..n)
+            .map(|d| g.input[d] + g.pads_begin[d] + g.pads_end[d])
+            .collect(),
+        pads_begin: vec![0; n],
+        pads_end: vec![0; n],
+        ..g.clone()
+    };
+    Ok((padded, unpadded))
+}
+
+/// Adds the integer product of `p`; returns the value that replaces the convolution's output.
+fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
+    let g = &p.geometry;
+    let (batch, out_ch) = (p.input_shape[0], p.weight_shape[0]);
+    let depth: usize = p.weight_shape[1..].iter().product();
+    let pixels = g.output_size();
+    // The activations as unsigned bytes.
+    let (u, zu) = if p.signed {
+        let wide = cast(rw, p.xq, ONNX_INT32)?;
+        let shift = Tensor::new(vec![], vec![128i32]).map_err(|e| node_error(p, e))?;
+        let shift = rw.add_constant("int8_shift", shift);
+        let shifted = rw.add_op("Add", Attributes::new(), &[wide, shift])?;
+        (cast(rw, shifted, ONNX_UINT8)?, p.x_zero + 128)
+    } else {
+        (p.xq, p.x_zero)
+    };
+    let (u, unpadded) = padded(rw, p, u, zu)?;
+    let col = rw.add_domain_op(HIDET_DOMAIN, "Im2Col", unpadded.explicit_attrs(), &[u])?;
+    let shape = rw.add_shape(&[depth, batch, pixels]);
+    let col = rw.add_op("Reshape", Attributes::new(), &[col, shape])?;
+    let mut perm = Attributes::new();
+    perm.insert("perm", Attribute::Ints(vec![1, 0, 2]));
+    let x = rw.add_op("Transpose", perm, &[col])?;
+    // The weight as [OC, Kp] bytes, and the constants of the dequantizing arithmetic.
+    let kp = padded_depth(depth as i64) as usize;
+    let mut a = vec![0i8; out_ch * kp];
+    let mut corr = Vec::with_capacity(out_ch);
+    for (oc, row) in p.weight.chunks(depth).enumerate() {
+        a[oc * kp..oc * kp + depth].copy_from_slice(row);
+        let sum: i64 = row.iter().map(|&w| i64::from(w)).sum();
+        corr.push(i64::from(zu) * sum);
+    }
+    let a = Tensor::new(vec![out_ch, kp], a).map_err(|e| node_error(p, e))?;
+    let a = rw.add_constant("qconv_weight", a);
+    let mut y = rw.add_domain_op(HIDET_DOMAIN, INTEGER_MATMUL, Attributes::new(), &[a, x])?;
+    if zu != 0 {
+        // |corr| ≤ 255 · 128 · K: within i32 for any K the template runs.
+        let corr: Vec<i32> = corr.iter().map(|&c| c as i32).collect();
+        let corr = Tensor::new(vec![out_ch, 1], corr).map_err(|e| node_error(p, e))?;
+        let corr = rw.add_constant("qconv_zero_correction", corr);
+        y = rw.add_op("Sub", Attributes::new(), &[y, corr])?;
+    }
+    let y = cast(rw, y, ONNX_FLOAT)?;
+    let scale: Vec<f32> = p.w_scale.iter().map(|&s| s * p.x_scale).collect();
+    let scale = Tensor::new(vec![out_ch, 1], scale).map_err(|e| node_error(p, e))?;
+    let scale = rw.add_constant("qconv_scale", scale);
+    let mut y = rw.add_op("Mul", Attributes::new(), &[y, scale])?;
+    if let Some(b) = p.bias {
+        let shape = rw.add_shape(&[out_ch, 1]);
+        let b = rw.add_op("Reshape", Attributes::new(), &[b, shape])?;
+        y = rw.add_op("Add", Attributes::new(), &[y, b])?;
+    }
+    let mut out_shape = vec![batch, out_ch];
+    out_shape.extend(&g.output);
+    let shape = rw.add_shape(&out_shape);
+    rw.add_op("Reshape", Attributes::new(), &[y, shape])
+}

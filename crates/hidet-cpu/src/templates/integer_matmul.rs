@@ -1,0 +1,272 @@
+//! The 8-bit matrix product with 32-bit accumulation: `C[b, m, n] = Σ_{k<K} A[m, k] · X[b, k,
+//! n]` for a signed 8-bit `A` (a quantized weight, rows padded to a multiple of four columns)
+//! and an unsigned 8-bit `X` (quantized activations, a convolution's column matrix), the
+//! anchor of `hidet::IntegerMatMul`.
+//!
+//! Each thread takes whole column tiles of `NR = lanes · vecs` columns of one batch. It packs
+//! the tile's `X` into `P[K/4][NR][4]` (four consecutive `k` of a column side by side: four rows
+//! copied along the columns, where a column matrix's reads are contiguous, then interleaved;
+//! zero beyond `K` and beyond the last column), then for every panel of `MR` rows of `A` keeps an
+//! `MR × vecs` tile of `i32 × lanes` accumulators: per group of four `k`, each row's four
+//! weights (one 32-bit load) are broadcast and multiplied into every vector of `P` by
+//! [`Intrinsic::DotU8I8`] (`vpdpbusd` with VNNI, 16-bit multiply-adds without). Rows past
+//! `M` read the last row and are not stored; the tile goes through a small buffer to the
+//! scalar stores of `C` that an epilogue is fused into.
+
+use crate::error::TemplateError;
+use crate::target::CpuTarget;
+use hidet_ir::prelude::*;
+
+/// The sizes of one integer product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IntegerMatmulShape {
+    /// Batches of `X` and `C` (`A` is shared).
+    pub batch: i64,
+    pub m: i64,
+    pub n: i64,
+    /// The reduction length (rows of `X`).
+    pub k: i64,
+    /// Columns `A` is stored with: `k` rounded up to a multiple of 4.
+    pub a_cols: i64,
+}
+
+impl IntegerMatmulShape {
+    /// The shape, when the sizes are positive and `a_cols` is `k` rounded up to 4.
+    pub fn new(batch: i64, m: i64, n: i64, k: i64) -> Result<Self, TemplateError> {
+        if batch < 1 || m < 1 || n < 1 || k < 1 {
+            return Err(TemplateError::InvalidShape(format!(
+                "an integer product needs positive sizes, got batch {batch}, {m}×{n}×{k}"
+            )));
+        }
+        Ok(IntegerMatmulShape {
+            batch,
+            m,
+            n,
+            k,
+            a_cols: padded_depth(k),
+        })
+    }
+}
+
+/// `k` rounded up to a multiple of 4: the columns of `A` as the template reads it.
+pub fn padded_depth(k: i64) -> i64 {
+    (k + 3) / 4 * 4
+}
+
+/// The register tile and thread count of one instantiation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IntegerMatmulSchedule {
+    /// 32-bit lanes per vector: 16 (AVX-512) or 8.
+    pub lanes: u16,
+    /// Vectors per tile row.
+    pub vecs: i64,
+    /// Rows of `A` per register tile.
+    pub mr: i64,
+    pub threads: i64,
+}
+
+/// The largest packed column tile a thread keeps on its stack (bytes).
+const MAX_PACKED_BYTES: i64 = 1 << 20;
+
+impl IntegerMatmulSchedule {
+    /// The level-0 choice for `target`: 16-lane vectors with AVX-512BW (6 × 2 tiles), else
+    /// 8-lane ones (4 × 2 tiles: the 16-bit fallback of AVX2 needs spare registers).
+    pub fn for_target(target: &CpuTarget, threads: i64) -> Self {
+        let f = &target.features;
+        let (lanes, mr) = if f.avx512bw { (16, 6) } else { (8, 4) };
+        IntegerMatmulSchedule {
+            lanes,
+            vecs: 2,
+            mr,
+            threads: threads.max(1),
+        }
+    }
+
+    /// Columns per tile.
+    pub fn nr(&self) -> i64 {
+        i64::from(self.lanes) * self.vecs
+    }
+
+    fn validate(&self, shape: &IntegerMatmulShape) -> Result<(), TemplateError> {
+        if !matches!(self.lanes, 8 | 16) || self.vecs < 1 || self.mr < 1 || self.threads < 1 {
+            return Err(TemplateError::InvalidSchedule(format!(
+                "{self:?} for the integer product"
+            )));
+        }
+        if shape.a_cols * self.nr() > MAX_PACKED_BYTES {
+            return Err(TemplateError::InvalidShape(format!(
+                "a packed column tile of {}×{} bytes exceeds {MAX_PACKED_BYTES}",
+                shape.a_cols,
+                self.nr()
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn ceil_div(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
+
+/// The kernel `name(A: i8[m, a_cols], X: u8[batch, k, n], C: i32[batch, m, n])` (see the module
+/// docs). Errors: a shape or schedule the template cannot run.
+pub fn integer_matmul(
+    name: &str,
+    shape: &IntegerMatmulShape,
+    schedule: &IntegerMatmulSchedule,
+) -> Result<Function, TemplateError> {
+    schedule.validate(shape)?;
+    let s = *shape;
+    let lanes = schedule.lanes;
+    let nr = schedule.nr();
+    let mr = schedule.mr;
+    let vecs = schedule.vecs;
+    let k4 = s.a_cols / 4;
+    let i32v = DataType::vector(ScalarType::I32, lanes);
+    let mut fb = FunctionBuilder::cpu_kernel(name);
+    let a = fb.tensor_param("A", DataType::I8, [s.m, s.a_cols]);
+    let x = fb.tensor_param("X", DataType::U8, [s.batch, s.k, s.n]);
+    let c = fb.tensor_param("C", DataType::I32, [s.batch, s.m, s.n]);
+    let col_tiles = ceil_div(s.n, nr);
+    let tasks = s.batch * col_tiles;
+    let per_thread = ceil_div(tasks, schedule.threads);
+    let busy = ceil_div(tasks, per_thread);
+    let row_panels = ceil_div(s.m, mr);
+    fb.for_range_with("t", busy, LoopKind::Parallel, |fb, t| {
+        let packed = fb.register_tensor("packed", DataType::U8, row_major([k4, nr, 4]));
+        let rows = fb.register_tensor("rows", DataType::U8, row_major([4, nr]));
+        let acc = fb.register_tensor("acc", i32v, row_major([mr, vecs]));
+        let tile = fb.register_tensor("tile", DataType::I32, row_major([mr, nr]));
+        fb.for_range("item", per_thread, |fb, item| {
+            let task = &t * per_thread + &item;
+            fb.if_then(task.lt(tasks), |fb| {
+                let b = &task / col_tiles;
+                let n0 = (&task % col_tiles) * nr;
+                // Pack: four consecutive k of one column side by side; zero from row `K` on
+                // and beyond the last column.
+                let full = (&n0 + nr).le(s.n);
+                fb.if_then_else(
+                    full,
+                    |fb| {
+                        fb.for_range("g", k4, |fb, g| {
+                            for q in 0..4 {
+                                let row = &g * 4 + q;
+                                let copy = |fb: &mut FunctionBuilder| {
+                                    fb.for_range_with("col", nr, LoopKind::Vectorize, |fb, col| {
+                                        let value = x.at([b.clone(), row.clone(), &n0 + &col]);
+                                        fb.store(&rows, [Expr::int(q), col], value);
+                                    })
+                                };
+                                let zero = |fb: &mut FunctionBuilder| {
+                                    fb.for_range_with("col", nr, LoopKind::Vectorize, |fb, col| {
+                                        fb.store(
+                                            &rows,
+                                            [Expr::int(q), col],
+                                            Expr::zero(DataType::U8),
+                                        );
+                                    })
+                                };
+                                fb.if_then_else(row.lt(s.k), copy, zero);
+                            }
+                            fb.for_range_with("col", nr, LoopKind::Vectorize, |fb, col| {
+                                for q in 0..4 {
+                                    let value = rows.at([Expr::int(q), col.clone()]);
+                                    fb.store(
+                                        &packed,
+                                        [g.clone(), col.clone(), Expr::int(q)],
+                                        value,
+                                    );
+                                }
+                            });
+                        });
+                    },
+                    |fb| {
+                        fb.for_range("g", k4, |fb, g| {
+                            fb.for_range("col", nr, |fb, col| {
+                                let column = &n0 + &col;
+                                for q in 0..4 {
+                                    let at = [g.clone(), col.clone(), Expr::int(q)];
+                                    fb.store(&packed, at.clone(), Expr::zero(DataType::U8));
+                                    let row = &g * 4 + q;
+                                    let value = x.at([b.clone(), row.clone(), column.clone()]);
+                                    let inside = column.lt(s.n).and(row.lt(s.k));
+                                    fb.if_then(inside, |fb| fb.store(&packed, at, value));
+                                }
+                            });
+                        });
+                    },
+                );
+                fb.for_range("p", row_panels, |fb, p| {
+                    let m0 = &p * mr;
+                    for r in 0..mr {
+                        for v in 0..vecs {
+                            fb.store(&acc, [Expr::int(r), Expr::int(v)], Expr::zero(i32v));
+                        }
+                    }
+                    fb.for_range("g", k4, |fb, g| {
+                        let columns: Vec<Expr> = (0..vecs)
+                            .map(|v| {
+                                let at = packed.at([
+                                    g.clone(),
+                                    Expr::int(v * i64::from(lanes)),
+                                    Expr::int(0),
+                                ]);
+                                Expr::call(
+                                    Intrinsic::VectorLoad { dtype: i32v },
+                                    vec![at.address()],
+                                )
+                            })
+                            .collect();
+                        for r in 0..mr {
+                            let row = (&m0 + r).min(s.m - 1);
+                            let quad = a.at([row, &g * 4]);
+                            let quad = Expr::call(
+                                Intrinsic::VectorLoad {
+                                    dtype: DataType::I32,
+                                },
+                                vec![quad.address()],
+                            )
+                            .broadcast(lanes);
+                            for (v, column) in columns.iter().enumerate() {
+                                let at = [Expr::int(r), Expr::int(v as i64)];
+                                let sum = Expr::call(
+                                    Intrinsic::DotU8I8 { lanes },
+                                    vec![acc.at(at.clone()), column.clone(), quad.clone()],
+                                );
+                                fb.store(&acc, at, sum);
+                            }
+                        }
+                    });
+                    for r in 0..mr {
+                        for v in 0..vecs {
+                            let at = tile.at([Expr::int(r), Expr::int(v * i64::from(lanes))]);
+                            fb.call(
+                                Intrinsic::VectorStore,
+                                vec![at.address(), acc.at([Expr::int(r), Expr::int(v)])],
+                            );
+                        }
+                    }
+                    fb.for_range("r", mr, |fb, r| {
+                        let row = &m0 + &r;
+                        fb.if_then(row.lt(s.m), |fb| {
+                            let store = |fb: &mut FunctionBuilder, col: Expr| {
+                                let value = tile.at([r.clone(), col.clone()]);
+                                fb.store(&c, [b.clone(), row.clone(), &n0 + &col], value);
+                            };
+                            fb.if_then_else(
+                                (&n0 + nr).le(s.n),
+                                |fb| fb.for_range_with("col", nr, LoopKind::Vectorize, store),
+                                |fb| {
+                                    fb.for_range_with("col", nr, LoopKind::Vectorize, |fb, col| {
+                                        fb.if_then((&n0 + &col).lt(s.n), |fb| store(fb, col));
+                                    })
+                                },
+                            );
+                        });
+                    });
+                });
+            });
+        });
+    });
+    Ok(fb.finish())
+}
