@@ -12,16 +12,21 @@
 //!     corr[oc] = zu · Σ_k wq[oc, k],  scale[oc] = sx · sw[oc]
 //! ```
 //!
+//! and likewise `MatMul(DequantizeLinear(xq), DequantizeLinear(wq))` by a 2-D weight, or
+//! `Gemm` (`alpha = beta = 1`, `A` not transposed, a bias of `[N]`), as the product of the
+//! transposed weight `A = wqᵀ` `[N, Kp]` by the activations as columns, `X = xqᵀ` `[1, K, M]`,
+//! transposed back (with the bias) to `[M, N]` and reshaped to the output;
+//!
 //! which is exact: `Σ_k (x - zx)·w = Σ_k u·w - zu·Σ_k w`, and the padding, `zu`, dequantizes
 //! to 0 as the float convolution's does. The weight is stored once as 8-bit integers, the
 //! activations are read as bytes, and the kernel multiplies four byte pairs per 32-bit lane
 //! (`vpdpbusd` with VNNI, exact 16-bit multiply-adds without).
 //!
 //! The pass runs before constant folding, which would otherwise fold the weight's
-//! `DequantizeLinear` into a float tensor. It applies to ungrouped convolutions with static
-//! shapes, a constant `int8` weight with zero points all 0 (symmetric, ONNX Runtime's default)
+//! `DequantizeLinear` into a float tensor. It applies to ungrouped convolutions and products
+//! with static shapes, a constant `int8` weight with zero points all 0 (symmetric, ONNX Runtime's default)
 //! and a per-tensor or per-output-channel scale, and activations of `int8` or `uint8` with a
-//! constant per-tensor scale and zero point. Others keep their float convolution.
+//! constant per-tensor scale and zero point. Others keep their float form.
 
 use crate::graph_ops::integer_matmul::OP_TYPE as INTEGER_MATMUL;
 use crate::graph_ops::HIDET_DOMAIN;
@@ -35,7 +40,8 @@ use hidet_graph::passes::GraphPass;
 use hidet_graph::tensor::{Tensor, TensorError};
 use hidet_graph::{Attribute, FusionHints};
 
-/// Rewrites convolutions of dequantized operands into 8-bit products (see the module docs).
+/// Rewrites convolutions and matrix products of dequantized operands into 8-bit products (see
+/// the module docs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QuantizedProducts;
 
@@ -59,23 +65,104 @@ impl GraphPass for QuantizedProducts {
     }
 }
 
-/// One applicable convolution.
+/// One applicable product.
 struct Plan {
     node: String,
-    /// The quantized activations `xq` (`int8` or `uint8`, `[N, C, d…]`).
+    op_type: &'static str,
+    /// The quantized activations `xq` (`int8` or `uint8`).
     xq: ValueId,
     signed: bool,
-    input_shape: Vec<usize>,
     /// The activations' scale and zero point.
     x_scale: f32,
     x_zero: i32,
-    /// The weight, `int8` `[OC, C, k…]`, and its scale per output channel.
+    /// The weight as `[OC, K]` rows of `int8`, and its scale per output channel.
     weight: Vec<i8>,
-    weight_shape: Vec<usize>,
+    out_ch: usize,
     w_scale: Vec<f32>,
+    /// A float bias of `OC` elements.
     bias: Option<ValueId>,
     y: ValueId,
-    geometry: Geometry,
+    form: Form,
+}
+
+/// What the product multiplies the weight with.
+enum Form {
+    /// A convolution over `[N, C, d…]`.
+    Conv {
+        input_shape: Vec<usize>,
+        geometry: Geometry,
+    },
+    /// A matrix product of `[…, K]` activations (`rows` rows) by the weight, giving
+    /// `output_shape`.
+    MatMul {
+        rows: usize,
+        depth: usize,
+        output_shape: Vec<usize>,
+    },
+}
+
+/// The quantized activations of a product: `(xq, signed, scale, zero point)`, when `x` is a
+/// `DequantizeLinear` of `int8` or `uint8` values with a constant per-tensor scale and zero
+/// point.
+fn activations(rw: &Rewriter, x: ValueId) -> Option<(ValueId, bool, f32, i32)> {
+    let (xq, scale, zero, _) = dequantize(rw, x)?;
+    let dtype = rw.graph().value(xq).ty.dtype;
+    let signed = match dtype {
+        DType::I8 => true,
+        DType::U8 => false,
+        _ => return None,
+    };
+    Some((
+        xq,
+        signed,
+        scalar_f32(rw, scale)?,
+        zero_point(rw, zero, dtype)?,
+    ))
+}
+
+/// The weight of a product: its `int8` values and shape, and its scale for each of `out_ch`
+/// channels along `channel_axis`, when `w` is a `DequantizeLinear` of a constant `int8`
+/// tensor with zero points all 0 and a per-tensor or per-channel (along `channel_axis`)
+/// scale.
+fn weight(
+    rw: &Rewriter,
+    w: ValueId,
+    channel_axis: usize,
+) -> Option<(Vec<i8>, Vec<usize>, Vec<f32>)> {
+    let (wq, w_scale, w_zero, w_axis) = dequantize(rw, w)?;
+    let weight = rw.constant(wq)?;
+    if weight.dtype() != DType::I8 || weight.numel() == 0 {
+        return None;
+    }
+    let shape = weight.shape().to_vec();
+    let out_ch = *shape.get(channel_axis)?;
+    if let Some(z) = w_zero {
+        let z = rw.constant(z)?;
+        if z.dtype() != DType::I8 || z.to_f64_vec().iter().any(|&v| v != 0.0) {
+            return None;
+        }
+    }
+    let scales = rw.constant(w_scale)?;
+    if scales.dtype() != DType::F32 {
+        return None;
+    }
+    let scales = scales.as_slice::<f32>().ok()?.to_vec();
+    let rank = shape.len() as i64;
+    let axis = if w_axis < 0 { w_axis + rank } else { w_axis };
+    let scales = match scales.len() {
+        1 => vec![scales[0]; out_ch],
+        len if len == out_ch && axis == channel_axis as i64 => scales,
+        _ => return None,
+    };
+    Some((weight.as_slice::<i8>().ok()?.to_vec(), shape, scales))
+}
+
+/// Whether `bias` is absent or an `f32` value of shape `[out_ch]`.
+fn bias_fits(rw: &Rewriter, bias: Option<ValueId>, out_ch: usize) -> bool {
+    bias.is_none_or(|b| {
+        let ty = &rw.graph().value(b).ty;
+        ty.dtype == DType::F32 && ty.fixed_shape().is_some_and(|s| s == [out_ch])
+    })
 }
 
 /// The `DequantizeLinear` node producing `v` (default domain), with its inputs.
@@ -117,11 +204,21 @@ fn zero_point(rw: &Rewriter, v: Option<ValueId>, dtype: DType) -> Option<i32> {
 }
 
 fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
-    let g = rw.graph();
-    let node = &g.nodes()[n.0];
-    if node.op_type != "Conv" || !node.domain.is_empty() {
+    let node = &rw.graph().nodes()[n.0];
+    if !node.domain.is_empty() {
         return None;
     }
+    match node.op_type.as_str() {
+        "Conv" => conv_plan(rw, n),
+        "MatMul" | "Gemm" => matmul_plan(rw, n),
+        _ => None,
+    }
+}
+
+/// An ungrouped `Conv` of static shapes (see the module docs).
+fn conv_plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
+    let g = rw.graph();
+    let node = &g.nodes()[n.0];
     if node.attrs.int_or("group", 1).ok()? != 1 {
         return None;
     }
@@ -132,50 +229,18 @@ fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
         [Some(y)] => *y,
         _ => return None,
     };
-    let (xq, x_scale, x_zero, _) = dequantize(rw, x)?;
-    let (wq, w_scale, w_zero, w_axis) = dequantize(rw, w)?;
-    let x_dtype = g.value(xq).ty.dtype;
-    let signed = match x_dtype {
-        DType::I8 => true,
-        DType::U8 => false,
-        _ => return None,
-    };
+    let (xq, signed, x_scale, x_zero) = activations(rw, x)?;
+    let (weight, weight_shape, w_scale) = weight(rw, w, 0)?;
     let input_shape = g.value(xq).ty.fixed_shape()?;
-    let weight = rw.constant(wq)?;
-    if weight.dtype() != DType::I8 || g.value(y).ty.dtype != DType::F32 {
-        return None;
-    }
-    let weight_shape = weight.shape().to_vec();
-    let out_ch = *weight_shape.first()?;
-    if input_shape.len() < 3
+    let out_ch = weight_shape[0];
+    if g.value(y).ty.dtype != DType::F32
+        || input_shape.len() < 3
         || weight_shape.len() != input_shape.len()
         || weight_shape[1] != input_shape[1]
         || input_shape[0] == 0
-        || weight.numel() == 0
+        || !bias_fits(rw, bias, out_ch)
     {
         return None;
-    }
-    if let Some(z) = w_zero {
-        let z = rw.constant(z)?;
-        if z.dtype() != DType::I8 || z.to_f64_vec().iter().any(|&v| v != 0.0) {
-            return None;
-        }
-    }
-    let scales = rw.constant(w_scale)?;
-    if scales.dtype() != DType::F32 {
-        return None;
-    }
-    let scales = scales.as_slice::<f32>().ok()?.to_vec();
-    let w_scale = match scales.len() {
-        1 => vec![scales[0]; out_ch],
-        len if len == out_ch && (w_axis == 0 || w_axis == -(weight_shape.len() as i64)) => scales,
-        _ => return None,
-    };
-    if let Some(b) = bias {
-        let bt = &g.value(b).ty;
-        if bt.dtype != DType::F32 || bt.fixed_shape()? != [out_ch] {
-            return None;
-        }
     }
     let spec = WindowSpec::from_attrs(&node.attrs).ok()?;
     let window = spec.attrs(&weight_shape[2..]).ok()?;
@@ -188,24 +253,101 @@ fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
     }
     Some(Plan {
         node: node.name.clone(),
+        op_type: "Conv",
         xq,
         signed,
-        input_shape,
-        x_scale: scalar_f32(rw, x_scale)?,
-        x_zero: zero_point(rw, x_zero, x_dtype)?,
-        weight: weight.as_slice::<i8>().ok()?.to_vec(),
-        weight_shape,
+        x_scale,
+        x_zero,
+        weight,
+        out_ch,
         w_scale,
         bias,
         y,
-        geometry,
+        form: Form::Conv {
+            input_shape,
+            geometry,
+        },
+    })
+}
+
+/// A `MatMul` of static shapes by a 2-D weight, or a `Gemm` (`alpha = 1`, `beta = 1`, `A`
+/// not transposed) with a bias of `[N]` or none.
+fn matmul_plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
+    let g = rw.graph();
+    let node = &g.nodes()[n.0];
+    let gemm = node.op_type == "Gemm";
+    let x = node.inputs.first().copied().flatten()?;
+    let w = node.inputs.get(1).copied().flatten()?;
+    let bias = if gemm {
+        node.inputs.get(2).copied().flatten()
+    } else {
+        None
+    };
+    let y = match node.outputs.as_slice() {
+        [Some(y)] => *y,
+        _ => return None,
+    };
+    let transposed = gemm && node.attrs.int_or("transB", 0).ok()? != 0;
+    if gemm
+        && (node.attrs.int_or("transA", 0).ok()? != 0
+            || node.attrs.float_or("alpha", 1.0).ok()? != 1.0
+            || node.attrs.float_or("beta", 1.0).ok()? != 1.0)
+    {
+        return None;
+    }
+    let (xq, signed, x_scale, x_zero) = activations(rw, x)?;
+    let (stored, weight_shape, w_scale) = weight(rw, w, usize::from(!transposed))?;
+    let input_shape = g.value(xq).ty.fixed_shape()?;
+    let output_shape = g.value(y).ty.fixed_shape()?;
+    let [k, out_ch] = match (weight_shape.as_slice(), transposed) {
+        ([k, n], false) => [*k, *n],
+        ([n, k], true) => [*k, *n],
+        _ => return None,
+    };
+    if g.value(y).ty.dtype != DType::F32
+        || input_shape.len() < 2
+        || (gemm && input_shape.len() != 2)
+        || input_shape.last() != Some(&k)
+        || !bias_fits(rw, bias, out_ch)
+    {
+        return None;
+    }
+    let rows: usize = input_shape[..input_shape.len() - 1].iter().product();
+    if rows == 0 {
+        return None;
+    }
+    // The weight as [OC, K] rows.
+    let weight = if transposed {
+        stored
+    } else {
+        (0..out_ch * k)
+            .map(|i| stored[(i % k) * out_ch + i / k])
+            .collect()
+    };
+    Some(Plan {
+        node: node.name.clone(),
+        op_type: if gemm { "Gemm" } else { "MatMul" },
+        xq,
+        signed,
+        x_scale,
+        x_zero,
+        weight,
+        out_ch,
+        w_scale,
+        bias,
+        y,
+        form: Form::MatMul {
+            rows,
+            depth: k,
+            output_shape,
+        },
     })
 }
 
 fn node_error(p: &Plan, e: TensorError) -> GraphError {
     GraphError::Node {
         node: p.node.clone(),
-        op_type: "Conv".into(),
+        op_type: p.op_type.into(),
         source: e.into(),
     }
 }
@@ -230,10 +372,10 @@ const ONNX_INT32: i64 = 6;
 fn padded(
     rw: &mut Rewriter,
     p: &Plan,
+    g: &Geometry,
     u: ValueId,
     zu: i32,
 ) -> Result<(ValueId, Geometry), GraphError> {
-    let g = &p.geometry;
     if g.pads_begin.iter().chain(&g.pads_end).all(|&v| v == 0) {
         return Ok((u, g.clone()));
     }
@@ -266,12 +408,8 @@ fn padded(
     Ok((padded, unpadded))
 }
 
-/// Adds the integer product of `p`; returns the value that replaces the convolution's output.
+/// Adds the integer product of `p`; returns the value that replaces the product's output.
 fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
-    let g = &p.geometry;
-    let (batch, out_ch) = (p.input_shape[0], p.weight_shape[0]);
-    let depth: usize = p.weight_shape[1..].iter().product();
-    let pixels = g.output_size();
     // The activations as unsigned bytes.
     let (u, zu) = if p.signed {
         let wide = cast(rw, p.xq, ONNX_INT32)?;
@@ -282,14 +420,34 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     } else {
         (p.xq, p.x_zero)
     };
-    let (u, unpadded) = padded(rw, p, u, zu)?;
-    let col = rw.add_domain_op(HIDET_DOMAIN, "Im2Col", unpadded.explicit_attrs(), &[u])?;
-    let shape = rw.add_shape(&[depth, batch, pixels]);
-    let col = rw.add_op("Reshape", Attributes::new(), &[col, shape])?;
-    let mut perm = Attributes::new();
-    perm.insert("perm", Attribute::Ints(vec![1, 0, 2]));
-    let x = rw.add_op("Transpose", perm, &[col])?;
+    // X: [B, K, columns].
+    let (x, depth) = match &p.form {
+        Form::Conv {
+            input_shape,
+            geometry,
+        } => {
+            let depth = p.weight.len() / p.out_ch;
+            let (u, unpadded) = padded(rw, p, geometry, u, zu)?;
+            let attrs = unpadded.explicit_attrs();
+            let col = rw.add_domain_op(HIDET_DOMAIN, "Im2Col", attrs, &[u])?;
+            let shape = [depth, input_shape[0], geometry.output_size()];
+            let shape = rw.add_shape(&shape);
+            let col = rw.add_op("Reshape", Attributes::new(), &[col, shape])?;
+            (rw.add_op("Transpose", perm(vec![1, 0, 2]), &[col])?, depth)
+        }
+        Form::MatMul { rows, depth, .. } => {
+            let shape = rw.add_shape(&[*rows, *depth]);
+            let u = rw.add_op("Reshape", Attributes::new(), &[u, shape])?;
+            let u = rw.add_op("Transpose", perm(vec![1, 0]), &[u])?;
+            let shape = rw.add_shape(&[1, *depth, *rows]);
+            (
+                rw.add_op("Reshape", Attributes::new(), &[u, shape])?,
+                *depth,
+            )
+        }
+    };
     // The weight as [OC, Kp] bytes, and the constants of the dequantizing arithmetic.
+    let out_ch = p.out_ch;
     let kp = padded_depth(depth as i64) as usize;
     let mut a = vec![0i8; out_ch * kp];
     let mut corr = Vec::with_capacity(out_ch);
@@ -299,27 +457,56 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         corr.push(i64::from(zu) * sum);
     }
     let a = Tensor::new(vec![out_ch, kp], a).map_err(|e| node_error(p, e))?;
-    let a = rw.add_constant("qconv_weight", a);
+    let a = rw.add_constant("quantized_weight", a);
     let mut y = rw.add_domain_op(HIDET_DOMAIN, INTEGER_MATMUL, Attributes::new(), &[a, x])?;
     if zu != 0 {
         // |corr| ≤ 255 · 128 · K: within i32 for any K the template runs.
         let corr: Vec<i32> = corr.iter().map(|&c| c as i32).collect();
         let corr = Tensor::new(vec![out_ch, 1], corr).map_err(|e| node_error(p, e))?;
-        let corr = rw.add_constant("qconv_zero_correction", corr);
+        let corr = rw.add_constant("quantized_zero_correction", corr);
         y = rw.add_op("Sub", Attributes::new(), &[y, corr])?;
     }
     let y = cast(rw, y, ONNX_FLOAT)?;
     let scale: Vec<f32> = p.w_scale.iter().map(|&s| s * p.x_scale).collect();
     let scale = Tensor::new(vec![out_ch, 1], scale).map_err(|e| node_error(p, e))?;
-    let scale = rw.add_constant("qconv_scale", scale);
-    let mut y = rw.add_op("Mul", Attributes::new(), &[y, scale])?;
-    if let Some(b) = p.bias {
-        let shape = rw.add_shape(&[out_ch, 1]);
-        let b = rw.add_op("Reshape", Attributes::new(), &[b, shape])?;
-        y = rw.add_op("Add", Attributes::new(), &[y, b])?;
+    let scale = rw.add_constant("quantized_scale", scale);
+    let y = rw.add_op("Mul", Attributes::new(), &[y, scale])?;
+    match &p.form {
+        Form::Conv {
+            input_shape,
+            geometry,
+        } => {
+            let y = match p.bias {
+                Some(b) => {
+                    let shape = rw.add_shape(&[out_ch, 1]);
+                    let b = rw.add_op("Reshape", Attributes::new(), &[b, shape])?;
+                    rw.add_op("Add", Attributes::new(), &[y, b])?
+                }
+                None => y,
+            };
+            let mut out_shape = vec![input_shape[0], out_ch];
+            out_shape.extend(&geometry.output);
+            let shape = rw.add_shape(&out_shape);
+            rw.add_op("Reshape", Attributes::new(), &[y, shape])
+        }
+        Form::MatMul {
+            rows, output_shape, ..
+        } => {
+            let shape = rw.add_shape(&[out_ch, *rows]);
+            let y = rw.add_op("Reshape", Attributes::new(), &[y, shape])?;
+            let mut y = rw.add_op("Transpose", perm(vec![1, 0]), &[y])?;
+            if let Some(b) = p.bias {
+                y = rw.add_op("Add", Attributes::new(), &[y, b])?;
+            }
+            let shape = rw.add_shape(output_shape);
+            rw.add_op("Reshape", Attributes::new(), &[y, shape])
+        }
     }
-    let mut out_shape = vec![batch, out_ch];
-    out_shape.extend(&g.output);
-    let shape = rw.add_shape(&out_shape);
-    rw.add_op("Reshape", Attributes::new(), &[y, shape])
+}
+
+/// The attributes of a `Transpose` by `perm`.
+fn perm(perm: Vec<i64>) -> Attributes {
+    let mut attrs = Attributes::new();
+    attrs.insert("perm", Attribute::Ints(perm));
+    attrs
 }
