@@ -22,6 +22,12 @@
 //! activations are read as bytes, and the kernel multiplies four byte pairs per 32-bit lane
 //! (`vpdpbusd` with VNNI, exact 16-bit multiply-adds without).
 //!
+//! ONNX's integer operators with a constant `int8` weight take the same product:
+//! `ConvInteger` and `MatMulInteger` (the `int32` sum less the zero-point correction, nothing
+//! dequantized), `QLinearConv` and `QLinearMatMul` (dequantized, with `QLinearConv`'s `int32`
+//! bias dequantized at compile time, then `QuantizeLinear` by the output's scale and zero
+//! point), so a model in ONNX Runtime's "QOperator" form runs no product on the host.
+//!
 //! The pass runs before constant folding, which would otherwise fold the weight's
 //! `DequantizeLinear` into a float tensor. It applies to ungrouped convolutions and products
 //! with static shapes, a constant `int8` weight with zero points all 0 (symmetric, ONNX Runtime's default)
@@ -79,10 +85,55 @@ struct Plan {
     weight: Vec<i8>,
     out_ch: usize,
     w_scale: Vec<f32>,
-    /// A float bias of `OC` elements.
-    bias: Option<ValueId>,
+    bias: Bias,
+    output: Output,
     y: ValueId,
     form: Form,
+}
+
+/// The bias a product adds.
+enum Bias {
+    None,
+    /// A float value of `[OC]`.
+    Value(ValueId),
+    /// `QLinearConv`'s `int32` bias dequantized at compile time (`B · sx · sw`).
+    Constant(Vec<f32>),
+}
+
+/// What a product gives.
+enum Output {
+    /// The float product (a QDQ model's `Conv`, `MatMul`, `Gemm`).
+    Float,
+    /// The `int32` sum itself (`ConvInteger`, `MatMulInteger`).
+    Int32,
+    /// The float product quantized by `QuantizeLinear(·, scale, zero)` (`QLinearConv`,
+    /// `QLinearMatMul`).
+    Quantized { scale: ValueId, zero: ValueId },
+}
+
+impl Output {
+    /// The element type of the product's output.
+    fn dtype(&self, rw: &Rewriter) -> DType {
+        match self {
+            Output::Float => DType::F32,
+            Output::Int32 => DType::I32,
+            Output::Quantized { zero, .. } => rw.graph().value(*zero).ty.dtype,
+        }
+    }
+}
+
+/// An operand of 8-bit integers with its quantization parameters (absent: scale 1, zero 0),
+/// per channel along `axis` where they are tensors.
+struct QuantizedOperand {
+    value: ValueId,
+    scale: Option<ValueId>,
+    zero: Option<ValueId>,
+    axis: i64,
+}
+
+/// Input `i` of node `n` when present.
+fn input(rw: &Rewriter, n: NodeId, i: usize) -> Option<ValueId> {
+    rw.graph().nodes()[n.0].inputs.get(i).copied().flatten()
 }
 
 /// What the product multiplies the weight with.
@@ -101,36 +152,32 @@ enum Form {
     },
 }
 
-/// The quantized activations of a product: `(xq, signed, scale, zero point)`, when `x` is a
-/// `DequantizeLinear` of `int8` or `uint8` values with a constant per-tensor scale and zero
-/// point.
-fn activations(rw: &Rewriter, x: ValueId) -> Option<(ValueId, bool, f32, i32)> {
-    let (xq, scale, zero, _) = dequantize(rw, x)?;
-    let dtype = rw.graph().value(xq).ty.dtype;
+/// The quantized activations of a product: `(xq, signed, scale, zero point)`, when `x` holds
+/// `int8` or `uint8` values with a constant per-tensor scale and zero point.
+fn activations(rw: &Rewriter, x: &QuantizedOperand) -> Option<(ValueId, bool, f32, i32)> {
+    let dtype = rw.graph().value(x.value).ty.dtype;
     let signed = match dtype {
         DType::I8 => true,
         DType::U8 => false,
         _ => return None,
     };
-    Some((
-        xq,
-        signed,
-        scalar_f32(rw, scale)?,
-        zero_point(rw, zero, dtype)?,
-    ))
+    let scale = match x.scale {
+        Some(s) => scalar_f32(rw, s)?,
+        None => 1.0,
+    };
+    Some((x.value, signed, scale, zero_point(rw, x.zero, dtype)?))
 }
 
-/// The weight of a product: its `int8` values and shape, and its scale for each of `out_ch`
-/// channels along `channel_axis`, when `w` is a `DequantizeLinear` of a constant `int8`
-/// tensor with zero points all 0 and a per-tensor or per-channel (along `channel_axis`)
-/// scale.
+/// The weight of a product: its `int8` values and shape, and its scale for each channel
+/// along `channel_axis`, when `w` is a constant `int8` tensor with zero points all 0 and a
+/// per-tensor or per-channel (along `channel_axis`) scale.
 fn weight(
     rw: &Rewriter,
-    w: ValueId,
+    w: &QuantizedOperand,
     channel_axis: usize,
 ) -> Option<(Vec<i8>, Vec<usize>, Vec<f32>)> {
-    let (wq, w_scale, w_zero, w_axis) = dequantize(rw, w)?;
-    let weight = rw.constant(wq)?;
+    let (w_zero, w_axis) = (w.zero, w.axis);
+    let weight = rw.constant(w.value)?;
     if weight.dtype() != DType::I8 || weight.numel() == 0 {
         return None;
     }
@@ -142,11 +189,16 @@ fn weight(
             return None;
         }
     }
-    let scales = rw.constant(w_scale)?;
-    if scales.dtype() != DType::F32 {
-        return None;
-    }
-    let scales = scales.as_slice::<f32>().ok()?.to_vec();
+    let scales = match w.scale {
+        Some(scale) => {
+            let scales = rw.constant(scale)?;
+            if scales.dtype() != DType::F32 {
+                return None;
+            }
+            scales.as_slice::<f32>().ok()?.to_vec()
+        }
+        None => vec![1.0],
+    };
     let rank = shape.len() as i64;
     let axis = if w_axis < 0 { w_axis + rank } else { w_axis };
     let scales = match scales.len() {
@@ -157,16 +209,44 @@ fn weight(
     Some((weight.as_slice::<i8>().ok()?.to_vec(), shape, scales))
 }
 
-/// Whether `bias` is absent or an `f32` value of shape `[out_ch]`.
-fn bias_fits(rw: &Rewriter, bias: Option<ValueId>, out_ch: usize) -> bool {
-    bias.is_none_or(|b| {
-        let ty = &rw.graph().value(b).ty;
-        ty.dtype == DType::F32 && ty.fixed_shape().is_some_and(|s| s == [out_ch])
-    })
+/// Whether `bias` is absent, an `f32` value of shape `[out_ch]` or `out_ch` constants.
+fn bias_fits(rw: &Rewriter, bias: &Bias, out_ch: usize) -> bool {
+    match bias {
+        Bias::None => true,
+        Bias::Value(b) => {
+            let ty = &rw.graph().value(*b).ty;
+            ty.dtype == DType::F32 && ty.fixed_shape().is_some_and(|s| s == [out_ch])
+        }
+        Bias::Constant(values) => values.len() == out_ch,
+    }
 }
 
-/// The `DequantizeLinear` node producing `v` (default domain), with its inputs.
-fn dequantize(rw: &Rewriter, v: ValueId) -> Option<(ValueId, ValueId, Option<ValueId>, i64)> {
+/// `QLinearConv`'s bias (`int32` `[OC]`, scale `sx · sw`, zero 0) as floats, when constant.
+fn integer_bias(
+    rw: &Rewriter,
+    bias: Option<ValueId>,
+    x_scale: f32,
+    w_scale: &[f32],
+) -> Option<Bias> {
+    let Some(b) = bias else {
+        return Some(Bias::None);
+    };
+    let t = rw.constant(b)?;
+    if t.dtype() != DType::I32 || t.numel() != w_scale.len() {
+        return None;
+    }
+    let values = t.as_slice::<i32>().ok()?;
+    Some(Bias::Constant(
+        values
+            .iter()
+            .zip(w_scale)
+            .map(|(&v, &s)| (f64::from(v) * f64::from(x_scale) * f64::from(s)) as f32)
+            .collect(),
+    ))
+}
+
+/// The operand of the `DequantizeLinear` node (default domain) producing `v`.
+fn dequantize(rw: &Rewriter, v: ValueId) -> Option<QuantizedOperand> {
     let g = rw.graph();
     let (producer, _) = g.value(v).producer?;
     let node = &g.nodes()[producer.0];
@@ -180,7 +260,12 @@ fn dequantize(rw: &Rewriter, v: ValueId) -> Option<(ValueId, ValueId, Option<Val
     if node.attrs.int_or("block_size", 0).ok()? != 0 {
         return None;
     }
-    Some((x, scale, zero, node.attrs.int_or("axis", 1).ok()?))
+    Some(QuantizedOperand {
+        value: x,
+        scale: Some(scale),
+        zero,
+        axis: node.attrs.int_or("axis", 1).ok()?,
+    })
 }
 
 /// The one value of a constant `f32` tensor of one element.
@@ -208,37 +293,90 @@ fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
     if !node.domain.is_empty() {
         return None;
     }
+    let operand = |value: usize, scale: Option<usize>, zero: usize, axis: i64| {
+        Some(QuantizedOperand {
+            value: input(rw, n, value)?,
+            scale: match scale {
+                Some(i) => Some(input(rw, n, i)?),
+                None => None,
+            },
+            zero: input(rw, n, zero),
+            axis,
+        })
+    };
     match node.op_type.as_str() {
-        "Conv" => conv_plan(rw, n),
-        "MatMul" | "Gemm" => matmul_plan(rw, n),
+        "Conv" | "MatMul" | "Gemm" => {
+            let x = dequantize(rw, input(rw, n, 0)?)?;
+            let w = dequantize(rw, input(rw, n, 1)?)?;
+            let bias = match input(rw, n, 2) {
+                Some(b) if node.op_type != "MatMul" => Bias::Value(b),
+                _ => Bias::None,
+            };
+            if node.op_type == "Conv" {
+                conv_plan(rw, n, (x, w), bias, Output::Float)
+            } else {
+                matmul_plan(rw, n, (x, w), bias, Output::Float)
+            }
+        }
+        // ConvInteger(x, w, x_zero?, w_zero?), MatMulInteger(a, b, a_zero?, b_zero?).
+        "ConvInteger" => {
+            let (x, w) = (operand(0, None, 2, 1)?, operand(1, None, 3, 0)?);
+            conv_plan(rw, n, (x, w), Bias::None, Output::Int32)
+        }
+        "MatMulInteger" => {
+            let (x, w) = (operand(0, None, 2, 1)?, operand(1, None, 3, 1)?);
+            matmul_plan(rw, n, (x, w), Bias::None, Output::Int32)
+        }
+        // QLinearConv(x, sx, zx, w, sw, zw, sy, zy, B?), QLinearMatMul(a, sa, za, b, sb, zb,
+        // sy, zy).
+        "QLinearConv" | "QLinearMatMul" => {
+            let conv = node.op_type == "QLinearConv";
+            let x = operand(0, Some(1), 2, 1)?;
+            let w = operand(3, Some(4), 5, if conv { 0 } else { 1 })?;
+            let output = Output::Quantized {
+                scale: input(rw, n, 6)?,
+                zero: input(rw, n, 7)?,
+            };
+            if conv {
+                // The bias is dequantized with the product's scales, known once planned.
+                let plan = conv_plan(rw, n, (x, w), Bias::None, output)?;
+                let bias = integer_bias(rw, input(rw, n, 8), plan.x_scale, &plan.w_scale)?;
+                Some(Plan { bias, ..plan })
+            } else {
+                matmul_plan(rw, n, (x, w), Bias::None, output)
+            }
+        }
         _ => None,
     }
 }
 
-/// An ungrouped `Conv` of static shapes (see the module docs).
-fn conv_plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
+/// An ungrouped convolution of static shapes (see the module docs).
+fn conv_plan(
+    rw: &Rewriter,
+    n: NodeId,
+    (x, w): (QuantizedOperand, QuantizedOperand),
+    bias: Bias,
+    output: Output,
+) -> Option<Plan> {
     let g = rw.graph();
     let node = &g.nodes()[n.0];
     if node.attrs.int_or("group", 1).ok()? != 1 {
         return None;
     }
-    let x = node.inputs.first().copied().flatten()?;
-    let w = node.inputs.get(1).copied().flatten()?;
-    let bias = node.inputs.get(2).copied().flatten();
     let y = match node.outputs.as_slice() {
         [Some(y)] => *y,
         _ => return None,
     };
-    let (xq, signed, x_scale, x_zero) = activations(rw, x)?;
-    let (weight, weight_shape, w_scale) = weight(rw, w, 0)?;
+    let (xq, signed, x_scale, x_zero) = activations(rw, &x)?;
+    let (weight, weight_shape, w_scale) = weight(rw, &w, 0)?;
     let input_shape = g.value(xq).ty.fixed_shape()?;
     let out_ch = weight_shape[0];
-    if g.value(y).ty.dtype != DType::F32
+    if g.value(y).ty.dtype != output.dtype(rw)
         || input_shape.len() < 3
         || weight_shape.len() != input_shape.len()
         || weight_shape[1] != input_shape[1]
         || input_shape[0] == 0
-        || !bias_fits(rw, bias, out_ch)
+        || !bias_fits(rw, &bias, out_ch)
     {
         return None;
     }
@@ -262,6 +400,7 @@ fn conv_plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
         out_ch,
         w_scale,
         bias,
+        output,
         y,
         form: Form::Conv {
             input_shape,
@@ -270,19 +409,19 @@ fn conv_plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
     })
 }
 
-/// A `MatMul` of static shapes by a 2-D weight, or a `Gemm` (`alpha = 1`, `beta = 1`, `A`
-/// not transposed) with a bias of `[N]` or none.
-fn matmul_plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
+/// A matrix product of static shapes by a constant 2-D weight: `MatMul` and its integer
+/// forms, or a `Gemm` (`alpha = 1`, `beta = 1`, `A` not transposed) with a bias of `[N]` or
+/// none.
+fn matmul_plan(
+    rw: &Rewriter,
+    n: NodeId,
+    (x, w): (QuantizedOperand, QuantizedOperand),
+    bias: Bias,
+    output: Output,
+) -> Option<Plan> {
     let g = rw.graph();
     let node = &g.nodes()[n.0];
     let gemm = node.op_type == "Gemm";
-    let x = node.inputs.first().copied().flatten()?;
-    let w = node.inputs.get(1).copied().flatten()?;
-    let bias = if gemm {
-        node.inputs.get(2).copied().flatten()
-    } else {
-        None
-    };
     let y = match node.outputs.as_slice() {
         [Some(y)] => *y,
         _ => return None,
@@ -295,8 +434,8 @@ fn matmul_plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
     {
         return None;
     }
-    let (xq, signed, x_scale, x_zero) = activations(rw, x)?;
-    let (stored, weight_shape, w_scale) = weight(rw, w, usize::from(!transposed))?;
+    let (xq, signed, x_scale, x_zero) = activations(rw, &x)?;
+    let (stored, weight_shape, w_scale) = weight(rw, &w, usize::from(!transposed))?;
     let input_shape = g.value(xq).ty.fixed_shape()?;
     let output_shape = g.value(y).ty.fixed_shape()?;
     let [k, out_ch] = match (weight_shape.as_slice(), transposed) {
@@ -304,11 +443,11 @@ fn matmul_plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
         ([n, k], true) => [*k, *n],
         _ => return None,
     };
-    if g.value(y).ty.dtype != DType::F32
+    if g.value(y).ty.dtype != output.dtype(rw)
         || input_shape.len() < 2
         || (gemm && input_shape.len() != 2)
         || input_shape.last() != Some(&k)
-        || !bias_fits(rw, bias, out_ch)
+        || !bias_fits(rw, &bias, out_ch)
     {
         return None;
     }
@@ -335,6 +474,7 @@ fn matmul_plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
         out_ch,
         w_scale,
         bias,
+        output,
         y,
         form: Form::MatMul {
             rows,
@@ -466,28 +606,44 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         let corr = rw.add_constant("quantized_zero_correction", corr);
         y = rw.add_op("Sub", Attributes::new(), &[y, corr])?;
     }
-    let y = cast(rw, y, ONNX_FLOAT)?;
-    let scale: Vec<f32> = p.w_scale.iter().map(|&s| s * p.x_scale).collect();
-    let scale = Tensor::new(vec![out_ch, 1], scale).map_err(|e| node_error(p, e))?;
-    let scale = rw.add_constant("quantized_scale", scale);
-    let y = rw.add_op("Mul", Attributes::new(), &[y, scale])?;
-    match &p.form {
+    let y = match p.output {
+        Output::Int32 => y,
+        Output::Float | Output::Quantized { .. } => {
+            let y = cast(rw, y, ONNX_FLOAT)?;
+            let scale: Vec<f32> = p.w_scale.iter().map(|&s| s * p.x_scale).collect();
+            let scale = Tensor::new(vec![out_ch, 1], scale).map_err(|e| node_error(p, e))?;
+            let scale = rw.add_constant("quantized_scale", scale);
+            rw.add_op("Mul", Attributes::new(), &[y, scale])?
+        }
+    };
+    // The bias as a value of `shape`.
+    let bias = |rw: &mut Rewriter, shape: &[usize]| -> Result<Option<ValueId>, GraphError> {
+        Ok(match &p.bias {
+            Bias::None => None,
+            Bias::Value(b) => {
+                let dims = rw.add_shape(shape);
+                Some(rw.add_op("Reshape", Attributes::new(), &[*b, dims])?)
+            }
+            Bias::Constant(values) => {
+                let t =
+                    Tensor::new(shape.to_vec(), values.clone()).map_err(|e| node_error(p, e))?;
+                Some(rw.add_constant("quantized_bias", t))
+            }
+        })
+    };
+    let y = match &p.form {
         Form::Conv {
             input_shape,
             geometry,
         } => {
-            let y = match p.bias {
-                Some(b) => {
-                    let shape = rw.add_shape(&[out_ch, 1]);
-                    let b = rw.add_op("Reshape", Attributes::new(), &[b, shape])?;
-                    rw.add_op("Add", Attributes::new(), &[y, b])?
-                }
+            let y = match bias(rw, &[out_ch, 1])? {
+                Some(b) => rw.add_op("Add", Attributes::new(), &[y, b])?,
                 None => y,
             };
             let mut out_shape = vec![input_shape[0], out_ch];
             out_shape.extend(&geometry.output);
             let shape = rw.add_shape(&out_shape);
-            rw.add_op("Reshape", Attributes::new(), &[y, shape])
+            rw.add_op("Reshape", Attributes::new(), &[y, shape])?
         }
         Form::MatMul {
             rows, output_shape, ..
@@ -495,12 +651,18 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
             let shape = rw.add_shape(&[out_ch, *rows]);
             let y = rw.add_op("Reshape", Attributes::new(), &[y, shape])?;
             let mut y = rw.add_op("Transpose", perm(vec![1, 0]), &[y])?;
-            if let Some(b) = p.bias {
+            if let Some(b) = bias(rw, &[out_ch])? {
                 y = rw.add_op("Add", Attributes::new(), &[y, b])?;
             }
             let shape = rw.add_shape(output_shape);
-            rw.add_op("Reshape", Attributes::new(), &[y, shape])
+            rw.add_op("Reshape", Attributes::new(), &[y, shape])?
         }
+    };
+    match p.output {
+        Output::Quantized { scale, zero } => {
+            rw.add_op("QuantizeLinear", Attributes::new(), &[y, scale, zero])
+        }
+        Output::Float | Output::Int32 => Ok(y),
     }
 }
 
