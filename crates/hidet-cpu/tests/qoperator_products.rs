@@ -36,6 +36,15 @@ fn conv_attrs() -> Attributes {
 /// Compiles `graph` after the CPU passes, checks it has no host step and one 8-bit product,
 /// and returns its outputs beside the reference executor's on `inputs`.
 fn run(graph: hidet_graph::Graph, inputs: Vec<(String, Tensor)>) -> (Vec<f64>, Vec<f64>) {
+    run_with_host_steps(graph, inputs, 0)
+}
+
+/// [`run`] for a graph with `host` host steps.
+fn run_with_host_steps(
+    graph: hidet_graph::Graph,
+    inputs: Vec<(String, Tensor)>,
+    host: usize,
+) -> (Vec<f64>, Vec<f64>) {
     let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, t)| t.shape().to_vec()).collect();
     let want = run_reference(&graph, &inputs).unwrap();
     let rewritten = run_passes(graph, &default_passes()).unwrap();
@@ -48,7 +57,7 @@ fn run(graph: hidet_graph::Graph, inputs: Vec<(String, Tensor)>) -> (Vec<f64>, V
     )
     .unwrap();
     let report = compiled.report();
-    assert_eq!(report.host_nodes(), 0, "{}", report.partition);
+    assert_eq!(report.host_nodes(), host, "{}", report.partition);
     assert_eq!(
         report.partition.matches("[anchored] IntegerMatMul").count(),
         1,
@@ -168,4 +177,39 @@ fn qlinear_conv_and_matmul_match_within_one_step() {
     let a = Tensor::new(vec![m, k], int8s(&mut rng, m * k)).unwrap();
     let (got, want) = run(g.build(Registry::global()).unwrap(), vec![("a".into(), a)]);
     within_one_step("QLinearMatMul", &got, &want);
+}
+
+#[test]
+fn dynamically_quantized_products_read_their_zero_point_at_run_time() {
+    // ONNX Runtime's `quantize_dynamic`: activations quantized per call by
+    // DynamicQuantizeLinear (uint8, a scale and a zero point computed from the data), then
+    // MatMulInteger by the int8 weight with that zero point, then the scales.
+    let mut rng = Rng::new(7);
+    let (b, m, k, n) = (2, 9, 83, 31);
+    let mut g = GraphBuilder::new("dynamic_quantization");
+    g.input("x", TensorType::fixed(DType::F32, &[b, m, k]));
+    g.initializer(
+        "w",
+        Tensor::new(vec![k, n], int8s(&mut rng, k * n)).unwrap(),
+    );
+    g.node(NodeSpec {
+        outputs: ["xq", "xs", "xz"].map(String::from).to_vec(),
+        ..node("DynamicQuantizeLinear", &["x"], "xq", Attributes::new())
+    });
+    g.node(node(
+        "MatMulInteger",
+        &["xq", "w", "xz"],
+        "y",
+        Attributes::new(),
+    ));
+    g.output("y");
+    // Shifted data: the zero point is far from 0 and differs between calls.
+    for (call, offset) in [0.7f32, -0.4].into_iter().enumerate() {
+        let x: Vec<f32> = rng.vec_f32(b * m * k).iter().map(|v| v + offset).collect();
+        let x = Tensor::new(vec![b, m, k], x).unwrap();
+        let graph = g.clone().build(Registry::global()).unwrap();
+        // DynamicQuantizeLinear has no compute definition: it runs on the host.
+        let (got, want) = run_with_host_steps(graph, vec![("x".into(), x)], 1);
+        assert_eq!(got, want, "call {call}");
+    }
 }

@@ -80,7 +80,7 @@ struct Plan {
     signed: bool,
     /// The activations' scale and zero point.
     x_scale: f32,
-    x_zero: i32,
+    x_zero: ZeroPoint,
     /// The weight as `[OC, K]` rows of `int8`, and its scale per output channel.
     weight: Vec<i8>,
     out_ch: usize,
@@ -153,8 +153,8 @@ enum Form {
 }
 
 /// The quantized activations of a product: `(xq, signed, scale, zero point)`, when `x` holds
-/// `int8` or `uint8` values with a constant per-tensor scale and zero point.
-fn activations(rw: &Rewriter, x: &QuantizedOperand) -> Option<(ValueId, bool, f32, i32)> {
+/// `int8` or `uint8` values with a constant per-tensor scale and a per-tensor zero point.
+fn activations(rw: &Rewriter, x: &QuantizedOperand) -> Option<(ValueId, bool, f32, ZeroPoint)> {
     let dtype = rw.graph().value(x.value).ty.dtype;
     let signed = match dtype {
         DType::I8 => true,
@@ -275,17 +275,56 @@ fn scalar_f32(rw: &Rewriter, v: ValueId) -> Option<f32> {
         .then(|| t.as_slice::<f32>().ok()?.first().copied())?
 }
 
-/// The one integer value of a constant zero point (`int8` or `uint8`) of one element, or 0.
-fn zero_point(rw: &Rewriter, v: Option<ValueId>, dtype: DType) -> Option<i32> {
+/// The activations' zero point: a constant, or a value computed at run time (dynamic
+/// quantization's `DynamicQuantizeLinear`).
+#[derive(Clone, Copy)]
+enum ZeroPoint {
+    Constant(i32),
+    Value(ValueId),
+}
+
+/// The zero point `v` of activations of `dtype` (`int8` or `uint8`), one element of that type
+/// (0 when absent).
+fn zero_point(rw: &Rewriter, v: Option<ValueId>, dtype: DType) -> Option<ZeroPoint> {
     let Some(v) = v else {
-        return Some(0);
+        return Some(ZeroPoint::Constant(0));
     };
-    let t = rw.constant(v)?;
-    if t.dtype() != dtype || t.numel() != 1 {
-        return None;
+    if let Some(t) = rw.constant(v) {
+        if t.dtype() != dtype || t.numel() != 1 {
+            return None;
+        }
+        let value = t.to_f64_vec().first().copied()?;
+        return Some(ZeroPoint::Constant(value as i32));
     }
-    let value = t.to_f64_vec().first().copied()?;
-    Some(value as i32)
+    let ty = &rw.graph().value(v).ty;
+    let one = ty.fixed_shape()?.iter().product::<usize>() == 1;
+    (ty.dtype == dtype && one).then_some(ZeroPoint::Value(v))
+}
+
+/// The zero point of the unsigned bytes the product reads: the activations' (`int8` shifted
+/// by 128), as a constant, or as a scalar `int32` value.
+fn unsigned_zero(
+    rw: &mut Rewriter,
+    p: &Plan,
+) -> Result<(Option<i32>, Option<ValueId>), GraphError> {
+    let shift = if p.signed { 128 } else { 0 };
+    match p.x_zero {
+        ZeroPoint::Constant(z) => Ok((Some(z + shift), None)),
+        ZeroPoint::Value(v) => {
+            let wide = cast(rw, v, ONNX_INT32)?;
+            let shape = rw.add_shape(&[]);
+            let wide = rw.add_op("Reshape", Attributes::new(), &[wide, shape])?;
+            if shift == 0 {
+                return Ok((None, Some(wide)));
+            }
+            let shift = Tensor::new(vec![], vec![shift]).map_err(|e| node_error(p, e))?;
+            let shift = rw.add_constant("int8_shift", shift);
+            Ok((
+                None,
+                Some(rw.add_op("Add", Attributes::new(), &[wide, shift])?),
+            ))
+        }
+    }
 }
 
 fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
@@ -514,7 +553,7 @@ fn padded(
     p: &Plan,
     g: &Geometry,
     u: ValueId,
-    zu: i32,
+    (zu, zu_value): (Option<i32>, Option<ValueId>),
 ) -> Result<(ValueId, Geometry), GraphError> {
     if g.pads_begin.iter().chain(&g.pads_end).all(|&v| v == 0) {
         return Ok((u, g.clone()));
@@ -526,8 +565,17 @@ fn padded(
     let pads = Tensor::new(vec![pads.len()], pads).map_err(|e| node_error(p, e))?;
     let pads = rw.add_constant("qconv_pads", pads);
     // `zu` is in 0..=255: the zero point of unsigned (or shifted signed) bytes.
-    let value = Tensor::new(vec![], vec![zu as u8]).map_err(|e| node_error(p, e))?;
-    let value = rw.add_constant("qconv_pad_value", value);
+    let value = match (zu, zu_value) {
+        (Some(zu), _) => {
+            let value = Tensor::new(vec![], vec![zu as u8]).map_err(|e| node_error(p, e))?;
+            rw.add_constant("qconv_pad_value", value)
+        }
+        (None, Some(v)) => cast(rw, v, ONNX_UINT8)?,
+        (None, None) => {
+            let value = Tensor::new(vec![], vec![0u8]).map_err(|e| node_error(p, e))?;
+            rw.add_constant("qconv_pad_value", value)
+        }
+    };
     let padded = rw.add_op("Pad", Attributes::new(), &[u, pads, value])?;
     rw.set_hints(
         padded,
@@ -550,16 +598,17 @@ fn padded(
 
 /// Adds the integer product of `p`; returns the value that replaces the product's output.
 fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
-    // The activations as unsigned bytes.
-    let (u, zu) = if p.signed {
+    // The activations as unsigned bytes, and their zero point.
+    let u = if p.signed {
         let wide = cast(rw, p.xq, ONNX_INT32)?;
         let shift = Tensor::new(vec![], vec![128i32]).map_err(|e| node_error(p, e))?;
         let shift = rw.add_constant("int8_shift", shift);
         let shifted = rw.add_op("Add", Attributes::new(), &[wide, shift])?;
-        (cast(rw, shifted, ONNX_UINT8)?, p.x_zero + 128)
+        cast(rw, shifted, ONNX_UINT8)?
     } else {
-        (p.xq, p.x_zero)
+        p.xq
     };
+    let (zu, zu_value) = unsigned_zero(rw, p)?;
     // X: [B, K, columns].
     let (x, depth) = match &p.form {
         Form::Conv {
@@ -567,7 +616,7 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
             geometry,
         } => {
             let depth = p.weight.len() / p.out_ch;
-            let (u, unpadded) = padded(rw, p, geometry, u, zu)?;
+            let (u, unpadded) = padded(rw, p, geometry, u, (zu, zu_value))?;
             let attrs = unpadded.explicit_attrs();
             let col = rw.add_domain_op(HIDET_DOMAIN, "Im2Col", attrs, &[u])?;
             let shape = [depth, input_shape[0], geometry.output_size()];
@@ -590,20 +639,32 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     let out_ch = p.out_ch;
     let kp = padded_depth(depth as i64) as usize;
     let mut a = vec![0i8; out_ch * kp];
-    let mut corr = Vec::with_capacity(out_ch);
+    let mut sums = Vec::with_capacity(out_ch);
     for (oc, row) in p.weight.chunks(depth).enumerate() {
         a[oc * kp..oc * kp + depth].copy_from_slice(row);
-        let sum: i64 = row.iter().map(|&w| i64::from(w)).sum();
-        corr.push(i64::from(zu) * sum);
+        sums.push(row.iter().map(|&w| i64::from(w)).sum::<i64>());
     }
     let a = Tensor::new(vec![out_ch, kp], a).map_err(|e| node_error(p, e))?;
     let a = rw.add_constant("quantized_weight", a);
     let mut y = rw.add_domain_op(HIDET_DOMAIN, INTEGER_MATMUL, Attributes::new(), &[a, x])?;
-    if zu != 0 {
-        // |corr| ≤ 255 · 128 · K: within i32 for any K the template runs.
-        let corr: Vec<i32> = corr.iter().map(|&c| c as i32).collect();
-        let corr = Tensor::new(vec![out_ch, 1], corr).map_err(|e| node_error(p, e))?;
-        let corr = rw.add_constant("quantized_zero_correction", corr);
+    // The zero-point correction `zu · Σ_k w[oc, k]`; |zu · Σ_k w| ≤ 255 · 128 · K: within i32
+    // for any K the template runs.
+    let corr = match (zu, zu_value) {
+        (Some(0), _) => None,
+        (Some(zu), _) => {
+            let corr: Vec<i32> = sums.iter().map(|&s| (i64::from(zu) * s) as i32).collect();
+            let corr = Tensor::new(vec![out_ch, 1], corr).map_err(|e| node_error(p, e))?;
+            Some(rw.add_constant("quantized_zero_correction", corr))
+        }
+        (None, Some(zu)) => {
+            let sums: Vec<i32> = sums.iter().map(|&s| s as i32).collect();
+            let sums = Tensor::new(vec![out_ch, 1], sums).map_err(|e| node_error(p, e))?;
+            let sums = rw.add_constant("quantized_weight_sums", sums);
+            Some(rw.add_op("Mul", Attributes::new(), &[sums, zu])?)
+        }
+        (None, None) => None,
+    };
+    if let Some(corr) = corr {
         y = rw.add_op("Sub", Attributes::new(), &[y, corr])?;
     }
     let y = match p.output {
