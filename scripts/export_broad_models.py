@@ -31,6 +31,8 @@ The set (`--list` prints it):
   int8 (ONNX Runtime static quantization, QDQ format, MinMax calibration on 4 random batches,
   after `quant_pre_process`):
     resnet18_qdq, mobilenet_v3_small_qdq   (from the fp32 export of the same batch and axes)
+    bert_small_dynq    ONNX Runtime's dynamic quantization (`quantize_dynamic`, int8 weights:
+                       DynamicQuantizeLinear + MatMulInteger)
 
 A model whose export fails is skipped with its reason printed; the others go on. A file that
 exists is not redone (pass --force), and files are renamed into place only when complete, so an
@@ -135,6 +137,8 @@ class ModelSpec:
     outputs: tuple[OutputSpec, ...] = ()
     build: Callable[[int], Any] | None = None
     quantize_from: str | None = None
+    # How `quantize_from` is quantized: "qdq" or "qoperator" (static), or "dynamic".
+    quant_format: str = "qdq"
 
     def dynamic_axes(self) -> dict[str, dict[int, str]]:
         """torch.onnx.export's `dynamic_axes`: every named axis of every input and output."""
@@ -425,6 +429,13 @@ MODELS: dict[str, ModelSpec] = {
             "MobileNet-V3 small, int8 QDQ (static quantization)",
             quantize_from="mobilenet_v3_small",
         ),
+        ModelSpec(
+            "bert_small_dynq",
+            "int8",
+            "BERT-Small, int8 dynamic quantization (DynamicQuantizeLinear + MatMulInteger)",
+            quantize_from="bert_small",
+            quant_format="dynamic",
+        ),
     ]
 }
 
@@ -707,12 +718,17 @@ def export_qdq(spec: ModelSpec, batch: int, dynamic: bool, seq: int, seed: int, 
     tmp = _atomic_path(path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        quantize_static(
-            str(source),
-            str(tmp),
-            _RandomReader(spec, batch, seq, seed + 10),
-            quant_format=QuantFormat.QDQ,
-        )
+        if spec.quant_format == "dynamic":
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8)
+        else:
+            quantize_static(
+                str(source),
+                str(tmp),
+                _RandomReader(spec, batch, seq, seed + 10),
+                quant_format=QuantFormat.QOperator if spec.quant_format == "qoperator" else QuantFormat.QDQ,
+            )
     os.replace(tmp, path)
     if prepared.exists():
         prepared.unlink()
@@ -727,8 +743,12 @@ def export_qdq(spec: ModelSpec, batch: int, dynamic: bool, seq: int, seed: int, 
         "family": spec.family,
         "description": spec.description,
         "quantized_from": base.name,
-        "quantization": "onnxruntime.quantization.quantize_static, QuantFormat.QDQ, defaults "
-        f"(QInt8 activations and weights, per tensor, MinMax) on {CALIBRATION_BATCHES} random batches",
+        "quantization": (
+            "onnxruntime.quantization.quantize_dynamic, weight_type QInt8"
+            if spec.quant_format == "dynamic"
+            else f"onnxruntime.quantization.quantize_static, QuantFormat.{'QOperator' if spec.quant_format == 'qoperator' else 'QDQ'}, "
+            f"defaults (QInt8 activations and weights, per tensor, MinMax) on {CALIBRATION_BATCHES} random batches"
+        ),
         "batch": batch,
         "sequence": None,
         "dynamic": dynamic,
@@ -796,7 +816,7 @@ def run_model(spec: ModelSpec, batches: list[int], dynamics: list[bool], seq: in
                     base_stem = file_stem(spec.quantize_from, batch, dynamic)
                     if not (out / f"{base_stem}.onnx").exists():
                         raise RuntimeError(f"its fp32 model {base_stem}.onnx was not exported")
-                    log(f"[{stem}] quantizing {base_stem}.onnx (QDQ) ...")
+                    log(f"[{stem}] quantizing {base_stem}.onnx ({spec.quant_format}) ...")
                     m = export_qdq(spec, batch, dynamic, seq, model_seed, out)
                 else:
                     if build_error:

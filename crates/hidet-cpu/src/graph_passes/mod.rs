@@ -74,6 +74,9 @@ pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
     // constant folding turns the weight's DequantizeLinear into floats.
     let mut passes: Vec<Box<dyn GraphPass>> = vec![Box::new(QuantizedProducts)];
     passes.extend(simplification_passes());
+    // Again, for the integer operators (QLinearConv, MatMulInteger, …) whose shapes only
+    // constant folding made static (a transformer's computed Reshape targets).
+    passes.push(Box::new(QuantizedProducts));
     passes.extend::<[Box<dyn GraphPass>; 10]>([
         // Static f32 depthwise Conv (any batch) → hidet::DepthwiseConvNhwc between transposes.
         Box::new(DepthwiseChannelsLast),

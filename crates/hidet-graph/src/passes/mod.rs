@@ -10,6 +10,7 @@ mod constant_fold;
 pub mod conv_node;
 mod cse;
 mod dce;
+mod dynamic_quantize;
 mod pool_after_pointwise;
 mod resolve_variants;
 pub mod rewrite;
@@ -21,6 +22,7 @@ pub(crate) use constant_fold::shape_of;
 pub use constant_fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
 pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
+pub use dynamic_quantize::DynamicQuantizeAsKernels;
 pub use pool_after_pointwise::PoolAfterPointwise;
 pub use resolve_variants::{FlattenBatchedMatMul, GemmToMatMul};
 pub use rewrite::Rewriter;
@@ -55,6 +57,9 @@ pub fn simplification_passes() -> Vec<Box<dyn GraphPass>> {
     vec![
         // Input-independent nodes → initializers (shape arithmetic of static exports, masks).
         Box::new(ConstantFolding),
+        // DynamicQuantizeLinear → reductions, scalar arithmetic and QuantizeLinear, which
+        // have kernels (bit for bit the operator's rounding).
+        Box::new(DynamicQuantizeAsKernels),
         // Identity/Dropout/no-op Cast/Reshape/Transpose removed; Reshape, Transpose and
         // exact Cast chains merged; static Squeeze/Unsqueeze/Flatten → Reshape.
         Box::new(SimplifyChains),

@@ -1,0 +1,111 @@
+//! `DynamicQuantizeLinear` (dynamic quantization's per-call `uint8` quantization of the
+//! activations) as operators that have kernels, so it does not run on the host:
+//!
+//! ```text
+//! DynamicQuantizeLinear(x)  →  (QuantizeLinear(x, scale, zero), scale, zero)
+//!     lo = Min(ReduceMin(x), 0),  hi = Max(ReduceMax(x), 0)
+//!     scale = f32((f64(hi) - f64(lo)) / 255)
+//!     zero  = u8(Where(scale == 0, 0, Clip(Round(f32(-(f64(lo) / f64(scale)))), 0, 255)))
+//! ```
+//!
+//! which rounds where the operator's definition does (the range and the zero point computed
+//! in `f64` from `f32` values and rounded once to `f32`, then to the nearest even integer), so
+//! the results are the reference's bit for bit; an input of zeros gives scale 0, zero point 0
+//! and zeros, as the reference.
+
+use crate::attribute::Attributes;
+use crate::dtype::DType;
+use crate::graph::{Graph, GraphError, NodeId, ValueId};
+use crate::passes::rewrite::Rewriter;
+use crate::passes::GraphPass;
+use crate::tensor::Tensor;
+use crate::Attribute;
+
+/// Rewrites `DynamicQuantizeLinear` nodes (default domain) of `f32` inputs with a static,
+/// non-empty shape (see the module docs).
+pub struct DynamicQuantizeAsKernels;
+
+impl GraphPass for DynamicQuantizeAsKernels {
+    fn name(&self) -> &'static str {
+        "dynamic-quantize-as-kernels"
+    }
+
+    fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
+        let mut rw = Rewriter::new(graph);
+        for i in 0..rw.graph().nodes().len() {
+            let g = rw.graph();
+            let node = &g.nodes()[i];
+            if node.op_type != "DynamicQuantizeLinear" || !node.domain.is_empty() {
+                continue;
+            }
+            let (Some(Some(x)), [y, scale, zero]) = (node.inputs.first(), node.outputs.as_slice())
+            else {
+                continue;
+            };
+            let ty = &g.value(*x).ty;
+            let static_nonempty = ty
+                .fixed_shape()
+                .is_some_and(|s| s.iter().product::<usize>() > 0);
+            if ty.dtype != DType::F32 || !static_nonempty {
+                continue;
+            }
+            let (x, outputs) = (*x, [*y, *scale, *zero]);
+            rw.focus(NodeId(i));
+            let new = rewrite(&mut rw, x)?;
+            for (old, new) in outputs.iter().zip(new) {
+                if let Some(old) = old {
+                    rw.replace(*old, new);
+                }
+            }
+            rw.remove_node(NodeId(i));
+        }
+        rw.finish()
+    }
+}
+
+/// ONNX element types (`TensorProto.DataType`).
+const ONNX_FLOAT: i64 = 1;
+const ONNX_UINT8: i64 = 2;
+const ONNX_DOUBLE: i64 = 11;
+
+fn cast(rw: &mut Rewriter, v: ValueId, to: i64) -> Result<ValueId, GraphError> {
+    let mut attrs = Attributes::new();
+    attrs.insert("to", Attribute::Int(to));
+    rw.add_op("Cast", attrs, &[v])
+}
+
+fn scalar<T: crate::tensor::Element>(rw: &mut Rewriter, hint: &str, v: T) -> ValueId {
+    rw.add_constant(hint, Tensor::scalar(v))
+}
+
+fn binary(rw: &mut Rewriter, op: &str, a: ValueId, b: ValueId) -> Result<ValueId, GraphError> {
+    rw.add_op(op, Attributes::new(), &[a, b])
+}
+
+/// The nodes computing `(y, scale, zero)` of `DynamicQuantizeLinear(x)`.
+fn rewrite(rw: &mut Rewriter, x: ValueId) -> Result<[ValueId; 3], GraphError> {
+    let mut all = Attributes::new();
+    all.insert("keepdims", Attribute::Int(0));
+    let lo = rw.add_op("ReduceMin", all.clone(), &[x])?;
+    let hi = rw.add_op("ReduceMax", all, &[x])?;
+    let zero_f32 = scalar(rw, "dq_zero", 0f32);
+    let lo = binary(rw, "Min", lo, zero_f32)?;
+    let hi = binary(rw, "Max", hi, zero_f32)?;
+    let (lo64, hi64) = (cast(rw, lo, ONNX_DOUBLE)?, cast(rw, hi, ONNX_DOUBLE)?);
+    let range = binary(rw, "Sub", hi64, lo64)?;
+    let steps = scalar(rw, "dq_steps", 255f64);
+    let scale = binary(rw, "Div", range, steps)?;
+    let scale = cast(rw, scale, ONNX_FLOAT)?;
+    let scale64 = cast(rw, scale, ONNX_DOUBLE)?;
+    let ratio = binary(rw, "Div", lo64, scale64)?;
+    let ratio = rw.add_op("Neg", Attributes::new(), &[ratio])?;
+    let ratio = cast(rw, ratio, ONNX_FLOAT)?;
+    let rounded = rw.add_op("Round", Attributes::new(), &[ratio])?;
+    let top = scalar(rw, "dq_top", 255f32);
+    let clipped = rw.add_op("Clip", Attributes::new(), &[rounded, zero_f32, top])?;
+    let degenerate = binary(rw, "Equal", scale, zero_f32)?;
+    let zero = rw.add_op("Where", Attributes::new(), &[degenerate, zero_f32, clipped])?;
+    let zero = cast(rw, zero, ONNX_UINT8)?;
+    let y = rw.add_op("QuantizeLinear", Attributes::new(), &[x, scale, zero])?;
+    Ok([y, scale, zero])
+}
