@@ -71,8 +71,7 @@ pub trait TuneBackend: Sync {
 
     /// Compiles `candidates` (each the kernels of one candidate, in launch order) into one
     /// library named `name` (a C identifier) and loads it.
-    fn compile(&self, name: &str, candidates: Vec<Vec<Function>>)
-        -> Result<Self::Unit, TuneError>;
+    fn compile(&self, name: &str, candidates: Vec<Vec<Function>>) -> Result<Self::Unit, TuneError>;
 
     /// Buffers for running the task with `candidate`'s kernels (any candidate of the task:
     /// they all compute the same outputs from the same inputs): inputs filled with random,

@@ -579,7 +579,10 @@ fn self_timed_multi_kernel_candidates_are_measured_by_the_device_times() {
             }
             // Slower than 1.3 × the best 40 µs when measured: cut short.
             CandidateOutcome::Pruned(s) => {
-                assert!(c.schedule > 52 && s.min == f64::from(c.schedule) * 1e-6, "{c:?}")
+                assert!(
+                    c.schedule > 52 && s.min == f64::from(c.schedule) * 1e-6,
+                    "{c:?}"
+                )
             }
             CandidateOutcome::Failed(m) => panic!("{c:?} failed: {m}"),
         }
