@@ -3,7 +3,11 @@
 //! grouped strided convolution with bias and ReLU fused) lowers to CUDA C; several, among them
 //! parallel-k pairs, run through the tuning backend on the simulator device and match float64
 //! references; the simulator refuses to time; records round-trip and are validated; and a
-//! record in the tuning cache is what the graph backend compiles with.
+//! record in the tuning cache is what the graph backend compiles with. The level-1 candidates
+//! of the fused convolution and of the parallel-k product compile with NVRTC and `ptxas` for
+//! sm_90 (fails, never skips, without NVRTC and ptxas).
+
+mod common;
 
 use std::sync::Arc;
 
@@ -481,4 +485,67 @@ fn the_graph_backend_compiles_with_the_cached_choice_and_refuses_to_tune_without
         .run(&inputs)
         .expect_err("the simulator cannot tune");
     assert!(err.to_string().contains("tuning needs a GPU"), "{err}");
+}
+
+/// Every level-1 candidate of the parallel-k product assembles without spills or stack, and
+/// so does the fused convolution's heuristic. Some of the convolution's single-warp
+/// candidates spill a few bytes around the inlined im2col arithmetic (ptxas at sm_90 keeps
+/// 72–128 registers and spills 4–84 bytes): they are valid kernels, slower ones, which
+/// measurement ranks; they are listed, not failed.
+#[test]
+fn level_one_candidates_of_fused_tasks_assemble() {
+    let nvrtc = common::require_nvrtc();
+    let ptxas = common::require_ptxas();
+    // (label, must not spill, image)
+    let mut images = Vec::new();
+    for (name, graph) in [("conv", conv()), ("batched", batched())] {
+        let task = anchored_task(&graph);
+        let simt = SimtTask::from_fused(&task, Arch::SM90, &h100()).expect("a SIMT anchor");
+        for (i, c) in simt.candidates(TuneLevel::Subset).iter().enumerate() {
+            let strict = name == "batched" || i == 0;
+            for f in simt.kernels(c, &format!("{name}_c{i}")).expect("kernels") {
+                let inputs = f.params.len() - 1;
+                let module = IRModule::new(f.name.clone(), Target::Cuda).with(f);
+                let image = kernel_image(inputs, module).expect("lowers");
+                images.push((simt.label(c), strict, image));
+            }
+        }
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((label, strict, image)) = images.get(i) else {
+                    break;
+                };
+                let report = nvrtc
+                    .compile_to_ptx(&image.name, &image.source, Arch::SM90, &Default::default())
+                    .map_err(|e| e.to_string())
+                    .and_then(|ptx| {
+                        hidet_cuda::ptxas::assemble_with(&ptxas, &image.name, &ptx)
+                            .map_err(|e| e.to_string())
+                    });
+                let line = match report.as_ref().map(|r| r.kernel(&image.name)) {
+                    Ok(Some(k)) if !k.spills() && k.stack_frame_bytes == 0 => continue,
+                    Ok(Some(k)) => format!(
+                        "{label} ({}): {} registers, {} B spilled, {} B stack",
+                        image.name, k.registers, k.spill_store_bytes, k.stack_frame_bytes
+                    ),
+                    Ok(None) => format!("{label}: ptxas reported no kernel {}", image.name),
+                    Err(e) => format!("{label}: {e}"),
+                };
+                let fatal = *strict || !line.contains("spilled");
+                if let Ok(mut f) = failures.lock() {
+                    f.push((fatal, line));
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().expect("no worker panicked");
+    for (fatal, line) in &failures {
+        eprintln!("{}{line}", if *fatal { "FAIL " } else { "spills: " });
+    }
+    assert!(failures.iter().all(|(fatal, _)| !fatal), "see above");
 }
