@@ -1,11 +1,13 @@
 //! The CUDA implementation of the graph layer's [`Backend`], over any [`GpuDevice`]: the
-//! simulator device today ([`crate::sim_device::SimDevice`], `--device cuda-sim`), a real
-//! GPU through a driver-API runtime later.
+//! simulator device ([`crate::sim_device::SimDevice`], `--device cuda-sim`) or a real GPU
+//! through the driver-API runtime ([`crate::gpu_device::RuntimeDevice`], `--device cuda`).
 //!
 //! How a task becomes a kernel: an anchored task whose anchor is an f32 (batched) matmul uses the
 //! SIMT matmul template with its prologues and epilogue fused
 //! ([`crate::schedule::matmul_anchor`]), an f32 2-D convolution the same template as an
-//! implicit GEMM ([`crate::schedule::conv_anchor`]); when fusion is refused, a fused task is
+//! implicit GEMM ([`crate::schedule::conv_anchor`]), each with the tuning cache's choice for
+//! this GPU where one is recorded, else the heuristic, and tuned while the module is built when
+//! [`CudaTuning::level`] asks ([`crate::tuning`]); when fusion is refused, a fused task is
 //! refused and the graph layer splits it; every other task goes through the default GPU scheduler
 //! ([`crate::schedule`]), which turns the task's composed compute definition into one CUDA
 //! kernel. Every kernel is verified,
