@@ -160,6 +160,9 @@ pub struct CudaKernel {
     /// The SIMT task, when it is to be tuned while the module is built
     /// ([`CudaTuning::level`]).
     pub tunable: Option<Arc<SimtTask>>,
+    /// Whether the template's schedule is a tuned one (from a tuning record, or tuned while
+    /// building) rather than the heuristic.
+    pub tuned: bool,
 }
 
 /// How one kernel of the graph layer (one task) runs on the device.
@@ -181,6 +184,7 @@ pub struct CudaModule<D: GpuDevice> {
     plans: Vec<(Plan, Vec<KernelParam>)>,
     origins: Vec<KernelOrigin>,
     k_parts: Vec<Option<i64>>,
+    tuned: Vec<bool>,
     /// The workspace of the parallel-k kernels (the largest any needs), shared by them:
     /// `workspace_lock` is held from a partial kernel's launch to its reduction's, so the
     /// two are adjacent on the device's stream.
@@ -199,6 +203,12 @@ impl<D: GpuDevice> CudaModule<D> {
     /// How each kernel was produced, in (task) kernel order.
     pub fn origins(&self) -> &[KernelOrigin] {
         &self.origins
+    }
+
+    /// For each (task) kernel, whether its template schedule is a tuned one (a tuning
+    /// record's, or tuned while building) rather than the heuristic.
+    pub fn tuned(&self) -> &[bool] {
+        &self.tuned
     }
 
     /// For each (task) kernel, the parts of its parallel-k split (`None`: not split).
@@ -451,6 +461,7 @@ fn kernel_of_outcome(
                     workspace_bytes,
                 }),
                 tunable: None,
+                tuned: false,
             });
         }
         TemplateOutcome::Kernel(f) if fused => (*f, KernelOrigin::FusedTemplate),
@@ -474,6 +485,7 @@ fn kernel_of_outcome(
         origin,
         parallel_k: None,
         tunable: None,
+        tuned: false,
     })
 }
 
@@ -506,6 +518,7 @@ impl<D: GpuDevice + 'static> CudaBackend<D> {
             match rebuilt {
                 Ok(mut kernel) => {
                     kernel.tunable = kernels[i].tunable.take();
+                    kernel.tuned = true;
                     kernels[i] = kernel;
                 }
                 Err(e) => {
@@ -542,15 +555,17 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
         let target = self.options.anchor_target();
         let chosen = SimtAnchor::of(task).and_then(|anchor| {
             let c = simt_choice(&self.tuning, task, &anchor, self.options.arch, &target)?;
-            Some((anchor.kernel(task, &c.choice), c.tunable))
+            Some((anchor.kernel(task, &c.choice), c.tunable, c.recorded))
         });
-        let (outcome, tunable) = chosen.unwrap_or((TemplateOutcome::NotApplicable, None));
+        let (outcome, tunable, recorded) =
+            chosen.unwrap_or((TemplateOutcome::NotApplicable, None, false));
         let mut kernel = kernel_of_outcome(task, outcome)?;
         if matches!(
             kernel.origin,
             KernelOrigin::Template | KernelOrigin::FusedTemplate
         ) {
             kernel.tunable = tunable;
+            kernel.tuned = recorded;
         }
         Ok(kernel)
     }
@@ -571,6 +586,7 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
         let mut plans = Vec::with_capacity(kernels.len());
         let mut origins = Vec::with_capacity(kernels.len());
         let mut k_parts = Vec::with_capacity(kernels.len());
+        let tuned: Vec<bool> = kernels.iter().map(|k| k.tuned).collect();
         let mut workspace_bytes = 0usize;
         for k in kernels {
             origins.push(k.origin);
@@ -643,6 +659,7 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
                 plans,
                 origins,
                 k_parts,
+                tuned,
                 workspace,
                 workspace_lock: std::sync::Mutex::new(()),
                 runs: Default::default(),

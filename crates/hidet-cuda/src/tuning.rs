@@ -120,6 +120,8 @@ pub fn task_identity(task: &SimtTask, environment: &Environment) -> TaskIdentity
 #[derive(Debug)]
 pub struct ChoiceFor {
     pub choice: SimtChoice,
+    /// Whether `choice` comes from a tuning record (else it is the heuristic).
+    pub recorded: bool,
     pub tunable: Option<Arc<SimtTask>>,
 }
 
@@ -140,6 +142,7 @@ pub fn simt_choice(
         .then(|| SimtTask::from_fused(task, arch, target))
         .flatten();
     let mut choice = heuristic;
+    let mut recorded = false;
     if let (Some(simt), Some(environment), false) =
         (&simt, &tuning.environment, tuning.ignore_cache)
     {
@@ -150,6 +153,7 @@ pub fn simt_choice(
             Lookup::Hit(record) => {
                 if let Some(c) = record.chosen() {
                     choice = c.schedule.0;
+                    recorded = true;
                 }
             }
             Lookup::Miss => {}
@@ -162,7 +166,11 @@ pub fn simt_choice(
     let tunable = simt
         .filter(|_| tuning.measures())
         .map(|t| Arc::new(t.with_limit(tuning.candidate_limit)));
-    Some(ChoiceFor { choice, tunable })
+    Some(ChoiceFor {
+        choice,
+        recorded,
+        tunable,
+    })
 }
 
 /// Tunes `tasks` at `tuning`'s level on `device` (see the module docs): one result per task.

@@ -442,7 +442,9 @@ fn the_graph_backend_compiles_with_the_cached_choice_and_refuses_to_tune_without
             assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
         }
         let compiled = model.compiled(&[vec![37, 71]]).expect("compiled");
-        compiled.module().images()[0].block[0]
+        let module = compiled.module();
+        assert_eq!(module.tuned().len(), 1);
+        (module.images()[0].block[0], module.tuned()[0])
     };
     let with_record = CudaTuning {
         environment: Some(environment()),
@@ -450,8 +452,8 @@ fn the_graph_backend_compiles_with_the_cached_choice_and_refuses_to_tune_without
         ..CudaTuning::default()
     };
     assert_eq!(
-        i64::from(block_threads(with_record.clone())),
-        winner.0.schedule.threads()
+        block_threads(with_record.clone()),
+        (winner.0.schedule.threads() as u32, true)
     );
     // Without an environment (no GPU) or ignoring the cache: the heuristic.
     let no_environment = CudaTuning {
@@ -459,16 +461,16 @@ fn the_graph_backend_compiles_with_the_cached_choice_and_refuses_to_tune_without
         ..CudaTuning::default()
     };
     assert_eq!(
-        i64::from(block_threads(no_environment)),
-        heuristic.0.schedule.threads()
+        block_threads(no_environment),
+        (heuristic.0.schedule.threads() as u32, false)
     );
     let ignoring = CudaTuning {
         ignore_cache: true,
         ..with_record
     };
     assert_eq!(
-        i64::from(block_threads(ignoring)),
-        heuristic.0.schedule.threads()
+        block_threads(ignoring),
+        (heuristic.0.schedule.threads() as u32, false)
     );
 
     // Tuning on the simulator: a clear error, not a panic.
