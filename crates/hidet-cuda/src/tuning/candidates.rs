@@ -8,7 +8,9 @@
 //!
 //! Level 1 measures the [`LEVEL1_CANDIDATES`] points ranked best by [`estimated_cycles`], a
 //! rough occupancy-and-traffic estimate used for nothing but that ranking (measurement
-//! decides); level 2 measures the whole space.
+//! decides), at most [`PER_TILE`] per block tile and parallel-k split so the list spans
+//! different tiles rather than one tile's k-tiles and lane orders; level 2 measures the whole
+//! space (thousands of points on sm_90: hours of compiling).
 
 use crate::schedule::matmul_anchor::{
     choose_k_parts, AnchorTarget, MatmulShape, SimtChoice, MAX_K_PARTS, MIN_K_PER_PART,
@@ -18,6 +20,12 @@ use crate::Arch;
 
 /// Points measured at level 1 (besides the heuristic, which is always measured).
 pub const LEVEL1_CANDIDATES: usize = 32;
+
+/// The most level-1 points sharing a block tile and a parallel-k split.
+pub const PER_TILE: usize = 2;
+
+/// Cycles a k-tile costs besides its arithmetic and traffic: the two barriers and the loop.
+const K_TILE_OVERHEAD: f64 = 32.0;
 
 fn ceil_div(a: i64, b: i64) -> i64 {
     (a + b - 1) / b
@@ -81,11 +89,12 @@ fn shared_per_sm(arch: Arch) -> i64 {
 }
 
 /// A rough estimate, in SM cycles, of the busiest SM's time for `choice` on a product of
-/// `shape`: blocks per SM × the larger of a block's FMA time (128 FP32 lanes per SM, slowed by
-/// the shared-memory fragment loads each FMA needs, `1/IM·OM + 1/IN·ON`, and by too few
-/// resident warps to hide latency) and its global traffic (about 32 bytes per cycle per SM
-/// reach it through L2), plus the parallel-k partial products written and read once.
-/// Used only to rank level-1 candidates.
+/// `shape`: blocks per SM × k-tiles per block × (the larger of a k-tile's FMA time — 128 FP32
+/// lanes per SM, slowed by the shared-memory fragment loads each FMA needs,
+/// `1/IM·OM + 1/IN·ON`, and by too few resident warps to hide latency — and its global
+/// traffic, about 32 bytes per cycle per SM through L2, plus a fixed cost per k-tile for its
+/// barriers), plus the parallel-k partial products written and read once. Used only to rank
+/// level-1 candidates.
 pub fn estimated_cycles(
     shape: &MatmulShape,
     choice: &SimtChoice,
@@ -108,29 +117,39 @@ pub fn estimated_cycles(
     let tm = (s.warp_outer[0] * s.warp_inner[0]) as f64;
     let tn = (s.warp_outer[1] * s.warp_inner[1]) as f64;
     let fma_rate = tm * tn / (tm * tn + tm + tn);
-    let k_block = (split.tiles_per_part * s.block_k) as f64;
+    let bk = s.block_k as f64;
     let (bm, bn) = (bm as f64, bn as f64);
-    let compute = bm * bn * k_block / (128.0 * fma_rate * latency);
-    let traffic = (bm + bn) * k_block * 4.0 / 32.0;
+    let compute = bm * bn * bk / (128.0 * fma_rate * latency);
+    let traffic = (bm + bn) * bk * 4.0 / 32.0;
+    let block = split.tiles_per_part as f64 * (compute.max(traffic) + K_TILE_OVERHEAD);
     let reduce = if split.parts > 1 {
         let out = (shape.batch.map_or(1, |b| b.batch) * shape.m * shape.n) as f64;
         2.0 * split.parts as f64 * out * 4.0 / 32.0 / sms as f64
     } else {
         0.0
     };
-    per_sm * compute.max(traffic) + reduce
+    per_sm * block + reduce
 }
 
 /// The level-1 points: the [`LEVEL1_CANDIDATES`] of [`full_space`] with the lowest
-/// [`estimated_cycles`] (ties in space order).
+/// [`estimated_cycles`], at most [`PER_TILE`] per block tile and parallel-k split (ties in
+/// space order).
 pub fn promising(shape: &MatmulShape, target: &AnchorTarget, arch: Arch) -> Vec<SimtChoice> {
     let mut ranked: Vec<(f64, SimtChoice)> = full_space(shape, target, arch)
         .into_iter()
         .map(|c| (estimated_cycles(shape, &c, target, arch), c))
         .collect();
     ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut per_tile: std::collections::HashMap<([i64; 2], i64), usize> = Default::default();
     ranked
         .into_iter()
+        .filter(|(_, c)| {
+            let n = per_tile
+                .entry((c.schedule.block_tile(), c.k_parts))
+                .or_insert(0);
+            *n += 1;
+            *n <= PER_TILE
+        })
         .take(LEVEL1_CANDIDATES)
         .map(|(_, c)| c)
         .collect()
@@ -208,6 +227,13 @@ mod tests {
                     .expect("valid under the arch's limits");
             }
             assert!(full.len() > 4 * one.len(), "{arch}: {}", full.len());
+            let mut tiles: Vec<_> = one
+                .iter()
+                .map(|c| (c.schedule.block_tile(), c.k_parts))
+                .collect();
+            tiles.sort();
+            tiles.dedup();
+            assert!(tiles.len() * PER_TILE >= one.len(), "{arch}: {tiles:?}");
         }
         // Sizes ranked by the estimate: the 4096³ product prefers big tiles to small ones.
         let big = plain(4096, 4096, 4096);
