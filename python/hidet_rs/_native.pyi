@@ -103,8 +103,9 @@ def compile(
     """Imports (unless given a Model) and compiles for `device`: "cpu", "cuda-sim" (CUDA
     kernels in the GPU simulator: slow, small models) or "cuda" (NVIDIA GPU 0). `threads`:
     kernel threads (default: `set_threads`, else every core); `tuning`: 0 (recorded winners
-    or heuristics), 1 or 2 (measure matmul schedules, recorded in the tuning cache; CPU
-    only); `retune`: ignore recorded winners."""
+    or heuristics), 1 or 2 (measure matmul schedules, recorded in the tuning cache; on
+    "cuda" the SIMT matmul and convolution schedules, measured on the GPU; not on
+    "cuda-sim", which has no timing); `retune`: ignore recorded winners."""
 
 def zoo(name: str) -> Model:
     """A built-in model with seeded random weights (`zoo_models()` lists them)."""

@@ -24,7 +24,9 @@
 #    float64 CPU reference, median stream-launch and CUDA-graph-replay times and GFLOP/s),
 #    then torch.mm (fp32, TF32 off) at the same sizes for comparison, then two rows per paper
 #    model: `hidet bench --device cuda --check` with CUDA graphs (the default), and its
-#    latency without them (`HIDET_CUDA_GRAPHS=0`). Finishes in a few minutes (each step has
+#    latency without them (`HIDET_CUDA_GRAPHS=0`); then a quick level-1 `hidet tune
+#    --device cuda` of zoo:tiny_mlp's matmuls (at most 8 candidates each, compiled there with
+#    the NVRTC of PyTorch's wheels, timed with CUDA events). Finishes in a few minutes (each step has
 #    its own timeout); exits non-zero when a check failed. Record the table in BENCHMARKS.md
 #    with the device name.
 set -uo pipefail
@@ -96,6 +98,28 @@ if [ -x "$out/bin/hidet" ]; then
     done
 else
     echo "skipped: no .gpu/bin/hidet (run scripts/gpu/check.sh --prepare here)"
+fi
+
+echo "== tuning: hidet tune zoo:tiny_mlp --device cuda --level 1 (at most 8 candidates per task, timed with CUDA events)"
+# Candidates are compiled on the GPU machine, so this needs NVRTC there: PyTorch's CUDA wheels
+# ship it (nvidia/cuda_nvrtc/lib, or nvidia/cu13/lib for CUDA 13). Records go to the carried
+# cache's tuning/ folder, which is not brought back.
+nvrtc=$(python3 - <<'PY' 2>/dev/null
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for root in roots:
+    for pattern in ("nvidia/cuda_nvrtc/lib/libnvrtc.so.1*", "nvidia/cu13/lib/libnvrtc.so.1*"):
+        for hit in sorted(glob.glob(os.path.join(root, pattern))):
+            if "builtins" not in hit and "alt" not in hit:
+                print(hit)
+                raise SystemExit
+PY
+)
+if [ -x "$out/bin/hidet" ] && [ -n "$nvrtc" ]; then
+    HIDET_NVRTC_PATH="$nvrtc" HIDET_CACHE_DIR="$out/cache" timeout 90 "$out/bin/hidet" tune \
+        zoo:tiny_mlp --device cuda --level 1 --max-candidates 8 --retune || status=1
+else
+    echo "skipped: no .gpu/bin/hidet, or no NVRTC found in python3's site-packages"
 fi
 
 echo "== done in $(( $(date +%s) - start )) s, status $status"

@@ -69,16 +69,23 @@ fn workloads_rotate_cold_copies_of_the_read_only_inputs() {
     let read_only = |elements: i64| ((elements * 4) as usize).next_multiple_of(64);
     let inputs = read_only(m * k) + read_only(k * n);
     let cold = CpuTuneBackend::new(&opts, 2).with_cold_bytes(1 << 20);
-    let mut workload = cold.workload(&function).expect("a workload");
+    let mut workload = cold
+        .workload(std::slice::from_ref(&function))
+        .expect("a workload");
     assert_eq!(workload.copies(), (1usize << 20).div_ceil(inputs));
     let unit = cold
-        .compile("cold_probe_unit", vec![function.clone()])
+        .compile("cold_probe_unit", vec![vec![function.clone()]])
         .expect("compiles");
     for _ in 0..workload.copies() + 2 {
         cold.run(&unit, "cold_probe", &mut workload).expect("runs");
     }
     let warm = CpuTuneBackend::new(&opts, 2).with_cold_bytes(0);
-    assert_eq!(warm.workload(&function).expect("a workload").copies(), 1);
+    assert_eq!(
+        warm.workload(std::slice::from_ref(&function))
+            .expect("a workload")
+            .copies(),
+        1
+    );
 }
 
 #[test]

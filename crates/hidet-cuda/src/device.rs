@@ -134,6 +134,27 @@ pub trait GpuDevice: Send + Sync + fmt::Debug {
     /// Waits for every launch so far.
     fn synchronize(&self) -> Result<(), DeviceError>;
 
+    /// Runs `launches` — `(kernel of module, one device pointer per parameter)`, in order, as
+    /// [`GpuDevice::launch`] each — between two timing marks on the device's stream, waits for
+    /// them, and returns the device's time between the marks in seconds (a GPU's events: no
+    /// launch or synchronization overhead of the host is counted). A device that cannot time
+    /// (the simulator: its time is the CPU's, block after block) fails with
+    /// [`DeviceError::Unavailable`], running nothing: the default.
+    ///
+    /// # Safety
+    /// As for [`GpuDevice::launch`], for every launch.
+    unsafe fn time(
+        &self,
+        module: &Self::Module,
+        launches: &[(usize, Vec<u64>)],
+    ) -> Result<f64, DeviceError> {
+        let _ = (module, launches);
+        Err(DeviceError::Unavailable(format!(
+            "the {} device cannot time kernels",
+            self.name()
+        )))
+    }
+
     /// Records `launches` — `(kernel of module, one device pointer per parameter)`, in order —
     /// as one graph, without running them. No other work of this device is recorded into it,
     /// whatever other threads do meanwhile.

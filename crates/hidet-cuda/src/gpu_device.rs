@@ -56,6 +56,34 @@ impl RuntimeDevice {
         &self.gpu
     }
 
+    /// What tuning measurements on this GPU depend on: its name, architecture and SM count,
+    /// the NVRTC that compiles candidates (its version, or `unavailable` where none is found:
+    /// kernels then come from the cubin cache only) and the compile options.
+    pub fn tuning_environment(&self) -> hidet_tune::Environment {
+        let info = self.gpu.info();
+        let compiler = match crate::nvrtc::Nvrtc::global() {
+            Ok(nvrtc) => {
+                let (major, minor) = nvrtc.version();
+                format!("nvrtc {major}.{minor}")
+            }
+            Err(_) => "nvrtc unavailable".to_string(),
+        };
+        let options = CompileOptions::default();
+        let mut flags = options.extra.clone();
+        if options.debug {
+            flags.push("debug".into());
+        }
+        hidet_tune::Environment {
+            device: info.name.clone(),
+            features: vec![
+                info.arch.real_name(),
+                format!("sms={}", info.multiprocessors),
+            ],
+            compiler,
+            flags,
+        }
+    }
+
     fn allocations(&self) -> MutexGuard<'_, HashMap<u64, DeviceBuffer>> {
         // A poisoned lock only means another thread panicked while holding the map; the map
         // itself is never left half-updated (single insert/remove calls).
@@ -196,6 +224,31 @@ impl GpuDevice for RuntimeDevice {
             kernel: "(synchronize)".into(),
             message: e.to_string(),
         })
+    }
+
+    /// Events recorded on the stream before the first launch and after the last, under the
+    /// stream lock (so no other thread's work falls between them); the time between them.
+    unsafe fn time(
+        &self,
+        module: &RuntimeModule,
+        launches: &[(usize, Vec<u64>)],
+    ) -> Result<f64, DeviceError> {
+        let fail = |e: CudaError| DeviceError::Launch {
+            kernel: "(event timing)".into(),
+            message: e.to_string(),
+        };
+        let (start, end) = {
+            let _stream = self.stream_lock();
+            let start = self.gpu.record_event().map_err(fail)?;
+            for (kernel, args) in launches {
+                Self::enqueue(&self.gpu, module, *kernel, args)?;
+            }
+            (start, self.gpu.record_event().map_err(fail)?)
+        };
+        let ms = start.elapsed_ms(&end).map_err(fail)?;
+        // A fault of the kernels shows on the stream, not on the events.
+        self.synchronize()?;
+        Ok(f64::from(ms) * 1e-3)
     }
 
     unsafe fn capture(

@@ -1,11 +1,13 @@
 //! The CUDA implementation of the graph layer's [`Backend`], over any [`GpuDevice`]: the
-//! simulator device today ([`crate::sim_device::SimDevice`], `--device cuda-sim`), a real
-//! GPU through a driver-API runtime later.
+//! simulator device ([`crate::sim_device::SimDevice`], `--device cuda-sim`) or a real GPU
+//! through the driver-API runtime ([`crate::gpu_device::RuntimeDevice`], `--device cuda`).
 //!
 //! How a task becomes a kernel: an anchored task whose anchor is an f32 (batched) matmul uses the
 //! SIMT matmul template with its prologues and epilogue fused
 //! ([`crate::schedule::matmul_anchor`]), an f32 2-D convolution the same template as an
-//! implicit GEMM ([`crate::schedule::conv_anchor`]); when fusion is refused, a fused task is
+//! implicit GEMM ([`crate::schedule::conv_anchor`]), each with the tuning cache's choice for
+//! this GPU where one is recorded, else the heuristic, and tuned while the module is built when
+//! [`CudaTuning::level`] asks ([`crate::tuning`]); when fusion is refused, a fused task is
 //! refused and the graph layer splits it; every other task goes through the default GPU scheduler
 //! ([`crate::schedule`]), which turns the task's composed compute definition into one CUDA
 //! kernel. Every kernel is verified,
@@ -29,14 +31,15 @@ use hidet_graph::compiled::{
 use hidet_graph::fusion::FusedTask;
 use hidet_graph::{DType, Tensor};
 use hidet_ir::compute::tensor_dtype;
-use hidet_ir::function::{FunctionKind, IRModule, Target};
+use hidet_ir::function::{Function, FunctionKind, IRModule, Target};
 
 use crate::arch::Arch;
 use crate::device::{DeviceKernel, GpuDevice, KernelParam};
 use crate::ptxas::PtxasReport;
-use crate::schedule::conv_anchor::conv_kernel;
-use crate::schedule::matmul_anchor::{matmul_kernel, AnchorTarget, TemplateOutcome};
+use crate::schedule::matmul_anchor::{AnchorTarget, TemplateOutcome};
+use crate::schedule::simt_anchor::SimtAnchor;
 use crate::schedule::{self, ScheduleKind};
+use crate::tuning::{simt_choice, tune_tasks, CudaTuning, SimtTask};
 pub use arena::CudaArena;
 
 /// Whether [`Backend::build`] compiles every kernel with NVRTC.
@@ -154,6 +157,12 @@ pub struct CudaKernel {
     pub image: DeviceKernel,
     pub origin: KernelOrigin,
     pub parallel_k: Option<ParallelKImage>,
+    /// The SIMT task, when it is to be tuned while the module is built
+    /// ([`CudaTuning::level`]).
+    pub tunable: Option<Arc<SimtTask>>,
+    /// Whether the template's schedule is a tuned one (from a tuning record, or tuned while
+    /// building) rather than the heuristic.
+    pub tuned: bool,
 }
 
 /// How one kernel of the graph layer (one task) runs on the device.
@@ -175,6 +184,7 @@ pub struct CudaModule<D: GpuDevice> {
     plans: Vec<(Plan, Vec<KernelParam>)>,
     origins: Vec<KernelOrigin>,
     k_parts: Vec<Option<i64>>,
+    tuned: Vec<bool>,
     /// The workspace of the parallel-k kernels (the largest any needs), shared by them:
     /// `workspace_lock` is held from a partial kernel's launch to its reduction's, so the
     /// two are adjacent on the device's stream.
@@ -193,6 +203,12 @@ impl<D: GpuDevice> CudaModule<D> {
     /// How each kernel was produced, in (task) kernel order.
     pub fn origins(&self) -> &[KernelOrigin] {
         &self.origins
+    }
+
+    /// For each (task) kernel, whether its template schedule is a tuned one (a tuning
+    /// record's, or tuned while building) rather than the heuristic.
+    pub fn tuned(&self) -> &[bool] {
+        &self.tuned
     }
 
     /// For each (task) kernel, the parts of its parallel-k split (`None`: not split).
@@ -237,11 +253,24 @@ impl<D: GpuDevice> CudaModule<D> {
 pub struct CudaBackend<D: GpuDevice> {
     device: Arc<D>,
     pub options: CudaBackendOptions,
+    /// Tuned choices for the SIMT anchors, and tuning while building ([`crate::tuning`]).
+    pub tuning: CudaTuning,
 }
 
 impl<D: GpuDevice> CudaBackend<D> {
+    /// The backend on `device`, without tuning (every SIMT anchor uses the heuristic).
     pub fn new(device: Arc<D>, options: CudaBackendOptions) -> CudaBackend<D> {
-        CudaBackend { device, options }
+        CudaBackend {
+            device,
+            options,
+            tuning: CudaTuning::default(),
+        }
+    }
+
+    /// This backend with `tuning`: cached choices for its environment, and tuning while
+    /// building when a measuring level is set.
+    pub fn with_tuning(self, tuning: CudaTuning) -> CudaBackend<D> {
+        CudaBackend { tuning, ..self }
     }
 
     /// The device kernels run on.
@@ -250,9 +279,34 @@ impl<D: GpuDevice> CudaBackend<D> {
     }
 }
 
+/// The parameters of CUDA kernel `f` as a device sees them: the first `inputs` read, the
+/// rest written; every one a tensor of constant shape.
+pub fn kernel_params(f: &Function, inputs: usize) -> Result<Vec<KernelParam>, String> {
+    f.params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let shape = schedule::const_shape(p).map_err(|e| e.to_string())?;
+            let elements = shape
+                .iter()
+                .try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?))
+                .ok_or_else(|| format!("parameter `{}` has an invalid shape", p.name()))?;
+            let dtype = tensor_dtype(p)
+                .ok_or_else(|| format!("parameter `{}` is not a tensor", p.name()))?;
+            Ok(KernelParam {
+                name: p.name().to_string(),
+                dtype,
+                elements,
+                written: i >= inputs,
+            })
+        })
+        .collect()
+}
+
 /// The image of CUDA kernel function `module.functions[0]`, whose first `inputs` parameters
-/// it reads and the rest it writes: parameters, launch configuration and CUDA C.
-fn kernel_image(inputs: usize, module: IRModule) -> Result<DeviceKernel, String> {
+/// it reads and the rest it writes: parameters, launch configuration and CUDA C (verified,
+/// lowered and emitted: a kernel the CUDA dialect cannot express fails here).
+pub fn kernel_image(inputs: usize, module: IRModule) -> Result<DeviceKernel, String> {
     let f = module
         .functions
         .first()
@@ -275,26 +329,7 @@ fn kernel_image(inputs: usize, module: IRModule) -> Result<DeviceKernel, String>
         .map(|b| u32::try_from(b).map_err(|_| format!("block dimension {b}")));
     let block = [block[0].clone()?, block[1].clone()?, block[2].clone()?];
     let dynamic_shared_bytes = dim(&launch.dynamic_shared_bytes, "dynamic shared memory")?;
-    let params = f
-        .params
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let shape = schedule::const_shape(p).map_err(|e| e.to_string())?;
-            let elements = shape
-                .iter()
-                .try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?))
-                .ok_or_else(|| format!("parameter `{}` has an invalid shape", p.name()))?;
-            let dtype = tensor_dtype(p)
-                .ok_or_else(|| format!("parameter `{}` is not a tensor", p.name()))?;
-            Ok(KernelParam {
-                name: p.name().to_string(),
-                dtype,
-                elements,
-                written: i >= inputs,
-            })
-        })
-        .collect::<Result<Vec<_>, String>>()?;
+    let params = kernel_params(f, inputs)?;
     let source = crate::emit_cuda(&module).map_err(|e| e.to_string())?;
     Ok(DeviceKernel {
         name: f.name.clone(),
@@ -389,6 +424,117 @@ fn compile_all(
     Ok(reports)
 }
 
+/// The kernel of `task` from what the template made of it: the template's kernel (or
+/// parallel-k pair), or, where the template does not apply or refuses a lone anchor, the
+/// default scheduler's; a refused fused task is refused (the graph layer splits it).
+fn kernel_of_outcome(
+    task: &FusedTask,
+    outcome: TemplateOutcome,
+) -> Result<CudaKernel, BackendError> {
+    let compile_error = |message: String| BackendError::Compile {
+        task: task.name.clone(),
+        message,
+    };
+    let fused = task.nodes.len() > 1;
+    let inputs = task.def.inputs.len();
+    let origin = if fused {
+        KernelOrigin::FusedTemplate
+    } else {
+        KernelOrigin::Template
+    };
+    let image_of = |f: Function, inputs: usize| {
+        let module = IRModule::new(f.name.clone(), Target::Cuda).with(f);
+        kernel_image(inputs, module).map_err(compile_error)
+    };
+    let (function, origin) = match outcome {
+        TemplateOutcome::ParallelK(k) => {
+            let workspace_bytes = k
+                .workspace_elements
+                .checked_mul(4)
+                .ok_or_else(|| compile_error("the parallel-k workspace is too large".into()))?;
+            return Ok(CudaKernel {
+                image: image_of(k.partial, inputs)?,
+                origin,
+                parallel_k: Some(ParallelKImage {
+                    reduce: image_of(k.reduce, inputs + 1)?,
+                    parts: k.parts,
+                    workspace_bytes,
+                }),
+                tunable: None,
+                tuned: false,
+            });
+        }
+        TemplateOutcome::Kernel(f) if fused => (*f, KernelOrigin::FusedTemplate),
+        TemplateOutcome::Kernel(f) => (*f, KernelOrigin::Template),
+        TemplateOutcome::Refused(reason) if fused => {
+            return Err(BackendError::Refused {
+                task: task.name.clone(),
+                reason,
+            })
+        }
+        TemplateOutcome::Refused(_) | TemplateOutcome::NotApplicable => {
+            let (f, kind) = schedule::schedule(&task.def, &task.name)
+                .map_err(|e| compile_error(e.to_string()))?;
+            (f, KernelOrigin::Scheduler(kind))
+        }
+    };
+    let module = IRModule::new(task.name.clone(), Target::Cuda).with(function);
+    let image = kernel_image(inputs, module).map_err(compile_error)?;
+    Ok(CudaKernel {
+        image,
+        origin,
+        parallel_k: None,
+        tunable: None,
+        tuned: false,
+    })
+}
+
+impl<D: GpuDevice + 'static> CudaBackend<D> {
+    /// When a measuring level is requested: tunes the SIMT tasks of `kernels` on this
+    /// backend's device ([`crate::tuning`]) and returns the kernels with every tuned task
+    /// rebuilt with its chosen candidate; a task that cannot be tuned keeps its kernel (with a
+    /// warning). Otherwise returns `kernels` unchanged.
+    fn tune_kernels(&self, mut kernels: Vec<CudaKernel>) -> Result<Vec<CudaKernel>, BackendError> {
+        if !self.tuning.measures() {
+            return Ok(kernels);
+        }
+        let tuned: Vec<usize> = (0..kernels.len())
+            .filter(|&i| kernels[i].tunable.is_some())
+            .collect();
+        let tasks: Vec<SimtTask> = tuned
+            .iter()
+            .filter_map(|&i| kernels[i].tunable.as_deref().cloned())
+            .collect();
+        if tasks.is_empty() {
+            return Ok(kernels);
+        }
+        let results = tune_tasks(&self.tuning, self.device.clone(), &tasks)
+            .map_err(|e| BackendError::Build(format!("tuning: {e}")))?;
+        for ((&i, task), result) in tuned.iter().zip(&tasks).zip(results) {
+            let rebuilt = result.map_err(|e| e.to_string()).and_then(|r| {
+                let outcome = task.anchor().kernel(task.fused(), &r.winner.0);
+                kernel_of_outcome(task.fused(), outcome).map_err(|e| e.to_string())
+            });
+            match rebuilt {
+                Ok(mut kernel) => {
+                    kernel.tunable = kernels[i].tunable.take();
+                    kernel.tuned = true;
+                    kernels[i] = kernel;
+                }
+                Err(e) => {
+                    let message =
+                        format!("`{}` keeps its heuristic schedule: {e}", task.fused().name);
+                    match &self.tuning.observer {
+                        Some(o) => o.event(&hidet_tune::TuneEvent::Warning(&message)),
+                        None => eprintln!("warning: {message}"),
+                    }
+                }
+            }
+        }
+        Ok(kernels)
+    }
+}
+
 impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
     type Kernel = CudaKernel;
     type Module = CudaModule<D>;
@@ -403,64 +549,25 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
         hidet_graph::passes::default_passes()
     }
 
+    /// A SIMT anchor with the tuning cache's choice for this environment, else the
+    /// heuristic; any other task through the default scheduler (see the module docs).
     fn lower(&self, task: &FusedTask, _opts: &CompileOptions) -> Result<CudaKernel, BackendError> {
-        let compile_error = |message: String| BackendError::Compile {
-            task: task.name.clone(),
-            message,
-        };
-        let fused = task.nodes.len() > 1;
         let target = self.options.anchor_target();
-        let outcome = match matmul_kernel(task, &target) {
-            TemplateOutcome::NotApplicable => conv_kernel(task, &target),
-            outcome => outcome,
-        };
-        let inputs = task.def.inputs.len();
-        let origin = if fused {
-            KernelOrigin::FusedTemplate
-        } else {
-            KernelOrigin::Template
-        };
-        let image_of = |f: hidet_ir::function::Function, inputs: usize| {
-            let module = IRModule::new(f.name.clone(), Target::Cuda).with(f);
-            kernel_image(inputs, module).map_err(compile_error)
-        };
-        let (function, origin) = match outcome {
-            TemplateOutcome::ParallelK(k) => {
-                let workspace_bytes = k
-                    .workspace_elements
-                    .checked_mul(4)
-                    .ok_or_else(|| compile_error("the parallel-k workspace is too large".into()))?;
-                return Ok(CudaKernel {
-                    image: image_of(k.partial, inputs)?,
-                    origin,
-                    parallel_k: Some(ParallelKImage {
-                        reduce: image_of(k.reduce, inputs + 1)?,
-                        parts: k.parts,
-                        workspace_bytes,
-                    }),
-                });
-            }
-            TemplateOutcome::Kernel(f) if fused => (*f, KernelOrigin::FusedTemplate),
-            TemplateOutcome::Kernel(f) => (*f, KernelOrigin::Template),
-            TemplateOutcome::Refused(reason) if fused => {
-                return Err(BackendError::Refused {
-                    task: task.name.clone(),
-                    reason,
-                })
-            }
-            TemplateOutcome::Refused(_) | TemplateOutcome::NotApplicable => {
-                let (f, kind) = schedule::schedule(&task.def, &task.name)
-                    .map_err(|e| compile_error(e.to_string()))?;
-                (f, KernelOrigin::Scheduler(kind))
-            }
-        };
-        let module = IRModule::new(task.name.clone(), Target::Cuda).with(function);
-        let image = kernel_image(inputs, module).map_err(compile_error)?;
-        Ok(CudaKernel {
-            image,
-            origin,
-            parallel_k: None,
-        })
+        let chosen = SimtAnchor::of(task).and_then(|anchor| {
+            let c = simt_choice(&self.tuning, task, &anchor, self.options.arch, &target)?;
+            Some((anchor.kernel(task, &c.choice), c.tunable, c.recorded))
+        });
+        let (outcome, tunable, recorded) =
+            chosen.unwrap_or((TemplateOutcome::NotApplicable, None, false));
+        let mut kernel = kernel_of_outcome(task, outcome)?;
+        if matches!(
+            kernel.origin,
+            KernelOrigin::Template | KernelOrigin::FusedTemplate
+        ) {
+            kernel.tunable = tunable;
+            kernel.tuned = recorded;
+        }
+        Ok(kernel)
     }
 
     fn build(
@@ -469,6 +576,7 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
         opts: &CompileOptions,
     ) -> Result<(CudaModule<D>, ModuleReport), BackendError> {
         let start = Instant::now();
+        let kernels = self.tune_kernels(kernels)?;
         if let Some(p) = &opts.progress {
             p.report(CompileProgress::Building {
                 kernels: kernels.len(),
@@ -478,6 +586,7 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
         let mut plans = Vec::with_capacity(kernels.len());
         let mut origins = Vec::with_capacity(kernels.len());
         let mut k_parts = Vec::with_capacity(kernels.len());
+        let tuned: Vec<bool> = kernels.iter().map(|k| k.tuned).collect();
         let mut workspace_bytes = 0usize;
         for k in kernels {
             origins.push(k.origin);
@@ -550,6 +659,7 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
                 plans,
                 origins,
                 k_parts,
+                tuned,
                 workspace,
                 workspace_lock: std::sync::Mutex::new(()),
                 runs: Default::default(),

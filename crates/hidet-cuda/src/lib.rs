@@ -16,7 +16,9 @@
 //! - [`graph_backend`]: the graph layer's backend ([`graph_backend::CudaBackend`]) over a
 //!   [`device::GpuDevice`] (device memory addressed by `u64` pointers, modules, launches);
 //!   [`sim_device::SimDevice`] is the device that runs kernels in the simulator;
-//! - [`schedule`]: the default GPU scheduler for any fused task.
+//! - [`schedule`]: the default GPU scheduler for any fused task;
+//! - [`tuning`]: the SIMT template's schedules tuned by measurement on a GPU (the
+//!   `hidet_tune` traits implemented for the template and the device).
 //!
 //! CUDA C itself is emitted by `hidet-codegen`'s CUDA dialect.
 
@@ -37,6 +39,7 @@ pub mod sim;
 pub mod sim_device;
 pub mod source;
 pub mod templates;
+pub mod tuning;
 
 pub use arch::Arch;
 pub use cache::{CacheOutcome, CachedKernel, CudaKernelCache};

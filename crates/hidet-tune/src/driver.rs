@@ -2,8 +2,9 @@
 //! measurement, winners and records.
 //!
 //! [`Tuner::tune`] works in two phases so that compilation never disturbs a measurement:
-//! 1. every candidate of every task to tune is turned into a kernel and the kernels are
-//!    compiled in units (several candidates of one task per library), `jobs` units at a time;
+//! 1. every candidate of every task to tune is turned into its kernels
+//!    ([`Tunable::kernels`]) and they are compiled in units (several candidates of one task
+//!    per library), `jobs` units at a time;
 //! 2. holding [`measure::exclusive`], the candidates are measured one after another, task by
 //!    task, each on one workload of random inputs of the task's real shapes; then the
 //!    heuristic and the fastest few are measured again and keep their better median (a
@@ -101,8 +102,8 @@ struct UnitJob {
 
 struct UnitBuilt<U> {
     unit: Result<U, TuneError>,
-    /// The first generated kernel (for the workload).
-    sample: Option<Function>,
+    /// The kernels of the first generated candidate (for the workload).
+    sample: Option<Vec<Function>>,
     /// Candidate index and kernel name of each generated kernel.
     kernels: Vec<(usize, String)>,
     /// Candidate index and reason of each candidate that could not be generated.
@@ -376,11 +377,15 @@ impl<'a, B: TuneBackend> Tuner<'a, B> {
         let mut failures = Vec::new();
         for c in job.range.clone() {
             let name = format!("{}_c{c}", p.name);
-            match task.function(&p.candidates[c], &name) {
-                Ok(f) => {
+            match task.kernels(&p.candidates[c], &name) {
+                Ok(f) if f.first().is_some_and(|f| f.name == name) => {
                     kernels.push((c, name));
                     functions.push(f);
                 }
+                Ok(_) => failures.push((
+                    c,
+                    format!("the template's first kernel is not named `{name}`"),
+                )),
                 Err(reason) => failures.push((c, reason)),
             }
         }
@@ -438,8 +443,8 @@ impl<'a, B: TuneBackend> Tuner<'a, B> {
                             CandidateOutcome::Failed("no workload for this task".into())
                         }
                         (Ok(unit), Some(w)) => {
-                            let mut run = || self.backend.run(unit, kernel, w);
-                            match measure::measure(&mut run, &self.config.measure, best) {
+                            let mut run = || self.backend.time(unit, kernel, w);
+                            match measure::measure_timed(&mut run, &self.config.measure, best) {
                                 Ok(Measured::Complete(s)) => {
                                     best = Some(best.map_or(s.median, |b| b.min(s.median)));
                                     CandidateOutcome::Measured(s)
@@ -500,9 +505,9 @@ impl<'a, B: TuneBackend> Tuner<'a, B> {
             }) else {
                 continue;
             };
-            let mut run = || self.backend.run(unit, kernel, workload);
+            let mut run = || self.backend.time(unit, kernel, workload);
             let Ok(Measured::Complete(second)) =
-                measure::measure(&mut run, &self.config.measure, None)
+                measure::measure_timed(&mut run, &self.config.measure, None)
             else {
                 continue;
             };

@@ -59,11 +59,30 @@ pub fn exclusive() -> MutexGuard<'static, ()> {
     MEASURING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Times `run` under `config`. `best` is the best median (seconds) measured so far for the
-/// same task, if any, for pruning. The caller should hold [`exclusive`]. Fails with the first
-/// error `run` returns.
+/// Times `run` under `config` with the wall clock around each call. `best` is the best median
+/// (seconds) measured so far for the same task, if any, for pruning. The caller should hold
+/// [`exclusive`]. Fails with the first error `run` returns.
 pub fn measure(
     run: &mut dyn FnMut() -> Result<(), TuneError>,
+    config: &MeasureConfig,
+    best: Option<f64>,
+) -> Result<Measured, TuneError> {
+    measure_timed(
+        &mut || {
+            let start = Instant::now();
+            run()?;
+            Ok(start.elapsed().as_secs_f64())
+        },
+        config,
+        best,
+    )
+}
+
+/// [`measure`] for a `run` that reports how long it took itself (seconds, e.g. from a GPU's
+/// events, [`crate::TuneBackend::time`]): those times are the samples, and the run count and
+/// `min_time` are judged by them.
+pub fn measure_timed(
+    run: &mut dyn FnMut() -> Result<f64, TuneError>,
     config: &MeasureConfig,
     best: Option<f64>,
 ) -> Result<Measured, TuneError> {
@@ -74,11 +93,12 @@ pub fn measure(
     let mut samples: Vec<f64> = Vec::with_capacity(max_runs.min(64));
     let mut total = Duration::ZERO;
     while samples.len() < max_runs {
-        let start = Instant::now();
-        run()?;
-        let elapsed = start.elapsed();
-        total += elapsed;
-        samples.push(elapsed.as_secs_f64());
+        let seconds = run()?;
+        if !seconds.is_finite() || seconds < 0.0 {
+            return Err(invalid(&[seconds]));
+        }
+        total += Duration::from_secs_f64(seconds);
+        samples.push(seconds);
         if let Some(best) = best {
             let fastest = samples.iter().copied().fold(f64::INFINITY, f64::min);
             if samples.len() >= config.prune_after.max(1) && fastest > best * config.prune_ratio {
@@ -159,6 +179,36 @@ mod tests {
         .expect("runs succeed");
         assert!(matches!(m, Measured::Pruned(s) if s.runs == 2), "{m:?}");
         assert_eq!(calls, 3);
+    }
+
+    #[test]
+    fn self_timed_runs_are_their_own_samples() {
+        let config = MeasureConfig {
+            warmup: 1,
+            min_runs: 3,
+            max_runs: 100,
+            min_time: Duration::from_micros(100),
+            ..MeasureConfig::default()
+        };
+        // 20 µs per run as the device reports it, however long the call takes: runs continue
+        // until the reported times reach `min_time` (5 runs), not the wall clock's.
+        let mut calls = 0;
+        let m = measure_timed(
+            &mut || {
+                calls += 1;
+                Ok(20e-6)
+            },
+            &config,
+            None,
+        )
+        .expect("runs succeed");
+        let Measured::Complete(s) = m else {
+            panic!("pruned without a best: {m:?}")
+        };
+        assert_eq!((calls, s.runs), (6, 5));
+        assert!((s.median - 20e-6).abs() < 1e-12, "{s:?}");
+        let bad = measure_timed(&mut || Ok(f64::NAN), &config, None);
+        assert!(matches!(bad, Err(TuneError::Run { .. })), "{bad:?}");
     }
 
     #[test]

@@ -110,12 +110,17 @@ impl TuneBackend for SpinBackend {
     fn environment(&self) -> Result<Environment, TuneError> {
         Ok(self.environment.clone())
     }
-    fn compile(&self, _name: &str, functions: Vec<Function>) -> Result<Self::Unit, TuneError> {
+    fn compile(
+        &self,
+        _name: &str,
+        candidates: Vec<Vec<Function>>,
+    ) -> Result<Self::Unit, TuneError> {
         self.compiles.fetch_add(1, Ordering::SeqCst);
         self.kernels_compiled
-            .fetch_add(functions.len(), Ordering::SeqCst);
-        Ok(functions
+            .fetch_add(candidates.len(), Ordering::SeqCst);
+        Ok(candidates
             .iter()
+            .flatten()
             .map(|f| {
                 let spin = f.params[0]
                     .name()
@@ -126,7 +131,7 @@ impl TuneBackend for SpinBackend {
             })
             .collect())
     }
-    fn workload(&self, _f: &Function) -> Result<usize, TuneError> {
+    fn workload(&self, _f: &[Function]) -> Result<usize, TuneError> {
         Ok(0)
     }
     fn run(&self, unit: &Self::Unit, kernel: &str, runs: &mut usize) -> Result<(), TuneError> {
@@ -456,4 +461,132 @@ fn confirmation_round_undoes_a_burst_of_noise() {
         "the heuristic keeps its quiet median, got {} s",
         heuristic.median
     );
+}
+
+/// A task whose candidates are two kernels each (a product and the reduction of its parts):
+/// schedule `s` reports `s` µs.
+struct PairTask;
+
+impl Tunable for PairTask {
+    type Schedule = u32;
+    fn key(&self) -> String {
+        "pair/a".into()
+    }
+    fn space(&self) -> String {
+        "test.pair".into()
+    }
+    fn template_version(&self) -> String {
+        "v1".into()
+    }
+    fn heuristic(&self) -> u32 {
+        900
+    }
+    fn candidates(&self, _level: TuneLevel) -> Vec<u32> {
+        vec![900, 40, 20_000, 60]
+    }
+    fn label(&self, s: &u32) -> String {
+        format!("pair {s}us")
+    }
+    fn function(&self, _s: &u32, _name: &str) -> Result<Function, String> {
+        Err("a pair candidate has two kernels".into())
+    }
+    fn kernels(&self, s: &u32, name: &str) -> Result<Vec<Function>, String> {
+        let kernel = |name: String, param: String| Function {
+            name,
+            kind: FunctionKind::CpuKernel,
+            params: vec![Var::new(param, DataType::I32)],
+            ret: Type::Void,
+            body: Stmt::seq(Vec::new()),
+        };
+        Ok(vec![
+            kernel(name.into(), format!("time_{s}")),
+            kernel(format!("{name}_reduce"), "reduce".into()),
+        ])
+    }
+}
+
+/// A device that times its own runs (as a GPU does with events): `time` reports the
+/// candidate's time without taking it, and counts the kernels each run launches.
+#[derive(Default)]
+struct SelfTimedBackend {
+    launches: AtomicUsize,
+}
+
+impl TuneBackend for SelfTimedBackend {
+    /// Candidate name → (reported µs, kernels).
+    type Unit = HashMap<String, (u32, usize)>;
+    type Workload = ();
+    fn environment(&self) -> Result<Environment, TuneError> {
+        Ok(Environment {
+            device: "test gpu".into(),
+            features: vec!["sm_90".into()],
+            compiler: "nvrtc 1.0".into(),
+            flags: vec![],
+        })
+    }
+    fn compile(
+        &self,
+        _name: &str,
+        candidates: Vec<Vec<Function>>,
+    ) -> Result<Self::Unit, TuneError> {
+        Ok(candidates
+            .iter()
+            .map(|kernels| {
+                let time = kernels[0].params[0]
+                    .name()
+                    .trim_start_matches("time_")
+                    .parse()
+                    .unwrap_or(0);
+                (kernels[0].name.clone(), (time, kernels.len()))
+            })
+            .collect())
+    }
+    fn workload(&self, candidate: &[Function]) -> Result<(), TuneError> {
+        assert_eq!(candidate.len(), 2, "the workload sees a whole candidate");
+        Ok(())
+    }
+    fn run(&self, unit: &Self::Unit, candidate: &str, _w: &mut ()) -> Result<(), TuneError> {
+        let (_, kernels) = unit.get(candidate).ok_or_else(|| TuneError::Run {
+            kernel: candidate.into(),
+            message: "no such candidate".into(),
+        })?;
+        self.launches.fetch_add(*kernels, Ordering::SeqCst);
+        Ok(())
+    }
+    fn time(&self, unit: &Self::Unit, candidate: &str, w: &mut ()) -> Result<f64, TuneError> {
+        self.run(unit, candidate, w)?;
+        Ok(f64::from(unit[candidate].0) * 1e-6)
+    }
+}
+
+/// A backend's own timing is what the tuner records (not the wall clock around a call that
+/// takes no time), and a candidate of two kernels is compiled, run and recorded as one.
+#[test]
+fn self_timed_multi_kernel_candidates_are_measured_by_the_device_times() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cache = TuningCache::in_cache_dir(dir.path());
+    let backend = SelfTimedBackend::default();
+    let results = Tuner::new(&backend, config(TuneLevel::Subset, &cache))
+        .tune(&[PairTask])
+        .expect("environment known");
+    let r = results[0].as_ref().expect("tuned");
+    assert_eq!(r.winner, 40);
+    let record = r.record.as_ref().expect("a record");
+    for c in &record.candidates {
+        match &c.outcome {
+            CandidateOutcome::Measured(s) => {
+                assert_eq!(s.median, f64::from(c.schedule) * 1e-6, "{c:?}")
+            }
+            // Slower than 1.3 × the best 40 µs when measured: cut short.
+            CandidateOutcome::Pruned(s) => {
+                assert!(
+                    c.schedule > 52 && s.min == f64::from(c.schedule) * 1e-6,
+                    "{c:?}"
+                )
+            }
+            CandidateOutcome::Failed(m) => panic!("{c:?} failed: {m}"),
+        }
+    }
+    // Every run launched both kernels of its candidate.
+    assert_eq!(backend.launches.load(Ordering::SeqCst) % 2, 0);
 }

@@ -55,6 +55,7 @@ use std::sync::Arc;
 
 use hidet_cpu::graph_backend::tuning::CpuTuning;
 use hidet_cuda::graph_backend::CudaBackendOptions;
+use hidet_cuda::tuning::CudaTuning;
 use hidet_graph::compiled::{CompileOptions, CompileReport};
 use hidet_graph::{Datum, Graph, ValueKind};
 use hidet_onnx::OnnxModel;
@@ -117,10 +118,11 @@ pub struct Options {
     /// model of this process (same kernel, same schedule) runs with the count set last.
     pub threads: Option<usize>,
     /// Level 0 ([`TuneLevel::Heuristic`], the default) measures nothing: every matmul task
-    /// uses the schedule recorded by an earlier tuning in the tuning cache
-    /// (`$HIDET_CACHE_DIR/tuning`), else the heuristic. Levels 1 and 2 measure the tasks the
-    /// cache does not answer at that level (seconds to minutes per task) and record the
-    /// winners.
+    /// (on `cuda`, every SIMT matmul and convolution task) uses the schedule recorded by an
+    /// earlier tuning in the tuning cache (`$HIDET_CACHE_DIR/tuning`), else the heuristic.
+    /// Levels 1 and 2 measure the tasks the cache does not answer at that level (seconds to
+    /// minutes per task; on `cuda`, on the GPU) and record the winners. `cuda-sim` takes
+    /// level 0 only (the simulator has no timing).
     pub tuning: TuneLevel,
     /// Ignore recorded tuning winners: level 0 then uses the heuristic, levels 1 and 2
     /// measure again.
@@ -156,11 +158,12 @@ impl Options {
         if self.threads == Some(0) {
             return Err(Error::InvalidOption("threads must be at least 1".into()));
         }
-        if self.device != Device::Cpu && self.tuning != TuneLevel::Heuristic {
-            return Err(Error::InvalidOption(format!(
-                "tuning measures CPU kernels only; compile for {} with tuning level 0",
-                self.device.name()
-            )));
+        if self.device == Device::CudaSim && self.tuning != TuneLevel::Heuristic {
+            return Err(Error::InvalidOption(
+                "tuning measures kernels on the CPU or a GPU, and the GPU simulator has no \
+                 timing; compile for cuda-sim with tuning level 0"
+                    .into(),
+            ));
         }
         Ok(())
     }
@@ -318,7 +321,14 @@ impl Model {
                 opts,
                 CudaBackendOptions::default(),
             )),
-            Device::Cuda => Compiled::Cuda(pipeline::compile_gpu(&self.onnx, opts)?),
+            Device::Cuda => {
+                let tuning = CudaTuning {
+                    level: Some(options.tuning),
+                    ignore_cache: options.retune,
+                    ..CudaTuning::default()
+                };
+                Compiled::Cuda(pipeline::compile_gpu_tuned(&self.onnx, opts, tuning)?)
+            }
         };
         let compiled = CompiledModel {
             inner: Arc::new(inner),
@@ -639,6 +649,12 @@ mod tests {
         let model = Model::zoo("tiny_mlp").expect("zoo model builds");
         let err = model.compile(&Options::default().threads(0)).unwrap_err();
         assert!(matches!(err, Error::InvalidOption(_)), "{err:?}");
+        let sim = Options {
+            device: Device::CudaSim,
+            ..Options::default()
+        };
+        let err = model.compile(&sim.tuning(TuneLevel::Subset)).unwrap_err();
+        assert!(err.to_string().contains("no timing"), "{err:?}");
         let compiled = model.compile(&Options::default()).expect("compiles");
         let err = compiled.run::<&str>(&[]).unwrap_err();
         assert_eq!(err.to_string(), "missing input `input`");

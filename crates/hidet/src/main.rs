@@ -134,8 +134,9 @@ enum Command {
     },
     /// List the built-in models (use them as zoo:NAME).
     Zoo,
-    /// Compile a model, tuning every matmul task at --level (0: heuristic, 1: a few dozen
-    /// candidates, 2: the whole space); results go to the tuning cache for later commands.
+    /// Compile a model, tuning every matmul (and, on cuda, convolution) task at --level (0:
+    /// heuristic, 1: a few dozen candidates, 2: the whole space); results go to the tuning
+    /// cache for later commands.
     Tune {
         /// The .onnx file, or zoo:NAME for a built-in model (see `hidet zoo`).
         model: String,
@@ -170,9 +171,10 @@ enum Command {
         /// Print one JSON object (per-task summaries) as the last stdout line.
         #[arg(long)]
         json: bool,
-        /// The device tuned for: cpu (measured here). cuda-sim is refused (the simulator
-        /// has no timing); cuda is refused until the CUDA tuner exists. Default:
-        /// $HIDET_DEVICE, else cpu.
+        /// The device tuned for: cpu (measured here), or cuda (GPU 0: the SIMT matmul and
+        /// convolution schedules, timed with CUDA events; fails naming what is missing
+        /// without a driver or GPU). cuda-sim is refused (the simulator has no timing).
+        /// Default: $HIDET_DEVICE, else cpu.
         #[arg(long, value_name = "DEVICE")]
         device: Option<Device>,
     },
@@ -302,9 +304,10 @@ fn main() -> ExitCode {
             device,
         } => Device::resolve(device)
             .map_err(cli::CliError::from)
-            .and_then(cli::tune::check_device)
-            .and_then(|()| {
+            .and_then(|device| cli::tune::check_device(device).map(|()| device))
+            .and_then(|device| {
                 cli::tune::run(&cli::tune::TuneArgs {
+                    device,
                     model,
                     inputs,
                     level,

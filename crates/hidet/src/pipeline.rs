@@ -17,6 +17,7 @@ use hidet_cuda::gpu_device::RuntimeDevice;
 use hidet_cuda::graph_backend::{CudaBackend, CudaBackendOptions, NvrtcCheck};
 use hidet_cuda::runtime::Gpu;
 use hidet_cuda::sim_device::{SimDevice, SimDeviceOptions};
+use hidet_cuda::tuning::CudaTuning;
 use hidet_cuda::CudaKernelCache;
 use hidet_graph::compiled::{
     ArtifactReader, Backend, CompileOptions, CompiledError, CompiledModel, LoadedModel,
@@ -230,7 +231,21 @@ pub fn compile_sim(
 /// passes, fused CUDA kernels compiled for the GPU's architecture by NVRTC through the
 /// cubin/PTX cache (`$HIDET_CACHE_DIR/cuda`; a kernel compiled on another machine is taken from
 /// there without NVRTC). Fails, naming why, where no GPU can be opened.
+///
+/// The SIMT matmul and convolution anchors use the tuning cache's records for this GPU and
+/// NVRTC (`hidet tune --device cuda`), the heuristic where there is none.
 pub fn compile_gpu(model: &OnnxModel, opts: CompileOptions) -> Result<GpuModel, PipelineError> {
+    compile_gpu_tuned(model, opts, CudaTuning::default())
+}
+
+/// [`compile_gpu`] with `tuning` (its environment is set to the opened GPU's, so cached
+/// records apply; with a measuring level, the SIMT tasks are tuned on the GPU when a shape is
+/// compiled, see [`CudaTuning`]).
+pub fn compile_gpu_tuned(
+    model: &OnnxModel,
+    opts: CompileOptions,
+    tuning: CudaTuning,
+) -> Result<GpuModel, PipelineError> {
     Device::Cuda.check_runnable()?;
     let device = RuntimeDevice::open(0, CudaKernelCache::from_env()).map_err(cuda_unavailable)?;
     let options = CudaBackendOptions {
@@ -240,7 +255,11 @@ pub fn compile_gpu(model: &OnnxModel, opts: CompileOptions) -> Result<GpuModel, 
         cache_images: false,
         ..CudaBackendOptions::default()
     };
-    let backend = CudaBackend::new(std::sync::Arc::new(device), options);
+    let tuning = CudaTuning {
+        environment: Some(device.tuning_environment()),
+        ..tuning
+    };
+    let backend = CudaBackend::new(std::sync::Arc::new(device), options).with_tuning(tuning);
     Ok(CompiledModel::new(model.graph.clone(), backend, opts))
 }
 

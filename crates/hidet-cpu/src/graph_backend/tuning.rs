@@ -10,7 +10,6 @@
 //! one at a time — stores the results, and rebuilds those kernels with the chosen schedules,
 //! so the module built by that compilation already uses them.
 
-pub mod fingerprint;
 pub mod matmul;
 pub mod model_check;
 pub mod runner;

@@ -22,10 +22,10 @@ use hidet_ir::fusion::{fuse, Epilogue, Prologue};
 
 use super::const_shape;
 use super::matmul_anchor::{
-    choose_schedule, k_parts_for, workspace_elements, AnchorTarget, ParallelKKernels,
+    heuristic_choice, workspace_elements, AnchorTarget, MatmulShape, ParallelKKernels, SimtChoice,
     TemplateOutcome,
 };
-use crate::templates::matmul_simt::{self, Batch};
+use crate::templates::matmul_simt::{self, Batch, KSplit};
 
 /// Output channels per group below which a convolution is left to the default scheduler.
 pub const MIN_CHANNELS_PER_GROUP: i64 = 8;
@@ -60,79 +60,172 @@ fn replace_reads(
     (!failed).then_some(out)
 }
 
-/// The implicit-GEMM kernel of `task` (see the module docs), or
-/// [`TemplateOutcome::NotApplicable`] when the anchor is not an f32 2-D convolution of the
-/// expected form. Few output tiles on `target` make it a parallel-k product
-/// ([`crate::schedule::matmul_anchor`]): the im2col and weight prologues go on the partial
-/// products' kernel, the bias and the task's epilogue on the reduction kernel.
+/// The implicit-GEMM kernel of `task` (see the module docs) with the heuristic schedule for
+/// `target`, or [`TemplateOutcome::NotApplicable`] when the anchor is not an f32 2-D
+/// convolution of the expected form. Few output tiles on `target` make it a parallel-k
+/// product ([`crate::schedule::matmul_anchor`]): the im2col and weight prologues go on the
+/// partial products' kernel, the bias and the task's epilogue on the reduction kernel.
 pub fn conv_kernel(task: &FusedTask, target: &AnchorTarget) -> TemplateOutcome {
-    match build(task, target) {
-        Ok(Some(outcome)) => outcome,
-        Ok(None) => TemplateOutcome::NotApplicable,
+    let Some(gemm) = ConvGemm::of(task) else {
+        return TemplateOutcome::NotApplicable;
+    };
+    let Some(choice) = heuristic_choice(&gemm.shape(), target) else {
+        return TemplateOutcome::NotApplicable;
+    };
+    conv_kernel_with(task, &choice)
+}
+
+/// [`conv_kernel`] with `choice` (a tuned schedule and its parallel-k parts) instead of the
+/// heuristic's.
+pub fn conv_kernel_with(task: &FusedTask, choice: &SimtChoice) -> TemplateOutcome {
+    let Some(gemm) = ConvGemm::of(task) else {
+        return TemplateOutcome::NotApplicable;
+    };
+    match build(task, &gemm, choice) {
+        Ok(outcome) => outcome,
         Err(reason) => TemplateOutcome::Refused(reason),
     }
 }
 
-fn build(task: &FusedTask, target: &AnchorTarget) -> Result<Option<TemplateOutcome>, String> {
-    let Some(anchor) = &task.anchor else {
-        return Ok(None);
-    };
-    let adef = &anchor.def;
-    if anchor.op_type != "Conv" || adef.inputs.len() < 2 {
-        return Ok(None);
+/// The implicit GEMM of `task`'s convolution anchor, one batch entry per group
+/// (`batch = a_batch = b_batch = groups`), when it is an f32 2-D convolution the template
+/// takes.
+pub fn conv_shape(task: &FusedTask) -> Option<MatmulShape> {
+    ConvGemm::of(task).map(|g| g.shape())
+}
+
+/// An f32 2-D convolution anchor read as an implicit GEMM (see the module docs).
+struct ConvGemm<'a> {
+    adef: &'a hidet_ir::compute::ComputeDef,
+    vx: &'a Var,
+    vw: &'a Var,
+    acc: &'a Var,
+    axes: &'a [Var],
+    reduce_axes: &'a [Var],
+    value: &'a Expr,
+    groups: i64,
+    opg: i64,
+    kh: i64,
+    kw: i64,
+    oh: i64,
+    ow: i64,
+    m: i64,
+    n: i64,
+    k: i64,
+}
+
+impl<'a> ConvGemm<'a> {
+    fn of(task: &'a FusedTask) -> Option<ConvGemm<'a>> {
+        let anchor = task.anchor.as_ref()?;
+        let adef = &anchor.def;
+        if anchor.op_type != "Conv" || adef.inputs.len() < 2 {
+            return None;
+        }
+        let (vx, vw) = (&adef.inputs[0], &adef.inputs[1]);
+        let (acc, node) = adef.nodes.first().map(|(v, n)| (v, n))?;
+        let ComputeNode::Reduce {
+            axes,
+            reduce_axes,
+            kind: ReduceKind::Sum,
+            value,
+            ..
+        } = node
+        else {
+            return None;
+        };
+        let f32_only = [vx, vw, acc]
+            .into_iter()
+            .chain(adef.outputs.iter())
+            .all(|v| tensor_dtype(v) == Some(DataType::F32));
+        if axes.len() != 4 || reduce_axes.len() != 3 || adef.nodes.len() > 2 || !f32_only {
+            return None;
+        }
+        let (Ok(xs), Ok(ws), Ok(os)) = (const_shape(vx), const_shape(vw), const_shape(acc)) else {
+            return None;
+        };
+        let ([_, c, _, _], [o, cpg, kh, kw], [nb, o2, oh, ow]) =
+            (xs.as_slice(), ws.as_slice(), os.as_slice())
+        else {
+            return None;
+        };
+        let (c, o, cpg, kh, kw, nb, oh, ow) = (*c, *o, *cpg, *kh, *kw, *nb, *oh, *ow);
+        if o != *o2 || cpg <= 0 || c % cpg != 0 || o % (c / cpg).max(1) != 0 {
+            return None;
+        }
+        let groups = c / cpg;
+        let opg = o / groups;
+        // Few output channels per group (a depthwise convolution has one): a GEMM of so few
+        // rows would pad each tile to mostly idle rows; the default scheduler computes one
+        // output element per thread instead.
+        if opg < MIN_CHANNELS_PER_GROUP {
+            return None;
+        }
+        Some(ConvGemm {
+            adef,
+            vx,
+            vw,
+            acc,
+            axes,
+            reduce_axes,
+            value,
+            groups,
+            opg,
+            kh,
+            kw,
+            oh,
+            ow,
+            m: opg,
+            n: nb * oh * ow,
+            k: cpg * kh * kw,
+        })
     }
-    let (vx, vw) = (&adef.inputs[0], &adef.inputs[1]);
-    let (acc, node) = match adef.nodes.first() {
-        Some((v, n)) => (v, n),
-        None => return Ok(None),
-    };
-    let ComputeNode::Reduce {
+
+    fn shape(&self) -> MatmulShape {
+        MatmulShape {
+            batch: Some(Batch {
+                batch: self.groups,
+                a_batch: self.groups,
+                b_batch: self.groups,
+            }),
+            m: self.m,
+            n: self.n,
+            k: self.k,
+        }
+    }
+}
+
+fn build(
+    task: &FusedTask,
+    gemm: &ConvGemm<'_>,
+    choice: &SimtChoice,
+) -> Result<TemplateOutcome, String> {
+    let anchor = task.anchor.as_ref().ok_or("the task has no anchor")?;
+    let ConvGemm {
+        adef,
+        vx,
+        vw,
+        acc,
         axes,
         reduce_axes,
-        kind: ReduceKind::Sum,
         value,
-        ..
-    } = node
-    else {
-        return Ok(None);
-    };
-    let f32_only = [vx, vw, acc]
-        .into_iter()
-        .chain(adef.outputs.iter())
-        .all(|v| tensor_dtype(v) == Some(DataType::F32));
-    if axes.len() != 4 || reduce_axes.len() != 3 || adef.nodes.len() > 2 || !f32_only {
-        return Ok(None);
-    }
-    let (Ok(xs), Ok(ws), Ok(os)) = (const_shape(vx), const_shape(vw), const_shape(acc)) else {
-        return Ok(None);
-    };
-    let ([_, c, _, _], [o, cpg, kh, kw], [nb, o2, oh, ow]) =
-        (xs.as_slice(), ws.as_slice(), os.as_slice())
-    else {
-        return Ok(None);
-    };
-    let (c, o, cpg, kh, kw, nb, oh, ow) = (*c, *o, *cpg, *kh, *kw, *nb, *oh, *ow);
-    if o != *o2 || cpg <= 0 || c % cpg != 0 || o % (c / cpg).max(1) != 0 {
-        return Ok(None);
-    }
-    let groups = c / cpg;
-    let opg = o / groups;
-    // Few output channels per group (a depthwise convolution has one): a GEMM of so few
-    // rows would pad each tile to mostly idle rows; the default scheduler computes one
-    // output element per thread instead.
-    if opg < MIN_CHANNELS_PER_GROUP {
-        return Ok(None);
-    }
-    let (m, k, n) = (opg, cpg * kh * kw, nb * oh * ow);
-    let Some(schedule) = choose_schedule(m, n) else {
-        return Ok(None);
-    };
+        groups,
+        opg,
+        kh,
+        kw,
+        oh,
+        ow,
+        m,
+        n,
+        k,
+    } = *gemm;
+    let schedule = choice.schedule;
     let batch = Batch {
         batch: groups,
         a_batch: groups,
         b_batch: groups,
     };
-    let parts = k_parts_for(target, &schedule, groups, m, n, k);
+    // The parts the template makes of the choice's (every part multiplies some k-tile).
+    let parts = KSplit::new(k, schedule.block_k, choice.k_parts).parts;
     let module = matmul_simt::build_parallel_k(Some(batch), m, n, k, &schedule, parts)
         .map_err(|e| format!("SIMT matmul template: {e}"))?;
     let mut template = module
@@ -191,7 +284,7 @@ fn build(task: &FusedTask, target: &AnchorTarget) -> Result<Option<TemplateOutco
         .filter(|a| *a != &axes[1])
         .any(|a| w_index.iter().any(|x| x.mentions(a)))
     {
-        return Ok(None);
+        return Ok(TemplateOutcome::NotApplicable);
     }
     let a_value = operand_at(task, 1, w_index).ok_or("the weight has no prologue expression")?;
 
@@ -231,7 +324,7 @@ fn build(task: &FusedTask, target: &AnchorTarget) -> Result<Option<TemplateOutco
                 None => v,
             }
         }
-        Some(_) => return Ok(None),
+        Some(_) => return Ok(TemplateOutcome::NotApplicable),
     };
     let [output] = task.def.outputs.as_slice() else {
         return Err("an anchored task with several outputs".into());
@@ -275,7 +368,7 @@ fn build(task: &FusedTask, target: &AnchorTarget) -> Result<Option<TemplateOutco
     if parts == 1 {
         let params: Vec<Var> = inputs.chain([output.clone()]).collect();
         return fuse(&template, params, &prologues, Some(&epilogue))
-            .map(|f| Some(TemplateOutcome::Kernel(Box::new(f))))
+            .map(|f| TemplateOutcome::Kernel(Box::new(f)))
             .map_err(|e| e.to_string());
     }
     // Parallel-k: the prologues on the partial products, the epilogue on their sum.
@@ -294,12 +387,10 @@ fn build(task: &FusedTask, target: &AnchorTarget) -> Result<Option<TemplateOutco
         .chain([output.clone()])
         .collect();
     let reduce = fuse(&reduce, reduce_params, &[], Some(&epilogue)).map_err(|e| e.to_string())?;
-    Ok(Some(TemplateOutcome::ParallelK(Box::new(
-        ParallelKKernels {
-            partial,
-            reduce,
-            parts,
-            workspace_elements: workspace_elements(parts, &out_shape),
-        },
-    ))))
+    Ok(TemplateOutcome::ParallelK(Box::new(ParallelKKernels {
+        partial,
+        reduce,
+        parts,
+        workspace_elements: workspace_elements(parts, &out_shape),
+    })))
 }

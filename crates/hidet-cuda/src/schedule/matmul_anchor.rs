@@ -146,10 +146,40 @@ pub fn choose_schedule(m: i64, n: i64) -> Option<MatmulSimtSchedule> {
         })
 }
 
-/// The template kernel of `task` named `task.name` (see [`TemplateOutcome`]) for `target`.
-/// Its parameters are the task's inputs then its output, as the graph backend's contract
-/// requires (a parallel-k task's two kernels: see [`ParallelKKernels`]).
+/// One point of the SIMT template's space for an anchor: the tile schedule and the parts
+/// its reduction over `k` is split into (1: no parallel-k; the template normalizes it with
+/// [`KSplit`], so every part multiplies at least one k-tile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SimtChoice {
+    pub schedule: MatmulSimtSchedule,
+    pub k_parts: i64,
+}
+
+/// Today's default choice for a product of `shape` on `target`: [`choose_schedule`] and the
+/// paper's parallel-k heuristic ([`k_parts_for`]).
+pub fn heuristic_choice(shape: &MatmulShape, target: &AnchorTarget) -> Option<SimtChoice> {
+    let MatmulShape { batch, m, n, k } = *shape;
+    let schedule = choose_schedule(m, n)?;
+    let k_parts = k_parts_for(target, &schedule, batch.map_or(1, |b| b.batch), m, n, k);
+    Some(SimtChoice { schedule, k_parts })
+}
+
+/// The template kernel of `task` named `task.name` (see [`TemplateOutcome`]) with the
+/// heuristic choice for `target` ([`heuristic_choice`]). Its parameters are the task's
+/// inputs then its output, as the graph backend's contract requires (a parallel-k task's two
+/// kernels: see [`ParallelKKernels`]).
 pub fn matmul_kernel(task: &FusedTask, target: &AnchorTarget) -> TemplateOutcome {
+    let Some(shape) = task.anchor.as_ref().and_then(|a| matmul_shape(&a.def)) else {
+        return TemplateOutcome::NotApplicable;
+    };
+    match heuristic_choice(&shape, target) {
+        Some(choice) => matmul_kernel_with(task, &choice),
+        None => TemplateOutcome::NotApplicable,
+    }
+}
+
+/// [`matmul_kernel`] with `choice` (a tuned schedule and its parallel-k parts).
+pub fn matmul_kernel_with(task: &FusedTask, choice: &SimtChoice) -> TemplateOutcome {
     let Some(anchor) = &task.anchor else {
         return TemplateOutcome::NotApplicable;
     };
@@ -157,10 +187,8 @@ pub fn matmul_kernel(task: &FusedTask, target: &AnchorTarget) -> TemplateOutcome
         return TemplateOutcome::NotApplicable;
     };
     let MatmulShape { batch, m, n, k } = shape;
-    let Some(schedule) = choose_schedule(m, n) else {
-        return TemplateOutcome::NotApplicable;
-    };
-    let parts = k_parts_for(target, &schedule, batch.map_or(1, |b| b.batch), m, n, k);
+    let schedule = choice.schedule;
+    let parts = KSplit::new(k, schedule.block_k, choice.k_parts).parts;
     let module = matmul_simt::build_parallel_k(batch, m, n, k, &schedule, parts);
     let module = match module {
         Ok(module) => module,

@@ -7,6 +7,8 @@
 //!   anchors through the SIMT matmul template, prologues and epilogue fused;
 //! - [`conv_anchor`] (likewise): f32 2-D convolutions as implicit GEMMs through the same
 //!   template (the im2col prologue, bias and epilogue fused);
+//! - [`simt_anchor`]: both of these as one kind of anchor, lowered with the heuristic or a
+//!   tuned [`matmul_anchor::SimtChoice`];
 //! - [`elementwise`]: everything else — one output element per thread, reductions as serial
 //!   loops in the thread (injective tasks need none).
 //!
@@ -17,6 +19,7 @@ pub mod conv_anchor;
 pub mod elementwise;
 pub mod matmul_anchor;
 pub mod rowwise;
+pub mod simt_anchor;
 
 use hidet_ir::compute::{tensor_shape, ComputeDef};
 use hidet_ir::expr::Var;

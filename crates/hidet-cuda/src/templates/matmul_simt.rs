@@ -603,6 +603,12 @@ fn build_general(
 
     let grid = [ceil_div(n, bn), ceil_div(m, bm), nb * parts].map(Expr::int);
     let mut fb = FunctionBuilder::cuda_kernel(name.clone(), grid, [threads, 1, 1]);
+    if threads <= 32 {
+        // With `__launch_bounds__(32)` alone, ptxas (CUDA 12, sm_90) caps a kernel near 80
+        // registers and spills where the fused im2col arithmetic needs more; one block per SM
+        // as the minimum lets it allocate what the kernel needs (no spills).
+        fb.min_blocks_per_sm(1);
+    }
     let lead = |rows: i64, dims: [i64; 2]| -> Vec<i64> {
         batch.map(|_| rows).into_iter().chain(dims).collect()
     };

@@ -6,6 +6,7 @@
 //! Graph ──Specialization::new──► Specialization ──partition──► Partition ──FusedTask::new──► tasks
 //! ```
 
+pub mod fingerprint;
 pub mod index_map;
 pub mod layout;
 pub mod matmul;
@@ -14,6 +15,7 @@ pub mod specialize;
 pub mod task;
 pub mod template;
 
+pub use fingerprint::fingerprint;
 pub use layout::{OperandLayout, StoredLayout};
 pub use matmul::{matmul_sizes, BatchSizes, MatmulSizes};
 pub use partition::{partition, partition_with, Group, GroupKind, Partition, RESHAPE_LIKE};

@@ -8,7 +8,7 @@ use hidet::graph::compiled::{Backend, CompileOptions, CompileReport, CompiledMod
 use hidet::graph::Dim;
 use hidet::pipeline::{self, Device, PipelineError};
 use hidet_cuda::device::GpuDevice;
-use hidet_cuda::graph_backend::{CudaBackendOptions, CudaModule, NvrtcCheck};
+use hidet_cuda::graph_backend::{CudaBackendOptions, CudaModule, KernelOrigin, NvrtcCheck};
 use hidet_cuda::Arch;
 
 use super::progress::CompileBar;
@@ -214,11 +214,25 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
         }
         Device::Cuda if Device::Cuda.check_runnable().is_ok() => {
             let model = pipeline::compile_gpu(&loaded.model, opts)?;
-            compile_with(&model, &shapes, |_| Target {
-                line: "target: cuda (GPU 0; kernels compiled for its architecture, cached)"
-                    .to_string(),
-                build: "NVRTC build",
-                json: serde_json::json!({ "device": "cuda" }),
+            compile_with(&model, &shapes, |module| {
+                let templates = module
+                    .origins()
+                    .iter()
+                    .filter(|o| !matches!(o, KernelOrigin::Scheduler(_)))
+                    .count();
+                let tuned = module.tuned().iter().filter(|t| **t).count();
+                Target {
+                    line: format!(
+                        "target: cuda (GPU 0; kernels compiled for its architecture, cached; \
+                         {tuned} of {templates} template kernels with tuned schedules)"
+                    ),
+                    build: "NVRTC build",
+                    json: serde_json::json!({
+                        "device": "cuda",
+                        "template_kernels": templates,
+                        "tuned_kernels": tuned,
+                    }),
+                }
             })
         }
         Device::Cuda => {

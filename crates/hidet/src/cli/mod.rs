@@ -9,6 +9,7 @@ pub mod progress;
 pub mod run;
 pub mod source;
 pub mod tune;
+pub mod tune_cuda;
 
 use std::path::PathBuf;
 

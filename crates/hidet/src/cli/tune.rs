@@ -3,6 +3,9 @@
 //! the total time. Results go to the tuning cache (`$HIDET_CACHE_DIR/tuning`), so later
 //! `hidet run`, `bench` and `compile` use the winners.
 //!
+//! With `--device cuda` the SIMT matmul and convolution tasks are tuned on GPU 0 instead
+//! ([`super::tune_cuda`]).
+//!
 //! Then the in-model check (`--model-check-runs`, see
 //! [`hidet_cpu::graph_backend::tuning::model_check`]): the model built with the winners and
 //! built with the heuristics run alternately, each task not yet checked keeps whichever
@@ -31,6 +34,8 @@ use super::{npy, source, CliError};
 /// Options of `hidet tune`.
 #[derive(Debug, Clone)]
 pub struct TuneArgs {
+    /// The device tuned for (checked by [`check_device`]).
+    pub device: hidet::pipeline::Device,
     pub model: String,
     /// `NAME=FILE.npy` inputs fixing input shapes; the others get the shapes `hidet bench`
     /// would synthesize.
@@ -49,23 +54,19 @@ pub struct TuneArgs {
     pub json: bool,
 }
 
-/// Whether `hidet tune` can tune for `device`: the CPU only. The GPU simulator has no timing
-/// (it runs kernels on the CPU, block after block), so tuning on it is refused; tuning the
-/// CUDA backend on a GPU is not implemented yet (its kernels use the heuristic schedules).
+/// Whether `hidet tune` can tune for `device`: the CPU, or a GPU this machine has. The GPU
+/// simulator has no timing (it runs kernels on the CPU, block after block), so tuning on it is
+/// refused; `cuda` without an NVIDIA driver or GPU fails naming which is missing.
 pub fn check_device(device: hidet::pipeline::Device) -> Result<(), CliError> {
     use hidet::pipeline::Device;
     match device {
         Device::Cpu => Ok(()),
         Device::CudaSim => Err(CliError::Other(
             "cannot tune on --device cuda-sim: the GPU simulator has no timing (it runs \
-             kernels on the CPU); tune with --device cpu, or on a GPU"
+             kernels on the CPU); tune with --device cpu, or --device cuda on a GPU"
                 .into(),
         )),
-        Device::Cuda => Err(CliError::Other(
-            "tuning for --device cuda is not implemented yet: CUDA kernels use the heuristic \
-             SIMT schedules (with parallel-k); tune with --device cpu"
-                .into(),
-        )),
+        Device::Cuda => Ok(device.check_runnable()?),
     }
 }
 
@@ -79,6 +80,9 @@ pub fn run(args: &TuneArgs) -> Result<(), CliError> {
         return Err(CliError::Other(
             "--max-candidates must be at least 1".into(),
         ));
+    }
+    if args.device == hidet::pipeline::Device::Cuda {
+        return super::tune_cuda::run(args, level);
     }
     let start = Instant::now();
     let specs = super::run::parse_inputs(&args.inputs)?;

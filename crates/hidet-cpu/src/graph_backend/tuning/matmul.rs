@@ -5,13 +5,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
 
-use hidet_graph::fusion::FusedTask;
+use hidet_graph::fusion::{fingerprint, FusedTask};
 use hidet_ir::function::Function;
 use hidet_tune::{Tunable, TuneLevel};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::fingerprint::fingerprint;
 use crate::graph_backend::anchor::{
     a_is_gathered, a_layout, is_batched, matmul_kernel, matmul_shape, TemplateOutcome,
 };

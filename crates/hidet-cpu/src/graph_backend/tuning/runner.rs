@@ -158,9 +158,14 @@ impl TuneBackend for CpuTuneBackend {
         environment(&self.build)
     }
 
-    fn compile(&self, name: &str, functions: Vec<Function>) -> Result<CompiledModule, TuneError> {
+    /// Every candidate's kernels into one library (a CPU candidate is one kernel).
+    fn compile(
+        &self,
+        name: &str,
+        candidates: Vec<Vec<Function>>,
+    ) -> Result<CompiledModule, TuneError> {
         let mut module = IRModule::new(name, Target::Cpu);
-        module.functions = functions;
+        module.functions = candidates.into_iter().flatten().collect();
         crate::build(module, &self.build).map_err(|e| TuneError::Compile {
             task: name.to_string(),
             message: e.to_string(),
@@ -170,7 +175,11 @@ impl TuneBackend for CpuTuneBackend {
     /// Floating-point inputs get random values in `[-1, -0.05] ∪ [0.05, 1]`; integer and
     /// boolean inputs are zero, which is a valid index into any non-empty dimension. Read-only
     /// inputs are replicated until their copies hold [`CpuTuneBackend::cold_bytes`].
-    fn workload(&self, function: &Function) -> Result<CpuWorkload, TuneError> {
+    /// The buffers of the candidate's (first) kernel's parameters.
+    fn workload(&self, candidate: &[Function]) -> Result<CpuWorkload, TuneError> {
+        let Some(function) = candidate.first() else {
+            return Err(workload_error("<candidate>", "a candidate without kernels"));
+        };
         let fail = |message: String| workload_error(&function.name, message);
         let signature = KernelSignature::of(function).map_err(|e| fail(e.to_string()))?;
         let sizes = buffers(&signature).map_err(fail)?;

@@ -1,6 +1,7 @@
 //! A name-independent fingerprint of a compute definition, for tuning keys: two tasks that
 //! compute the same thing on the same shapes get the same fingerprint, whatever their tensors
-//! and axes are called and whichever model they come from.
+//! and axes are called and whichever model they come from. Target-neutral: every backend's
+//! tunable tasks key their fused work with it (the CPU's matmul, the CUDA SIMT matmul).
 
 use std::collections::HashMap;
 
