@@ -369,15 +369,16 @@ fn reduce_nodes(
         nodes.push((acc.clone(), node));
         acc
     };
-    // Float Max/Min/LogSumExp: how many NaNs the row holds, so that a NaN propagates like
+    // Float Max/Min/LogSumExp: how many NaNs the row holds (an `i32` sum, which a compiler
+    // vectorizes where a float sum would be a serial chain), so that a NaN propagates like
     // in `eval` whichever NaN behaviour the target's `max`/`min` has.
     let nans =
         (matches!(kind, Kind::Max | Kind::Min | Kind::LogSumExp) && dtype.is_float()).then(|| {
-            let (n, node) = red.node("nans", t, ReduceKind::Sum, |i| {
+            let (n, node) = red.node("nans", DataType::I32, ReduceKind::Sum, |i| {
                 Expr::select(
                     math1(MathFunc::IsNan, read(i)),
-                    Expr::float_of(1.0, t),
-                    Expr::float_of(0.0, t),
+                    Expr::int_of(1, DataType::I32),
+                    Expr::int_of(0, DataType::I32),
                 )
             });
             nodes.push((n.clone(), node));
@@ -402,7 +403,7 @@ fn reduce_nodes(
         };
         match &nans {
             Some(n) => Expr::select(
-                n.at(i.to_vec()).gt(Expr::float_of(0.0, t)),
+                n.at(i.to_vec()).gt(Expr::int_of(0, DataType::I32)),
                 Expr::float_of(f64::NAN, t),
                 value,
             ),
