@@ -34,9 +34,10 @@ use hidet_ir::function::{Function, IRModule, Target};
 use crate::module::CompiledModule;
 use crate::options::BuildOptions;
 use crate::signature::ParamKind;
+use crate::templates::integer_linear::IntegerLinearSchedule;
 use crate::templates::integer_matmul::IntegerMatmulSchedule;
 use crate::templates::matmul::MatmulSchedule;
-use anchor::{integer_matmul_kernel, matmul_kernel, TemplateOutcome};
+use anchor::{integer_linear_kernel, integer_matmul_kernel, matmul_kernel, TemplateOutcome};
 pub use arena::CpuArena;
 
 /// The graph-pass options for running on `target`: the defaults, except that a constant left
@@ -385,8 +386,17 @@ impl Backend for CpuBackend {
             }
         }
         let threads = i64::try_from(self.threads(opts)).unwrap_or(1);
-        let integer = IntegerMatmulSchedule::for_target(self.options.build.target(), threads);
-        match integer_matmul_kernel(task, &integer) {
+        let target = self.options.build.target();
+        let integer = match integer_matmul_kernel(
+            task,
+            &IntegerMatmulSchedule::for_target(target, threads),
+        ) {
+            TemplateOutcome::NotApplicable => {
+                integer_linear_kernel(task, &IntegerLinearSchedule::for_target(target, threads))
+            }
+            outcome => outcome,
+        };
+        match integer {
             TemplateOutcome::Kernel(function) => {
                 let origin = if fused {
                     KernelOrigin::FusedTemplate

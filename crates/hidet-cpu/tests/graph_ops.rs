@@ -163,6 +163,18 @@ fn integer_matmul_definitions_agree_with_eval() {
     let a: Vec<i8> = (0..5 * 12).map(|i| ((i * 53 % 256) as u8) as i8).collect();
     let a = Tensor::new(vec![5, 12], a).unwrap();
     check("IntegerMatMul", &[], &[a, bytes(&[2, 10, 7], 5)], 0.0);
+    // 37 columns of depth 10: two panels of 32 columns, 3 groups of 4 (the padding holds
+    // values the product must ignore).
+    let w: Vec<i8> = (0..2 * 3 * 32 * 4)
+        .map(|i| ((i * 29 % 256) as u8) as i8)
+        .collect();
+    let w = Tensor::new(vec![2, 3, 32, 4], w).unwrap();
+    check(
+        "IntegerLinear",
+        &[("columns", Attribute::Int(37))],
+        &[bytes(&[9, 10], 6), w],
+        0.0,
+    );
 }
 
 #[test]

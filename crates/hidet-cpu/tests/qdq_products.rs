@@ -89,7 +89,7 @@ fn attrs(pairs: &[(&str, Attribute)]) -> Attributes {
 /// (ONNX Runtime's exports fold it into the zero point), runs it with the reference executor
 /// and compiled after the CPU passes, and checks the quantized output. Returns the number of
 /// anchored products of the compiled graph: float (`MatMul` kernels) and 8-bit
-/// (`IntegerMatMul` kernels).
+/// (`IntegerMatMul` and `IntegerLinear` kernels).
 fn check(seed: u64, p: Product, act: DType, per_channel: bool, relu: bool) -> (usize, usize) {
     let mut rng = Rng::new(seed);
     let what = format!("{p:?}, {act:?}, per channel {per_channel}");
@@ -269,7 +269,10 @@ fn check(seed: u64, p: Product, act: DType, per_channel: bool, relu: bool) -> (u
             .filter(|l| l.starts_with("kernel ") && l.contains(&format!("[anchored] {op}")))
             .count()
     };
-    (anchored("MatMul"), anchored("IntegerMatMul"))
+    (
+        anchored("MatMul"),
+        anchored("IntegerMatMul") + anchored("IntegerLinear"),
+    )
 }
 
 #[test]

@@ -49,12 +49,9 @@ fn run(graph: hidet_graph::Graph, inputs: Vec<(String, Tensor)>) -> (Vec<f64>, V
     .unwrap();
     let report = compiled.report();
     assert_eq!(report.host_nodes(), 0, "{}", report.partition);
-    assert_eq!(
-        report.partition.matches("[anchored] IntegerMatMul").count(),
-        1,
-        "{}",
-        report.partition
-    );
+    let products = report.partition.matches("[anchored] IntegerMatMul").count()
+        + report.partition.matches("[anchored] IntegerLinear").count();
+    assert_eq!(products, 1, "{}", report.partition);
     let got = compiled.run(&inputs).unwrap();
     (got[0].1.to_f64_vec(), want[0].1.to_f64_vec())
 }

@@ -10,7 +10,9 @@ use hidet_ir::compute::{tensor_shape, ComputeDef};
 use hidet_ir::expr::{BinaryOp, Expr, ExprKind, Var};
 use hidet_ir::function::Function;
 
+use crate::graph_ops::integer_linear::OP_TYPE as INTEGER_LINEAR;
 use crate::graph_ops::integer_matmul::OP_TYPE as INTEGER_MATMUL;
+use crate::templates::integer_linear::{integer_linear, IntegerLinearSchedule, IntegerLinearShape};
 use crate::templates::integer_matmul::{integer_matmul, IntegerMatmulSchedule, IntegerMatmulShape};
 use crate::templates::matmul::{
     batch_matmul_f32_with_layouts, matmul_f32_with_layouts, ALayout, BLayout, MatmulSchedule,
@@ -282,6 +284,61 @@ pub fn integer_matmul_kernel(
         operands: &[ta.clone(), tx.clone()],
         output: tc,
         operand_rank: 3,
+        stored: &[],
+    };
+    match fuse_into_template(task, &template, &params) {
+        Ok(f) => TemplateOutcome::Kernel(Box::new(f)),
+        Err(reason) => TemplateOutcome::Refused(reason),
+    }
+}
+
+/// The integer linear template's kernel of `task` when its anchor is `hidet::IntegerLinear`
+/// ([`crate::graph_ops::integer_linear`]), with its prologues (the quantization of the
+/// activations) and its epilogue fused; see [`TemplateOutcome`].
+pub fn integer_linear_kernel(
+    task: &FusedTask,
+    schedule: &IntegerLinearSchedule,
+) -> TemplateOutcome {
+    let Some(anchor) = &task.anchor else {
+        return TemplateOutcome::NotApplicable;
+    };
+    if anchor.op_type != INTEGER_LINEAR {
+        return TemplateOutcome::NotApplicable;
+    }
+    let shapes: Option<Vec<Vec<i64>>> = anchor
+        .def
+        .inputs
+        .iter()
+        .map(|v| tensor_shape(v).iter().map(Expr::as_int).collect())
+        .collect();
+    let out: Option<Vec<i64>> = anchor
+        .def
+        .outputs
+        .first()
+        .map(|v| tensor_shape(v).iter().map(Expr::as_int).collect())
+        .and_then(|s: Option<Vec<i64>>| s);
+    let (Some([x, _]), Some(out)) = (shapes.as_deref(), out) else {
+        return TemplateOutcome::Refused("IntegerLinear takes (X, W) and gives one output".into());
+    };
+    let ([rows, k], [_, n]) = (x.as_slice(), out.as_slice()) else {
+        return TemplateOutcome::Refused(format!("IntegerLinear of shape {x:?}"));
+    };
+    let shape = IntegerLinearShape {
+        rows: *rows,
+        n: *n,
+        k: *k,
+    };
+    let template = match integer_linear(&task.name, &shape, schedule) {
+        Ok(f) => f,
+        Err(e) => return TemplateOutcome::Refused(format!("integer linear template: {e}")),
+    };
+    let [tx, tw, tc] = template.params.as_slice() else {
+        return TemplateOutcome::Refused("the integer template does not take (X, W, C)".into());
+    };
+    let params = TemplateParams {
+        operands: &[tx.clone(), tw.clone()],
+        output: tc,
+        operand_rank: 2,
         stored: &[],
     };
     match fuse_into_template(task, &template, &params) {

@@ -8,7 +8,9 @@
 //!   pixels as rows), read in place;
 //! - [`depthwise_nhwc`]: a channels-last depthwise convolution;
 //! - [`column_panels`]: a constant matrix stored as panels of a few columns;
-//! - [`integer_matmul`]: an 8-bit product accumulated in 32 bits (quantized models).
+//! - [`integer_matmul`]: an 8-bit product accumulated in 32 bits (quantized convolutions);
+//! - [`integer_linear`]: the same for activations by a weight stored in panels (quantized
+//!   matrix products).
 
 use std::sync::OnceLock;
 
@@ -17,6 +19,7 @@ use hidet_graph::Registry;
 pub mod column_panels;
 pub mod depthwise_nhwc;
 pub mod im2col;
+pub mod integer_linear;
 pub mod integer_matmul;
 pub mod offset_gather;
 
@@ -42,6 +45,7 @@ pub fn register_internal(r: &mut Registry) {
     depthwise_nhwc::register(r);
     column_panels::register(r);
     integer_matmul::register(r);
+    integer_linear::register(r);
 }
 
 /// Test helper: builds the internal operator `domain::op` as the graph builder would.

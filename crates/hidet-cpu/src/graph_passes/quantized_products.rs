@@ -13,9 +13,9 @@
 //! ```
 //!
 //! and likewise `MatMul(DequantizeLinear(xq), DequantizeLinear(wq))` by a 2-D weight, or
-//! `Gemm` (`alpha = beta = 1`, `A` not transposed, a bias of `[N]`), as the product of the
-//! transposed weight `A = wqᵀ` `[N, Kp]` by the activations as columns, `X = xqᵀ` `[1, K, M]`,
-//! transposed back (with the bias) to `[M, N]` and reshaped to the output;
+//! `Gemm` (`alpha = beta = 1`, `A` not transposed, a bias of `[N]`), as
+//! `hidet::IntegerLinear` of the activations as rows, `[M, K]`, by the weight stored in
+//! panels of 32 columns (`graph_ops/integer_linear.rs`), reshaped to the output;
 //!
 //! which is exact: `Σ_k (x - zx)·w = Σ_k u·w - zu·Σ_k w`, and the padding, `zu`, dequantizes
 //! to 0 as the float convolution's does. The weight is stored once as 8-bit integers, the
@@ -34,6 +34,7 @@
 //! and a per-tensor or per-output-channel scale, and activations of `int8` or `uint8` with a
 //! constant per-tensor scale and zero point. Others keep their float form.
 
+use crate::graph_ops::integer_linear::{panel_shape, OP_TYPE as INTEGER_LINEAR};
 use crate::graph_ops::integer_matmul::OP_TYPE as INTEGER_MATMUL;
 use crate::graph_ops::HIDET_DOMAIN;
 use crate::templates::integer_matmul::padded_depth;
@@ -147,7 +148,6 @@ enum Form {
     /// `output_shape`.
     MatMul {
         rows: usize,
-        depth: usize,
         output_shape: Vec<usize>,
     },
 }
@@ -515,11 +515,7 @@ fn matmul_plan(
         bias,
         output,
         y,
-        form: Form::MatMul {
-            rows,
-            depth: k,
-            output_shape,
-        },
+        form: Form::MatMul { rows, output_shape },
     })
 }
 
@@ -609,56 +605,70 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         p.xq
     };
     let (zu, zu_value) = unsigned_zero(rw, p)?;
-    // X: [B, K, columns].
-    let (x, depth) = match &p.form {
+    let out_ch = p.out_ch;
+    let depth = p.weight.len() / out_ch;
+    let sums: Vec<i64> = p
+        .weight
+        .chunks(depth)
+        .map(|row| row.iter().map(|&w| i64::from(w)).sum())
+        .collect();
+    // The product, and the shape of per-channel constants beside its result: channels are
+    // its rows for a convolution (`[N, OC, ∏o]`), its columns for a matrix product (`[M, OC]`).
+    let (mut y, channels) = match &p.form {
         Form::Conv {
             input_shape,
             geometry,
         } => {
-            let depth = p.weight.len() / p.out_ch;
             let (u, unpadded) = padded(rw, p, geometry, u, (zu, zu_value))?;
             let attrs = unpadded.explicit_attrs();
             let col = rw.add_domain_op(HIDET_DOMAIN, "Im2Col", attrs, &[u])?;
             let shape = [depth, input_shape[0], geometry.output_size()];
             let shape = rw.add_shape(&shape);
             let col = rw.add_op("Reshape", Attributes::new(), &[col, shape])?;
-            (rw.add_op("Transpose", perm(vec![1, 0, 2]), &[col])?, depth)
+            let x = rw.add_op("Transpose", perm(vec![1, 0, 2]), &[col])?;
+            // The weight as [OC, Kp] bytes.
+            let kp = padded_depth(depth as i64) as usize;
+            let mut a = vec![0i8; out_ch * kp];
+            for (oc, row) in p.weight.chunks(depth).enumerate() {
+                a[oc * kp..oc * kp + depth].copy_from_slice(row);
+            }
+            let a = Tensor::new(vec![out_ch, kp], a).map_err(|e| node_error(p, e))?;
+            let a = rw.add_constant("quantized_weight", a);
+            let y = rw.add_domain_op(HIDET_DOMAIN, INTEGER_MATMUL, Attributes::new(), &[a, x])?;
+            (y, vec![out_ch, 1])
         }
-        Form::MatMul { rows, depth, .. } => {
-            let shape = rw.add_shape(&[*rows, *depth]);
-            let u = rw.add_op("Reshape", Attributes::new(), &[u, shape])?;
-            let u = rw.add_op("Transpose", perm(vec![1, 0]), &[u])?;
-            let shape = rw.add_shape(&[1, *depth, *rows]);
-            (
-                rw.add_op("Reshape", Attributes::new(), &[u, shape])?,
-                *depth,
-            )
+        Form::MatMul { rows, .. } => {
+            let shape = rw.add_shape(&[*rows, depth]);
+            let x = rw.add_op("Reshape", Attributes::new(), &[u, shape])?;
+            // The weight as panels of LINEAR_PANEL_WIDTH columns, four k of a column together.
+            let shape = panel_shape(out_ch, depth);
+            let (width, groups) = (shape[2], shape[1]);
+            let mut w = vec![0i8; shape.iter().product()];
+            for (n, row) in p.weight.chunks(depth).enumerate() {
+                for (k, &v) in row.iter().enumerate() {
+                    w[(((n / width) * groups + k / 4) * width + n % width) * 4 + k % 4] = v;
+                }
+            }
+            let w = Tensor::new(shape, w).map_err(|e| node_error(p, e))?;
+            let w = rw.add_constant("quantized_weight_panels", w);
+            let mut attrs = Attributes::new();
+            attrs.insert("columns", Attribute::Int(out_ch as i64));
+            let y = rw.add_domain_op(HIDET_DOMAIN, INTEGER_LINEAR, attrs, &[x, w])?;
+            (y, vec![out_ch])
         }
     };
-    // The weight as [OC, Kp] bytes, and the constants of the dequantizing arithmetic.
-    let out_ch = p.out_ch;
-    let kp = padded_depth(depth as i64) as usize;
-    let mut a = vec![0i8; out_ch * kp];
-    let mut sums = Vec::with_capacity(out_ch);
-    for (oc, row) in p.weight.chunks(depth).enumerate() {
-        a[oc * kp..oc * kp + depth].copy_from_slice(row);
-        sums.push(row.iter().map(|&w| i64::from(w)).sum::<i64>());
-    }
-    let a = Tensor::new(vec![out_ch, kp], a).map_err(|e| node_error(p, e))?;
-    let a = rw.add_constant("quantized_weight", a);
-    let mut y = rw.add_domain_op(HIDET_DOMAIN, INTEGER_MATMUL, Attributes::new(), &[a, x])?;
     // The zero-point correction `zu · Σ_k w[oc, k]`; |zu · Σ_k w| ≤ 255 · 128 · K: within i32
     // for any K the template runs.
     let corr = match (zu, zu_value) {
         (Some(0), _) => None,
         (Some(zu), _) => {
             let corr: Vec<i32> = sums.iter().map(|&s| (i64::from(zu) * s) as i32).collect();
-            let corr = Tensor::new(vec![out_ch, 1], corr).map_err(|e| node_error(p, e))?;
+            let corr = Tensor::new(channels.clone(), corr).map_err(|e| node_error(p, e))?;
             Some(rw.add_constant("quantized_zero_correction", corr))
         }
         (None, Some(zu)) => {
             let sums: Vec<i32> = sums.iter().map(|&s| s as i32).collect();
-            let sums = Tensor::new(vec![out_ch, 1], sums).map_err(|e| node_error(p, e))?;
+            let sums = Tensor::new(channels.clone(), sums).map_err(|e| node_error(p, e))?;
             let sums = rw.add_constant("quantized_weight_sums", sums);
             Some(rw.add_op("Mul", Attributes::new(), &[sums, zu])?)
         }
@@ -672,7 +682,7 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         Output::Float | Output::Quantized { .. } => {
             let y = cast(rw, y, ONNX_FLOAT)?;
             let scale: Vec<f32> = p.w_scale.iter().map(|&s| s * p.x_scale).collect();
-            let scale = Tensor::new(vec![out_ch, 1], scale).map_err(|e| node_error(p, e))?;
+            let scale = Tensor::new(channels.clone(), scale).map_err(|e| node_error(p, e))?;
             let scale = rw.add_constant("quantized_scale", scale);
             rw.add_op("Mul", Attributes::new(), &[y, scale])?
         }
@@ -706,12 +716,8 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
             let shape = rw.add_shape(&out_shape);
             rw.add_op("Reshape", Attributes::new(), &[y, shape])?
         }
-        Form::MatMul {
-            rows, output_shape, ..
-        } => {
-            let shape = rw.add_shape(&[out_ch, *rows]);
-            let y = rw.add_op("Reshape", Attributes::new(), &[y, shape])?;
-            let mut y = rw.add_op("Transpose", perm(vec![1, 0]), &[y])?;
+        Form::MatMul { output_shape, .. } => {
+            let mut y = y;
             if let Some(b) = bias(rw, &[out_ch])? {
                 y = rw.add_op("Add", Attributes::new(), &[y, b])?;
             }
