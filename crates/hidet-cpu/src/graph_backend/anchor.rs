@@ -244,6 +244,41 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
     }
 }
 
+/// The static shapes of `vars` (tensor variables), `None` when one is symbolic.
+fn static_shapes(vars: &[Var]) -> Option<Vec<Vec<i64>>> {
+    vars.iter()
+        .map(|v| tensor_shape(v).iter().map(Expr::as_int).collect())
+        .collect()
+}
+
+/// `task` fused into `template`, a kernel of two operands of rank `operand_rank` and an
+/// output, or the reason it is refused (with `what`, the template's name, when the template
+/// itself failed).
+fn fuse_two_operands(
+    task: &FusedTask,
+    template: Result<Function, crate::error::TemplateError>,
+    operand_rank: usize,
+    what: &str,
+) -> TemplateOutcome {
+    let template = match template {
+        Ok(f) => f,
+        Err(e) => return TemplateOutcome::Refused(format!("{what} template: {e}")),
+    };
+    let [first, second, output] = template.params.as_slice() else {
+        return TemplateOutcome::Refused(format!("the {what} template does not take 3 parameters"));
+    };
+    let params = TemplateParams {
+        operands: &[first.clone(), second.clone()],
+        output,
+        operand_rank,
+        stored: &[],
+    };
+    match fuse_into_template(task, &template, &params) {
+        Ok(f) => TemplateOutcome::Kernel(Box::new(f)),
+        Err(reason) => TemplateOutcome::Refused(reason),
+    }
+}
+
 /// The integer-product template's kernel of `task` when its anchor is `hidet::IntegerMatMul`
 /// ([`crate::graph_ops::integer_matmul`]), with its prologues (the column matrix of quantized
 /// activations) and its epilogue (the requantizing arithmetic) fused; see [`TemplateOutcome`].
@@ -251,45 +286,19 @@ pub fn integer_matmul_kernel(
     task: &FusedTask,
     schedule: &IntegerMatmulSchedule,
 ) -> TemplateOutcome {
-    let Some(anchor) = &task.anchor else {
+    let Some(anchor) = task.anchor.as_ref().filter(|a| a.op_type == INTEGER_MATMUL) else {
         return TemplateOutcome::NotApplicable;
     };
-    if anchor.op_type != INTEGER_MATMUL {
-        return TemplateOutcome::NotApplicable;
-    }
-    let shapes: Option<Vec<Vec<i64>>> = anchor
-        .def
-        .inputs
-        .iter()
-        .map(|v| tensor_shape(v).iter().map(Expr::as_int).collect())
-        .collect();
-    let (Some([a, x]), [_]) = (shapes.as_deref(), anchor.def.outputs.as_slice()) else {
-        return TemplateOutcome::Refused("IntegerMatMul takes (A, X) and gives one output".into());
+    let inputs = static_shapes(&anchor.def.inputs);
+    let Some([a, x]) = inputs.as_deref() else {
+        return TemplateOutcome::Refused("IntegerMatMul takes (A, X) of static shapes".into());
     };
     let ([m, _], [batch, k, n]) = (a.as_slice(), x.as_slice()) else {
         return TemplateOutcome::Refused(format!("IntegerMatMul of shapes {a:?} and {x:?}"));
     };
-    let shape = match IntegerMatmulShape::new(*batch, *m, *n, *k) {
-        Ok(s) => s,
-        Err(e) => return TemplateOutcome::Refused(format!("integer product template: {e}")),
-    };
-    let template = match integer_matmul(&task.name, &shape, schedule) {
-        Ok(f) => f,
-        Err(e) => return TemplateOutcome::Refused(format!("integer product template: {e}")),
-    };
-    let [ta, tx, tc] = template.params.as_slice() else {
-        return TemplateOutcome::Refused("the integer template does not take (A, X, C)".into());
-    };
-    let params = TemplateParams {
-        operands: &[ta.clone(), tx.clone()],
-        output: tc,
-        operand_rank: 3,
-        stored: &[],
-    };
-    match fuse_into_template(task, &template, &params) {
-        Ok(f) => TemplateOutcome::Kernel(Box::new(f)),
-        Err(reason) => TemplateOutcome::Refused(reason),
-    }
+    let template = IntegerMatmulShape::new(*batch, *m, *n, *k)
+        .and_then(|shape| integer_matmul(&task.name, &shape, schedule));
+    fuse_two_operands(task, template, 3, "integer product")
 }
 
 /// The integer linear template's kernel of `task` when its anchor is `hidet::IntegerLinear`
@@ -299,26 +308,13 @@ pub fn integer_linear_kernel(
     task: &FusedTask,
     schedule: &IntegerLinearSchedule,
 ) -> TemplateOutcome {
-    let Some(anchor) = &task.anchor else {
+    let Some(anchor) = task.anchor.as_ref().filter(|a| a.op_type == INTEGER_LINEAR) else {
         return TemplateOutcome::NotApplicable;
     };
-    if anchor.op_type != INTEGER_LINEAR {
-        return TemplateOutcome::NotApplicable;
-    }
-    let shapes: Option<Vec<Vec<i64>>> = anchor
-        .def
-        .inputs
-        .iter()
-        .map(|v| tensor_shape(v).iter().map(Expr::as_int).collect())
-        .collect();
-    let out: Option<Vec<i64>> = anchor
-        .def
-        .outputs
-        .first()
-        .map(|v| tensor_shape(v).iter().map(Expr::as_int).collect())
-        .and_then(|s: Option<Vec<i64>>| s);
-    let (Some([x, _]), Some(out)) = (shapes.as_deref(), out) else {
-        return TemplateOutcome::Refused("IntegerLinear takes (X, W) and gives one output".into());
+    let inputs = static_shapes(&anchor.def.inputs);
+    let outputs = static_shapes(&anchor.def.outputs);
+    let (Some([x, _]), Some([out])) = (inputs.as_deref(), outputs.as_deref()) else {
+        return TemplateOutcome::Refused("IntegerLinear takes (X, W) of static shapes".into());
     };
     let ([rows, k], [_, n]) = (x.as_slice(), out.as_slice()) else {
         return TemplateOutcome::Refused(format!("IntegerLinear of shape {x:?}"));
@@ -328,21 +324,6 @@ pub fn integer_linear_kernel(
         n: *n,
         k: *k,
     };
-    let template = match integer_linear(&task.name, &shape, schedule) {
-        Ok(f) => f,
-        Err(e) => return TemplateOutcome::Refused(format!("integer linear template: {e}")),
-    };
-    let [tx, tw, tc] = template.params.as_slice() else {
-        return TemplateOutcome::Refused("the integer template does not take (X, W, C)".into());
-    };
-    let params = TemplateParams {
-        operands: &[tx.clone(), tw.clone()],
-        output: tc,
-        operand_rank: 2,
-        stored: &[],
-    };
-    match fuse_into_template(task, &template, &params) {
-        Ok(f) => TemplateOutcome::Kernel(Box::new(f)),
-        Err(reason) => TemplateOutcome::Refused(reason),
-    }
+    let template = integer_linear(&task.name, &shape, schedule);
+    fuse_two_operands(task, template, 2, "integer linear")
 }

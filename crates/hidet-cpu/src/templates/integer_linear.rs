@@ -15,7 +15,7 @@
 
 use crate::error::TemplateError;
 use crate::target::CpuTarget;
-use crate::templates::integer_matmul::padded_depth;
+use crate::templates::integer_matmul::{padded_depth, store_tile};
 use hidet_ir::prelude::*;
 
 /// Columns per weight panel.
@@ -218,31 +218,8 @@ pub fn integer_linear(
                             }
                         }
                         let n0 = &panel * nr;
-                        fb.for_range("r", mr, |fb, r| {
-                            let row = &r0 + &r;
-                            fb.if_then(row.lt(s.rows), |fb| {
-                                let store = |fb: &mut FunctionBuilder, col: Expr| {
-                                    let value = tile.at([r.clone(), col.clone()]);
-                                    fb.store(&c, [row.clone(), &n0 + &col], value);
-                                };
-                                fb.if_then_else(
-                                    (&n0 + nr).le(s.n),
-                                    |fb| fb.for_range_with("col", nr, LoopKind::Vectorize, store),
-                                    |fb| {
-                                        fb.for_range_with(
-                                            "col",
-                                            nr,
-                                            LoopKind::Vectorize,
-                                            |fb, col| {
-                                                fb.if_then((&n0 + &col).lt(s.n), |fb| {
-                                                    store(fb, col)
-                                                });
-                                            },
-                                        )
-                                    },
-                                );
-                            });
-                        });
+                        let at = |r: &Expr, col: Expr| vec![&r0 + r, col];
+                        store_tile(fb, &tile, &c, at, (&r0, s.rows), (&n0, nr, s.n), mr);
                     });
                 });
             });

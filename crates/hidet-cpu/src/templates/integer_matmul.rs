@@ -246,27 +246,43 @@ pub fn integer_matmul(
                             );
                         }
                     }
-                    fb.for_range("r", mr, |fb, r| {
-                        let row = &m0 + &r;
-                        fb.if_then(row.lt(s.m), |fb| {
-                            let store = |fb: &mut FunctionBuilder, col: Expr| {
-                                let value = tile.at([r.clone(), col.clone()]);
-                                fb.store(&c, [b.clone(), row.clone(), &n0 + &col], value);
-                            };
-                            fb.if_then_else(
-                                (&n0 + nr).le(s.n),
-                                |fb| fb.for_range_with("col", nr, LoopKind::Vectorize, store),
-                                |fb| {
-                                    fb.for_range_with("col", nr, LoopKind::Vectorize, |fb, col| {
-                                        fb.if_then((&n0 + &col).lt(s.n), |fb| store(fb, col));
-                                    })
-                                },
-                            );
-                        });
-                    });
+                    let at = |r: &Expr, col: Expr| vec![b.clone(), &m0 + r, col];
+                    store_tile(fb, &tile, &c, at, (&m0, s.m), (&n0, nr, s.n), mr);
                 });
             });
         });
     });
     Ok(fb.finish())
+}
+
+/// Stores rows `r < mr` of a register `tile` (`[mr, nr]` `i32`) whose first row is row `row0`
+/// of `rows` and first column is column `n0` of `n`, each element at `at(r, column)` of `c`:
+/// rows past `rows` are skipped, and columns past `n` (in the last column tile only, the other
+/// tiles store unguarded, vectorized rows).
+pub(super) fn store_tile(
+    fb: &mut FunctionBuilder,
+    tile: &Var,
+    c: &Var,
+    at: impl Fn(&Expr, Expr) -> Vec<Expr>,
+    (row0, rows): (&Expr, i64),
+    (n0, nr, n): (&Expr, i64, i64),
+    mr: i64,
+) {
+    fb.for_range("r", mr, |fb, r| {
+        fb.if_then((row0 + &r).lt(rows), |fb| {
+            let store = |fb: &mut FunctionBuilder, col: Expr| {
+                let value = tile.at([r.clone(), col.clone()]);
+                fb.store(c, at(&r, n0 + &col), value);
+            };
+            fb.if_then_else(
+                (n0 + nr).le(n),
+                |fb| fb.for_range_with("col", nr, LoopKind::Vectorize, store),
+                |fb| {
+                    fb.for_range_with("col", nr, LoopKind::Vectorize, |fb, col| {
+                        fb.if_then((n0 + &col).lt(n), |fb| store(fb, col));
+                    })
+                },
+            );
+        });
+    });
 }
