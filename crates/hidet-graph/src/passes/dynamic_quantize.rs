@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! DynamicQuantizeLinear(x)  →  (QuantizeLinear(x, scale, zero), scale, zero)
-//!     lo = Min(ReduceMin(x), 0),  hi = Max(ReduceMax(x), 0)
+//!     lo = Min(ReduceMin(x), 0),  hi = Max(ReduceMax(x), 0)   (each row, then the rows)
 //!     scale = f32((f64(hi) - f64(lo)) / 255)
 //!     zero  = u8(Where(scale == 0, 0, Clip(Round(f32(-(f64(lo) / f64(scale)))), 0, 255)))
 //! ```
@@ -43,15 +43,15 @@ impl GraphPass for DynamicQuantizeAsKernels {
                 continue;
             };
             let ty = &g.value(*x).ty;
-            let static_nonempty = ty
-                .fixed_shape()
-                .is_some_and(|s| s.iter().product::<usize>() > 0);
-            if ty.dtype != DType::F32 || !static_nonempty {
+            let Some(shape) = ty.fixed_shape().filter(|s| s.iter().product::<usize>() > 0) else {
+                continue;
+            };
+            if ty.dtype != DType::F32 {
                 continue;
             }
             let (x, outputs) = (*x, [*y, *scale, *zero]);
             rw.focus(NodeId(i));
-            let new = rewrite(&mut rw, x)?;
+            let new = rewrite(&mut rw, x, &shape)?;
             for (old, new) in outputs.iter().zip(new) {
                 if let Some(old) = old {
                     rw.replace(*old, new);
@@ -82,12 +82,22 @@ fn binary(rw: &mut Rewriter, op: &str, a: ValueId, b: ValueId) -> Result<ValueId
     rw.add_op(op, Attributes::new(), &[a, b])
 }
 
-/// The nodes computing `(y, scale, zero)` of `DynamicQuantizeLinear(x)`.
-fn rewrite(rw: &mut Rewriter, x: ValueId) -> Result<[ValueId; 3], GraphError> {
+/// The nodes computing `(y, scale, zero)` of `DynamicQuantizeLinear(x)`, for `x` of shape
+/// `shape` (static, non-empty).
+fn rewrite(rw: &mut Rewriter, x: ValueId, shape: &[usize]) -> Result<[ValueId; 3], GraphError> {
+    let row = shape.last().copied().unwrap_or(1);
+    let rows = shape.iter().product::<usize>() / row;
     let mut all = Attributes::new();
     all.insert("keepdims", Attribute::Int(0));
-    let lo = rw.add_op("ReduceMin", all.clone(), &[x])?;
-    let hi = rw.add_op("ReduceMax", all, &[x])?;
+    // Each row first (rows reduce in parallel), then the row results: the same extremes.
+    let rows = rw.add_shape(&[rows, row]);
+    let x2 = rw.add_op("Reshape", Attributes::new(), &[x, rows])?;
+    let mut along_rows = all.clone();
+    along_rows.insert("axes", Attribute::Ints(vec![1]));
+    let lo = rw.add_op("ReduceMin", along_rows.clone(), &[x2])?;
+    let lo = rw.add_op("ReduceMin", all.clone(), &[lo])?;
+    let hi = rw.add_op("ReduceMax", along_rows, &[x2])?;
+    let hi = rw.add_op("ReduceMax", all, &[hi])?;
     let zero_f32 = scalar(rw, "dq_zero", 0f32);
     let lo = binary(rw, "Min", lo, zero_f32)?;
     let hi = binary(rw, "Max", hi, zero_f32)?;
