@@ -430,7 +430,9 @@ def broad_cases(paths: list[Path], batch: int, seq_len: int, dims: dict[str, int
                 inits = {i.name for i in g.initializer}
                 dynamic = any(d.dim_param or not d.HasField("dim_value")
                               for v in g.input if v.name not in inits for d in v.type.tensor_type.shape.dim)
-            qdq = any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in g.node)
+            qdq = any(
+                n.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear") for n in g.node
+            )
             inputs, how = synth_inputs(g, path, b, seq_len, dims, seed)
             del g
         except Exception as e:  # noqa: BLE001 - an unreadable model is a row, not a crash
