@@ -202,3 +202,55 @@ fn dynamically_quantized_products_read_their_zero_point_at_run_time() {
         assert_eq!(got, want, "call {call}");
     }
 }
+
+#[test]
+fn reductions_over_dequantized_bytes_match_the_reference() {
+    // A LayerNormalization whose rows are read through a DequantizeLinear of uint8 values
+    // (a quantized embedding table's rows): the row folds load bytes as vectors and convert
+    // them; rows of 133 are multiples of no vector width.
+    let mut rng = Rng::new(8);
+    let (rows, width) = (7, 133);
+    let mut g = GraphBuilder::new("dequantized_rows");
+    g.input("x", TensorType::fixed(DType::U8, &[rows, width]));
+    g.initializer("s", Tensor::new(vec![], vec![0.021f32]).unwrap());
+    g.initializer("z", Tensor::new(vec![], vec![131u8]).unwrap());
+    let gamma: Vec<f32> = rng.vec_f32(width);
+    let beta: Vec<f32> = rng.vec_f32(width);
+    g.initializer("gamma", Tensor::new(vec![width], gamma).unwrap());
+    g.initializer("beta", Tensor::new(vec![width], beta).unwrap());
+    g.node(node(
+        "DequantizeLinear",
+        &["x", "s", "z"],
+        "xd",
+        Attributes::new(),
+    ));
+    g.node(node(
+        "LayerNormalization",
+        &["xd", "gamma", "beta"],
+        "y",
+        Attributes::new(),
+    ));
+    g.output("y");
+    let x = Tensor::new(vec![rows, width], uint8s(&mut rng, rows * width)).unwrap();
+    let inputs = vec![("x".to_string(), x)];
+    let graph = g.build(Registry::global()).unwrap();
+    let want = run_reference(&graph, &inputs).unwrap();
+    let rewritten = run_passes(graph, &default_passes()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let compiled = CompiledGraph::compile(
+        &rewritten,
+        &[vec![rows, width]],
+        Arc::new(cpu_backend(dir.path(), true)),
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(compiled.report().host_nodes(), 0);
+    let got = compiled.run(&inputs).unwrap();
+    let (got, want) = (got[0].1.to_f64_vec(), want[0].1.to_f64_vec());
+    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+            "output {i}: {a} vs {b}"
+        );
+    }
+}

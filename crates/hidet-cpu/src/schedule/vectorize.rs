@@ -49,8 +49,9 @@ pub(crate) fn is_contiguous_read(tensor: &Var, indices: &[Expr], v: &Var) -> boo
 
 /// `e` evaluated for `v = base + 0 .. base + lanes` as one `f32xlanes`
 /// value, or `None` when `e` (an `f32` expression) uses something that has
-/// no vector form here: a non-`f32` value depending on `v`, a read that is
-/// not contiguous in `v`, a comparison, a select, or a cast.
+/// no vector form here: a non-`f32` value depending on `v` (other than an
+/// integer element read contiguously and converted to `f32`), a read that is
+/// not contiguous in `v`, a comparison, a select, or another cast.
 ///
 /// Sub-expressions that do not mention `v` are computed once as scalars and
 /// broadcast.
@@ -89,6 +90,24 @@ pub(crate) fn vectorize(e: &Expr, v: &Var, base: &Expr, lanes: u16) -> Option<Ex
             vectorize(b, v, base, lanes)?,
         )),
         ExprKind::Unary(UnaryOp::Neg, a) => Some(-vectorize(a, v, base, lanes)?),
+        // An integer element read contiguously, converted (a dequantization's `f32(x)`).
+        ExprKind::Cast(a, _) => {
+            let ExprKind::TensorElement { tensor, indices } = a.kind() else {
+                return None;
+            };
+            let from = a.dtype().filter(|d| d.is_integer() && d.lanes == 1)?;
+            if !is_contiguous_read(tensor, indices, v) {
+                return None;
+            }
+            let first = tensor.at(indices.iter().map(at_base));
+            let load = Expr::call(
+                Intrinsic::VectorLoad {
+                    dtype: from.with_lanes(lanes),
+                },
+                vec![first.address()],
+            );
+            Some(load.cast(DataType::F32.with_lanes(lanes)))
+        }
         ExprKind::Math(f, args) if !f.returns_bool() => {
             let args = args
                 .iter()
