@@ -31,6 +31,7 @@ The set (`--list` prints it):
   int8 (ONNX Runtime static quantization, QDQ format, MinMax calibration on 4 random batches,
   after `quant_pre_process`):
     resnet18_qdq, mobilenet_v3_small_qdq   (from the fp32 export of the same batch and axes)
+    resnet18_qop       the same static quantization in the QOperator format (QLinearConv, ...)
     bert_small_dynq    ONNX Runtime's dynamic quantization (`quantize_dynamic`, int8 weights:
                        DynamicQuantizeLinear + MatMulInteger)
 
@@ -428,6 +429,13 @@ MODELS: dict[str, ModelSpec] = {
             "int8",
             "MobileNet-V3 small, int8 QDQ (static quantization)",
             quantize_from="mobilenet_v3_small",
+        ),
+        ModelSpec(
+            "resnet18_qop",
+            "int8",
+            "ResNet-18, int8 QOperator (static quantization: QLinearConv, QLinearAdd, QGemm, ...)",
+            quantize_from="resnet18",
+            quant_format="qoperator",
         ),
         ModelSpec(
             "bert_small_dynq",

@@ -140,6 +140,21 @@ impl<'a> Expansion<'a> {
         inputs: &[&str],
         outputs: &[&str],
     ) {
+        let domain = self.spec.domain.clone();
+        self.emit_in(&domain, op_type, opset, attrs, inputs, outputs);
+    }
+
+    /// [`Expansion::emit`] of an operator of `domain` (a contrib operator expanded into
+    /// default-domain ones).
+    pub fn emit_in(
+        &mut self,
+        domain: &str,
+        op_type: &str,
+        opset: i64,
+        attrs: Attributes,
+        inputs: &[&str],
+        outputs: &[&str],
+    ) {
         let defines_own = outputs
             .iter()
             .any(|o| !o.is_empty() && self.spec.outputs.iter().any(|n| n == o));
@@ -150,7 +165,7 @@ impl<'a> Expansion<'a> {
         };
         self.emitted.push(NodeSpec {
             name,
-            domain: self.spec.domain.clone(),
+            domain: domain.to_string(),
             op_type: op_type.to_string(),
             opset,
             attrs,

@@ -23,6 +23,7 @@ macro_rules! families {
 
 families! {
     binary,
+    contrib_quant,
     unary,
     clip,
     prelu,
