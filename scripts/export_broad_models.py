@@ -54,11 +54,13 @@ import inspect
 import json
 import os
 import sys
+import tempfile
 import time
 import traceback
 import warnings
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -699,44 +701,60 @@ class _RandomReader:
         pass
 
 
+@contextmanager
+def _working_directory(path: Path) -> Iterator[None]:
+    """Run the body with `path` as the working directory, then return to the previous one."""
+    previous = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
 def export_qdq(spec: ModelSpec, batch: int, dynamic: bool, seq: int, seed: int, out: Path) -> dict:
-    """Quantize the fp32 export of `spec.quantize_from` at this batch and axes into QDQ int8.
+    """Quantize the fp32 export of `spec.quantize_from` at this batch and axes into int8.
 
     `quant_pre_process` (ONNX Runtime's recommended preparation: shape inference and basic
-    optimizations) first, falling back to the raw fp32 file if it fails; then `quantize_static`
-    with QuantFormat.QDQ and the defaults otherwise (int8 activations and weights, per tensor,
+    optimizations) first, falling back to the raw fp32 file if it fails; then `quantize_dynamic`
+    (int8 weights) for `quant_format == "dynamic"`, else `quantize_static` in the QDQ or
+    QOperator format with the defaults otherwise (int8 activations and weights, per tensor,
     MinMax calibration). Returns the sidecar's content.
     """
     from onnxruntime.quantization import QuantFormat, quantize_static
 
+    out = out.resolve()
     base = out / f"{file_stem(spec.quantize_from, batch, dynamic)}.onnx"
     stem = file_stem(spec.name, batch, dynamic)
     path = out / f"{stem}.onnx"
     notes: list[str] = []
     prepared = out / f"{stem}.prep.onnx.partial"
     t0 = time.perf_counter()
-    try:
-        from onnxruntime.quantization.shape_inference import quant_pre_process
+    # ONNX Runtime's quantization tools write scratch files (sym_shape_infer_temp.onnx, external
+    # data named by UUID) into the working directory: run them in a temporary one.
+    with tempfile.TemporaryDirectory() as scratch, _working_directory(Path(scratch)):
+        try:
+            from onnxruntime.quantization.shape_inference import quant_pre_process
 
-        quant_pre_process(str(base), str(prepared))
-        source = prepared
-    except Exception as e:  # noqa: BLE001 - quantize the raw export instead
-        notes.append(f"quant_pre_process failed ({str(e).splitlines()[0][:200]}); quantized the raw export")
-        source = base
-    tmp = _atomic_path(path)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if spec.quant_format == "dynamic":
-            from onnxruntime.quantization import QuantType, quantize_dynamic
+            quant_pre_process(str(base), str(prepared))
+            source = prepared
+        except Exception as e:  # noqa: BLE001 - quantize the raw export instead
+            notes.append(f"quant_pre_process failed ({str(e).splitlines()[0][:200]}); quantized the raw export")
+            source = base
+        tmp = _atomic_path(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if spec.quant_format == "dynamic":
+                from onnxruntime.quantization import QuantType, quantize_dynamic
 
-            quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8)
-        else:
-            quantize_static(
-                str(source),
-                str(tmp),
-                _RandomReader(spec, batch, seq, seed + 10),
-                quant_format=QuantFormat.QOperator if spec.quant_format == "qoperator" else QuantFormat.QDQ,
-            )
+                quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8)
+            else:
+                quantize_static(
+                    str(source),
+                    str(tmp),
+                    _RandomReader(spec, batch, seq, seed + 10),
+                    quant_format=QuantFormat.QOperator if spec.quant_format == "qoperator" else QuantFormat.QDQ,
+                )
     os.replace(tmp, path)
     if prepared.exists():
         prepared.unlink()
