@@ -15,7 +15,9 @@
 
 use crate::error::TemplateError;
 use crate::target::CpuTarget;
-use crate::templates::integer_matmul::{padded_depth, store_tile};
+use crate::templates::integer_matmul::{
+    accumulate, broadcast_word, padded_depth, spill, store_tile, zero_tile,
+};
 use hidet_ir::prelude::*;
 
 /// Columns per weight panel.
@@ -169,11 +171,7 @@ pub fn integer_linear(
                 fb.for_range("cp", per_split, |fb, cp| {
                     let panel = &first_panel + &cp;
                     fb.if_then(panel.lt(col_panels), |fb| {
-                        for r in 0..mr {
-                            for v in 0..vecs {
-                                fb.store(&acc, [Expr::int(r), Expr::int(v)], Expr::zero(i32v));
-                            }
-                        }
+                        zero_tile(fb, &acc, mr, vecs, i32v);
                         fb.for_range("g", k4, |fb, g| {
                             let weights: Vec<Expr> = (0..vecs)
                                 .map(|v| {
@@ -190,33 +188,13 @@ pub fn integer_linear(
                                 })
                                 .collect();
                             for r in 0..mr {
-                                let word = packed.at([g.clone(), Expr::int(r), Expr::int(0)]);
-                                let word = Expr::call(
-                                    Intrinsic::VectorLoad {
-                                        dtype: DataType::I32,
-                                    },
-                                    vec![word.address()],
-                                )
-                                .broadcast(lanes);
-                                for (v, weight) in weights.iter().enumerate() {
-                                    let at = [Expr::int(r), Expr::int(v as i64)];
-                                    let sum = Expr::call(
-                                        Intrinsic::DotU8I8 { lanes },
-                                        vec![acc.at(at.clone()), word.clone(), weight.clone()],
-                                    );
-                                    fb.store(&acc, at, sum);
-                                }
+                                let at = packed.at([g.clone(), Expr::int(r), Expr::int(0)]);
+                                let word = broadcast_word(at, lanes);
+                                // The row's four bytes times each weight vector.
+                                accumulate(fb, &acc, r, &weights, |w| (word.clone(), w));
                             }
                         });
-                        for r in 0..mr {
-                            for v in 0..vecs {
-                                let at = tile.at([Expr::int(r), Expr::int(v * i64::from(lanes))]);
-                                fb.call(
-                                    Intrinsic::VectorStore,
-                                    vec![at.address(), acc.at([Expr::int(r), Expr::int(v)])],
-                                );
-                            }
-                        }
+                        spill(fb, &acc, &tile, mr, vecs, lanes);
                         let n0 = &panel * nr;
                         let at = |r: &Expr, col: Expr| vec![&r0 + r, col];
                         store_tile(fb, &tile, &c, at, (&r0, s.rows), (&n0, nr, s.n), mr);

@@ -198,11 +198,7 @@ pub fn integer_matmul(
                 );
                 fb.for_range("p", row_panels, |fb, p| {
                     let m0 = &p * mr;
-                    for r in 0..mr {
-                        for v in 0..vecs {
-                            fb.store(&acc, [Expr::int(r), Expr::int(v)], Expr::zero(i32v));
-                        }
-                    }
+                    zero_tile(fb, &acc, mr, vecs, i32v);
                     fb.for_range("g", k4, |fb, g| {
                         let columns: Vec<Expr> = (0..vecs)
                             .map(|v| {
@@ -219,33 +215,12 @@ pub fn integer_matmul(
                             .collect();
                         for r in 0..mr {
                             let row = (&m0 + r).min(s.m - 1);
-                            let quad = a.at([row, &g * 4]);
-                            let quad = Expr::call(
-                                Intrinsic::VectorLoad {
-                                    dtype: DataType::I32,
-                                },
-                                vec![quad.address()],
-                            )
-                            .broadcast(lanes);
-                            for (v, column) in columns.iter().enumerate() {
-                                let at = [Expr::int(r), Expr::int(v as i64)];
-                                let sum = Expr::call(
-                                    Intrinsic::DotU8I8 { lanes },
-                                    vec![acc.at(at.clone()), column.clone(), quad.clone()],
-                                );
-                                fb.store(&acc, at, sum);
-                            }
+                            let quad = broadcast_word(a.at([row, &g * 4]), lanes);
+                            // Columns of X (bytes) times the row's four weights.
+                            accumulate(fb, &acc, r, &columns, |column| (column, quad.clone()));
                         }
                     });
-                    for r in 0..mr {
-                        for v in 0..vecs {
-                            let at = tile.at([Expr::int(r), Expr::int(v * i64::from(lanes))]);
-                            fb.call(
-                                Intrinsic::VectorStore,
-                                vec![at.address(), acc.at([Expr::int(r), Expr::int(v)])],
-                            );
-                        }
-                    }
+                    spill(fb, &acc, &tile, mr, vecs, lanes);
                     let at = |r: &Expr, col: Expr| vec![b.clone(), &m0 + r, col];
                     store_tile(fb, &tile, &c, at, (&m0, s.m), (&n0, nr, s.n), mr);
                 });
@@ -285,4 +260,62 @@ pub(super) fn store_tile(
             );
         });
     });
+}
+
+/// Sets every accumulator of the `mr × vecs` tile `acc` (of `i32v` vectors) to zero.
+pub(super) fn zero_tile(fb: &mut FunctionBuilder, acc: &Var, mr: i64, vecs: i64, i32v: DataType) {
+    for r in 0..mr {
+        for v in 0..vecs {
+            fb.store(acc, [Expr::int(r), Expr::int(v)], Expr::zero(i32v));
+        }
+    }
+}
+
+/// The four bytes at `element` (a tensor element) read as one 32-bit word and broadcast to
+/// `lanes` lanes.
+pub(super) fn broadcast_word(element: Expr, lanes: u16) -> Expr {
+    let load = Intrinsic::VectorLoad {
+        dtype: DataType::I32,
+    };
+    Expr::call(load, vec![element.address()]).broadcast(lanes)
+}
+
+/// `acc[r][v] += dot_u8i8(u, s)` for each vector `vectors[v]`, where `operands` gives the
+/// unsigned and the signed operand of the four-way multiply-add from that vector.
+pub(super) fn accumulate(
+    fb: &mut FunctionBuilder,
+    acc: &Var,
+    r: i64,
+    vectors: &[Expr],
+    operands: impl Fn(Expr) -> (Expr, Expr),
+) {
+    let lanes = acc.ty().as_tensor().map_or(1, |t| t.dtype.lanes);
+    for (v, vector) in vectors.iter().enumerate() {
+        let at = [Expr::int(r), Expr::int(v as i64)];
+        let (unsigned, signed) = operands(vector.clone());
+        let sum = Expr::call(
+            Intrinsic::DotU8I8 { lanes },
+            vec![acc.at(at.clone()), unsigned, signed],
+        );
+        fb.store(acc, at, sum);
+    }
+}
+
+/// Stores the accumulators of the `mr × vecs` tile `acc` into the `[mr, vecs · lanes]` buffer
+/// `tile`, which the scalar stores of the output read.
+pub(super) fn spill(
+    fb: &mut FunctionBuilder,
+    acc: &Var,
+    tile: &Var,
+    mr: i64,
+    vecs: i64,
+    lanes: u16,
+) {
+    for r in 0..mr {
+        for v in 0..vecs {
+            let at = tile.at([Expr::int(r), Expr::int(v * i64::from(lanes))]);
+            let value = acc.at([Expr::int(r), Expr::int(v)]);
+            fb.call(Intrinsic::VectorStore, vec![at.address(), value]);
+        }
+    }
 }
