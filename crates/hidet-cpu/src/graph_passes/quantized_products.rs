@@ -311,7 +311,7 @@ fn unsigned_zero(
     match p.x_zero {
         ZeroPoint::Constant(z) => Ok((Some(z + shift), None)),
         ZeroPoint::Value(v) => {
-            let wide = cast(rw, v, ONNX_INT32)?;
+            let wide = rw.add_cast(v, DType::I32)?;
             let shape = rw.add_shape(&[]);
             let wide = rw.add_op("Reshape", Attributes::new(), &[wide, shape])?;
             if shift == 0 {
@@ -527,18 +527,6 @@ fn node_error(p: &Plan, e: TensorError) -> GraphError {
     }
 }
 
-/// A `Cast` of `v` to the ONNX element type `to`.
-fn cast(rw: &mut Rewriter, v: ValueId, to: i64) -> Result<ValueId, GraphError> {
-    let mut attrs = Attributes::new();
-    attrs.insert("to", Attribute::Int(to));
-    rw.add_op("Cast", attrs, &[v])
-}
-
-/// ONNX element types (`TensorProto.DataType`).
-const ONNX_FLOAT: i64 = 1;
-const ONNX_UINT8: i64 = 2;
-const ONNX_INT32: i64 = 6;
-
 /// For a padded convolution: `u` padded with its zero point `zu` by a `Pad` node stored once
 /// ([`FusionHints::materialize`]: the column matrix then reads it without guards, and whatever
 /// computes `u`, such as the quantization of a float input, runs once per element rather than
@@ -566,7 +554,7 @@ fn padded(
             let value = Tensor::new(vec![], vec![zu as u8]).map_err(|e| node_error(p, e))?;
             rw.add_constant("qconv_pad_value", value)
         }
-        (None, Some(v)) => cast(rw, v, ONNX_UINT8)?,
+        (None, Some(v)) => rw.add_cast(v, DType::U8)?,
         (None, None) => {
             let value = Tensor::new(vec![], vec![0u8]).map_err(|e| node_error(p, e))?;
             rw.add_constant("qconv_pad_value", value)
@@ -596,11 +584,11 @@ fn padded(
 fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     // The activations as unsigned bytes, and their zero point.
     let u = if p.signed {
-        let wide = cast(rw, p.xq, ONNX_INT32)?;
+        let wide = rw.add_cast(p.xq, DType::I32)?;
         let shift = Tensor::new(vec![], vec![128i32]).map_err(|e| node_error(p, e))?;
         let shift = rw.add_constant("int8_shift", shift);
         let shifted = rw.add_op("Add", Attributes::new(), &[wide, shift])?;
-        cast(rw, shifted, ONNX_UINT8)?
+        rw.add_cast(shifted, DType::U8)?
     } else {
         p.xq
     };
@@ -680,7 +668,7 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     let y = match p.output {
         Output::Int32 => y,
         Output::Float | Output::Quantized { .. } => {
-            let y = cast(rw, y, ONNX_FLOAT)?;
+            let y = rw.add_cast(y, DType::F32)?;
             let scale: Vec<f32> = p.w_scale.iter().map(|&s| s * p.x_scale).collect();
             let scale = Tensor::new(channels.clone(), scale).map_err(|e| node_error(p, e))?;
             let scale = rw.add_constant("quantized_scale", scale);

@@ -63,17 +63,6 @@ impl GraphPass for DynamicQuantizeAsKernels {
     }
 }
 
-/// ONNX element types (`TensorProto.DataType`).
-const ONNX_FLOAT: i64 = 1;
-const ONNX_UINT8: i64 = 2;
-const ONNX_DOUBLE: i64 = 11;
-
-fn cast(rw: &mut Rewriter, v: ValueId, to: i64) -> Result<ValueId, GraphError> {
-    let mut attrs = Attributes::new();
-    attrs.insert("to", Attribute::Int(to));
-    rw.add_op("Cast", attrs, &[v])
-}
-
 fn scalar<T: crate::tensor::Element>(rw: &mut Rewriter, hint: &str, v: T) -> ValueId {
     rw.add_constant(hint, Tensor::scalar(v))
 }
@@ -101,21 +90,21 @@ fn rewrite(rw: &mut Rewriter, x: ValueId, shape: &[usize]) -> Result<[ValueId; 3
     let zero_f32 = scalar(rw, "dq_zero", 0f32);
     let lo = binary(rw, "Min", lo, zero_f32)?;
     let hi = binary(rw, "Max", hi, zero_f32)?;
-    let (lo64, hi64) = (cast(rw, lo, ONNX_DOUBLE)?, cast(rw, hi, ONNX_DOUBLE)?);
+    let (lo64, hi64) = (rw.add_cast(lo, DType::F64)?, rw.add_cast(hi, DType::F64)?);
     let range = binary(rw, "Sub", hi64, lo64)?;
     let steps = scalar(rw, "dq_steps", 255f64);
     let scale = binary(rw, "Div", range, steps)?;
-    let scale = cast(rw, scale, ONNX_FLOAT)?;
-    let scale64 = cast(rw, scale, ONNX_DOUBLE)?;
+    let scale = rw.add_cast(scale, DType::F32)?;
+    let scale64 = rw.add_cast(scale, DType::F64)?;
     let ratio = binary(rw, "Div", lo64, scale64)?;
     let ratio = rw.add_op("Neg", Attributes::new(), &[ratio])?;
-    let ratio = cast(rw, ratio, ONNX_FLOAT)?;
+    let ratio = rw.add_cast(ratio, DType::F32)?;
     let rounded = rw.add_op("Round", Attributes::new(), &[ratio])?;
     let top = scalar(rw, "dq_top", 255f32);
     let clipped = rw.add_op("Clip", Attributes::new(), &[rounded, zero_f32, top])?;
     let degenerate = binary(rw, "Equal", scale, zero_f32)?;
     let zero = rw.add_op("Where", Attributes::new(), &[degenerate, zero_f32, clipped])?;
-    let zero = cast(rw, zero, ONNX_UINT8)?;
+    let zero = rw.add_cast(zero, DType::U8)?;
     let y = rw.add_op("QuantizeLinear", Attributes::new(), &[x, scale, zero])?;
     Ok([y, scale, zero])
 }

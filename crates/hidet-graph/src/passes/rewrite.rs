@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::attribute::{Attribute, Attributes};
+use crate::dtype::DType;
 use crate::graph::{FusionHints, Graph, GraphError, Node, NodeId, ValueId};
 use crate::operator::{InferInput, OpContext, OpError};
 use crate::registry::Registry;
@@ -310,6 +311,13 @@ impl Rewriter {
         let ins: Vec<Option<ValueId>> = inputs.iter().map(|v| Some(*v)).collect();
         let out = self.add_node(op_type, attrs, &ins, 1, None)?;
         Ok(out[0])
+    }
+
+    /// A `Cast` of `v` to `dtype`.
+    pub fn add_cast(&mut self, v: ValueId, dtype: DType) -> Result<ValueId, GraphError> {
+        let mut attrs = Attributes::new();
+        attrs.insert("to", Attribute::Int(i64::from(dtype.onnx_code())));
+        self.add_op("Cast", attrs, &[v])
     }
 
     /// Marks node `n` for removal. Every value it defines that is still read must be
