@@ -221,6 +221,9 @@ fn batched_convolutions_fold_the_batch_into_the_product() {
     // image, through a padded copy when padded.
     check(4, Case::plain(3, 3, 17, 16, 3, 1, 0), "OffsetGather");
     check(5, Case::plain(2, 7, 15, 24, 5, 2, 2), "OffsetGather");
+    // A stem's short window (K = 27) with more output channels than one register tile is
+    // wide, stored channels-first tile column by tile column.
+    check(7, Case::plain(3, 3, 23, 70, 3, 2, 0), "OffsetGather");
     // Few output pixels (7×7 at batch 2): pixels as rows.
     check(6, Case::plain(2, 64, 7, 96, 1, 1, 0), "MatMul");
 }

@@ -6,8 +6,8 @@ mod common;
 
 use common::{options_in, Rng};
 use hidet_cpu::templates::matmul::{
-    batch_matmul_f32_with_layouts, matmul_f32_with_layouts, ALayout, BLayout, MatmulShape,
-    ThreadGrid, ThreadSplit, B_PANEL_WIDTH,
+    batch_matmul_f32_with_layouts, matmul_f32_with_layouts, ALayout, BLayout, CLayout, Layouts,
+    MatmulShape, ThreadGrid, ThreadSplit, B_PANEL_WIDTH,
 };
 use hidet_cpu::templates::{batch_matmul_f32, matmul_f32, MatmulSchedule};
 use hidet_cpu::{build, CpuError, CpuTarget, KernelArg, TemplateError};
@@ -220,11 +220,11 @@ fn panels(
 }
 
 /// `A` given as panels of a few rows or row-major and read as it is ([`ALayout::InPlace`]), and/or
-/// `B` as 16-column panels: operands the micro-kernel reads in place.
-fn check_panels(m: i64, n: i64, k: i64, layouts: (ALayout, BLayout), schedule: &MatmulSchedule) {
+/// `B` as 16-column panels: operands the micro-kernel reads in place; `C` stored in either
+/// order.
+fn check_panels(m: i64, n: i64, k: i64, layouts: Layouts, schedule: &MatmulSchedule) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let f = matmul_f32_with_layouts("mm", m, n, k, layouts.0, layouts.1, schedule)
-        .expect("valid instantiation");
+    let f = matmul_f32_with_layouts("mm", m, n, k, layouts, schedule).expect("valid instantiation");
     let module = IRModule::new("mm_panels", Target::Cpu).with(f);
     let compiled = build(module, &options_in(dir.path())).expect("builds");
     compiled
@@ -234,11 +234,11 @@ fn check_panels(m: i64, n: i64, k: i64, layouts: (ALayout, BLayout), schedule: &
     let (mu, nu, ku) = (m as usize, n as usize, k as usize);
     let a = rng.vec_f32(mu * ku);
     let b = rng.vec_f32(ku * nu);
-    let (ap, ad) = match layouts.0 {
+    let (ap, ad) = match layouts.a {
         ALayout::Panels { rows } => panels(&a, mu, ku, true, rows as usize),
         _ => (a.clone(), vec![mu, ku]),
     };
-    let (bp, bd) = match layouts.1 {
+    let (bp, bd) = match layouts.b {
         BLayout::Panels => panels(&b, ku, nu, false, B_PANEL_WIDTH as usize),
         BLayout::RowMajor => (b.clone(), vec![ku, nu]),
     };
@@ -273,6 +273,10 @@ fn operands_in_panels_are_read_in_place() {
         (ALayout::InPlace, BLayout::Panels),
         (ALayout::InPlace, BLayout::RowMajor),
     ];
+    let stored = [CLayout::RowMajor, CLayout::ColumnMajor];
+    let all = all
+        .into_iter()
+        .flat_map(|(a, b)| stored.map(|c| Layouts { a, b, c }));
     for layouts in all {
         for threads in [1, 2] {
             let s = MatmulSchedule::for_target(host, threads);
@@ -328,8 +332,7 @@ fn batched_panels_of_b_are_read_in_place() {
             let f = batch_matmul_f32_with_layouts(
                 "bmm",
                 &shape,
-                ALayout::RowMajor,
-                BLayout::Panels,
+                Layouts::of(ALayout::RowMajor, BLayout::Panels),
                 schedule,
             )
             .expect("valid instantiation");
@@ -413,7 +416,7 @@ fn invalid_schedules_and_shapes_are_errors() {
     for rows in [0, 65] {
         let layouts = (ALayout::Panels { rows }, BLayout::RowMajor);
         assert!(matches!(
-            matmul_f32_with_layouts("mm", 8, 8, 8, layouts.0, layouts.1, &good),
+            matmul_f32_with_layouts("mm", 8, 8, 8, Layouts::of(layouts.0, layouts.1), &good),
             Err(TemplateError::InvalidShape(_))
         ));
     }

@@ -241,6 +241,33 @@ fn level_zero_covers_the_columns_of_a_gathered_product() {
     assert_eq!((narrow.mr, narrow.nr), (14, 32));
 }
 
+/// A gathered product stored column-major takes the widest 8-row tile (one 8-float vector
+/// store per tile column) when that is at least three vectors wide and the product fills it:
+/// AVX-512's `8 × 48` for 48 columns or more, nothing narrower, nothing on AVX2.
+#[test]
+fn level_zero_stores_gathered_columns_with_eight_rows() {
+    use hidet_cpu::templates::matmul::heuristic_for_gathered_rows_stored_by_column as pick;
+    for target in targets() {
+        let lanes = i64::from(target.f32_lanes());
+        for n in [1, 27, 32, 47, 48, 64, 200] {
+            let Some(s) = pick(&target, 2, n) else {
+                continue;
+            };
+            s.validate().expect("a valid schedule");
+            assert!(matmul_space(&target, 2).contains(&s), "n = {n}: {s:?}");
+            assert_eq!(s.mr, 8);
+            assert!(s.nr >= 3 * lanes && s.nr <= n, "n = {n}: {s:?}");
+        }
+    }
+    let all = targets();
+    let (avx2, avx512) = (&all[1], &all[2]);
+    let tile = |target, n| pick(target, 2, n).map(|s| (s.mr, s.nr));
+    assert_eq!(tile(avx512, 64), Some((8, 48)));
+    assert_eq!(tile(avx512, 48), Some((8, 48)));
+    assert_eq!(tile(avx512, 32), None);
+    assert_eq!(tile(avx2, 64), None);
+}
+
 /// The graph passes make a convolution with up to 64 output channels direct on every target,
 /// however wide its register tiles (AVX2's widest is 24): the gathered pixels are read in
 /// place through offset tables by every column panel.

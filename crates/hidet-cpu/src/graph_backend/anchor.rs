@@ -15,8 +15,8 @@ use crate::graph_ops::integer_matmul::OP_TYPE as INTEGER_MATMUL;
 use crate::templates::integer_linear::{integer_linear, IntegerLinearSchedule, IntegerLinearShape};
 use crate::templates::integer_matmul::{integer_matmul, IntegerMatmulSchedule, IntegerMatmulShape};
 use crate::templates::matmul::{
-    batch_matmul_f32_with_layouts, matmul_f32_with_layouts, ALayout, BLayout, MatmulSchedule,
-    MatmulShape, B_PANEL_WIDTH,
+    batch_matmul_f32_with_layouts, matmul_f32_with_layouts, ALayout, BLayout, CLayout, Layouts,
+    MatmulSchedule, MatmulShape, B_PANEL_WIDTH, COLUMN_STORE_ROWS,
 };
 
 /// The sizes of `def` when it is exactly a (batched) f32 matrix product
@@ -66,6 +66,28 @@ pub fn a_layout(task: &FusedTask) -> Option<ALayout> {
     let anchor = task.anchor.as_ref()?;
     let batched = matmul_shape(&anchor.def).is_some_and(|s| is_batched(&s));
     Some(operand_a_layout(anchor, batched, true))
+}
+
+/// Products at most this deep whose left operand is gathered in place may be stored column
+/// by column (see [`stores_by_column`]).
+const SHORT_GATHERED_DEPTH: i64 = 64;
+
+/// Whether `task` is a direct convolution ([`a_is_gathered`]) with a short window (`K` at most
+/// [`SHORT_GATHERED_DEPTH`]) whose epilogue stores it transposed (channels-first): a tile's
+/// stores then cost as much as its multiply-adds, and a register tile whose rows fill whole
+/// vector stores down a column ([`CLayout::ColumnMajor`], see [`matmul_kernel`]) stores
+/// faster. Measured on AVX-512, 2 threads: SqueezeNet 1.1's stem (`K` = 27, 64 channels) 8.1 →
+/// 4.4 ms at batch 8 with an `8 × 48` tile
+/// ([`crate::templates::matmul::heuristic_for_gathered_rows_stored_by_column`]); deeper
+/// windows (its 3×3 convolutions, `K` = 144), products of stored rows (MobileNet-V2's last
+/// pointwise convolution, 2.6× slower) and AVX2's tiles (6 or 8 rows of one or two vectors:
+/// the stem 1.4× slower) lose.
+pub fn stores_by_column(task: &FusedTask) -> bool {
+    let Some(anchor) = &task.anchor else {
+        return false;
+    };
+    let short = matmul_shape(&anchor.def).is_some_and(|s| s.k <= SHORT_GATHERED_DEPTH);
+    short && a_is_gathered(task) && stored_c_layout(anchor) == CLayout::ColumnMajor
 }
 
 /// Whether [`a_layout`] reads `task`'s left operand in place as a guard-free gather (a
@@ -185,6 +207,29 @@ fn reads_offset_tables(anchor: &AnchorInfo) -> bool {
     )
 }
 
+/// The layout in which `anchor`'s epilogue stores the product: column-major when the
+/// innermost index of the task output it writes follows the product's row and not its column
+/// (a transpose, such as a pixels-as-rows convolution stored channels-first), else row-major.
+fn stored_c_layout(anchor: &AnchorInfo) -> CLayout {
+    let Some(epilogue) = &anchor.epilogue else {
+        return CLayout::RowMajor;
+    };
+    let (Some(innermost), [.., row, column]) = (epilogue.indices.last(), epilogue.axes.as_slice())
+    else {
+        return CLayout::RowMajor;
+    };
+    let (mut reads_row, mut reads_column) = (false, false);
+    innermost.visit(&mut |e| {
+        reads_row |= e.as_var() == Some(row);
+        reads_column |= e.as_var() == Some(column);
+    });
+    if reads_row && !reads_column {
+        CLayout::ColumnMajor
+    } else {
+        CLayout::RowMajor
+    }
+}
+
 /// Why the template path does not apply or the fusion was refused.
 #[derive(Debug)]
 pub enum TemplateOutcome {
@@ -196,7 +241,9 @@ pub enum TemplateOutcome {
     Refused(String),
 }
 
-/// The matmul-template kernel of `task` (see [`TemplateOutcome`]). A guard-free gather
+/// The matmul-template kernel of `task` (see [`TemplateOutcome`]). Its register tiles are
+/// stored column by column when [`stores_by_column`] holds and the schedule's tile rows fill
+/// whole 8-float vectors ([`COLUMN_STORE_ROWS`]). A guard-free gather
 /// ([`ALayout::InPlace`]) is read in place when one register tile spans every column
 /// (`schedule.nr >= n`) or when its addresses come from offset tables; otherwise each
 /// element would be gathered again, with its address arithmetic, by every column panel,
@@ -220,10 +267,20 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
         Some(_) => BLayout::Panels,
         None => BLayout::RowMajor,
     };
+    let column_stores = stores_by_column(task) && schedule.mr % COLUMN_STORE_ROWS == 0;
+    let layouts = Layouts {
+        a: a_layout,
+        b: b_layout,
+        c: if column_stores {
+            CLayout::ColumnMajor
+        } else {
+            CLayout::RowMajor
+        },
+    };
     let template = if batched {
-        batch_matmul_f32_with_layouts(&task.name, &shape, a_layout, b_layout, schedule)
+        batch_matmul_f32_with_layouts(&task.name, &shape, layouts, schedule)
     } else {
-        matmul_f32_with_layouts(&task.name, m, n, k, a_layout, b_layout, schedule)
+        matmul_f32_with_layouts(&task.name, m, n, k, layouts, schedule)
     };
     let template = match template {
         Ok(f) => f,

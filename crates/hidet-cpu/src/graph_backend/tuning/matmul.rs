@@ -12,12 +12,14 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::graph_backend::anchor::{
-    a_is_gathered, a_layout, is_batched, matmul_kernel, matmul_shape, TemplateOutcome,
+    a_is_gathered, a_layout, is_batched, matmul_kernel, matmul_shape, stores_by_column,
+    TemplateOutcome,
 };
 use crate::target::CpuTarget;
 use crate::templates::matmul::{
-    heuristic_for_gathered_rows, heuristic_for_product, matmul_candidates, matmul_f32_with_layout,
-    matmul_space, with_depth, ALayout, MatmulSchedule, MatmulShape, ThreadSplit,
+    heuristic_for_gathered_rows, heuristic_for_gathered_rows_stored_by_column,
+    heuristic_for_product, matmul_candidates, matmul_f32_with_layout, matmul_space, with_depth,
+    ALayout, MatmulSchedule, MatmulShape, ThreadSplit,
 };
 
 /// The name of the matmul template's schedule space.
@@ -27,8 +29,9 @@ pub const MATMUL_SPACE: &str = "cpu.matmul_f32";
 /// [`matmul_template_version`] might not show, or when measurements change meaning (2: a
 /// guard-free gather is packed when the register tile is narrower than the product; 3:
 /// candidates are measured with cold inputs, see [`super::runner`]; 4: a stored left matrix
-/// of a rank-2 product, or a reshape of one, is read in place, not packed).
-pub const MATMUL_TEMPLATE_REVISION: u32 = 4;
+/// of a rank-2 product, or a reshape of one, is read in place, not packed; 5: a product
+/// whose epilogue stores it column-major stores each tile column by column).
+pub const MATMUL_TEMPLATE_REVISION: u32 = 5;
 
 /// Candidates measured at level 1: the best-ranked of the space that build distinct kernels
 /// for the task's shape.
@@ -257,12 +260,16 @@ impl Tunable for MatmulTask {
     }
 
     fn heuristic(&self) -> MatmulCandidate {
-        let (layout, gathered) = match &self.work {
-            Work::Fused(task) => (a_layout(task), a_is_gathered(task)),
-            Work::Plain => (Some(ALayout::InPlace), false),
+        let (layout, gathered, by_column) = match &self.work {
+            Work::Fused(task) => (a_layout(task), a_is_gathered(task), stores_by_column(task)),
+            Work::Plain => (Some(ALayout::InPlace), false, false),
         };
+        let (target, threads, n) = (&self.target, self.threads, self.shape.n);
         let gathered = if gathered {
-            heuristic_for_gathered_rows(&self.target, self.threads, self.shape.n)
+            by_column
+                .then(|| heuristic_for_gathered_rows_stored_by_column(target, threads, n))
+                .flatten()
+                .or_else(|| heuristic_for_gathered_rows(target, threads, n))
         } else {
             None
         };

@@ -40,12 +40,13 @@ mod space;
 mod split;
 
 pub use schedule::{
-    ALayout, BLayout, MatmulSchedule, MatmulShape, ThreadGrid, ThreadSplit, B_PANEL_WIDTH,
-    PARALLEL_K_MAX_ELEMENTS,
+    ALayout, BLayout, CLayout, Layouts, MatmulSchedule, MatmulShape, ThreadGrid, ThreadSplit,
+    B_PANEL_WIDTH, COLUMN_STORE_ROWS, PARALLEL_K_MAX_ELEMENTS,
 };
 pub use space::{
-    heuristic_for_gathered_rows, heuristic_for_product, heuristic_for_rows, matmul_candidates,
-    matmul_space, micro_kernels, product_cost, with_depth,
+    heuristic_for_gathered_rows, heuristic_for_gathered_rows_stored_by_column,
+    heuristic_for_product, heuristic_for_rows, matmul_candidates, matmul_space, micro_kernels,
+    product_cost, with_depth,
 };
 
 use crate::error::TemplateError;
@@ -74,28 +75,23 @@ pub fn matmul_f32_with_layout(
     a_layout: ALayout,
     schedule: &MatmulSchedule,
 ) -> Result<Function, TemplateError> {
-    matmul_f32_with_layouts(name, m, n, k, a_layout, BLayout::RowMajor, schedule)
+    let layouts = Layouts::of(a_layout, BLayout::RowMajor);
+    matmul_f32_with_layouts(name, m, n, k, layouts, schedule)
 }
 
-/// [`matmul_f32_with_layout`] for a `B` stored as `b_layout`; with [`BLayout::Panels`]
-/// the kernel's `B` parameter is the panels tensor `[⌈n / 16⌉, k, 16]`. Fails also when
-/// the target's SIMD width does not divide the panel width.
+/// [`matmul_f32_with_layout`] for a `B` stored as `layouts.b` and a `C` stored as
+/// `layouts.c`; with [`BLayout::Panels`] the kernel's `B` parameter is the panels tensor
+/// `[⌈n / 16⌉, k, 16]`. Fails also when the target's SIMD width does not divide the panel
+/// width.
 pub fn matmul_f32_with_layouts(
     name: &str,
     m: i64,
     n: i64,
     k: i64,
-    a_layout: ALayout,
-    b_layout: BLayout,
+    layouts: Layouts,
     schedule: &MatmulSchedule,
 ) -> Result<Function, TemplateError> {
-    plan::build(
-        name,
-        &MatmulShape::plain(m, n, k),
-        false,
-        (a_layout, b_layout),
-        schedule,
-    )
+    plan::build(name, &MatmulShape::plain(m, n, k), false, layouts, schedule)
 }
 
 /// The kernel `name(A: f32[a_batch, m, k], B: f32[b_batch, k, n],
@@ -119,24 +115,25 @@ pub fn batch_matmul_f32_with_layout(
     a_layout: ALayout,
     schedule: &MatmulSchedule,
 ) -> Result<Function, TemplateError> {
-    batch_matmul_f32_with_layouts(name, shape, a_layout, BLayout::RowMajor, schedule)
+    let layouts = Layouts::of(a_layout, BLayout::RowMajor);
+    batch_matmul_f32_with_layouts(name, shape, layouts, schedule)
 }
 
-/// [`batch_matmul_f32_with_layout`] for a `B` stored as `b_layout`; with
-/// [`BLayout::Panels`] the kernel's `B` parameter is the panels tensor
+/// [`batch_matmul_f32_with_layout`] for a `B` stored as `layouts.b` and a `C` stored as
+/// `layouts.c`; with [`BLayout::Panels`] the kernel's `B` parameter is the panels tensor
 /// `[b_batch, ⌈n / 16⌉, k, 16]` (each batch's matrix in 16-column panels). Fails also when
 /// the target's SIMD width does not divide the panel width.
 pub fn batch_matmul_f32_with_layouts(
     name: &str,
     shape: &MatmulShape,
-    a_layout: ALayout,
-    b_layout: BLayout,
+    layouts: Layouts,
     schedule: &MatmulSchedule,
 ) -> Result<Function, TemplateError> {
-    if !matches!(a_layout, ALayout::RowMajor | ALayout::ColumnMajor) {
+    if !matches!(layouts.a, ALayout::RowMajor | ALayout::ColumnMajor) {
         return Err(TemplateError::InvalidShape(format!(
-            "a batch matmul packs A; {a_layout:?} needs a rank-2 product"
+            "a batch matmul packs A; {:?} needs a rank-2 product",
+            layouts.a
         )));
     }
-    plan::build(name, shape, true, (a_layout, b_layout), schedule)
+    plan::build(name, shape, true, layouts, schedule)
 }

@@ -2,7 +2,8 @@
 //! of [`super`]).
 
 use super::schedule::{
-    ceil_div, ALayout, BLayout, MatmulSchedule, MatmulShape, ThreadGrid, B_PANEL_WIDTH,
+    ceil_div, ALayout, BLayout, CLayout, Layouts, MatmulSchedule, MatmulShape, ThreadGrid,
+    B_PANEL_WIDTH,
 };
 use super::split::PanelSplit;
 use crate::error::TemplateError;
@@ -10,15 +11,21 @@ use hidet_ir::mapping::MappingError;
 use hidet_ir::prelude::*;
 
 /// Builds the kernel for `shape` (with rank-3 operands when `rank3`, else
-/// rank 2, which requires a batch of 1), packing `A` in the order `a_layout` favours and
-/// reading `B` as `b_layout` stores it.
+/// rank 2, which requires a batch of 1), packing `A` in the order `layouts.a` favours,
+/// reading `B` as `layouts.b` stores it and storing each register tile in the order
+/// `layouts.c` favours.
 pub(super) fn build(
     name: &str,
     shape: &MatmulShape,
     rank3: bool,
-    (a_layout, b_layout): (ALayout, BLayout),
+    layouts: Layouts,
     schedule: &MatmulSchedule,
 ) -> Result<Function, TemplateError> {
+    let Layouts {
+        a: a_layout,
+        b: b_layout,
+        c: c_layout,
+    } = layouts;
     schedule.validate()?;
     shape.validate()?;
     if !rank3 && shape.batch != 1 {
@@ -72,6 +79,7 @@ pub(super) fn build(
     let plan = Plan {
         a_layout,
         b_layout,
+        c_layout,
         ..Plan::new(a, b, c, *shape, rank3, schedule)
     };
     plan.emit(&mut fb)?;
@@ -97,6 +105,7 @@ struct Plan {
     rank3: bool,
     a_layout: ALayout,
     b_layout: BLayout,
+    c_layout: CLayout,
     threads: i64,
     mr: i64,
     nr: i64,
@@ -208,6 +217,7 @@ impl Plan {
             rank3,
             a_layout: ALayout::RowMajor,
             b_layout: BLayout::RowMajor,
+            c_layout: CLayout::RowMajor,
             threads: sch.threads,
             mr: sch.mr,
             nr: sch.nr,
@@ -746,18 +756,26 @@ impl Plan {
             let dst = tile.at([ij[0].clone(), &ij[1] * self.w]).address();
             fb.call(Intrinsic::VectorStore, vec![dst, acc.at(ij.to_vec())]);
         });
-        // Each row is a SIMD loop, so the compiler turns a whole row into vector
-        // stores and the fused epilogue's selects (clip, relu) into blends rather
-        // than data-dependent branches; the rows stay a loop, which keeps the
-        // epilogue's code (and compile time) small.
+        // Each row (each column, for a column-major `C`) is a SIMD loop, so the
+        // compiler turns it into vector stores and the fused epilogue's selects
+        // (clip, relu) into blends rather than data-dependent branches; the outer
+        // axis stays a loop, which keeps the epilogue's code (and compile time) small.
+        let (outer, inner) = match self.c_layout {
+            CLayout::RowMajor => (shape.rows, shape.cols),
+            CLayout::ColumnMajor => (shape.cols, shape.rows),
+        };
         let elements = mapping(repeat_with(
-            [shape.rows, shape.cols],
+            [outer, inner],
             vec![0, 1],
             vec![LoopKind::Serial, LoopKind::Vectorize],
         ));
         fb.for_each(elements.on(0), |fb, ij| {
-            let value = tile.at(ij.to_vec());
-            self.store_c(fb, &at.batch, row0 + &ij[0], col0 + &ij[1], value);
+            let (i, j) = match self.c_layout {
+                CLayout::RowMajor => (&ij[0], &ij[1]),
+                CLayout::ColumnMajor => (&ij[1], &ij[0]),
+            };
+            let value = tile.at([i.clone(), j.clone()]);
+            self.store_c(fb, &at.batch, row0 + i, col0 + j, value);
         });
     }
 

@@ -63,6 +63,44 @@ pub enum BLayout {
     Panels,
 }
 
+/// Which axis of `C` is contiguous where the task finally stores it (after fusion, the
+/// layout the epilogue writes). It steers only the order of the loop that stores a finished
+/// register tile (the kernel is correct with either), so that consecutive stores land on
+/// consecutive addresses and vectorize.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum CLayout {
+    /// `C[i, j]` and `C[i, j + 1]` are adjacent: a tile is stored row by row.
+    #[default]
+    RowMajor,
+    /// `C[i, j]` and `C[i + 1, j]` are adjacent (an epilogue that transposes, such as a
+    /// convolution computed pixels-as-rows and stored channels-first): a tile is stored
+    /// column by column.
+    ColumnMajor,
+}
+
+/// Rows of a register tile whose column one vector store of 8 `f32` writes
+/// ([`CLayout::ColumnMajor`]).
+pub const COLUMN_STORE_ROWS: i64 = 8;
+
+/// How the template reads its operands and stores its output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Layouts {
+    pub a: ALayout,
+    pub b: BLayout,
+    pub c: CLayout,
+}
+
+impl Layouts {
+    /// `a` and `b` as given, `C` row-major.
+    pub fn of(a: ALayout, b: BLayout) -> Layouts {
+        Layouts {
+            a,
+            b,
+            c: CLayout::RowMajor,
+        }
+    }
+}
+
 /// Columns per panel of [`BLayout::Panels`].
 pub const B_PANEL_WIDTH: i64 = 16;
 
