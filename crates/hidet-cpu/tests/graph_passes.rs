@@ -304,6 +304,76 @@ mod channels_last {
         assert_same_outputs(&before, &after, &inputs, 1e-4);
     }
 
+    /// An inverted residual block with squeeze-and-excitation (EfficientNet's, MobileNet-V3's)
+    /// at batch 2: 1×1 expansion, SiLU, depthwise 3×3, SiLU, then the per-channel scale
+    /// `Mul(d, Sigmoid(W2·Relu(W1·GlobalAveragePool(d))))` and the 1×1 projection. The
+    /// per-channel scale (`[N, C, 1, 1]`) is read channels-last and the pooling becomes a mean
+    /// over the channels-last pixels, so no transpose of an image is left between the
+    /// convolutions: only the graph input's read and the output's store move image data.
+    #[test]
+    fn squeeze_and_excitation_blocks_stay_channels_last() {
+        let mut rng = Rng::new(34);
+        let (n, c, e, r, h, w) = (2, 4, 12, 3, 7, 5);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[n, c, h, w]));
+        for (name, shape) in [
+            ("we", vec![e, c, 1, 1]),
+            ("wd", vec![e, 1, 3, 3]),
+            ("bd", vec![e]),
+            ("w1", vec![r, e, 1, 1]),
+            ("b1", vec![r]),
+            ("w2", vec![e, r, 1, 1]),
+            ("b2", vec![e]),
+            ("wp", vec![c, e, 1, 1]),
+        ] {
+            b.initializer(name, rng.f32s(&shape));
+        }
+        let none = Attributes::new;
+        let steps: Vec<(&str, Vec<&str>, &str, Attributes)> = vec![
+            ("Conv", vec!["x", "we"], "e", conv_attrs(1, 1, 0)),
+            ("Sigmoid", vec!["e"], "es", none()),
+            ("Mul", vec!["e", "es"], "ea", none()),
+            (
+                "Conv",
+                vec!["ea", "wd", "bd"],
+                "d",
+                conv_attrs(e as i64, 1, 1),
+            ),
+            ("Sigmoid", vec!["d"], "ds", none()),
+            ("Mul", vec!["d", "ds"], "da", none()),
+            ("GlobalAveragePool", vec!["da"], "p", none()),
+            ("Conv", vec!["p", "w1", "b1"], "q", conv_attrs(1, 1, 0)),
+            ("Relu", vec!["q"], "qr", none()),
+            ("Conv", vec!["qr", "w2", "b2"], "z", conv_attrs(1, 1, 0)),
+            ("Sigmoid", vec!["z"], "zs", none()),
+            ("Mul", vec!["da", "zs"], "scaled", none()),
+            ("Conv", vec!["scaled", "wp"], "y", conv_attrs(1, 1, 0)),
+        ];
+        for (op, ins, out, a) in steps {
+            b.node(node(op, 17, &ins, &[out], a));
+        }
+        b.output("y");
+        let before = build(b);
+        let after = run_passes(before.clone(), &default_passes()).unwrap();
+        assert_eq!(count(&after, "DepthwiseConvNhwc"), 1, "{:?}", ops(&after));
+        assert_eq!(count(&after, "GlobalAveragePool"), 0, "{:?}", ops(&after));
+        // Transposes of 4-D images with more than one pixel (not of weights or of the
+        // `[N, C, 1, 1]` scale, which move no data).
+        let image_transposes = after
+            .nodes()
+            .iter()
+            .filter(|t| t.op_type == "Transpose")
+            .filter(|t| {
+                let v = t.inputs[0].expect("a transpose has an input");
+                let shape = after.value(v).ty.fixed_shape().expect("static");
+                shape.len() == 4 && shape[2..].iter().product::<usize>() > 1
+            })
+            .count();
+        assert_eq!(image_transposes, 2, "{:?}", ops(&after));
+        let inputs = vec![("x".to_string(), rng.f32s(&[n, c, h, w]))];
+        assert_same_outputs(&before, &after, &inputs, 1e-4);
+    }
+
     /// A depthwise convolution (strided, padded unevenly) becomes the channels-last operator
     /// between transposes; grouped convolutions with several channels per group stay.
     #[test]

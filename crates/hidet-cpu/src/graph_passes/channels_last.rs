@@ -101,6 +101,17 @@ fn is_scalar(g: &Graph, v: ValueId, rank: usize) -> bool {
         .is_some_and(|t| t.numel() == 1 && t.rank() <= rank)
 }
 
+/// True when `v` has a static shape of `rank` dimensions all 1 past the channel axis (`[N or
+/// 1, C, 1, …]`, the per-channel scale of a squeeze-and-excitation block): a binary operator
+/// broadcasts it over the image, and the same values broadcast over a channels-last image
+/// after `Transpose(v, to_last)`, which moves no data.
+fn is_channel_broadcast(g: &Graph, v: ValueId, rank: usize) -> bool {
+    g.value(v)
+        .ty
+        .fixed_shape()
+        .is_some_and(|s| s.len() == rank && rank >= 3 && s[2..].iter().all(|&d| d == 1))
+}
+
 /// The rank of `v`, when known.
 fn rank_of(g: &Graph, v: ValueId) -> Option<usize> {
     g.value(v).ty.shape.as_ref().map(Vec::len)
@@ -182,7 +193,9 @@ fn silu_of(g: &Graph, v: ValueId) -> Option<ValueId> {
 /// True when `v` is, through element-wise operators, a `to_first` transpose of channels-last
 /// data: the output of a `to_first` transpose, of a node whose outputs are in `rewritten`
 /// (convolutions given the channels-last form earlier in the same rewrite), or of an
-/// element-wise operator all of whose non-scalar inputs are such values.
+/// element-wise operator all of whose inputs are such values, scalars, or (for a binary
+/// operator) per-channel broadcasts ([`is_channel_broadcast`], which [`SinkTransposes`]
+/// transposes alike).
 pub fn channels_last_source(g: &Graph, v: ValueId, rewritten: &HashSet<ValueId>) -> bool {
     fn walk(
         g: &Graph,
@@ -204,12 +217,13 @@ pub fn channels_last_source(g: &Graph, v: ValueId, rewritten: &HashSet<ValueId>)
         if depth == 0 || !node.domain.is_empty() || !is_elementwise(&node.op_type) {
             return false;
         }
+        let binary = BINARY.contains(&node.op_type.as_str());
         let data: Vec<ValueId> = node
             .inputs
             .iter()
             .flatten()
             .copied()
-            .filter(|i| !is_scalar(g, *i, rank))
+            .filter(|i| !is_scalar(g, *i, rank) && !(binary && is_channel_broadcast(g, *i, rank)))
             .collect();
         !data.is_empty()
             && data
@@ -291,7 +305,8 @@ fn depthwise_plan(rw: &Rewriter, n: NodeId) -> Option<DepthwisePlan> {
 /// Moves `to_first` transposes below element-wise operators:
 /// `Op(Transpose(a, p), s, Transpose(b, p))` → `Transpose(Op(a, s, b), p)` when every
 /// non-scalar input of `Op` is a transpose by the same `p = to_first(rank)` (scalar constant
-/// inputs `s` broadcast alike either way). Transposes by other permutations are left where
+/// inputs `s` broadcast alike either way), or, for a binary operator, a per-channel broadcast
+/// `c` ([`is_channel_broadcast`]), read as `Transpose(c, to_last)`. Transposes by other permutations are left where
 /// they are (the attention transposes of transformers keep their place as prologues).
 pub struct SinkTransposes;
 
@@ -307,6 +322,15 @@ impl GraphPass for SinkTransposes {
         for i in 0..rw.graph().nodes().len() {
             let g = rw.graph();
             let node = &g.nodes()[i];
+            if node.domain.is_empty() && node.op_type == "GlobalAveragePool" {
+                if let Some((x, y, shape)) = pooled_channels_last(g, NodeId(i), &sunk) {
+                    rw.focus(NodeId(i));
+                    let out = channels_last_mean(&mut rw, x, &shape)?;
+                    rw.replace(y, out);
+                    rw.remove_node(NodeId(i));
+                }
+                continue;
+            }
             if !node.domain.is_empty() || !is_elementwise(&node.op_type) {
                 continue;
             }
@@ -326,22 +350,26 @@ impl GraphPass for SinkTransposes {
                 let perm = transpose_perm(g, p)?;
                 (perm == first).then(|| g.nodes()[p.0].inputs.first().copied().flatten())?
             };
+            let binary = BINARY.contains(&node.op_type.as_str());
             let mut inputs = Vec::with_capacity(node.inputs.len());
+            // Per-channel broadcasts (slots) to read through a `to_last` transpose.
+            let mut broadcasts = Vec::new();
             let mut moved = 0;
             let mut applies = true;
             for (slot, v) in node.inputs.iter().enumerate() {
                 match v {
                     None => inputs.push(None),
-                    Some(v)
-                        if is_scalar(g, *v, rank)
-                            && (slot > 0 || BINARY.contains(&node.op_type.as_str())) =>
-                    {
+                    Some(v) if is_scalar(g, *v, rank) && (slot > 0 || binary) => {
                         inputs.push(Some(*v))
                     }
                     Some(v) => match source(*v) {
-                        Some(src) if (slot == 0 || BINARY.contains(&node.op_type.as_str())) => {
+                        Some(src) if (slot == 0 || binary) => {
                             moved += 1;
                             inputs.push(Some(src));
+                        }
+                        _ if binary && is_channel_broadcast(g, *v, rank) => {
+                            broadcasts.push(slot);
+                            inputs.push(Some(*v));
                         }
                         _ => {
                             applies = false;
@@ -355,14 +383,21 @@ impl GraphPass for SinkTransposes {
             }
             let shapes: HashSet<_> = inputs
                 .iter()
-                .flatten()
-                .filter(|v| !is_scalar(g, **v, rank))
-                .map(|v| g.value(*v).ty.shape.clone())
+                .enumerate()
+                .filter(|(slot, v)| {
+                    v.is_some_and(|v| !is_scalar(g, v, rank)) && !broadcasts.contains(slot)
+                })
+                .map(|(_, v)| v.map(|v| g.value(v).ty.shape.clone()))
                 .collect();
             if shapes.len() != 1 {
                 continue;
             }
             rw.focus(NodeId(i));
+            for &slot in &broadcasts {
+                let v = inputs[slot].expect("a broadcast slot holds an input");
+                let last = rw.add_op("Transpose", perm_attrs(to_last(rank)), &[v])?;
+                inputs[slot] = Some(last);
+            }
             let inner = rw.add_copy_of(NodeId(i), &inputs)?[0];
             let t = rw.add_op("Transpose", perm_attrs(first.clone()), &[inner])?;
             rw.replace(out, t);
@@ -371,4 +406,55 @@ impl GraphPass for SinkTransposes {
         }
         rw.finish()
     }
+}
+
+/// For a `GlobalAveragePool` node `n` whose input is a `to_first` transpose (or an operator
+/// sunk below one, in `sunk`) of channels-last data `x` of a static shape `[N, d…, C]`:
+/// `x`, the pooling's output and that shape.
+fn pooled_channels_last(
+    g: &Graph,
+    n: NodeId,
+    sunk: &HashMap<ValueId, (ValueId, Vec<i64>)>,
+) -> Option<(ValueId, ValueId, Vec<usize>)> {
+    let node = &g.nodes()[n.0];
+    let ([Some(input)], [Some(y)]) = (node.inputs.as_slice(), node.outputs.as_slice()) else {
+        return None;
+    };
+    let rank = rank_of(g, *input).filter(|r| *r >= 3)?;
+    let first = to_first(rank);
+    let x = match sunk.get(input) {
+        Some((src, perm)) => (*perm == first).then_some(*src)?,
+        None => {
+            let (p, _) = g.value(*input).producer?;
+            (transpose_perm(g, p)? == first).then_some(())?;
+            g.nodes()[p.0].inputs.first().copied().flatten()?
+        }
+    };
+    let shape = g.value(x).ty.fixed_shape()?;
+    Some((x, *y, shape))
+}
+
+/// The global average of channels-last `x` of shape `[N, d…, C]` over its pixels, as the
+/// `[N, C, 1…]` a `GlobalAveragePool` of its `to_first` transpose gives:
+/// `Reshape(ReduceMean(Reshape(x, [N, ∏d, C]), axes = [1]), [N, C, 1…])`. The mean's
+/// lanes are channels, each read contiguously, instead of a strided walk over each
+/// channel's pixels; the result's memory order is that of `[N, C]`, so nothing is
+/// transposed.
+fn channels_last_mean(
+    rw: &mut Rewriter,
+    x: ValueId,
+    shape: &[usize],
+) -> Result<ValueId, GraphError> {
+    let (batch, channels) = (shape[0], shape[shape.len() - 1]);
+    let pixels = shape[1..shape.len() - 1].iter().product::<usize>();
+    let rows = rw.add_shape(&[batch, pixels, channels]);
+    let x = rw.add_op("Reshape", Attributes::new(), &[x, rows])?;
+    let mut attrs = Attributes::new();
+    attrs.insert("axes", Attribute::Ints(vec![1]));
+    attrs.insert("keepdims", Attribute::Int(1));
+    let mean = rw.add_op("ReduceMean", attrs, &[x])?;
+    let mut out = vec![batch, channels];
+    out.resize(shape.len(), 1);
+    let out = rw.add_shape(&out);
+    rw.add_op("Reshape", Attributes::new(), &[mean, out])
 }
