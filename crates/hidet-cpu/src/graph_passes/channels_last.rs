@@ -223,7 +223,7 @@ pub fn channels_last_source(g: &Graph, v: ValueId, rewritten: &HashSet<ValueId>)
             .iter()
             .flatten()
             .copied()
-            .filter(|i| !is_scalar(g, *i, rank) && !(binary && is_channel_broadcast(g, *i, rank)))
+            .filter(|i| !(is_scalar(g, *i, rank) || binary && is_channel_broadcast(g, *i, rank)))
             .collect();
         !data.is_empty()
             && data
