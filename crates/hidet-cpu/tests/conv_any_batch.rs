@@ -251,6 +251,9 @@ fn grouped_convolutions_are_products_batched_over_groups() {
     let mut dilated = Case::plain(2, 8, 12, 8, 3, 1, 2).grouped(2);
     dilated.dilation = [2, 2];
     check(12, dilated, "Im2Col");
+    // Groups of 4 output channels (ResNeXt's first stage), and 7 groups of 2.
+    check(13, Case::plain(2, 64, 9, 64, 3, 1, 1).grouped(16), "Im2Col");
+    check(14, Case::plain(1, 14, 6, 14, 3, 1, 1).grouped(7), "Im2Col");
 }
 
 #[test]
