@@ -224,6 +224,8 @@ fn batched_convolutions_fold_the_batch_into_the_product() {
     // A stem's short window (K = 27) with more output channels than one register tile is
     // wide, stored channels-first tile column by tile column.
     check(7, Case::plain(3, 3, 23, 70, 3, 2, 0), "OffsetGather");
+    // A padded 7×7 stride-2 stem (K = 147), stored the same way.
+    check(15, Case::plain(2, 3, 27, 64, 7, 2, 3), "OffsetGather");
     // Few output pixels (7×7 at batch 2): pixels as rows.
     check(6, Case::plain(2, 64, 7, 96, 1, 1, 0), "MatMul");
 }

@@ -70,18 +70,19 @@ pub fn a_layout(task: &FusedTask) -> Option<ALayout> {
 
 /// Products at most this deep whose left operand is gathered in place may be stored column
 /// by column (see [`stores_by_column`]).
-const SHORT_GATHERED_DEPTH: i64 = 64;
+const SHORT_GATHERED_DEPTH: i64 = 160;
 
 /// Whether `task` is a direct convolution ([`a_is_gathered`]) with a short window (`K` at most
 /// [`SHORT_GATHERED_DEPTH`]) whose epilogue stores it transposed (channels-first): a tile's
-/// stores then cost as much as its multiply-adds, and a register tile whose rows fill whole
-/// vector stores down a column ([`CLayout::ColumnMajor`], see [`matmul_kernel`]) stores
-/// faster. Measured on AVX-512, 2 threads: SqueezeNet 1.1's stem (`K` = 27, 64 channels) 8.1 →
-/// 4.4 ms at batch 8 with an `8 × 48` tile
-/// ([`crate::templates::matmul::heuristic_for_gathered_rows_stored_by_column`]); deeper
-/// windows (its 3×3 convolutions, `K` = 144), products of stored rows (MobileNet-V2's last
-/// pointwise convolution, 2.6× slower) and AVX2's tiles (6 or 8 rows of one or two vectors:
-/// the stem 1.4× slower) lose.
+/// stores then cost about as much as its multiply-adds, and a register tile whose rows fill
+/// whole vector stores down a column ([`CLayout::ColumnMajor`], see [`matmul_kernel`]) stores
+/// faster. Measured on AVX-512, 2 threads, with an `8 × 48` tile
+/// ([`crate::templates::matmul::heuristic_for_gathered_rows_stored_by_column`]): SqueezeNet
+/// 1.1's stem (`K` = 27, 64 channels) 8.1 → 4.4 ms at batch 8; the 7×7 stems (`K` = 147) of
+/// ResNet-18 at batch 8 11.7 → 7.9 ms, of ResNet-50 at batch 1 1.50 → 0.91 ms; SqueezeNet's
+/// 3×3 convolutions of 16 channels (`K` = 144) within ±10%. Products of stored rows
+/// (MobileNet-V2's last pointwise convolution, 2.6× slower) and AVX2's tiles (6 or 8 rows of
+/// one or two vectors: SqueezeNet's stem 1.4× slower) lose.
 pub fn stores_by_column(task: &FusedTask) -> bool {
     let Some(anchor) = &task.anchor else {
         return false;
