@@ -60,6 +60,27 @@ impl Graph {
         })
     }
 
+    /// Checks `shapes` (one per runtime input, in input order) against the inputs' declared
+    /// shapes without rebuilding the graph: the count, each tensor input's rank, its fixed
+    /// dimensions, and every symbolic dimension equal wherever it recurs. The errors are
+    /// [`Graph::with_input_shapes`]'s, naming the input and the dimension.
+    pub fn check_input_shapes(&self, shapes: &[Vec<usize>]) -> Result<(), BindError> {
+        if shapes.len() != self.inputs().len() {
+            return Err(BindError::Count {
+                expected: self.inputs().len(),
+                given: shapes.len(),
+            });
+        }
+        let mut symbols: HashMap<Arc<str>, (usize, String)> = HashMap::new();
+        for (&id, shape) in self.inputs().iter().zip(shapes) {
+            let v = self.value(id);
+            if let (Some(dims), ValueKind::Tensor) = (&v.ty.shape, v.kind) {
+                check_dims(&v.name, dims, shape, &mut symbols)?;
+            }
+        }
+        Ok(())
+    }
+
     /// This graph with runtime input `i` fixed at `shapes[i]` (one entry per input, in input
     /// order; ignored for sequence and optional inputs), every type inferred again with
     /// operators from `registry`. Requires a graph whose every node the registry builds from

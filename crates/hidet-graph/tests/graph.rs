@@ -305,4 +305,39 @@ fn binding_shapes_that_contradict_the_model_names_the_input_and_dimension() {
     assert!(e.contains("input `x`") && e.contains("rank 2"), "{e}");
     let e = bind(&[vec![1, 5]]);
     assert!(e.contains("1 input shapes given for 2"), "{e}");
+    // The same checks without rebuilding the graph (what a compiled model of a static graph
+    // runs on the shapes it is asked to compile for).
+    let check = |shapes: &[Vec<usize>]| graph.check_input_shapes(shapes).map_err(|e| e.to_string());
+    assert!(check(&[vec![1, 5], vec![1, 5]]).is_ok());
+    let e = check(&[vec![8, 5], vec![8, 5]]).unwrap_err();
+    assert!(
+        e.contains("input `x`: dimension 0 is fixed at 1") && e.contains("given 8"),
+        "{e}"
+    );
+    let e = check(&[vec![1, 5], vec![1, 6]]).unwrap_err();
+    assert!(e.contains("input `y`: dimension 1 (`S`) is 6"), "{e}");
+    let e = check(&[vec![1, 5, 1], vec![1, 5]]).unwrap_err();
+    assert!(e.contains("input `x`") && e.contains("rank 2"), "{e}");
+    // A graph whose inputs are all static: a batch of 8 for its batch of 1 is refused too.
+    let mut b = GraphBuilder::new("static_batch");
+    b.input(
+        "x",
+        TensorType {
+            dtype: DType::F32,
+            shape: Some(vec![Dim::Fixed(1), Dim::Fixed(4)]),
+        },
+    );
+    b.node(spec("Relu", &["x"], &["z"]));
+    b.output("z");
+    let fixed = b.build(Registry::global()).unwrap();
+    assert!(fixed.has_static_inputs());
+    assert!(fixed.check_input_shapes(&[vec![1, 4]]).is_ok());
+    let e = fixed
+        .check_input_shapes(&[vec![8, 4]])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("input `x`: dimension 0 is fixed at 1") && e.contains("given 8"),
+        "{e}"
+    );
 }

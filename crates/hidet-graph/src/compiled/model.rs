@@ -80,6 +80,7 @@ impl<B: Backend> CompiledModel<B> {
     /// dimension when `shapes` contradict the graph.
     pub fn optimized_graph(&self, shapes: &[Vec<usize>]) -> Result<Graph, CompiledError> {
         let bound = if self.graph.has_static_inputs() {
+            self.graph.check_input_shapes(shapes)?;
             self.graph.clone()
         } else {
             self.graph.with_input_shapes(shapes, Registry::global())?
