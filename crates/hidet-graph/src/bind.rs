@@ -46,9 +46,32 @@ pub enum BindError {
         other: String,
     },
     /// Inference rejects the bound shapes (for example a sequence longer than a position
-    /// table): the node and its reason.
-    #[error("with these input shapes: {0}")]
-    Graph(#[from] GraphError),
+    /// table): the input shapes, the node and its reason.
+    #[error("with input shapes {shapes}: {source}")]
+    Graph {
+        /// `name=[d, …]` for every runtime input, comma-separated.
+        shapes: String,
+        #[source]
+        source: Box<GraphError>,
+    },
+}
+
+impl Graph {
+    /// A [`BindError::Graph`] for `source`, naming the input shapes `shapes` (one per runtime
+    /// input, in input order) it arose with.
+    pub fn bind_error(&self, shapes: &[Vec<usize>], source: GraphError) -> BindError {
+        let shapes = self
+            .inputs()
+            .iter()
+            .zip(shapes)
+            .map(|(&id, s)| format!("{}={s:?}", self.value(id).name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        BindError::Graph {
+            shapes,
+            source: Box::new(source),
+        }
+    }
 }
 
 impl Graph {
@@ -137,7 +160,9 @@ impl Graph {
         for &o in self.outputs() {
             builder.output(self.value(o).name.clone());
         }
-        Ok(builder.build(registry)?)
+        builder
+            .build(registry)
+            .map_err(|e| self.bind_error(shapes, e))
     }
 }
 

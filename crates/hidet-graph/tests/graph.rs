@@ -330,6 +330,29 @@ fn binding_shapes_that_contradict_the_model_names_the_input_and_dimension() {
     b.node(spec("Relu", &["x"], &["z"]));
     b.output("z");
     let fixed = b.build(Registry::global()).unwrap();
+    // A bound shape that inference rejects (a sequence longer than a position table) names
+    // the input shapes as well as the node.
+    let mut t = GraphBuilder::new("positions");
+    t.input(
+        "ids",
+        TensorType {
+            dtype: DType::F32,
+            shape: Some(vec![Dim::Fixed(1), sym("S")]),
+        },
+    );
+    t.initializer("table", Tensor::new(vec![1, 4], vec![1.0f32; 4]).unwrap());
+    t.node(spec("Add", &["ids", "table"], &["z"]));
+    t.output("z");
+    let positions = t.build(Registry::global()).unwrap();
+    assert!(positions
+        .with_input_shapes(&[vec![1, 4]], Registry::global())
+        .is_ok());
+    let e = positions
+        .with_input_shapes(&[vec![1, 6]], Registry::global())
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("with input shapes ids=[1, 6]: "), "{e}");
+    assert!(e.contains("Add"), "{e}");
     assert!(fixed.has_static_inputs());
     assert!(fixed.check_input_shapes(&[vec![1, 4]]).is_ok());
     let e = fixed

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 
 use super::backend::{Backend, BackendError, CompileOptions};
 use super::graph::{CompiledError, CompiledGraph};
-use crate::bind::BindError;
 use crate::executor::check_input_data;
 use crate::graph::Graph;
 use crate::passes::run_passes;
@@ -85,7 +84,8 @@ impl<B: Backend> CompiledModel<B> {
         } else {
             self.graph.with_input_shapes(shapes, Registry::global())?
         };
-        Ok(run_passes(bound, &self.backend.graph_passes()).map_err(BindError::Graph)?)
+        Ok(run_passes(bound, &self.backend.graph_passes())
+            .map_err(|e| self.graph.bind_error(shapes, e))?)
     }
 
     /// The compiled graph for `shapes` (one per runtime input, in input order; see
