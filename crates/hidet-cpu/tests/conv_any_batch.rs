@@ -222,7 +222,7 @@ fn batched_convolutions_fold_the_batch_into_the_product() {
     check(4, Case::plain(3, 3, 17, 16, 3, 1, 0), "OffsetGather");
     check(5, Case::plain(2, 7, 15, 24, 5, 2, 2), "OffsetGather");
     // A stem's short window (K = 27) with more output channels than one register tile is
-    // wide, stored channels-first tile column by tile column.
+    // wide, stored channels-first (on AVX-512, tile column by tile column).
     check(7, Case::plain(3, 3, 23, 70, 3, 2, 0), "OffsetGather");
     // A padded 7×7 stride-2 stem (K = 147), stored the same way.
     check(15, Case::plain(2, 3, 27, 64, 7, 2, 3), "OffsetGather");

@@ -88,7 +88,7 @@ pub fn stores_by_column(task: &FusedTask) -> bool {
         return false;
     };
     let short = matmul_shape(&anchor.def).is_some_and(|s| s.k <= SHORT_GATHERED_DEPTH);
-    short && a_is_gathered(task) && stored_c_layout(anchor) == CLayout::ColumnMajor
+    short && a_is_gathered(task) && epilogue_transposes(anchor)
 }
 
 /// Whether [`a_layout`] reads `task`'s left operand in place as a guard-free gather (a
@@ -208,27 +208,23 @@ fn reads_offset_tables(anchor: &AnchorInfo) -> bool {
     )
 }
 
-/// The layout in which `anchor`'s epilogue stores the product: column-major when the
-/// innermost index of the task output it writes follows the product's row and not its column
-/// (a transpose, such as a pixels-as-rows convolution stored channels-first), else row-major.
-fn stored_c_layout(anchor: &AnchorInfo) -> CLayout {
+/// Whether `anchor`'s epilogue stores the product transposed: the innermost index of the task
+/// output it writes follows the product's row and not its column (a pixels-as-rows
+/// convolution stored channels-first).
+fn epilogue_transposes(anchor: &AnchorInfo) -> bool {
     let Some(epilogue) = &anchor.epilogue else {
-        return CLayout::RowMajor;
+        return false;
     };
     let (Some(innermost), [.., row, column]) = (epilogue.indices.last(), epilogue.axes.as_slice())
     else {
-        return CLayout::RowMajor;
+        return false;
     };
     let (mut reads_row, mut reads_column) = (false, false);
     innermost.visit(&mut |e| {
         reads_row |= e.as_var() == Some(row);
         reads_column |= e.as_var() == Some(column);
     });
-    if reads_row && !reads_column {
-        CLayout::ColumnMajor
-    } else {
-        CLayout::RowMajor
-    }
+    reads_row && !reads_column
 }
 
 /// Why the template path does not apply or the fusion was refused.
