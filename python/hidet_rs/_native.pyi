@@ -55,6 +55,8 @@ class Model:
     ) -> CompiledModel: ...
     def run_reference(self, inputs: Inputs) -> List[np.ndarray]:
         """The reference executor (every operator's own implementation, node by node)."""
+    def save_onnx(self, path: Union[str, "os.PathLike[str]"]) -> int:
+        """Writes the model as an .onnx file (no graph pass applied); returns its size."""
 
 class CompiledModel:
     """A compiled model; safe to run from several threads at once."""

@@ -416,6 +416,14 @@ impl PyModel {
         outputs.into_iter().map(|(_, t)| to_numpy(py, t)).collect()
     }
 
+    /// Writes the model as an `.onnx` file at `path` (no graph pass applied; a zoo model
+    /// for other runtimes); returns the number of bytes written.
+    fn save_onnx(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<usize> {
+        let model = &self.model;
+        py.allow_threads(|| model.save_onnx(&path))
+            .map_err(py_error)
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Model(name={:?}, inputs={}, outputs={})",

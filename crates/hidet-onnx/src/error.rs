@@ -12,6 +12,11 @@ pub enum OnnxError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot write `{path}`: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// The bytes are not a valid protobuf message (malformed or truncated file).
     #[error("malformed ONNX protobuf: {0}")]
     Decode(#[from] prost::DecodeError),

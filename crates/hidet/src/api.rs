@@ -255,6 +255,24 @@ impl Model {
         }
     }
 
+    /// Writes the model as an `.onnx` file at `path` (the graph as imported or built, no
+    /// graph pass applied), so other runtimes can run a zoo model; returns the bytes written.
+    /// Graphs with subgraphs (If, Loop, Scan) or sequence values, and models above
+    /// protobuf's 2 GiB, are refused with an error naming why.
+    ///
+    /// ```
+    /// let path = std::env::temp_dir().join("hidet_doc_tiny_mlp.onnx");
+    /// let bytes = hidet::Model::zoo("tiny_mlp")?.save_onnx(&path)?;
+    /// let again = hidet::Model::load(&path)?;
+    /// assert_eq!(again.inputs()[0].name, "input");
+    /// # std::fs::remove_file(&path).ok();
+    /// # assert!(bytes > 0);
+    /// # Ok::<(), hidet::Error>(())
+    /// ```
+    pub fn save_onnx(&self, path: impl AsRef<Path>) -> Result<usize, Error> {
+        Ok(hidet_onnx::save_model(&self.onnx, path.as_ref())?)
+    }
+
     /// The graph as imported.
     pub fn graph(&self) -> &Graph {
         &self.onnx.graph

@@ -1,5 +1,5 @@
 //! The `hidet` command-line tool: `hidet info`, `hidet ops`, `hidet run`, `hidet bench`,
-//! `hidet compile`, `hidet zoo`, `hidet tune`.
+//! `hidet compile`, `hidet zoo`, `hidet export`, `hidet tune`.
 //! Every error is printed to stderr and exits with status 1; nothing panics on bad input.
 
 mod cli;
@@ -23,15 +23,24 @@ struct Args {
 enum Command {
     /// Print a model's inputs, outputs, operator histogram, parameters and estimated FLOPs.
     Info {
-        /// The .onnx file.
-        model: PathBuf,
+        /// The .onnx file, or zoo:NAME for a built-in model (see `hidet zoo`).
+        model: String,
+    },
+    /// Write a model (an .onnx file or zoo:NAME) as an .onnx file, as imported or built (no
+    /// graph pass applied): a zoo model, for other runtimes to run.
+    Export {
+        /// The .onnx file, or zoo:NAME for a built-in model (see `hidet zoo`).
+        model: String,
+        /// The .onnx file to write (replaced if it exists).
+        #[arg(short, long, value_name = "FILE.onnx")]
+        output: PathBuf,
     },
     /// List the supported operators with their opset ranges.
     Ops,
     /// Run a model on .npy inputs and write every output to DIR/<name>.npy.
     Run {
-        /// The .onnx file, or a compiled model saved by `hidet compile -o` (run without a C
-        /// compiler).
+        /// The .onnx file, zoo:NAME for a built-in model (see `hidet zoo`), or a compiled
+        /// model saved by `hidet compile -o` (run without a C compiler).
         model: PathBuf,
         /// An input as NAME=FILE.npy (repeat for every input).
         #[arg(long = "input", value_name = "NAME=FILE.npy")]
@@ -215,6 +224,7 @@ fn main() -> ExitCode {
     }
     let result = match args.command {
         Command::Info { model } => cli::info::run(&model),
+        Command::Export { model, output } => cli::export::run(&model, &output),
         Command::Ops => cli::ops::run(),
         Command::Run {
             model,

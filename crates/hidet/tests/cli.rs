@@ -201,6 +201,58 @@ fn info_and_ops_succeed() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("MatMul"));
 }
 
+#[test]
+fn zoo_models_export_and_run_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tiny_mlp.onnx");
+    let o = hidet(&["export", "zoo:tiny_mlp", "-o", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("8 nodes"));
+    let info = |model: &str| {
+        let o = hidet(&["info", model]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        out.lines().skip(2).collect::<Vec<_>>().join("\n")
+    };
+    // Everything but the model line and opsets is the same for the zoo model and its file.
+    let from_zoo = info("zoo:tiny_mlp");
+    assert!(from_zoo.contains("input: f32[3, 37]"), "{from_zoo}");
+    assert_eq!(from_zoo, info(file.to_str().unwrap()));
+
+    let x: Vec<f32> = (0..3 * 37)
+        .map(|i| ((i * 7 % 23) as f32 - 11.0) / 5.0)
+        .collect();
+    let xp = write_npy(&dir.path().join("x.npy"), &[3, 37], &x);
+    let outputs = |model: &str, out: &str| {
+        let out = dir.path().join(out);
+        let input = format!("input={xp}");
+        let o = hidet(&[
+            "run",
+            model,
+            "--input",
+            &input,
+            "--output-dir",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        std::fs::read(out.join("probs.npy")).unwrap()
+    };
+    assert_eq!(
+        outputs("zoo:tiny_mlp", "zoo"),
+        outputs(file.to_str().unwrap(), "file")
+    );
+
+    let o = hidet(&["export", "zoo:no_such_model", "-o", file.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no_such_model"), "{}", stderr(&o));
+    let o = hidet(&["export", "zoo:tiny_mlp", "-o", "/nonexistent/dir/m.onnx"]);
+    assert!(
+        stderr(&o).contains("cannot write `/nonexistent/dir/m.onnx`"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// The test model and its inputs, written under `dir`: `--input` arguments and the model.
 fn cached_run_files(dir: &Path) -> (PathBuf, [String; 4]) {
     let m = write_model(dir, &model(vec![]));

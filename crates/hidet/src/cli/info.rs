@@ -1,22 +1,20 @@
 //! `hidet info`: a model summary.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use hidet::graph::{Graph, Node};
-use hidet::pipeline;
 
-use super::CliError;
+use super::{source, CliError};
 
-/// Prints inputs, outputs, operator histogram, parameters and estimated FLOPs of `model`.
-pub fn run(model: &Path) -> Result<(), CliError> {
-    let m = pipeline::load(model)?;
+/// Prints inputs, outputs, operator histogram, parameters and estimated FLOPs of `spec` (an
+/// `.onnx` file or `zoo:NAME`).
+pub fn run(spec: &str) -> Result<(), CliError> {
+    let loaded = source::load(spec)?;
+    let m = &loaded.model;
     let g = &m.graph;
     println!(
         "model: {} (ir {}, producer `{}`)",
-        model.display(),
-        m.ir_version,
-        m.producer
+        loaded.label, m.ir_version, m.producer
     );
     let opsets: Vec<String> = m
         .opsets

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod compile;
+pub mod export;
 pub mod info;
 pub mod npy;
 pub mod ops;

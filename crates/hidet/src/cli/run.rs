@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use hidet::pipeline::{self, Device};
+use hidet::zoo;
 use hidet::{CompiledModel, Model, Options, Tensor};
 
 use super::{npy, CliError};
@@ -38,6 +39,14 @@ pub fn parse_inputs(args: &[String]) -> Result<Vec<(String, PathBuf)>, CliError>
     Ok(out)
 }
 
+/// `zoo:NAME` as the zoo model, anything else as an `.onnx` file.
+fn load_model(model: &Path) -> Result<Model, CliError> {
+    match model.to_str().and_then(zoo::strip_prefix) {
+        Some(name) => Ok(Model::zoo(name)?),
+        None => Ok(Model::load(model)?),
+    }
+}
+
 /// Loads `model`, reads the inputs, runs (compiled, or with the reference executor on the
 /// graph as imported when `reference`; compiled for `device` otherwise), writes
 /// `output_dir/<sanitized name>.npy` for every graph output.
@@ -71,9 +80,9 @@ pub fn run(
         };
         CompiledModel::load(model, &options)?.run(&tensors)?
     } else if reference {
-        Model::load(model)?.run_reference(&tensors)?
+        load_model(model)?.run_reference(&tensors)?
     } else {
-        let m = Model::load(model)?;
+        let m = load_model(model)?;
         let options = Options {
             device,
             threads,
