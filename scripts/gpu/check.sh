@@ -18,17 +18,21 @@
 # 2. There, with the device tool (from the repository the session was started in: the
 #    tool sends that checkout, so run --prepare in it, not in another worktree):
 #
-#        run(command="bash scripts/gpu/check.sh", carry=[".gpu"], timeout_s=300)
+#        run(command="bash scripts/gpu/check.sh", carry=[".gpu"], timeout_s=540)
 #
 #    prints the device, then one row per kernel from `gpu_smoke` (max error against a
 #    float64 CPU reference, median stream-launch and CUDA-graph-replay times and GFLOP/s),
-#    then torch.mm (fp32, TF32 off) at the same sizes for comparison, then two rows per paper
-#    model: `hidet bench --device cuda --check` with CUDA graphs (the default), and its
-#    latency without them (`HIDET_CUDA_GRAPHS=0`); then a quick level-1 `hidet tune
-#    --device cuda` of zoo:tiny_mlp's matmuls (at most 8 candidates each, compiled there with
-#    the NVRTC of PyTorch's wheels, timed with CUDA events). Finishes in a few minutes (each step has
-#    its own timeout); exits non-zero when a check failed. Record the table in BENCHMARKS.md
-#    with the device name.
+#    then torch.mm (fp32, TF32 off) at the same sizes for comparison, then the model table of
+#    scripts/gpu/torch_peers.py: per paper model, hidet's max relative error against PyTorch
+#    fp32 on the GPU (the zoo model exported with `hidet export` and run as plain torch calls,
+#    scripts/gpu/onnx_to_torch.py) and against hidet's reference executor, hidet's median
+#    latency with and without CUDA graphs, PyTorch eager, and torch.compile (default, then
+#    max-autotune-no-cudagraphs, while HIDET_CHECK_COMPILE_BUDGET seconds last, 150 by
+#    default); the rows also land in $OUT/hidet_torch_peers.json. Last, a quick level-1
+#    `hidet tune --device cuda` of zoo:tiny_mlp's matmuls (at most 8 candidates each, compiled
+#    there with the NVRTC of PyTorch's wheels, timed with CUDA events). About 6 minutes (each
+#    step has its own timeout; give the call timeout_s=540); exits non-zero when a check
+#    failed. Record the tables in BENCHMARKS.md with the device name.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="$root/.gpu"
@@ -86,16 +90,18 @@ for m, n, k in [(333, 517, 129), (1024, 1024, 1024), (4096, 4096, 4096)]:
     print(f"torch.mm {m}x{n}x{k:<8} {ms:11.4f} ms {2 * m * n * k / ms / 1e6:10.0f} GFLOP/s")
 PY
 
-echo "== models (hidet --device cuda: median latency with CUDA graphs, outputs checked against the reference executor; then without CUDA graphs)"
+echo "== models: hidet against PyTorch fp32 (TF32 off), scripts/gpu/torch_peers.py"
+# Per paper model: hidet's outputs on the GPU against the same graph run by PyTorch (max
+# relative error) and by hidet's reference executor on the CPU; median latency (host inputs to
+# host outputs) of hidet with and without CUDA graphs, PyTorch eager, and torch.compile
+# (default, then max-autotune-no-cudagraphs) while HIDET_CHECK_COMPILE_BUDGET seconds last.
 if [ -x "$out/bin/hidet" ]; then
-    for model in resnet50 inception_v3 mobilenet_v2 bert_base gpt2; do
-        echo "-- $model, CUDA graphs on (captured once, replayed)"
-        HIDET_CUDA_GRAPHS=1 HIDET_CACHE_DIR="$out/cache" timeout 90 "$out/bin/hidet" bench \
-            "zoo:$model" --device cuda --runs 20 --check || status=1
-        echo "-- $model, CUDA graphs off (HIDET_CUDA_GRAPHS=0: one launch and wait per kernel)"
-        HIDET_CUDA_GRAPHS=0 HIDET_CACHE_DIR="$out/cache" timeout 60 "$out/bin/hidet" bench \
-            "zoo:$model" --device cuda --runs 20 | grep -E "^latency" || status=1
-    done
+    HIDET_CACHE_DIR="$out/cache" PYTHONUNBUFFERED=1 timeout 480 python3 "$root/scripts/gpu/torch_peers.py" \
+        --hidet "$out/bin/hidet" --device cuda --runs 30 --work /tmp/hidet_torch_peers \
+        --compile-budget "${HIDET_CHECK_COMPILE_BUDGET:-150}" --json /tmp/hidet_torch_peers.json || status=1
+    if [ -n "${OUT:-}" ] && [ -f /tmp/hidet_torch_peers.json ]; then
+        cp /tmp/hidet_torch_peers.json "$OUT/"
+    fi
 else
     echo "skipped: no .gpu/bin/hidet (run scripts/gpu/check.sh --prepare here)"
 fi
