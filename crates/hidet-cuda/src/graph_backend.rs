@@ -84,8 +84,8 @@ impl CudaBackendOptions {
     /// What the anchors know of the target.
     pub fn anchor_target(&self) -> AnchorTarget {
         AnchorTarget {
-            sm_count: self.arch.reference_sm_count(),
             parallel_k: self.parallel_k,
+            ..AnchorTarget::for_arch(self.arch)
         }
     }
 }
@@ -554,7 +554,7 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
     fn lower(&self, task: &FusedTask, _opts: &CompileOptions) -> Result<CudaKernel, BackendError> {
         let target = self.options.anchor_target();
         let chosen = SimtAnchor::of(task).and_then(|anchor| {
-            let c = simt_choice(&self.tuning, task, &anchor, self.options.arch, &target)?;
+            let c = simt_choice(&self.tuning, task, &anchor, &target)?;
             Some((anchor.kernel(task, &c.choice), c.tunable, c.recorded))
         });
         let (outcome, tunable, recorded) =

@@ -31,7 +31,6 @@ use hidet_tune::{
 use crate::device::GpuDevice;
 use crate::schedule::matmul_anchor::{AnchorTarget, SimtChoice};
 use crate::schedule::simt_anchor::SimtAnchor;
-use crate::Arch;
 pub use runner::CudaTuneBackend;
 pub use simt::{SimtCandidate, SimtTask, SIMT_SPACE};
 
@@ -133,14 +132,11 @@ pub fn simt_choice(
     tuning: &CudaTuning,
     task: &FusedTask,
     anchor: &SimtAnchor,
-    arch: Arch,
     target: &AnchorTarget,
 ) -> Option<ChoiceFor> {
     let heuristic = anchor.heuristic(target)?;
     let wanted = tuning.measures() || (tuning.environment.is_some() && !tuning.ignore_cache);
-    let simt = wanted
-        .then(|| SimtTask::from_fused(task, arch, target))
-        .flatten();
+    let simt = wanted.then(|| SimtTask::from_fused(task, target)).flatten();
     let mut choice = heuristic;
     let mut recorded = false;
     if let (Some(simt), Some(environment), false) =

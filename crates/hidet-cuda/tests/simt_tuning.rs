@@ -126,10 +126,7 @@ fn anchored_task(graph: &Graph) -> FusedTask {
 }
 
 fn h100() -> AnchorTarget {
-    AnchorTarget {
-        sm_count: 132,
-        parallel_k: true,
-    }
+    AnchorTarget::for_arch(Arch::SM90)
 }
 
 fn environment() -> Environment {
@@ -220,7 +217,8 @@ fn every_level_one_candidate_of_odd_tasks_lowers_on_every_arch() {
     for (name, graph) in graphs() {
         let task = anchored_task(&graph);
         for arch in [Arch::SM80, Arch::SM86, Arch::SM90] {
-            let simt = SimtTask::from_fused(&task, arch, &h100()).expect("a SIMT anchor");
+            let simt = SimtTask::from_fused(&task, &AnchorTarget { arch, ..h100() })
+                .expect("a SIMT anchor");
             let kind = simt.anchor().kind;
             assert_eq!(kind == SimtAnchorKind::Conv, name == "conv", "{name}");
             let candidates = simt.candidates(TuneLevel::Subset);
@@ -264,7 +262,7 @@ fn candidates_run_correctly_through_the_tuning_backend_in_the_simulator() {
     let mut dynamic_smem_runs = 0;
     for (name, graph) in graphs() {
         let task = anchored_task(&graph);
-        let simt = SimtTask::from_fused(&task, Arch::SM90, &h100()).unwrap_or_else(|| {
+        let simt = SimtTask::from_fused(&task, &h100()).unwrap_or_else(|| {
             panic!(
                 "{name}: not a SIMT anchor: {:?}",
                 task.anchor
@@ -346,8 +344,15 @@ fn candidates_run_correctly_through_the_tuning_backend_in_the_simulator() {
 #[test]
 fn records_round_trip_and_keys_name_the_arch_and_the_fusion() {
     let task = anchored_task(&dense());
-    let on90 = SimtTask::from_fused(&task, Arch::SM90, &h100()).expect("a SIMT anchor");
-    let on80 = SimtTask::from_fused(&task, Arch::SM80, &h100()).expect("a SIMT anchor");
+    let on90 = SimtTask::from_fused(&task, &h100()).expect("a SIMT anchor");
+    let on80 = SimtTask::from_fused(
+        &task,
+        &AnchorTarget {
+            arch: Arch::SM80,
+            ..h100()
+        },
+    )
+    .expect("a SIMT anchor");
     assert_ne!(on90.key(), on80.key());
     assert!(
         on90.key()
@@ -357,7 +362,7 @@ fn records_round_trip_and_keys_name_the_arch_and_the_fusion() {
     );
     assert!(on90.key().contains("fusion="), "{}", on90.key());
     assert_eq!(on90.space(), SIMT_SPACE);
-    let conv = SimtTask::from_fused(&anchored_task(&conv()), Arch::SM90, &h100()).expect("conv");
+    let conv = SimtTask::from_fused(&anchored_task(&conv()), &h100()).expect("conv");
     assert!(
         conv.key().starts_with("conv2d_f32 batch=2"),
         "{}",
@@ -396,7 +401,7 @@ fn the_graph_backend_compiles_with_the_cached_choice_and_refuses_to_tune_without
         arch: Arch::SM90,
         ..CudaBackendOptions::default()
     };
-    let simt = SimtTask::from_fused(&task, Arch::SM90, &options.anchor_target()).expect("simt");
+    let simt = SimtTask::from_fused(&task, &options.anchor_target()).expect("simt");
     let heuristic = simt.heuristic();
     let winner = *simt
         .candidates(TuneLevel::Subset)
@@ -503,7 +508,7 @@ fn level_one_candidates_of_fused_tasks_assemble() {
     let mut images = Vec::new();
     for (name, graph) in [("conv", conv()), ("batched", batched())] {
         let task = anchored_task(&graph);
-        let simt = SimtTask::from_fused(&task, Arch::SM90, &h100()).expect("a SIMT anchor");
+        let simt = SimtTask::from_fused(&task, &h100()).expect("a SIMT anchor");
         for (i, c) in simt.candidates(TuneLevel::Subset).iter().enumerate() {
             let strict = name == "batched" || i == 0;
             for f in simt.kernels(c, &format!("{name}_c{i}")).expect("kernels") {

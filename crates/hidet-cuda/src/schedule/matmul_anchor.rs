@@ -18,24 +18,36 @@ use hidet_graph::fusion::{
 use hidet_ir::compute::ComputeDef;
 use hidet_ir::function::Function;
 
+use super::simt_cost::{estimated_cycles, k_part_options};
 use crate::templates::matmul_simt::{self, Batch, KSplit, MatmulSimtSchedule};
+use crate::Arch;
 
 /// What the anchors need to know of the target GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AnchorTarget {
+    /// The architecture kernels are compiled for (its limits bound the tuning space).
+    pub arch: Arch,
     /// Streaming multiprocessors: the parallel-k heuristic fills them.
     pub sm_count: i64,
     /// Whether parallel-k may be chosen.
     pub parallel_k: bool,
 }
 
-impl Default for AnchorTarget {
-    /// An A100 (108 SMs), parallel-k allowed.
-    fn default() -> Self {
+impl AnchorTarget {
+    /// `arch`'s reference GPU ([`Arch::reference_sm_count`]), parallel-k allowed.
+    pub fn for_arch(arch: Arch) -> AnchorTarget {
         AnchorTarget {
-            sm_count: 108,
+            arch,
+            sm_count: arch.reference_sm_count(),
             parallel_k: true,
         }
+    }
+}
+
+impl Default for AnchorTarget {
+    /// An A100 (sm_80, 108 SMs), parallel-k allowed.
+    fn default() -> Self {
+        AnchorTarget::for_arch(Arch::SM80)
     }
 }
 
@@ -57,27 +69,6 @@ pub fn choose_k_parts(blocks: i64, k: i64, sm_count: i64) -> i64 {
     }
     let want = (sm_count + blocks - 1) / blocks;
     want.min(k / MIN_K_PER_PART).clamp(1, MAX_K_PARTS)
-}
-
-/// The parts a product of `batch` entries of `m × n × k` gets with `schedule` on `target`
-/// (normalized by [`KSplit`], so every part multiplies at least one k-tile); 1 means none.
-pub fn k_parts_for(
-    target: &AnchorTarget,
-    schedule: &MatmulSimtSchedule,
-    batch: i64,
-    m: i64,
-    n: i64,
-    k: i64,
-) -> i64 {
-    if !target.parallel_k {
-        return 1;
-    }
-    let [bm, bn] = schedule.block_tile();
-    let blocks = batch * ((m + bm - 1) / bm) * ((n + bn - 1) / bn);
-    let parts = choose_k_parts(blocks, k, target.sm_count);
-    // The grid's z dimension holds batch · parts.
-    let parts = parts.min(65535 / batch.max(1)).max(1);
-    KSplit::new(k, schedule.block_k, parts).parts
 }
 
 /// The two kernels of a parallel-k task (see the module docs).
@@ -133,19 +124,6 @@ pub fn matmul_shape(def: &ComputeDef) -> Option<MatmulShape> {
     })
 }
 
-/// The schedule for an `m × n` product: of the template's showcase schedules, the one that
-/// computes the fewest padded output elements (`⌈m/BM⌉·BM · ⌈n/BN⌉·BN`), the larger block
-/// tile on ties (fewer blocks re-reading the operands).
-pub fn choose_schedule(m: i64, n: i64) -> Option<MatmulSimtSchedule> {
-    matmul_simt::showcase_schedules()
-        .into_iter()
-        .min_by_key(|s| {
-            let [bm, bn] = s.block_tile();
-            let padded = (m + bm - 1) / bm * bm * ((n + bn - 1) / bn * bn);
-            (padded, -(bm * bn))
-        })
-}
-
 /// One point of the SIMT template's space for an anchor: the tile schedule and the parts
 /// its reduction over `k` is split into (1: no parallel-k; the template normalizes it with
 /// [`KSplit`], so every part multiplies at least one k-tile).
@@ -155,13 +133,27 @@ pub struct SimtChoice {
     pub k_parts: i64,
 }
 
-/// Today's default choice for a product of `shape` on `target`: [`choose_schedule`] and the
-/// paper's parallel-k heuristic ([`k_parts_for`]).
+/// The default choice for a product of `shape` on `target` (used where no tuning record
+/// exists): of the template's showcase schedules ([`matmul_simt::showcase_schedules`], a
+/// fixed sample from 32×16 to 256×32 tiles whose every kernel is compile-checked without
+/// spills) and the parallel-k splits worth considering for each
+/// ([`k_part_options`], the paper's heuristic among them), the pair the cost model
+/// ([`estimated_cycles`]) ranks fastest; ties go to the earlier schedule and fewer parts.
+/// The model weighs how many of the GPU's SMs the blocks fill, so small products (batch-1
+/// attention, late convolutions) get small tiles or splits rather than a dozen large blocks.
+/// `None` only if no showcase schedule exists.
 pub fn heuristic_choice(shape: &MatmulShape, target: &AnchorTarget) -> Option<SimtChoice> {
-    let MatmulShape { batch, m, n, k } = *shape;
-    let schedule = choose_schedule(m, n)?;
-    let k_parts = k_parts_for(target, &schedule, batch.map_or(1, |b| b.batch), m, n, k);
-    Some(SimtChoice { schedule, k_parts })
+    let mut best: Option<(f64, SimtChoice)> = None;
+    for schedule in matmul_simt::showcase_schedules() {
+        for k_parts in k_part_options(shape, &schedule, target) {
+            let choice = SimtChoice { schedule, k_parts };
+            let cycles = estimated_cycles(shape, &choice, target);
+            if best.is_none_or(|(b, _)| cycles < b) {
+                best = Some((cycles, choice));
+            }
+        }
+    }
+    best.map(|(_, choice)| choice)
 }
 
 /// The template kernel of `task` named `task.name` (see [`TemplateOutcome`]) with the
@@ -274,32 +266,77 @@ mod tests {
         assert_eq!(choose_k_parts(1, 1 << 20, 132), MAX_K_PARTS);
     }
 
+    fn plain(m: i64, n: i64, k: i64) -> MatmulShape {
+        MatmulShape {
+            batch: None,
+            m,
+            n,
+            k,
+        }
+    }
+
+    fn blocks(shape: &MatmulShape, choice: &SimtChoice) -> i64 {
+        let [bm, bn] = choice.schedule.block_tile();
+        shape.batch.map_or(1, |b| b.batch)
+            * ((shape.m + bm - 1) / bm)
+            * ((shape.n + bn - 1) / bn)
+            * KSplit::new(shape.k, choice.schedule.block_k, choice.k_parts).parts
+    }
+
     #[test]
     fn small_m_large_k_products_split_and_large_ones_do_not() {
-        let target = AnchorTarget {
-            sm_count: 132,
-            parallel_k: true,
-        };
+        let target = AnchorTarget::for_arch(Arch::SM90);
         // GPT-2/BERT batch-1 projections (one row of activations), ResNet-50's last 3×3
         // convolution as an implicit GEMM (512 channels × 49 pixels × 4608).
         for (m, n, k) in [(1, 768, 3072), (1, 2304, 768), (512, 49, 4608)] {
-            let s = choose_schedule(m, n).unwrap();
-            let parts = k_parts_for(&target, &s, 1, m, n, k);
-            assert!(parts > 1, "{m}x{n}x{k} with {s}: {parts} parts");
-            let [bm, bn] = s.block_tile();
-            let blocks = ((m + bm - 1) / bm) * ((n + bn - 1) / bn);
+            let shape = plain(m, n, k);
+            let choice = heuristic_choice(&shape, &target).unwrap();
+            assert!(choice.k_parts > 1, "{m}x{n}x{k}: {choice:?}");
             assert!(
-                blocks * parts < 2 * 132 + blocks,
-                "{m}x{n}x{k}: {blocks}·{parts}"
+                blocks(&shape, &choice) <= 4 * 132,
+                "{m}x{n}x{k}: {choice:?}"
             );
         }
-        let s = choose_schedule(4096, 4096).unwrap();
-        assert_eq!(k_parts_for(&target, &s, 1, 4096, 4096, 4096), 1);
+        let big = plain(4096, 4096, 4096);
+        let choice = heuristic_choice(&big, &target).unwrap();
+        assert_eq!(choice.k_parts, 1);
+        let [bm, bn] = choice.schedule.block_tile();
+        assert!(bm * bn >= 64 * 64, "{choice:?}");
         let off = AnchorTarget {
             parallel_k: false,
             ..target
         };
-        let s = choose_schedule(1, 768).unwrap();
-        assert_eq!(k_parts_for(&off, &s, 1, 1, 768, 3072), 1);
+        assert_eq!(
+            heuristic_choice(&plain(1, 768, 3072), &off)
+                .unwrap()
+                .k_parts,
+            1
+        );
+    }
+
+    #[test]
+    fn small_products_use_more_of_the_gpu_than_large_tiles_would() {
+        // Batch-1 BERT attention (12 heads of 128×128×64 and 128×64×128) and ResNet-50's
+        // 1×1 convolutions at 7×7 (2048 channels × 49 pixels × 512): the showcase's 128×128
+        // tile launches 12, 12 and 16 blocks on 132 SMs; the heuristic's choice at least 40.
+        let target = AnchorTarget::for_arch(Arch::SM90);
+        let heads = |m, n, k| MatmulShape {
+            batch: Some(Batch {
+                batch: 12,
+                a_batch: 12,
+                b_batch: 12,
+            }),
+            m,
+            n,
+            k,
+        };
+        for shape in [
+            heads(128, 128, 64),
+            heads(128, 64, 128),
+            plain(2048, 49, 512),
+        ] {
+            let choice = heuristic_choice(&shape, &target).unwrap();
+            assert!(blocks(&shape, &choice) >= 40, "{shape:?}: {choice:?}");
+        }
     }
 }

@@ -8,7 +8,8 @@
 //! - [`conv_anchor`] (likewise): f32 2-D convolutions as implicit GEMMs through the same
 //!   template (the im2col prologue, bias and epilogue fused);
 //! - [`simt_anchor`]: both of these as one kind of anchor, lowered with the heuristic or a
-//!   tuned [`matmul_anchor::SimtChoice`];
+//!   tuned [`matmul_anchor::SimtChoice`]; [`simt_cost`] the cost model the heuristic and
+//!   tuning rank choices with;
 //! - [`elementwise`]: everything else — one output element per thread, reductions as serial
 //!   loops in the thread (injective tasks need none).
 //!
@@ -20,6 +21,7 @@ pub mod elementwise;
 pub mod matmul_anchor;
 pub mod rowwise;
 pub mod simt_anchor;
+pub mod simt_cost;
 
 use hidet_ir::compute::{tensor_shape, ComputeDef};
 use hidet_ir::expr::Var;

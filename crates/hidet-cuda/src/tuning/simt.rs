@@ -19,8 +19,8 @@ use super::candidates::{full_space, promising};
 use crate::schedule::matmul_anchor::{AnchorTarget, SimtChoice, TemplateOutcome, MAX_K_PARTS};
 use crate::schedule::simt_anchor::SimtAnchor;
 use crate::templates::matmul_simt::{
-    build_k_reduce, build_parallel_k, schedule_space, Batch, LaneOrder, MatmulSimtSchedule,
-    SimtLimits,
+    build_k_reduce, build_parallel_k, schedule_space, showcase_schedules, Batch, LaneOrder,
+    MatmulSimtSchedule, SimtLimits,
 };
 use crate::Arch;
 
@@ -141,8 +141,8 @@ pub fn simt_template_version() -> String {
         .get_or_init(|| {
             let mut hasher = Sha256::new();
             let probes = [
-                (crate::schedule::matmul_anchor::choose_schedule(37, 29), 1),
-                (crate::schedule::matmul_anchor::choose_schedule(37, 29), 3),
+                (showcase_schedules().into_iter().next(), 1),
+                (showcase_schedules().into_iter().next(), 3),
                 (
                     schedule_space(&SimtLimits::largest())
                         .into_iter()
@@ -189,7 +189,6 @@ pub fn simt_template_version() -> String {
 pub struct SimtTask {
     task: Box<FusedTask>,
     anchor: SimtAnchor,
-    arch: Arch,
     target: AnchorTarget,
     key: String,
     heuristic: SimtChoice,
@@ -197,16 +196,15 @@ pub struct SimtTask {
 }
 
 impl SimtTask {
-    /// The task of `task` for `arch` (with `target`'s SM count and parallel-k setting) when its
-    /// anchor is one the SIMT template implements; `None` otherwise.
-    pub fn from_fused(task: &FusedTask, arch: Arch, target: &AnchorTarget) -> Option<SimtTask> {
+    /// The task of `task` for `target` (its architecture, SM count and parallel-k setting)
+    /// when its anchor is one the SIMT template implements; `None` otherwise.
+    pub fn from_fused(task: &FusedTask, target: &AnchorTarget) -> Option<SimtTask> {
         let anchor = SimtAnchor::of(task)?;
         let heuristic = anchor.heuristic(target)?;
         Some(SimtTask {
-            key: task_key(&anchor, arch, target, &fingerprint(&task.def)),
+            key: task_key(&anchor, target, &fingerprint(&task.def)),
             task: Box::new(task.clone()),
             anchor,
-            arch,
             target: *target,
             heuristic,
             limit: None,
@@ -226,7 +224,7 @@ impl SimtTask {
 
     /// The architecture the task is tuned for.
     pub fn arch(&self) -> Arch {
-        self.arch
+        self.target.arch
     }
 
     /// The fused task.
@@ -261,7 +259,7 @@ impl SimtTask {
 /// The task's name in the tuning cache: the anchor's kind and product, the architecture, the
 /// SM count the parallel-k heuristic fills, whether parallel-k may be chosen, and the
 /// fingerprint of the fused work.
-fn task_key(anchor: &SimtAnchor, arch: Arch, target: &AnchorTarget, fusion: &str) -> String {
+fn task_key(anchor: &SimtAnchor, target: &AnchorTarget, fusion: &str) -> String {
     let s = &anchor.shape;
     let batch = s.batch.map_or(String::new(), |b| {
         format!(
@@ -270,11 +268,12 @@ fn task_key(anchor: &SimtAnchor, arch: Arch, target: &AnchorTarget, fusion: &str
         )
     });
     format!(
-        "{}_f32{batch} m={} n={} k={} arch={arch} sms={} parallel_k={} fusion={fusion}",
+        "{}_f32{batch} m={} n={} k={} arch={} sms={} parallel_k={} fusion={fusion}",
         anchor.kind.name(),
         s.m,
         s.n,
         s.k,
+        target.arch,
         target.sm_count,
         if target.parallel_k { "on" } else { "off" }
     )
@@ -303,8 +302,8 @@ impl Tunable for SimtTask {
         let shape = &self.anchor.shape;
         let rest = match level {
             TuneLevel::Heuristic => Vec::new(),
-            TuneLevel::Subset => promising(shape, &self.target, self.arch),
-            TuneLevel::Full => full_space(shape, &self.target, self.arch),
+            TuneLevel::Subset => promising(shape, &self.target),
+            TuneLevel::Full => full_space(shape, &self.target),
         };
         let mut out = vec![self.heuristic];
         for c in rest {
