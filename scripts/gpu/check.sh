@@ -33,6 +33,15 @@
 #    there with the NVRTC of PyTorch's wheels, timed with CUDA events). About 6 minutes (each
 #    step has its own timeout; give the call timeout_s=540); exits non-zero when a check
 #    failed. Record the tables in BENCHMARKS.md with the device name.
+#
+# 3. There, when device time is left (a second call):
+#
+#        run(command="bash scripts/gpu/check.sh --tune", carry=[".gpu"], timeout_s=540)
+#
+#    tunes every SIMT task of the five paper models at level 1 on that GPU (candidates
+#    compiled there by NVRTC on all cores, timed with CUDA events) and prints the model table
+#    again with the winners (hidet and eager only). The records come back as
+#    $OUT/tuning.tar.gz; copied here to .gpu/tuning.tar.gz, later checks start from them.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="$root/.gpu"
@@ -58,6 +67,20 @@ if [ "${1:-}" = "--prepare" ]; then
     exit 0
 fi
 
+# The NVRTC of PyTorch's CUDA wheels on the GPU machine (tuning compiles candidates there).
+find_nvrtc() {
+    python3 - <<'PY' 2>/dev/null
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for root in roots:
+    for pattern in ("nvidia/cuda_nvrtc/lib/libnvrtc.so.1*", "nvidia/cu13/lib/libnvrtc.so.1*"):
+        for hit in sorted(glob.glob(os.path.join(root, pattern))):
+            if "builtins" not in hit and "alt" not in hit:
+                print(hit)
+                raise SystemExit
+PY
+}
+
 start=$(date +%s)
 status=0
 echo "== device"
@@ -65,6 +88,38 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 if [ ! -x "$out/bin/gpu_smoke" ] || [ ! -d "$out/cache" ]; then
     echo "missing $out/bin/gpu_smoke or $out/cache: run scripts/gpu/check.sh --prepare here and carry .gpu" >&2
     exit 2
+fi
+# Tuning records an earlier `--tune` run brought back (copied to .gpu/tuning.tar.gz).
+if [ -f "$out/tuning.tar.gz" ]; then
+    mkdir -p "$out/cache" && tar -xzf "$out/tuning.tar.gz" -C "$out/cache" && echo "(tuning records from .gpu/tuning.tar.gz in use)"
+fi
+
+if [ "${1:-}" = "--tune" ]; then
+    # Level-1 tuning of every SIMT task of the five paper models on this GPU (candidates
+    # compiled here by NVRTC on all cores, timed with CUDA events), then the model table again
+    # with the recorded winners (hidet and PyTorch eager only). The records come back as
+    # $OUT/tuning.tar.gz: copy it to .gpu/tuning.tar.gz to start the next check from them.
+    nvrtc=$(find_nvrtc)
+    if [ -z "$nvrtc" ]; then
+        echo "no NVRTC in python3's site-packages: cannot compile candidates here" >&2
+        exit 2
+    fi
+    for model in resnet50 inception_v3 mobilenet_v2 bert_base gpt2; do
+        echo "== hidet tune zoo:$model --device cuda --level 1"
+        HIDET_NVRTC_PATH="$nvrtc" HIDET_CACHE_DIR="$out/cache" timeout 75 "$out/bin/hidet" tune \
+            "zoo:$model" --device cuda --level 1 | tail -n 4 || status=1
+    done
+    if [ -d "$out/cache/tuning" ]; then
+        tar -czf /tmp/tuning.tar.gz -C "$out/cache" tuning && ls -l /tmp/tuning.tar.gz
+        [ -n "${OUT:-}" ] && cp /tmp/tuning.tar.gz "$OUT/"
+    fi
+    echo "== models with the tuned schedules (scripts/gpu/torch_peers.py, no torch.compile rows)"
+    HIDET_CACHE_DIR="$out/cache" PYTHONUNBUFFERED=1 timeout 150 python3 "$root/scripts/gpu/torch_peers.py" \
+        --hidet "$out/bin/hidet" --device cuda --runs 30 --work /tmp/hidet_torch_peers \
+        --compile-modes "" --json /tmp/hidet_torch_peers_tuned.json || status=1
+    [ -n "${OUT:-}" ] && [ -f /tmp/hidet_torch_peers_tuned.json ] && cp /tmp/hidet_torch_peers_tuned.json "$OUT/"
+    echo "== done in $(( $(date +%s) - start )) s, status $status"
+    exit $status
 fi
 
 echo "== hidet runtime: SIMT fp32 matmul and dynamic shared memory (gpu_smoke)"
@@ -109,18 +164,8 @@ fi
 echo "== tuning: hidet tune zoo:tiny_mlp --device cuda --level 1 (at most 8 candidates per task, timed with CUDA events)"
 # Candidates are compiled on the GPU machine, so this needs NVRTC there: PyTorch's CUDA wheels
 # ship it (nvidia/cuda_nvrtc/lib, or nvidia/cu13/lib for CUDA 13). Records go to the carried
-# cache's tuning/ folder, which is not brought back.
-nvrtc=$(python3 - <<'PY' 2>/dev/null
-import glob, os, site
-roots = site.getsitepackages() + [site.getusersitepackages()]
-for root in roots:
-    for pattern in ("nvidia/cuda_nvrtc/lib/libnvrtc.so.1*", "nvidia/cu13/lib/libnvrtc.so.1*"):
-        for hit in sorted(glob.glob(os.path.join(root, pattern))):
-            if "builtins" not in hit and "alt" not in hit:
-                print(hit)
-                raise SystemExit
-PY
-)
+# cache's tuning/ folder (`--tune` below brings the paper models' records back).
+nvrtc=$(find_nvrtc)
 if [ -x "$out/bin/hidet" ] && [ -n "$nvrtc" ]; then
     HIDET_NVRTC_PATH="$nvrtc" HIDET_CACHE_DIR="$out/cache" timeout 90 "$out/bin/hidet" tune \
         zoo:tiny_mlp --device cuda --level 1 --max-candidates 8 --retune || status=1

@@ -5,8 +5,8 @@
 //! is lowered ([`simt_choice`]), its choice is the tuning cache's record for this task on
 //! this GPU with this NVRTC ([`CudaTuning::environment`], known only on a real GPU) — the
 //! record's [`chosen`](hidet_tune::TuningRecord::chosen) candidate — else the heuristic
-//! (today's default: the showcase schedule with the least padding, the paper's parallel-k
-//! parts). When tuning is requested ([`CudaTuning::level`] 1 or 2), building the module
+//! ([`crate::schedule::matmul_anchor::heuristic_choice`]: the showcase schedule and
+//! parallel-k parts the cost model ranks fastest). When tuning is requested ([`CudaTuning::level`] 1 or 2), building the module
 //! first tunes every such task the cache cannot answer on the backend's own device
 //! ([`runner::CudaTuneBackend`]: candidates compiled in parallel, measured one at a time with
 //! the device's timer), stores the records, and rebuilds those kernels with the winners.
@@ -124,7 +124,7 @@ pub struct ChoiceFor {
     pub tunable: Option<Arc<SimtTask>>,
 }
 
-/// The choice for `task` (whose SIMT anchor is `anchor`) on `arch`: the cached record's
+/// The choice for `task` (whose SIMT anchor is `anchor`) on `target`: the cached record's
 /// chosen candidate when the cache has one for this environment (a corrupt record is a
 /// warning and ignored), else the heuristic; `None` when the template has no schedule for it.
 /// The task is returned for tuning when a measuring level is requested.
