@@ -27,7 +27,7 @@
 #    fp32 on the GPU (the zoo model exported with `hidet export` and run as plain torch calls,
 #    scripts/gpu/onnx_to_torch.py) and against hidet's reference executor, hidet's median
 #    latency with and without CUDA graphs, PyTorch eager, and torch.compile (default, then
-#    max-autotune-no-cudagraphs, while HIDET_CHECK_COMPILE_BUDGET seconds last, 150 by
+#    max-autotune-no-cudagraphs, while HIDET_CHECK_COMPILE_BUDGET seconds last, 120 by
 #    default); the rows also land in $OUT/hidet_torch_peers.json. Last, a quick level-1
 #    `hidet tune --device cuda` of zoo:tiny_mlp's matmuls (at most 8 candidates each, compiled
 #    there with the NVRTC of PyTorch's wheels, timed with CUDA events). About 6 minutes (each
@@ -151,9 +151,9 @@ echo "== models: hidet against PyTorch fp32 (TF32 off), scripts/gpu/torch_peers.
 # host outputs) of hidet with and without CUDA graphs, PyTorch eager, and torch.compile
 # (default, then max-autotune-no-cudagraphs) while HIDET_CHECK_COMPILE_BUDGET seconds last.
 if [ -x "$out/bin/hidet" ]; then
-    HIDET_CACHE_DIR="$out/cache" PYTHONUNBUFFERED=1 timeout 480 python3 "$root/scripts/gpu/torch_peers.py" \
+    HIDET_CACHE_DIR="$out/cache" PYTHONUNBUFFERED=1 timeout 330 python3 "$root/scripts/gpu/torch_peers.py" \
         --hidet "$out/bin/hidet" --device cuda --runs 30 --work /tmp/hidet_torch_peers \
-        --compile-budget "${HIDET_CHECK_COMPILE_BUDGET:-150}" --json /tmp/hidet_torch_peers.json || status=1
+        --compile-budget "${HIDET_CHECK_COMPILE_BUDGET:-120}" --json /tmp/hidet_torch_peers.json || status=1
     if [ -n "${OUT:-}" ] && [ -f /tmp/hidet_torch_peers.json ]; then
         cp /tmp/hidet_torch_peers.json "$OUT/"
     fi
