@@ -232,3 +232,46 @@ fn strided_reads_are_left_whole() {
         .collect();
     assert_eq!(go(&lowered), want);
 }
+
+/// The extents of the vectorized loops in `s`, as written (constants or expressions).
+fn vector_extents(s: &Stmt) -> Vec<Expr> {
+    let mut out = Vec::new();
+    s.visit(&mut |s| {
+        if let Stmt::For {
+            extent,
+            kind: LoopKind::Vectorize,
+            ..
+        } = s
+        {
+            out.push(extent.clone());
+        }
+    });
+    out
+}
+
+#[test]
+fn a_loop_inside_one_row_keeps_its_constant_extent() {
+    // Eight pixels of 111-pixel rows (a column-stored register tile of a convolution at
+    // batch > 1): the split keeps a branch whose vector loop is the original 8-wide one.
+    let (n, row) = (8, 111);
+    let width = row + 2;
+    let original = kernel(n, row, width);
+    let lowered = lower_function(original.clone()).unwrap();
+    assert_eq!(segment_loops(&lowered.body), 1, "{lowered}");
+    assert!(!divides_vector_lane(&lowered.body), "{lowered}");
+    let extents = vector_extents(&lowered.body);
+    assert!(extents.iter().any(|e| e.as_int() == Some(n)), "{lowered}");
+    for base in [
+        0,
+        50,
+        row - n,
+        row - n + 1,
+        row - 1,
+        2 * row + 100,
+        -3,
+        -n - 1,
+    ] {
+        let want = expected(base, n, row, width);
+        assert_eq!(run(&lowered, base, n, width), want, "base={base}");
+    }
+}

@@ -62,8 +62,8 @@ pub fn promising(shape: &MatmulShape, target: &AnchorTarget) -> Vec<SimtChoice> 
 mod tests {
     use super::*;
     use crate::schedule::matmul_anchor::heuristic_choice;
-    use crate::templates::matmul_simt::Batch;
     use crate::schedule::matmul_anchor::MIN_K_PER_PART;
+    use crate::templates::matmul_simt::Batch;
     use crate::Arch;
 
     fn h100() -> AnchorTarget {

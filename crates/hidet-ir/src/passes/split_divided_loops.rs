@@ -8,11 +8,19 @@
 //!
 //! ```text
 //! let q0 = a / w; let r0 = a % w;
-//! for s in 0..(r0 + n - 1) / w + 1:             // the rows the loop touches
-//!     let lo = max(0, s*w - r0); let hi = min(n, (s+1)*w - r0);
-//!     for e in 0..hi - lo (vectorized):
-//!         body[j := lo + e, (a+j)/w := q0 + s, (a+j)%w := r0 + lo + e - s*w]
+//! if r0 + n <= w:                                // one row: the loop as it was
+//!     for e in 0..n (vectorized):
+//!         body[j := e, (a+j)/w := q0, (a+j)%w := r0 + e]
+//! else:
+//!     for s in 0..(r0 + n - 1) / w + 1:         // the rows the loop touches
+//!         let lo = max(0, s*w - r0); let hi = min(n, (s+1)*w - r0);
+//!         for e in 0..hi - lo (vectorized):
+//!             body[j := lo + e, (a+j)/w := q0 + s, (a+j)%w := r0 + lo + e - s*w]
 //! ```
+//!
+//! The one-row branch keeps the loop's extent (often a constant vector width), which the C
+//! compiler vectorizes without a remainder loop; short loops over long rows take it almost
+//! always.
 //!
 //! Divisions by multiples of `w` (`(a + j) / (k·w)`, an image plane beside
 //! its rows) and divisions of the row index (`((a + j) / w) % h`) are
@@ -50,8 +58,13 @@ impl FunctionPass for SplitDividedLoops {
     }
 }
 
-/// `s` split if it is an innermost vectorized loop of the form the module describes.
+/// `s` split if it is an innermost vectorized loop of the form the module describes; a loop
+/// around such a split whose row test does not depend on it is unswitched ([`unswitch`]).
 fn split_loop(s: Stmt) -> Stmt {
+    let s = match unswitch(s) {
+        Ok(hoisted) => return hoisted,
+        Err(s) => s,
+    };
     let Some((var, extent, body, ty)) = vectorized_loop(&s) else {
         return s;
     };
@@ -199,6 +212,71 @@ fn offset_of(num: &Expr, var: &Var) -> Option<Expr> {
     )
 }
 
+/// `for i { let …; if c { for e (vectorized) … } else { … } }` with `c` free of `i` and of the
+/// lets → `if c { for i { let …; … } } else { for i { let …; … } }`: the one-row test of a
+/// split taken once for a whole loop of stores (a register tile's channels) rather than in
+/// every iteration, where GCC compiles both branches into the loop worse than either alone.
+/// `Err(s)` when `s` is not of that form.
+fn unswitch(s: Stmt) -> Result<Stmt, Stmt> {
+    let Stmt::For {
+        var,
+        extent,
+        kind,
+        body,
+    } = &s
+    else {
+        return Err(s);
+    };
+    if *kind == LoopKind::Vectorize {
+        return Err(s);
+    }
+    let mut lets: Vec<(&Var, &Expr)> = Vec::new();
+    let mut inner = body.as_ref();
+    while let Stmt::Let { var, value, body } = inner {
+        lets.push((var, value));
+        inner = body;
+    }
+    let Stmt::If {
+        cond,
+        then_body,
+        else_body: Some(else_body),
+    } = inner
+    else {
+        return Err(s);
+    };
+    let one_row = matches!(
+        then_body.as_ref(),
+        Stmt::For {
+            kind: LoopKind::Vectorize,
+            ..
+        }
+    );
+    if !one_row || cond.mentions(var) || lets.iter().any(|(v, _)| cond.mentions(v)) {
+        return Err(s);
+    }
+    let wrap = |branch: &Stmt| {
+        let body = lets
+            .iter()
+            .rev()
+            .fold(branch.clone(), |body, (v, value)| Stmt::Let {
+                var: (*v).clone(),
+                value: (*value).clone(),
+                body: Box::new(body),
+            });
+        Stmt::For {
+            var: var.clone(),
+            extent: extent.clone(),
+            kind: *kind,
+            body: Box::new(body),
+        }
+    };
+    Ok(Stmt::If {
+        cond: cond.clone(),
+        then_body: Box::new(wrap(then_body)),
+        else_body: Some(Box::new(wrap(else_body))),
+    })
+}
+
 fn has_loop(s: &Stmt) -> bool {
     let mut found = false;
     s.visit(&mut |x| found |= matches!(x, Stmt::For { .. } | Stmt::ForMapping { .. }));
@@ -244,13 +322,36 @@ fn rewrite(var: &Var, extent: &Expr, body: &Stmt, (a, w): &(Expr, i64), ty: Data
         kind: LoopKind::Serial,
         body: Box::new(per_segment),
     };
+    // The common case, the whole loop inside one row: the original loop (its extent, often a
+    // constant vector width) with the row's quotient and remainder.
+    let e = Var::new(name, ty);
+    let one_row = Replacement {
+        var,
+        offset: a,
+        row: *w,
+        j: &e.expr(),
+        quotient: &q0.expr(),
+        remainder: &(r0.expr() + e.expr()),
+    };
+    let within_row = Stmt::For {
+        var: e,
+        extent: extent.clone(),
+        kind: LoopKind::Vectorize,
+        body: Box::new(body.rewrite(&mut |s| s, &mut |x| one_row.expr(x))),
+    };
+    let split = Stmt::If {
+        // From `a` rather than `r0`, so a loop around the split can be unswitched.
+        cond: (a.clone() % int(*w) + extent.clone()).le(int(*w)),
+        then_body: Box::new(within_row),
+        else_body: Some(Box::new(segments_loop)),
+    };
     Stmt::Let {
         var: q0,
         value: a.clone() / int(*w),
         body: Box::new(Stmt::Let {
             var: r0,
             value: a.clone() % int(*w),
-            body: Box::new(segments_loop),
+            body: Box::new(split),
         }),
     }
 }
