@@ -403,6 +403,22 @@ mod channels_last {
         assert_eq!(count(&after, "DepthwiseConvNhwc"), 1, "{:?}", ops(&after));
         assert_eq!(count(&after, "Conv"), 1, "{:?}", ops(&after));
         assert_eq!(count(&after, "Transpose"), 2, "{:?}", ops(&after));
+        // The channels-last copy of a channels-first input is a kernel of its own (a
+        // ConvNeXt block's 7×7 depthwise read it through 49 gathers per output vector).
+        let copy =
+            after
+                .nodes()
+                .iter()
+                .find(|n| {
+                    n.op_type == "Transpose"
+                        && n.outputs[0].is_some_and(|y| {
+                            after.value(y).users.iter().any(|(user, _)| {
+                                after.nodes()[user.0].op_type == "DepthwiseConvNhwc"
+                            })
+                        })
+                })
+                .expect("a transpose feeds the depthwise convolution");
+        assert!(copy.hints.materialize, "{:?}", copy.hints);
         let inputs = vec![("x".to_string(), rng.f32s(&[1, 6, 9, 7]))];
         assert_same_outputs(&before, &after, &inputs, 1e-5);
     }

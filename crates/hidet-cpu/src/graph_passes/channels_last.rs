@@ -26,7 +26,7 @@ use crate::graph_ops::depthwise_nhwc;
 use crate::graph_ops::HIDET_DOMAIN;
 use crate::graph_passes::conv_implicit_gemm::transposed;
 use hidet_graph::attribute::Attributes;
-use hidet_graph::graph::{Graph, GraphError, NodeId, ValueId};
+use hidet_graph::graph::{FusionHints, Graph, GraphError, NodeId, ValueId};
 use hidet_graph::passes::conv_node::static_conv;
 use hidet_graph::passes::rewrite::Rewriter;
 use hidet_graph::passes::GraphPass;
@@ -251,6 +251,15 @@ impl GraphPass for DepthwiseChannelsLast {
             };
             rw.focus(NodeId(i));
             let x_last = rw.add_op("Transpose", perm_attrs(to_last(plan.rank)), &[plan.x])?;
+            // Where no `to_first` transpose cancels it, the channels-last copy is made once
+            // rather than read through by every tap of the window (a gather per tap).
+            rw.set_hints(
+                x_last,
+                FusionHints {
+                    materialize: true,
+                    ..FusionHints::default()
+                },
+            )?;
             let weight = rw.add_constant("depthwise_weight_last", plan.weight_last);
             let mut inputs = vec![x_last, weight];
             inputs.extend(plan.bias);
