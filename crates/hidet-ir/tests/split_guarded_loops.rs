@@ -122,3 +122,62 @@ fn a_select_on_data_or_without_a_read_is_left_whole() {
     let lowered = lower_function(fb.finish()).unwrap();
     assert_eq!(guarded_vector_reads(&lowered.body), 2, "{lowered}");
 }
+
+/// `out[r, j] = r < 2 ? a[r, j] : (r < 5 ? b[r - 2, j] : c[r - 5, j])` for 7 rows of 13
+/// (a concatenation of three inputs along rows, `j` vectorized): each row's loop copies from
+/// one input, with no select left, and computes the same.
+#[test]
+fn a_uniform_choice_becomes_one_loop_per_input() {
+    const N: i64 = 13;
+    let mut fb = FunctionBuilder::cpu_kernel("concat");
+    let a = fb.tensor_param("a", DataType::I32, [2, N]);
+    let b = fb.tensor_param("b", DataType::I32, [3, N]);
+    let c = fb.tensor_param("c", DataType::I32, [2, N]);
+    let out = fb.tensor_param("out", DataType::I32, [7, N]);
+    fb.for_range("r", 7, |fb, r| {
+        fb.for_range_with("j", N, LoopKind::Vectorize, |fb, j| {
+            let value = Expr::select(
+                r.lt(2),
+                a.at([r.clone(), j.clone()]),
+                Expr::select(
+                    r.lt(5),
+                    b.at([r.clone() - 2, j.clone()]),
+                    c.at([r.clone() - 5, j.clone()]),
+                ),
+            );
+            fb.store(&out, [r.clone(), j.clone()], value);
+        });
+    });
+    let original = fb.finish();
+    let lowered = lower_function(original.clone()).unwrap();
+    assert_eq!(guarded_vector_reads(&lowered.body), 0, "{lowered}");
+    let input = |rows: i64, seed: i64| {
+        let v: Vec<i64> = (0..rows * N).map(|i| i * seed + 1).collect();
+        Arg::Buffer(Buffer::from_i64(DataType::I32, &v))
+    };
+    let run = |f: &Function| {
+        let mut args = vec![
+            input(2, 3),
+            input(3, 5),
+            input(2, 7),
+            Arg::Buffer(Buffer::from_i64(DataType::I32, &[-9; (7 * N) as usize])),
+        ];
+        run_function(f, &mut args).expect("kernel runs");
+        match &args[3] {
+            Arg::Buffer(out) => out.to_i64(),
+            Arg::Scalar(_) => unreachable!("argument 3 is a buffer"),
+        }
+    };
+    let want: Vec<i64> = (0..7 * N)
+        .map(|i| {
+            let (r, j) = (i / N, i % N);
+            match r {
+                0..2 => (r * N + j) * 3 + 1,
+                2..5 => ((r - 2) * N + j) * 5 + 1,
+                _ => ((r - 5) * N + j) * 7 + 1,
+            }
+        })
+        .collect();
+    assert_eq!(run(&original), want);
+    assert_eq!(run(&lowered), want);
+}

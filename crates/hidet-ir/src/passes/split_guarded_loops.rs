@@ -19,6 +19,11 @@
 //! loop. The rewrite is exact: each `j` stores what it stored before, in the
 //! same order within each part; bounds are computed on non-negative numerators
 //! only, so they hold under any rounding of the division.
+//!
+//! A store of `cond ? a : b` whose `cond` is free of `j` altogether (a
+//! concatenation choosing its input by channel) becomes `if cond { for j: a }
+//! else { for j: b }`, each loop split again: the C compiler would otherwise
+//! if-convert the select and load every input of the chain for every element.
 
 use super::{vectorized_loop, FunctionPass, PassError};
 use crate::dtype::DataType;
@@ -71,6 +76,27 @@ fn split_loop(s: Stmt) -> Stmt {
     let ExprKind::Select(cond, read, other) = value.kind() else {
         return s;
     };
+    if !cond.mentions(var) {
+        // A uniform choice (a concatenation's input, chosen by the channel): one loop per
+        // branch, each split again, instead of a loop that evaluates every branch.
+        let branch = |stored: &Expr| {
+            split_loop(Stmt::For {
+                var: var.clone(),
+                extent: extent.clone(),
+                kind: LoopKind::Vectorize,
+                body: Box::new(Stmt::Store {
+                    tensor: tensor.clone(),
+                    indices: indices.clone(),
+                    value: stored.clone(),
+                }),
+            })
+        };
+        return Stmt::If {
+            cond: cond.clone(),
+            then_body: Box::new(branch(read)),
+            else_body: Some(Box::new(branch(other))),
+        };
+    }
     if !reads_memory(read) {
         return s;
     }
