@@ -276,7 +276,7 @@ def drive(args) -> int:
             print(f"{name}: {row['error']}", file=sys.stderr)
             status = 1
             continue
-        eager = _torch_row(args, name, "eager", timeout=240)
+        eager = _torch_row(args, name, "eager", timeout=120)
         if "failed" in eager:
             row["error"] = f"torch failed: {eager['failed']}"
             status = 1
