@@ -24,23 +24,19 @@ fn sym(n: &str) -> Dim {
     Dim::Symbol(Arc::from(n))
 }
 
+/// An `f32` tensor type of shape `dims`.
+fn f32_type(dims: Vec<Dim>) -> TensorType {
+    TensorType {
+        dtype: DType::F32,
+        shape: Some(dims),
+    }
+}
+
 #[test]
 fn out_of_order_nodes_are_sorted_dce_removes_dead_and_symbols_bind() {
     let mut b = GraphBuilder::new("g");
-    b.input(
-        "x",
-        TensorType {
-            dtype: DType::F32,
-            shape: Some(vec![sym("N"), Dim::Fixed(2)]),
-        },
-    );
-    b.input(
-        "y",
-        TensorType {
-            dtype: DType::F32,
-            shape: Some(vec![sym("N"), Dim::Fixed(2)]),
-        },
-    );
+    b.input("x", f32_type(vec![sym("N"), Dim::Fixed(2)]));
+    b.input("y", f32_type(vec![sym("N"), Dim::Fixed(2)]));
     b.initializer("w", Tensor::new(vec![2], vec![2.0f32, -1.0]).unwrap());
     // Given in reverse order; `dead` feeds nothing.
     b.node(spec("Mul", &["s", "w"], &["out"]));
@@ -213,12 +209,8 @@ fn an_expansion_may_not_overlap_a_constructor() {
 #[test]
 fn binding_input_shapes_fixes_every_type_and_keeps_the_values() {
     let mut b = GraphBuilder::new("dyn");
-    let ty = |dims: Vec<Dim>| TensorType {
-        dtype: DType::F32,
-        shape: Some(dims),
-    };
-    b.input("x", ty(vec![sym("B"), sym("S"), Dim::Fixed(4)]));
-    b.input("m", ty(vec![sym("B"), sym("S"), Dim::Fixed(1)]));
+    b.input("x", f32_type(vec![sym("B"), sym("S"), Dim::Fixed(4)]));
+    b.input("m", f32_type(vec![sym("B"), sym("S"), Dim::Fixed(1)]));
     b.initializer(
         "minus_one_four",
         Tensor::new(vec![2], vec![-1i64, 4]).unwrap(),
@@ -268,20 +260,8 @@ fn binding_input_shapes_fixes_every_type_and_keeps_the_values() {
 #[test]
 fn binding_shapes_that_contradict_the_model_names_the_input_and_dimension() {
     let mut b = GraphBuilder::new("fixed_batch");
-    b.input(
-        "x",
-        TensorType {
-            dtype: DType::F32,
-            shape: Some(vec![Dim::Fixed(1), sym("S")]),
-        },
-    );
-    b.input(
-        "y",
-        TensorType {
-            dtype: DType::F32,
-            shape: Some(vec![Dim::Fixed(1), sym("S")]),
-        },
-    );
+    b.input("x", f32_type(vec![Dim::Fixed(1), sym("S")]));
+    b.input("y", f32_type(vec![Dim::Fixed(1), sym("S")]));
     b.node(spec("Add", &["x", "y"], &["z"]));
     b.output("z");
     let graph = b.build(Registry::global()).unwrap();
@@ -320,26 +300,14 @@ fn binding_shapes_that_contradict_the_model_names_the_input_and_dimension() {
     assert!(e.contains("input `x`") && e.contains("rank 2"), "{e}");
     // A graph whose inputs are all static: a batch of 8 for its batch of 1 is refused too.
     let mut b = GraphBuilder::new("static_batch");
-    b.input(
-        "x",
-        TensorType {
-            dtype: DType::F32,
-            shape: Some(vec![Dim::Fixed(1), Dim::Fixed(4)]),
-        },
-    );
+    b.input("x", f32_type(vec![Dim::Fixed(1), Dim::Fixed(4)]));
     b.node(spec("Relu", &["x"], &["z"]));
     b.output("z");
     let fixed = b.build(Registry::global()).unwrap();
     // A bound shape that inference rejects (a sequence longer than a position table) names
     // the input shapes as well as the node.
     let mut t = GraphBuilder::new("positions");
-    t.input(
-        "ids",
-        TensorType {
-            dtype: DType::F32,
-            shape: Some(vec![Dim::Fixed(1), sym("S")]),
-        },
-    );
+    t.input("ids", f32_type(vec![Dim::Fixed(1), sym("S")]));
     t.initializer("table", Tensor::new(vec![1, 4], vec![1.0f32; 4]).unwrap());
     t.node(spec("Add", &["ids", "table"], &["z"]));
     t.output("z");
