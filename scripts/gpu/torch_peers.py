@@ -256,7 +256,8 @@ def drive(args) -> int:
     for name in models:
         row = {"model": name}
         rows.append(row)
-        shutil.rmtree(work / f"{name}_hidet", ignore_errors=True)
+        for stale in (f"{name}_hidet", f"{name}_inputs"):
+            shutil.rmtree(work / stale, ignore_errors=True)
         try:
             _hidet(args, "export", f"zoo:{name}", "-o", str(work / f"{name}.onnx"))
             feeds = synthesize_inputs(onnx.load(str(work / f"{name}.onnx"), load_external_data=False))

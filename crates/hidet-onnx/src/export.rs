@@ -80,11 +80,11 @@ fn graph_to_proto(g: &Graph) -> Result<GraphProto, OnnxError> {
             ..Default::default()
         }
     };
+    let name_of = |slot: &Option<hidet_graph::ValueId>| {
+        slot.map_or_else(String::new, |id| g.value(id).name.clone())
+    };
     let mut nodes = Vec::with_capacity(g.nodes().len());
     for n in g.nodes() {
-        let name_of = |slot: &Option<hidet_graph::ValueId>| {
-            slot.map_or_else(String::new, |id| g.value(id).name.clone())
-        };
         let mut attribute = Vec::with_capacity(n.attrs.iter().count());
         for (key, value) in n.attrs.iter() {
             attribute.push(attribute_to_proto(key, value).map_err(|what| {
