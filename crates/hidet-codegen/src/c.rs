@@ -728,6 +728,22 @@ impl Dialect for CDialect {
                 });
                 Ok(format!("{name}({ptr}, {value})"))
             }
+            Intrinsic::ExtractLane { lane } => {
+                let [value] = args else {
+                    return Err(Unsupported::new("extract_lane of other than one vector"));
+                };
+                Ok(format!("({value})[{lane}]"))
+            }
+            Intrinsic::PackLanes { dtype } => {
+                let vty = self.value_type(*dtype, uses)?;
+                if args.len() != usize::from(dtype.lanes) {
+                    return Err(Unsupported::new(format!(
+                        "pack_lanes<{dtype}> of {} values",
+                        args.len()
+                    )));
+                }
+                Ok(format!("(({vty}){{{}}})", args.join(", ")))
+            }
             Intrinsic::DotU8I8 { lanes } => {
                 let [acc, a, b] = args else {
                     return Err(Unsupported::new("dot_u8i8 with other than 3 arguments"));

@@ -921,6 +921,43 @@ impl Dialect for CudaDialect {
                 };
                 self.vector_access(false, dtype, args, uses)
             }
+            Intrinsic::ExtractLane { lane } => {
+                let ([value], Some(dtype)) = (args, arg_types.first().and_then(Type::as_data))
+                else {
+                    return Err(Unsupported::new("extract_lane of other than one vector"));
+                };
+                self.value_type(dtype, uses)?;
+                let half = match dtype.scalar {
+                    ScalarType::F16 => Some("half"),
+                    ScalarType::BF16 => Some("bfloat16"),
+                    _ => None,
+                };
+                match (half, *lane) {
+                    (Some(h), 0) => Ok(format!("__low2{h}({value})")),
+                    (Some(h), 1) => Ok(format!("__high2{h}({value})")),
+                    (None, l @ 0..=3) if l < dtype.lanes => Ok(format!(
+                        "({value}).{}",
+                        ["x", "y", "z", "w"][usize::from(l)]
+                    )),
+                    _ => Err(Unsupported::new(format!("lane {lane} of {dtype}"))),
+                }
+            }
+            Intrinsic::PackLanes { dtype } => {
+                self.value_type(*dtype, uses)?;
+                if args.len() != usize::from(dtype.lanes) {
+                    return Err(Unsupported::new(format!(
+                        "pack_lanes<{dtype}> of {} values",
+                        args.len()
+                    )));
+                }
+                let make = match dtype.scalar {
+                    ScalarType::F16 => "__halves2half2".to_string(),
+                    ScalarType::BF16 => "__halves2bfloat162".to_string(),
+                    _ => vector_make(*dtype)
+                        .ok_or_else(|| Unsupported::new(format!("pack_lanes<{dtype}>")))?,
+                };
+                Ok(format!("{make}({})", args.join(", ")))
+            }
             Intrinsic::Mma { shape, input, acc } => self.mma(*shape, *input, *acc, args, uses),
             Intrinsic::LdMatrix { count, trans } => self.ldmatrix(*count, *trans, args, uses),
             Intrinsic::CpAsync { bytes } => self.cp_async(*bytes, args, uses),

@@ -36,8 +36,9 @@ use hidet_ir::function::{Function, FunctionKind, IRModule, Target};
 use crate::arch::Arch;
 use crate::device::{DeviceKernel, GpuDevice, KernelParam};
 use crate::ptxas::PtxasReport;
-use crate::schedule::matmul_anchor::{AnchorTarget, TemplateOutcome};
+use crate::schedule::matmul_anchor::TemplateOutcome;
 use crate::schedule::simt_anchor::SimtAnchor;
+use crate::schedule::GpuTarget;
 use crate::schedule::{self, ScheduleKind};
 use crate::tuning::{simt_choice, tune_tasks, CudaTuning, SimtTask};
 pub use arena::CudaArena;
@@ -78,14 +79,22 @@ pub struct CudaBackendOptions {
     /// once at its end. (A profiled run, or one with host steps, launches and waits for each
     /// kernel either way.)
     pub cuda_graphs: bool,
+    /// The fewest threads a vectorized elementwise kernel may have
+    /// ([`GpuTarget::min_vector_threads`]); `None`: the architecture's reference GPU's.
+    /// Tests set 0 to vectorize every task whose layout allows it.
+    pub min_vector_threads: Option<i64>,
 }
 
 impl CudaBackendOptions {
-    /// What the anchors know of the target.
-    pub fn anchor_target(&self) -> AnchorTarget {
-        AnchorTarget {
+    /// What the schedules know of the target.
+    pub fn gpu_target(&self) -> GpuTarget {
+        let reference = GpuTarget::for_arch(self.arch);
+        GpuTarget {
             parallel_k: self.parallel_k,
-            ..AnchorTarget::for_arch(self.arch)
+            min_vector_threads: self
+                .min_vector_threads
+                .unwrap_or(reference.min_vector_threads),
+            ..reference
         }
     }
 }
@@ -99,6 +108,7 @@ impl Default for CudaBackendOptions {
             cache_images: false,
             parallel_k: true,
             cuda_graphs: cuda_graphs_from_env(),
+            min_vector_threads: None,
         }
     }
 }
@@ -426,10 +436,12 @@ fn compile_all(
 
 /// The kernel of `task` from what the template made of it: the template's kernel (or
 /// parallel-k pair), or, where the template does not apply or refuses a lone anchor, the
-/// default scheduler's; a refused fused task is refused (the graph layer splits it).
+/// default scheduler's for `target`; a refused fused task is refused (the graph layer
+/// splits it).
 fn kernel_of_outcome(
     task: &FusedTask,
     outcome: TemplateOutcome,
+    target: &GpuTarget,
 ) -> Result<CudaKernel, BackendError> {
     let compile_error = |message: String| BackendError::Compile {
         task: task.name.clone(),
@@ -473,7 +485,7 @@ fn kernel_of_outcome(
             })
         }
         TemplateOutcome::Refused(_) | TemplateOutcome::NotApplicable => {
-            let (f, kind) = schedule::schedule(&task.def, &task.name)
+            let (f, kind) = schedule::schedule(&task.def, &task.name, target)
                 .map_err(|e| compile_error(e.to_string()))?;
             (f, KernelOrigin::Scheduler(kind))
         }
@@ -498,6 +510,7 @@ impl<D: GpuDevice + 'static> CudaBackend<D> {
         if !self.tuning.measures() {
             return Ok(kernels);
         }
+        let target = self.options.gpu_target();
         let tuned: Vec<usize> = (0..kernels.len())
             .filter(|&i| kernels[i].tunable.is_some())
             .collect();
@@ -513,7 +526,7 @@ impl<D: GpuDevice + 'static> CudaBackend<D> {
         for ((&i, task), result) in tuned.iter().zip(&tasks).zip(results) {
             let rebuilt = result.map_err(|e| e.to_string()).and_then(|r| {
                 let outcome = task.anchor().kernel(task.fused(), &r.winner.0);
-                kernel_of_outcome(task.fused(), outcome).map_err(|e| e.to_string())
+                kernel_of_outcome(task.fused(), outcome, &target).map_err(|e| e.to_string())
             });
             match rebuilt {
                 Ok(mut kernel) => {
@@ -552,14 +565,14 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
     /// A SIMT anchor with the tuning cache's choice for this environment, else the
     /// heuristic; any other task through the default scheduler (see the module docs).
     fn lower(&self, task: &FusedTask, _opts: &CompileOptions) -> Result<CudaKernel, BackendError> {
-        let target = self.options.anchor_target();
+        let target = self.options.gpu_target();
         let chosen = SimtAnchor::of(task).and_then(|anchor| {
             let c = simt_choice(&self.tuning, task, &anchor, &target)?;
             Some((anchor.kernel(task, &c.choice), c.tunable, c.recorded))
         });
         let (outcome, tunable, recorded) =
             chosen.unwrap_or((TemplateOutcome::NotApplicable, None, false));
-        let mut kernel = kernel_of_outcome(task, outcome)?;
+        let mut kernel = kernel_of_outcome(task, outcome, &target)?;
         if matches!(
             kernel.origin,
             KernelOrigin::Template | KernelOrigin::FusedTemplate

@@ -29,8 +29,9 @@ use hidet_tune::{
 };
 
 use crate::device::GpuDevice;
-use crate::schedule::matmul_anchor::{AnchorTarget, SimtChoice};
+use crate::schedule::matmul_anchor::SimtChoice;
 use crate::schedule::simt_anchor::SimtAnchor;
+use crate::schedule::GpuTarget;
 pub use runner::CudaTuneBackend;
 pub use simt::{SimtCandidate, SimtTask, SIMT_SPACE};
 
@@ -132,7 +133,7 @@ pub fn simt_choice(
     tuning: &CudaTuning,
     task: &FusedTask,
     anchor: &SimtAnchor,
-    target: &AnchorTarget,
+    target: &GpuTarget,
 ) -> Option<ChoiceFor> {
     let heuristic = anchor.heuristic(target)?;
     let wanted = tuning.measures() || (tuning.environment.is_some() && !tuning.ignore_cache);

@@ -134,16 +134,18 @@ fn batched_products_with_broadcast_operands_match_bit_for_bit() {
 /// Parallel-k (`build_parallel_k` then `build_k_reduce`): the reduction over `k` split into
 /// parts (a `k` that is not a multiple of the k-tile, parts of unequal real length, the last
 /// one padded with zeros), rank 2 and batched with a broadcast operand, shapes not multiples
-/// of the block tile. The partial products' workspace is written exactly once per element
+/// of the block tile, the reduction kernel scalar and vectorized (`n` a multiple of 4). The partial products' workspace is written exactly once per element
 /// (the simulator's output checker) and the sums equal the f64 product bit for bit.
 #[test]
 fn parallel_k_products_match_bit_for_bit() {
     use hidet_cuda::templates::matmul_simt::{build_k_reduce, build_parallel_k, Batch, KSplit};
     let schedule = showcase_schedules()[3];
     let f32t = hidet_ir::dtype::DataType::F32;
+    // `n = 20`: the reduction kernel reads four columns per thread with vector loads.
     for (batch, m, n, k, parts) in [
         (None, 13usize, 21usize, 83usize, 3i64),
         (None, 5, 9, 40, 16),
+        (None, 7, 20, 70, 3),
         (
             Some(Batch {
                 batch: 2,
@@ -186,7 +188,8 @@ fn parallel_k_products_match_bit_for_bit() {
         let module =
             hidet_ir::function::IRModule::new("k_reduce", hidet_ir::function::Target::Cuda)
                 .with(reduce);
-        hidet_cuda::emit_cuda(&module).expect("the CUDA dialect emits the reduction");
+        let source = hidet_cuda::emit_cuda(&module).expect("the CUDA dialect emits the reduction");
+        assert_eq!(source.contains("hidet_load_f32x4("), n % 4 == 0, "{source}");
         let sim = Simulator::from_module(&module, "k_reduce").unwrap();
         let mut args = vec![
             SimArg::Buffer(DeviceBuffer::from_f32(&partial)),

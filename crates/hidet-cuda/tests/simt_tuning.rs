@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use hidet_cuda::device::GpuDevice;
 use hidet_cuda::graph_backend::{kernel_image, CudaBackend, CudaBackendOptions};
-use hidet_cuda::schedule::matmul_anchor::AnchorTarget;
 use hidet_cuda::schedule::simt_anchor::SimtAnchorKind;
+use hidet_cuda::schedule::GpuTarget;
 use hidet_cuda::sim_device::{SimDevice, SimDeviceOptions};
 use hidet_cuda::templates::matmul_simt::SimtLimits;
 use hidet_cuda::tuning::candidates::LEVEL1_CANDIDATES;
@@ -125,8 +125,8 @@ fn anchored_task(graph: &Graph) -> FusedTask {
     FusedTask::new(graph, &spec, group, 0).expect("a task")
 }
 
-fn h100() -> AnchorTarget {
-    AnchorTarget::for_arch(Arch::SM90)
+fn h100() -> GpuTarget {
+    GpuTarget::for_arch(Arch::SM90)
 }
 
 fn environment() -> Environment {
@@ -217,8 +217,8 @@ fn every_level_one_candidate_of_odd_tasks_lowers_on_every_arch() {
     for (name, graph) in graphs() {
         let task = anchored_task(&graph);
         for arch in [Arch::SM80, Arch::SM86, Arch::SM90] {
-            let simt = SimtTask::from_fused(&task, &AnchorTarget { arch, ..h100() })
-                .expect("a SIMT anchor");
+            let simt =
+                SimtTask::from_fused(&task, &GpuTarget { arch, ..h100() }).expect("a SIMT anchor");
             let kind = simt.anchor().kind;
             assert_eq!(kind == SimtAnchorKind::Conv, name == "conv", "{name}");
             let candidates = simt.candidates(TuneLevel::Subset);
@@ -347,7 +347,7 @@ fn records_round_trip_and_keys_name_the_arch_and_the_fusion() {
     let on90 = SimtTask::from_fused(&task, &h100()).expect("a SIMT anchor");
     let on80 = SimtTask::from_fused(
         &task,
-        &AnchorTarget {
+        &GpuTarget {
             arch: Arch::SM80,
             ..h100()
         },
@@ -401,7 +401,7 @@ fn the_graph_backend_compiles_with_the_cached_choice_and_refuses_to_tune_without
         arch: Arch::SM90,
         ..CudaBackendOptions::default()
     };
-    let simt = SimtTask::from_fused(&task, &options.anchor_target()).expect("simt");
+    let simt = SimtTask::from_fused(&task, &options.gpu_target()).expect("simt");
     let heuristic = simt.heuristic();
     let winner = *simt
         .candidates(TuneLevel::Subset)

@@ -144,6 +144,12 @@ pub enum Intrinsic {
     VectorLoad { dtype: DataType },
     /// `vector_store(ptr, value)`: stores all lanes of `value` at `ptr`. Returns void.
     VectorStore,
+    /// `extract_lane(vector)`: lane `lane` of a vector value. Returns the vector's element
+    /// type.
+    ExtractLane { lane: u16 },
+    /// `pack_lanes(x0, x1, …)`: the `dtype` vector whose lane `l` is `xl` (`dtype.lanes`
+    /// arguments of `dtype`'s element type). Returns `dtype`.
+    PackLanes { dtype: DataType },
     /// `mma(a_regs, b_regs, c_regs)`: `C += A·B` for one warp-level tile, where
     /// each argument is a pointer to this thread's fragment registers
     /// (`a`/`b` of `input` type, `c` of `acc` type). CUDA only. Returns void.
@@ -180,7 +186,11 @@ impl Intrinsic {
     pub fn result_type(&self, args: &[Type]) -> Type {
         match self {
             Intrinsic::WarpShuffle { .. } => args.first().cloned().unwrap_or(Type::Void),
-            Intrinsic::VectorLoad { dtype } => Type::Data(*dtype),
+            Intrinsic::VectorLoad { dtype } | Intrinsic::PackLanes { dtype } => Type::Data(*dtype),
+            Intrinsic::ExtractLane { .. } => match args.first() {
+                Some(Type::Data(d)) => Type::Data(d.element()),
+                _ => Type::Void,
+            },
             Intrinsic::DotU8I8 { lanes } => Type::Data(DataType::vector(ScalarType::I32, *lanes)),
             Intrinsic::Function { ret, .. } => ret.clone(),
             Intrinsic::VectorStore
@@ -214,6 +224,8 @@ impl fmt::Display for Intrinsic {
             }
             Intrinsic::VectorLoad { dtype } => write!(f, "vector_load<{dtype}>"),
             Intrinsic::VectorStore => f.write_str("vector_store"),
+            Intrinsic::ExtractLane { lane } => write!(f, "extract_lane<{lane}>"),
+            Intrinsic::PackLanes { dtype } => write!(f, "pack_lanes<{dtype}>"),
             Intrinsic::Mma { shape, input, acc } => write!(f, "mma<{shape:?}, {input}, {acc}>"),
             Intrinsic::LdMatrix { count, trans } => write!(f, "ldmatrix<x{count}, trans={trans}>"),
             Intrinsic::CpAsync { bytes } => write!(f, "cp_async<{bytes}>"),

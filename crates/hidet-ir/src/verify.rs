@@ -1101,6 +1101,35 @@ impl<'f> Checker<'f> {
             }
             Intrinsic::VectorLoad { .. } => (1, &[0]),
             Intrinsic::VectorStore => (2, &[0]),
+            Intrinsic::ExtractLane { lane } => {
+                let [v] = args else {
+                    return Err(Problem::Arity {
+                        func: name.clone(),
+                        expected: 1,
+                        got: args.len(),
+                    });
+                };
+                let t = self.data(v)?;
+                if *lane >= t.lanes {
+                    return Err(bad(format!("lane {lane} of a {t} value")));
+                }
+                (1, &[])
+            }
+            Intrinsic::PackLanes { dtype } => {
+                if dtype.lanes < 2 {
+                    return Err(bad(format!("{dtype} is not a vector type")));
+                }
+                for (i, a) in args.iter().enumerate() {
+                    if a.ty() != Type::Data(dtype.element()) {
+                        return Err(Problem::WrongType {
+                            expr: self.show(a),
+                            found: self.show_ty(&a.ty()),
+                            expected: format!("{} (argument {i} of `{name}`)", dtype.element()),
+                        });
+                    }
+                }
+                (usize::from(dtype.lanes), &[])
+            }
             Intrinsic::Mma { .. } => (3, &[0, 1, 2]),
             Intrinsic::LdMatrix { count, .. } => {
                 if !matches!(count, 1 | 2 | 4) {

@@ -84,7 +84,11 @@ fn main() {
                     pipeline::compile_sim(
                         m,
                         CompileOptions::default(),
-                        CudaBackendOptions::default(),
+                        // Every elementwise task whose layout allows it vectorized.
+                        CudaBackendOptions {
+                            min_vector_threads: Some(0),
+                            ..CudaBackendOptions::default()
+                        },
                     )
                 };
                 let mut steps = conformance::CompiledSteps::default();

@@ -67,6 +67,8 @@ fn small_models_run_in_the_simulator_and_match_the_reference() {
                 NvrtcCheck::Off
             },
             ptxas: nvrtc,
+            // Every elementwise task whose layout allows it vectorized, however small.
+            min_vector_threads: Some(0),
             ..CudaBackendOptions::default()
         };
         let compiled = pipeline::compile_sim(&model, CompileOptions::default(), options);

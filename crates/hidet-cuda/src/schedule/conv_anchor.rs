@@ -22,9 +22,10 @@ use hidet_ir::fusion::{fuse, Epilogue, Prologue};
 
 use super::const_shape;
 use super::matmul_anchor::{
-    heuristic_choice, workspace_elements, AnchorTarget, MatmulShape, ParallelKKernels, SimtChoice,
+    heuristic_choice, workspace_elements, MatmulShape, ParallelKKernels, SimtChoice,
     TemplateOutcome,
 };
+use crate::schedule::GpuTarget;
 use crate::templates::matmul_simt::{self, Batch, KSplit};
 
 /// Output channels per group below which a convolution is left to the default scheduler.
@@ -65,7 +66,7 @@ fn replace_reads(
 /// convolution of the expected form. Few output tiles on `target` make it a parallel-k
 /// product ([`crate::schedule::matmul_anchor`]): the im2col and weight prologues go on the
 /// partial products' kernel, the bias and the task's epilogue on the reduction kernel.
-pub fn conv_kernel(task: &FusedTask, target: &AnchorTarget) -> TemplateOutcome {
+pub fn conv_kernel(task: &FusedTask, target: &GpuTarget) -> TemplateOutcome {
     let Some(gemm) = ConvGemm::of(task) else {
         return TemplateOutcome::NotApplicable;
     };

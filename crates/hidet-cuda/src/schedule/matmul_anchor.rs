@@ -19,37 +19,8 @@ use hidet_ir::compute::ComputeDef;
 use hidet_ir::function::Function;
 
 use super::simt_cost::{estimated_cycles, k_part_options};
+use super::GpuTarget;
 use crate::templates::matmul_simt::{self, Batch, KSplit, MatmulSimtSchedule};
-use crate::Arch;
-
-/// What the anchors need to know of the target GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AnchorTarget {
-    /// The architecture kernels are compiled for (its limits bound the tuning space).
-    pub arch: Arch,
-    /// Streaming multiprocessors: the parallel-k heuristic fills them.
-    pub sm_count: i64,
-    /// Whether parallel-k may be chosen.
-    pub parallel_k: bool,
-}
-
-impl AnchorTarget {
-    /// `arch`'s reference GPU ([`Arch::reference_sm_count`]), parallel-k allowed.
-    pub fn for_arch(arch: Arch) -> AnchorTarget {
-        AnchorTarget {
-            arch,
-            sm_count: arch.reference_sm_count(),
-            parallel_k: true,
-        }
-    }
-}
-
-impl Default for AnchorTarget {
-    /// An A100 (sm_80, 108 SMs), parallel-k allowed.
-    fn default() -> Self {
-        AnchorTarget::for_arch(Arch::SM80)
-    }
-}
 
 /// The least `k` each part of a parallel-k product keeps: below it, the partial products'
 /// traffic (written and read once each) outweighs the extra parallelism.
@@ -142,7 +113,7 @@ pub struct SimtChoice {
 /// The model weighs how many of the GPU's SMs the blocks fill, so small products (batch-1
 /// attention, late convolutions) get small tiles or splits rather than a dozen large blocks.
 /// `None` only if no showcase schedule exists.
-pub fn heuristic_choice(shape: &MatmulShape, target: &AnchorTarget) -> Option<SimtChoice> {
+pub fn heuristic_choice(shape: &MatmulShape, target: &GpuTarget) -> Option<SimtChoice> {
     let mut best: Option<(f64, SimtChoice)> = None;
     for schedule in matmul_simt::showcase_schedules() {
         for k_parts in k_part_options(shape, &schedule, target) {
@@ -160,7 +131,7 @@ pub fn heuristic_choice(shape: &MatmulShape, target: &AnchorTarget) -> Option<Si
 /// heuristic choice for `target` ([`heuristic_choice`]). Its parameters are the task's
 /// inputs then its output, as the graph backend's contract requires (a parallel-k task's two
 /// kernels: see [`ParallelKKernels`]).
-pub fn matmul_kernel(task: &FusedTask, target: &AnchorTarget) -> TemplateOutcome {
+pub fn matmul_kernel(task: &FusedTask, target: &GpuTarget) -> TemplateOutcome {
     let Some(shape) = task.anchor.as_ref().and_then(|a| matmul_shape(&a.def)) else {
         return TemplateOutcome::NotApplicable;
     };
@@ -252,6 +223,7 @@ pub fn reduce_with_epilogue(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Arch;
 
     #[test]
     fn k_parts_fill_the_sms_and_keep_long_parts() {
@@ -285,7 +257,7 @@ mod tests {
 
     #[test]
     fn small_m_large_k_products_split_and_large_ones_do_not() {
-        let target = AnchorTarget::for_arch(Arch::SM90);
+        let target = GpuTarget::for_arch(Arch::SM90);
         // GPT-2/BERT batch-1 projections (one row of activations), ResNet-50's last 3×3
         // convolution as an implicit GEMM (512 channels × 49 pixels × 4608).
         for (m, n, k) in [(1, 768, 3072), (1, 2304, 768), (512, 49, 4608)] {
@@ -302,7 +274,7 @@ mod tests {
         assert_eq!(choice.k_parts, 1);
         let [bm, bn] = choice.schedule.block_tile();
         assert!(bm * bn >= 64 * 64, "{choice:?}");
-        let off = AnchorTarget {
+        let off = GpuTarget {
             parallel_k: false,
             ..target
         };
@@ -319,7 +291,7 @@ mod tests {
         // Batch-1 BERT attention (12 heads of 128×128×64 and 128×64×128) and ResNet-50's
         // 1×1 convolutions at 7×7 (2048 channels × 49 pixels × 512): the showcase's 128×128
         // tile launches 12, 12 and 16 blocks on 132 SMs; the heuristic's choice at least 40.
-        let target = AnchorTarget::for_arch(Arch::SM90);
+        let target = GpuTarget::for_arch(Arch::SM90);
         let heads = |m, n, k| MatmulShape {
             batch: Some(Batch {
                 batch: 12,

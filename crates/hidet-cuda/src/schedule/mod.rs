@@ -27,6 +27,44 @@ use hidet_ir::compute::{tensor_shape, ComputeDef};
 use hidet_ir::expr::Var;
 use hidet_ir::function::Function;
 
+use crate::Arch;
+
+/// What the schedules need to know of the target GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuTarget {
+    /// The architecture kernels are compiled for (its limits bound the tuning space).
+    pub arch: Arch,
+    /// Streaming multiprocessors: the parallel-k heuristic and the rowwise schedule's
+    /// threads per row fill them.
+    pub sm_count: i64,
+    /// Whether parallel-k may be chosen.
+    pub parallel_k: bool,
+    /// The fewest threads a vectorized [`elementwise`] kernel may have (fewer, wider threads
+    /// below it would leave SMs idle).
+    pub min_vector_threads: i64,
+}
+
+impl GpuTarget {
+    /// `arch`'s reference GPU ([`Arch::reference_sm_count`]), parallel-k allowed, vectorized
+    /// elementwise kernels from one block of [`elementwise::THREADS`] per SM.
+    pub fn for_arch(arch: Arch) -> GpuTarget {
+        let sm_count = arch.reference_sm_count();
+        GpuTarget {
+            arch,
+            sm_count,
+            parallel_k: true,
+            min_vector_threads: sm_count * elementwise::THREADS,
+        }
+    }
+}
+
+impl Default for GpuTarget {
+    /// An A100 (sm_80, 108 SMs), parallel-k allowed.
+    fn default() -> Self {
+        GpuTarget::for_arch(Arch::SM80)
+    }
+}
+
 /// Why a definition cannot be scheduled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
@@ -45,14 +83,18 @@ pub enum ScheduleKind {
     Elementwise,
 }
 
-/// The kernel for `def` named `name` and how it was scheduled: [`rowwise`] where it
-/// applies, else [`elementwise`].
-pub fn schedule(def: &ComputeDef, name: &str) -> Result<(Function, ScheduleKind), ScheduleError> {
+/// The kernel for `def` named `name` on `target` and how it was scheduled: [`rowwise`]
+/// where it applies, else [`elementwise`].
+pub fn schedule(
+    def: &ComputeDef,
+    name: &str,
+    target: &GpuTarget,
+) -> Result<(Function, ScheduleKind), ScheduleError> {
     if let Some(f) = rowwise::schedule_rowwise(def, name)? {
         return Ok((f, ScheduleKind::Rowwise));
     }
     Ok((
-        elementwise::schedule_elementwise(def, name)?,
+        elementwise::schedule_elementwise(def, name, target)?,
         ScheduleKind::Elementwise,
     ))
 }

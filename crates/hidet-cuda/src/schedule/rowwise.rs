@@ -1,24 +1,29 @@
-//! One warp per row, reductions folded with warp shuffles: the schedule for tasks whose
-//! outputs read reductions over rows (softmax, layer normalization, reduce over the last
-//! axes, a matmul-like reduction producing one value per row).
+//! One warp or one block per row, reductions folded with warp shuffles: the schedule for
+//! tasks whose outputs read reductions over rows (softmax, layer normalization, reduce over
+//! the last axes, a matmul-like reduction producing one value per row).
 //!
 //! Applies when every output has the same shape `[R…, L]` and is computed by a node of the
-//! task. Row `r` (the flattened leading dimensions) is computed by one warp:
+//! task. Row `r` (the flattened leading dimensions) is computed by `T` threads: one warp
+//! (`T = 32`, [`WARPS`] rows per block) or, when the row's longest loop has at least
+//! `2 · 32 · ELEMENTS_PER_LANE` elements, a block of `T = 32 · W` threads (`W` a power of two,
+//! at most 32, each lane left at least [`ELEMENTS_PER_LANE`] elements):
 //! - every reduction the row's elements read at indices that do not depend on the last axis
-//!   `j` is computed *cooperatively*: lane `l` folds the elements `l, l + 32, …` of the
-//!   flattened reduction domain, then five `shfl.xor` steps combine the 32 partial results,
-//!   leaving the value in every lane. Reductions read by such a reduction at indices that do
-//!   not depend on its own reduction axes are computed cooperatively first (softmax's max
-//!   before its sum), and every cooperative value is computed once per row;
-//! - the lanes then write the row's elements `j = l, l + 32, …`, everything else inlined as
+//!   `j` is computed *cooperatively*: thread `l` folds the elements `l, l + T, …` of the
+//!   flattened reduction domain, then five `shfl.xor` steps combine each warp's 32 partial
+//!   results, leaving the warp's value in every lane; with `W` warps, lane 0 of each puts it
+//!   in shared memory and, after a barrier, every thread folds the `W` values in warp order.
+//!   Reductions read by such a reduction at indices that do not depend on its own reduction
+//!   axes are computed cooperatively first (softmax's max before its sum), and every
+//!   cooperative value is computed once per row;
+//! - the threads then write the row's elements `j = l, l + T, …`, everything else inlined as
 //!   in the elementwise schedule (reductions that depend on `j` as serial loops);
 //! - an output of shape `[R…, 1]` that is itself a reduction is one cooperative reduction,
-//!   stored by lane 0 (a last axis of extent 1 is the constant 0, so reads at `[r…, j]` are
+//!   stored by thread 0 (a last axis of extent 1 is the constant 0, so reads at `[r…, j]` are
 //!   per row).
 //!
-//! The warp's lanes run every shuffle together: the row guard and the loop trip counts are
-//! uniform across the warp. Reductions are combined in a different order than a serial loop
-//! (floating-point sums may differ in the last bits).
+//! A row's threads run every shuffle and barrier together: the row guard and the loop trip
+//! counts are uniform across them. Reductions are combined in a different order than a
+//! serial loop (floating-point sums may differ in the last bits).
 
 use std::collections::HashMap;
 
@@ -28,13 +33,29 @@ use hidet_ir::dtype::{DataType, ScalarType};
 use hidet_ir::expr::{Dim, Expr, ExprKind, Var};
 use hidet_ir::function::Function;
 use hidet_ir::intrinsic::{Intrinsic, ShuffleKind};
+use hidet_ir::layout::row_major;
 
 use super::elementwise::unravel;
 use super::{const_shape, output_params, ScheduleError};
 use hidet_ir::inline::expand;
 
-/// Warps (rows) per block.
+/// Warps (rows) per block when one warp computes a row.
 pub const WARPS: i64 = 4;
+
+/// The fewest elements each thread of a row folds or writes before a row gets more than
+/// one warp.
+pub const ELEMENTS_PER_LANE: i64 = 8;
+
+/// Warps per row for rows whose longest loop (a cooperative reduction or the row itself) has
+/// `work` elements: one, or the power of two up to 32 that leaves each thread at least
+/// [`ELEMENTS_PER_LANE`] of them.
+pub fn warps_per_row(work: i64) -> i64 {
+    let mut warps = 1;
+    while warps < 32 && work >= 2 * warps * 32 * ELEMENTS_PER_LANE {
+        warps *= 2;
+    }
+    warps
+}
 
 /// A reduction value computed cooperatively for the current row: the node's tensor, its
 /// indices, and the variable holding it in every lane.
@@ -47,7 +68,11 @@ struct Cooperative {
 /// The state of one row's code: the cooperative values computed so far.
 struct Row<'a> {
     nodes: &'a HashMap<Var, ComputeNode>,
+    /// This thread's index among the row's threads.
     lane: Expr,
+    /// Threads per row (`32 · warps`).
+    threads: i64,
+    warps: i64,
     done: Vec<Cooperative>,
 }
 
@@ -124,8 +149,9 @@ impl Row<'_> {
             .collect();
         let total: i64 = extents.iter().product();
         let lane = self.lane.clone();
-        fb.for_range("f", (total + 31) / 32, |fb, f| {
-            let flat = f * 32 + lane.clone();
+        let threads = self.threads;
+        fb.for_range("f", (total + threads - 1) / threads, |fb, f| {
+            let flat = f * threads + lane.clone();
             fb.if_then(flat.lt(total), |fb| {
                 let r = unravel(&flat, &extents);
                 let map: HashMap<Var, Expr> = reduce_axes.iter().cloned().zip(r).collect();
@@ -142,6 +168,17 @@ impl Row<'_> {
                 vec![acc.expr(), Expr::int(offset)],
             );
             fb.assign(&acc, kind.combine(acc.expr(), other));
+        }
+        if self.warps > 1 {
+            let partials = fb.shared_tensor("partials", dtype, row_major([self.warps]));
+            fb.if_then((lane.clone() % 32).eq(0), |fb| {
+                fb.store(&partials, [lane.clone() / 32], acc.expr());
+            });
+            fb.sync_threads();
+            fb.assign(&acc, partials.at([0]));
+            fb.for_range("w", self.warps - 1, |fb, w| {
+                fb.assign(&acc, kind.combine(acc.expr(), partials.at([w + 1])));
+            });
         }
         self.done.push(Cooperative {
             tensor: tensor.clone(),
@@ -224,21 +261,46 @@ pub fn schedule_rowwise(def: &ComputeDef, name: &str) -> Result<Option<Function>
             elements: rows.saturating_mul(last),
         });
     }
-    let warps = WARPS.min(rows.max(1));
-    let blocks = ((rows + warps - 1) / warps).max(1);
+    let longest = nodes
+        .values()
+        .filter_map(|n| match n {
+            ComputeNode::Reduce { reduce_shape, .. } => Some(
+                reduce_shape
+                    .iter()
+                    .filter_map(Expr::as_int)
+                    .product::<i64>(),
+            ),
+            ComputeNode::Grid { .. } => None,
+        })
+        .fold(last, i64::max);
+    let row_warps = warps_per_row(longest);
+    let threads = 32 * row_warps;
     let out_params = output_params(&def);
-    let mut fb =
-        FunctionBuilder::cuda_kernel(name, [blocks, 1, 1].map(Expr::int), [32 * warps, 1, 1]);
-    let lane = fb.var("lane", Expr::thread_idx(Dim::X) % 32);
-    let row = fb.var(
-        "row",
-        Expr::block_idx(Dim::X) * warps + Expr::thread_idx(Dim::X) / 32,
-    );
+    let (mut fb, lane, row) = if row_warps == 1 {
+        let warps = WARPS.min(rows.max(1));
+        let blocks = ((rows + warps - 1) / warps).max(1);
+        let mut fb =
+            FunctionBuilder::cuda_kernel(name, [blocks, 1, 1].map(Expr::int), [32 * warps, 1, 1]);
+        let lane = Expr::thread_idx(Dim::X) % 32;
+        let row = fb.var(
+            "row",
+            Expr::block_idx(Dim::X) * warps + Expr::thread_idx(Dim::X) / 32,
+        );
+        (fb, lane, row)
+    } else {
+        let mut fb =
+            FunctionBuilder::cuda_kernel(name, [rows.max(1), 1, 1].map(Expr::int), [threads, 1, 1]);
+        let lane = Expr::thread_idx(Dim::X);
+        let row = fb.var("row", Expr::block_idx(Dim::X));
+        (fb, lane, row)
+    };
     fb.if_then(row.expr().lt(rows), |fb| {
         let row_values = unravel(&row.expr(), leading);
         let mut state = Row {
             nodes: &nodes,
-            lane: lane.expr(),
+            lane: lane.clone(),
+            threads,
+            warps: row_warps,
             done: Vec::new(),
         };
         for (o, p) in def.outputs.iter().zip(&out_params) {
@@ -246,7 +308,7 @@ pub fn schedule_rowwise(def: &ComputeDef, name: &str) -> Result<Option<Function>
             if let (ComputeNode::Reduce { .. }, 1) = (node, last) {
                 let index: Vec<Expr> = row_values.iter().cloned().chain([Expr::int(0)]).collect();
                 let v = state.cooperative(fb, o, &index);
-                fb.if_then(lane.expr().eq(0), |fb| fb.store(p, index, v.expr()));
+                fb.if_then(lane.eq(0), |fb| fb.store(p, index, v.expr()));
                 continue;
             }
             let ComputeNode::Grid { axes, value } = node else {
@@ -267,8 +329,8 @@ pub fn schedule_rowwise(def: &ComputeDef, name: &str) -> Result<Option<Function>
                 }
             }
             let value = state.use_cooperative(&value);
-            fb.for_range("f", (last + 31) / 32, |fb, f| {
-                let jj = f * 32 + lane.expr();
+            fb.for_range("f", (last + threads - 1) / threads, |fb, f| {
+                let jj = f * threads + lane.clone();
                 fb.if_then(jj.clone().lt(last), |fb| {
                     let map: HashMap<Var, Expr> = [(j.clone(), jj.clone())].into();
                     let v = expand(fb, &value.substitute(&map), &nodes);

@@ -9,9 +9,9 @@ use hidet_graph::fusion::FusedTask;
 
 use super::conv_anchor::{conv_kernel_with, conv_shape};
 use super::matmul_anchor::{
-    heuristic_choice, matmul_kernel_with, matmul_shape, AnchorTarget, MatmulShape, SimtChoice,
-    TemplateOutcome,
+    heuristic_choice, matmul_kernel_with, matmul_shape, MatmulShape, SimtChoice, TemplateOutcome,
 };
+use crate::schedule::GpuTarget;
 
 /// Which operator a SIMT anchor is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -56,7 +56,7 @@ impl SimtAnchor {
     }
 
     /// The heuristic choice for this anchor on `target` (today's default schedule).
-    pub fn heuristic(&self, target: &AnchorTarget) -> Option<SimtChoice> {
+    pub fn heuristic(&self, target: &GpuTarget) -> Option<SimtChoice> {
         heuristic_choice(&self.shape, target)
     }
 

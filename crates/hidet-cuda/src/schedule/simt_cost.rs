@@ -4,9 +4,8 @@
 //! schedule with it and tuning ranks its level-1 candidates with it; neither trusts it
 //! further (it is not calibrated on a GPU: measurement decides).
 
-use super::matmul_anchor::{
-    choose_k_parts, AnchorTarget, MatmulShape, SimtChoice, MAX_K_PARTS, MIN_K_PER_PART,
-};
+use super::matmul_anchor::{choose_k_parts, MatmulShape, SimtChoice, MAX_K_PARTS, MIN_K_PER_PART};
+use crate::schedule::GpuTarget;
 use crate::templates::matmul_simt::{KSplit, MatmulSimtSchedule};
 use crate::Arch;
 
@@ -31,7 +30,7 @@ pub fn output_blocks(shape: &MatmulShape, schedule: &MatmulSimtSchedule) -> i64 
 pub fn k_part_options(
     shape: &MatmulShape,
     schedule: &MatmulSimtSchedule,
-    target: &AnchorTarget,
+    target: &GpuTarget,
 ) -> Vec<i64> {
     let mut out = vec![1];
     if !target.parallel_k {
@@ -67,7 +66,7 @@ fn shared_per_sm(arch: Arch) -> i64 {
 /// `1/IM·OM + 1/IN·ON`, and by too few resident warps to hide latency — and its global
 /// traffic, about 32 bytes per cycle per SM through L2, plus a fixed cost per k-tile for its
 /// barriers), plus the parallel-k partial products written and read once.
-pub fn estimated_cycles(shape: &MatmulShape, choice: &SimtChoice, target: &AnchorTarget) -> f64 {
+pub fn estimated_cycles(shape: &MatmulShape, choice: &SimtChoice, target: &GpuTarget) -> f64 {
     let s = &choice.schedule;
     let [bm, bn] = s.block_tile();
     let split = KSplit::new(shape.k, s.block_k, choice.k_parts);

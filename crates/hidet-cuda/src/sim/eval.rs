@@ -190,7 +190,15 @@ impl BlockRun<'_> {
                         .map_err(|f| (f, at(l)))?;
                 }
             }
-            E::VSlot(..) | E::VBinary(..) | E::Broadcast(..) | E::VecLoad(..) => {
+            E::Lane(v, lane) => {
+                for l in Bits(mask) {
+                    let mut lanes = [0; 4];
+                    self.eval_vec(v, at(l), &mut lanes)
+                        .map_err(|f| (f, at(l)))?;
+                    out[l] = lanes[usize::from(*lane)];
+                }
+            }
+            E::VSlot(..) | E::VBinary(..) | E::Broadcast(..) | E::VecLoad(..) | E::Pack(..) => {
                 let what = "a vector value where a scalar is expected".to_string();
                 return Err((Fault::Invalid { what }, at(mask.trailing_zeros() as usize)));
             }

@@ -55,6 +55,10 @@ pub(crate) enum E {
     Addr(Box<Access>),
     /// `vector_load<dtype>(ptr)`.
     VecLoad(Box<E>, DataType),
+    /// Lane `u16` of a vector expression (a scalar).
+    Lane(Box<E>, u16),
+    /// A vector of the scalar expressions, one per lane.
+    Pack(Vec<E>),
 }
 
 /// A tensor element `tensor[indices]` (or `pointer[index]`).
@@ -852,6 +856,23 @@ impl<'f> Compiler<'f> {
                         return Err(self.unsupported(format!("{intr}")));
                     }
                     E::VecLoad(Box::new(self.expr(p)?), *dtype)
+                }
+                (Intrinsic::ExtractLane { lane }, [v]) => {
+                    let t = self.dtype(v)?;
+                    if *lane >= t.lanes.min(4) {
+                        return Err(self.unsupported(format!("{intr} of {t}")));
+                    }
+                    E::Lane(Box::new(self.expr(v)?), *lane)
+                }
+                (Intrinsic::PackLanes { dtype }, xs) => {
+                    if dtype.lanes > 4 || xs.len() != usize::from(dtype.lanes) {
+                        return Err(self.unsupported(format!("{intr} of {} values", xs.len())));
+                    }
+                    E::Pack(
+                        xs.iter()
+                            .map(|x| self.value_as(x, dtype.element()))
+                            .collect::<R<Vec<_>>>()?,
+                    )
                 }
                 (Intrinsic::Function { name, .. }, _) => {
                     return Err(self.unsupported(format!("the call of device function `{name}`")))

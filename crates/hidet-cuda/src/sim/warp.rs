@@ -215,6 +215,11 @@ impl BlockRun<'_> {
                 let p = self.eval(p, t)?;
                 self.load_lanes(p, *dtype, t, out)?;
             }
+            E::Pack(xs) => {
+                for (o, x) in out.iter_mut().zip(xs) {
+                    *o = self.eval(x, t)?;
+                }
+            }
             _ => {
                 return Err(Fault::Invalid {
                     what: "a scalar value where a vector is expected".into(),

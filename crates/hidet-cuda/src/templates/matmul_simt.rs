@@ -27,6 +27,7 @@ use hidet_ir::builder::FunctionBuilder;
 use hidet_ir::dtype::DataType;
 use hidet_ir::expr::{Dim, Expr, Var};
 use hidet_ir::function::{IRModule, Target};
+use hidet_ir::intrinsic::Intrinsic;
 use hidet_ir::layout::row_major;
 use hidet_ir::mapping::{
     auto_map, column_spatial, repeat_unrolled, spatial, MappingError, TaskMapping,
@@ -496,9 +497,10 @@ pub const REDUCE_THREADS: i64 = 256;
 
 /// The reduction kernel of a parallel-k product: `c[idx] = Σ_{p < parts} partial[p, idx]`
 /// (parts summed in order), `partial: [parts, out_shape…]`, `c: [out_shape…]`, fp32; one
-/// output element per thread (`spatial(out_shape)` over the grid's threads), on
-/// `⌈|out| / 256⌉` blocks of [`REDUCE_THREADS`]. The task's epilogue is fused onto this
-/// kernel's store of `c`.
+/// output element per thread (`spatial(out_shape)` over the grid's threads), or, when the
+/// last dimension is a multiple of 4, four consecutive elements per thread read with one
+/// vector load per part and stored one by one; on as many blocks of [`REDUCE_THREADS`] as
+/// that takes. The task's epilogue is fused onto this kernel's stores of `c`.
 pub fn build_k_reduce(
     name: &str,
     parts: i64,
@@ -516,7 +518,12 @@ pub fn build_k_reduce(
             shape: out_shape.to_vec(),
         });
     };
-    let blocks = ceil_div(total, REDUCE_THREADS);
+    let lanes: u16 = match out_shape.last() {
+        Some(&last) if last % 4 == 0 => 4,
+        _ => 1,
+    };
+    let v = i64::from(lanes);
+    let blocks = ceil_div(total / v, REDUCE_THREADS);
     let mut fb =
         FunctionBuilder::cuda_kernel(name, [blocks, 1, 1].map(Expr::int), [REDUCE_THREADS, 1, 1]);
     let partial_shape: Vec<i64> = std::iter::once(parts)
@@ -525,13 +532,45 @@ pub fn build_k_reduce(
     let partial = fb.tensor_param("partial", DataType::F32, partial_shape);
     let c = fb.tensor_param("c", DataType::F32, out_shape.to_vec());
     let worker = Expr::block_idx(Dim::X) * REDUCE_THREADS + Expr::thread_idx(Dim::X);
-    fb.for_each(spatial(out_shape.to_vec())?.on(worker), |fb, idx| {
-        let at = |p: Expr| -> Vec<Expr> { std::iter::once(p).chain(idx.iter().cloned()).collect() };
-        let acc = fb.var("acc", partial.at(at(Expr::int(0))));
+    let mut vector_shape = out_shape.to_vec();
+    if let Some(last) = vector_shape.last_mut() {
+        *last /= v;
+    }
+    fb.for_each(spatial(vector_shape)?.on(worker), |fb, idx| {
+        let mut first = idx.to_vec();
+        if let Some(last) = first.last_mut() {
+            *last = last.clone() * v;
+        }
+        let at =
+            |p: Expr| -> Vec<Expr> { std::iter::once(p).chain(first.iter().cloned()).collect() };
+        if lanes == 1 {
+            let acc = fb.var("acc", partial.at(at(Expr::int(0))));
+            fb.for_range("p", parts - 1, |fb, p| {
+                fb.assign(&acc, acc.expr() + partial.at(at(p + 1)));
+            });
+            fb.store(&c, first.clone(), acc.expr());
+            return;
+        }
+        let load = |p: Expr| {
+            Expr::call(
+                Intrinsic::VectorLoad {
+                    dtype: DataType::F32.with_lanes(lanes),
+                },
+                vec![partial.at(at(p)).address()],
+            )
+        };
+        let acc = fb.var("acc", load(Expr::int(0)));
         fb.for_range("p", parts - 1, |fb, p| {
-            fb.assign(&acc, acc.expr() + partial.at(at(p + 1)));
+            fb.assign(&acc, acc.expr() + load(p + 1));
         });
-        fb.store(&c, idx.to_vec(), acc.expr());
+        for l in 0..lanes {
+            let mut index = first.clone();
+            if let Some(last) = index.last_mut() {
+                *last = last.clone() + i64::from(l);
+            }
+            let lane = Expr::call(Intrinsic::ExtractLane { lane: l }, vec![acc.expr()]);
+            fb.store(&c, index, lane);
+        }
     });
     Ok(fb.finish())
 }

@@ -11,8 +11,9 @@
 //! different tiles rather than one tile's k-tiles and lane orders; level 2 measures the whole
 //! space (thousands of points on sm_90: hours of compiling).
 
-use crate::schedule::matmul_anchor::{AnchorTarget, MatmulShape, SimtChoice};
+use crate::schedule::matmul_anchor::{MatmulShape, SimtChoice};
 pub use crate::schedule::simt_cost::{estimated_cycles, k_part_options, output_blocks};
+use crate::schedule::GpuTarget;
 use crate::templates::matmul_simt::{schedule_space, SimtLimits};
 
 /// Points measured at level 1 (besides the heuristic, which is always measured).
@@ -23,7 +24,7 @@ pub const PER_TILE: usize = 2;
 
 /// Every point of the space for a product of `shape` on `target` (see the module docs), in
 /// the order of [`schedule_space`], parts ascending.
-pub fn full_space(shape: &MatmulShape, target: &AnchorTarget) -> Vec<SimtChoice> {
+pub fn full_space(shape: &MatmulShape, target: &GpuTarget) -> Vec<SimtChoice> {
     schedule_space(&SimtLimits::for_arch(target.arch))
         .into_iter()
         .flat_map(|schedule| {
@@ -37,7 +38,7 @@ pub fn full_space(shape: &MatmulShape, target: &AnchorTarget) -> Vec<SimtChoice>
 /// The level-1 points: the [`LEVEL1_CANDIDATES`] of [`full_space`] with the lowest
 /// [`estimated_cycles`], at most [`PER_TILE`] per block tile and parallel-k split (ties in
 /// space order).
-pub fn promising(shape: &MatmulShape, target: &AnchorTarget) -> Vec<SimtChoice> {
+pub fn promising(shape: &MatmulShape, target: &GpuTarget) -> Vec<SimtChoice> {
     let mut ranked: Vec<(f64, SimtChoice)> = full_space(shape, target)
         .into_iter()
         .map(|c| (estimated_cycles(shape, &c, target), c))
@@ -66,8 +67,8 @@ mod tests {
     use crate::templates::matmul_simt::Batch;
     use crate::Arch;
 
-    fn h100() -> AnchorTarget {
-        AnchorTarget::for_arch(Arch::SM90)
+    fn h100() -> GpuTarget {
+        GpuTarget::for_arch(Arch::SM90)
     }
 
     fn plain(m: i64, n: i64, k: i64) -> MatmulShape {
@@ -93,7 +94,7 @@ mod tests {
         for p in &parts {
             assert!(*p == 1 || 3072 / p >= MIN_K_PER_PART, "{p}");
         }
-        let off = AnchorTarget {
+        let off = GpuTarget {
             parallel_k: false,
             ..h100()
         };
@@ -118,7 +119,7 @@ mod tests {
             k: 611,
         };
         for arch in [Arch::SM80, Arch::SM86, Arch::SM90] {
-            let target = AnchorTarget { arch, ..h100() };
+            let target = GpuTarget { arch, ..h100() };
             let full = full_space(&shape, &target);
             let one = promising(&shape, &target);
             assert_eq!(one.len(), LEVEL1_CANDIDATES, "{arch}");

@@ -16,8 +16,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::candidates::{full_space, promising};
-use crate::schedule::matmul_anchor::{AnchorTarget, SimtChoice, TemplateOutcome, MAX_K_PARTS};
+use crate::schedule::matmul_anchor::{SimtChoice, TemplateOutcome, MAX_K_PARTS};
 use crate::schedule::simt_anchor::SimtAnchor;
+use crate::schedule::GpuTarget;
 use crate::templates::matmul_simt::{
     build_k_reduce, build_parallel_k, schedule_space, showcase_schedules, Batch, LaneOrder,
     MatmulSimtSchedule, SimtLimits,
@@ -189,7 +190,7 @@ pub fn simt_template_version() -> String {
 pub struct SimtTask {
     task: Box<FusedTask>,
     anchor: SimtAnchor,
-    target: AnchorTarget,
+    target: GpuTarget,
     key: String,
     heuristic: SimtChoice,
     limit: Option<usize>,
@@ -198,7 +199,7 @@ pub struct SimtTask {
 impl SimtTask {
     /// The task of `task` for `target` (its architecture, SM count and parallel-k setting)
     /// when its anchor is one the SIMT template implements; `None` otherwise.
-    pub fn from_fused(task: &FusedTask, target: &AnchorTarget) -> Option<SimtTask> {
+    pub fn from_fused(task: &FusedTask, target: &GpuTarget) -> Option<SimtTask> {
         let anchor = SimtAnchor::of(task)?;
         let heuristic = anchor.heuristic(target)?;
         Some(SimtTask {
@@ -259,7 +260,7 @@ impl SimtTask {
 /// The task's name in the tuning cache: the anchor's kind and product, the architecture, the
 /// SM count the parallel-k heuristic fills, whether parallel-k may be chosen, and the
 /// fingerprint of the fused work.
-fn task_key(anchor: &SimtAnchor, target: &AnchorTarget, fusion: &str) -> String {
+fn task_key(anchor: &SimtAnchor, target: &GpuTarget, fusion: &str) -> String {
     let s = &anchor.shape;
     let batch = s.batch.map_or(String::new(), |b| {
         format!(
