@@ -23,6 +23,8 @@ use hidet_ir::verify::verify_function;
 
 #[path = "compute_defs/reduction.rs"]
 mod reduction;
+#[path = "compute_defs/resize.rs"]
+mod resize;
 #[path = "compute_defs/window.rs"]
 mod window;
 
@@ -1544,6 +1546,11 @@ fn window_definitions_agree_with_eval() {
 }
 
 #[test]
+fn resize_definitions_agree_with_eval() {
+    run_table(&resize::resize_cases(), 0x7e51_2028, false);
+}
+
+#[test]
 fn movement_definitions_agree_with_eval() {
     run_table(&movement_cases(), 0x6d0e_2025, true);
 }
@@ -1587,6 +1594,7 @@ fn every_operator_of_the_families_is_covered() {
     covered(&movement_cases(), MOVEMENT_OPS);
     covered(&reduction::reduction_cases(), reduction::REDUCTION_OPS);
     covered(&window::window_cases(), window::WINDOW_OPS);
+    covered(&resize::resize_cases(), resize::RESIZE_OPS);
 }
 
 /// Every operator of `ops` has a case in `cases`, and no case is of another operator.

@@ -49,7 +49,7 @@ pub struct ResizeParams {
 }
 
 /// One axis of a resize: the taps of each output coordinate, or `None` to extrapolate.
-type AxisPlan = Vec<Option<Vec<(usize, f64)>>>;
+pub type AxisPlan = Vec<Option<Vec<(usize, f64)>>>;
 
 fn cubic_kernel(x: f64, a: f64) -> f64 {
     let x = x.abs();
@@ -64,7 +64,7 @@ fn cubic_kernel(x: f64, a: f64) -> f64 {
 
 /// The input coordinate output coordinate `x` maps to, or `None` when it must extrapolate.
 /// `roi` is (start, end) in normalized coordinates (only `TfCropAndResize` reads it).
-fn source_coord(
+pub fn source_coord(
     p: &ResizeParams,
     x: f64,
     in_len: usize,
@@ -172,7 +172,7 @@ fn taps(p: &ResizeParams, xo: f64, len: usize, scale: f64) -> Vec<(usize, f64)> 
         .collect()
 }
 
-fn plan_axis(
+pub fn plan_axis(
     p: &ResizeParams,
     in_len: usize,
     out_len: usize,

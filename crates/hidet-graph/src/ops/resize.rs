@@ -4,13 +4,29 @@
 //! nearest rounding (for integer upsampling factors this is element repetition, the
 //! definition of Upsample). Opset 11+ follows the ONNX reference: output sizes are
 //! `floor(in * scale)` from `scales`, or `sizes` (with `keep_aspect_ratio_policy`, opset 18+).
+//!
+//! Compute definition (nearest and linear, without antialias or `tf_crop_and_resize`, with
+//! constant scales/sizes/roi): per resized axis, the input coordinate of output coordinate
+//! `o` is written as an exact fraction `(a·o + b) / c` of integers, found by rationalizing
+//! the reference's own coordinate transform and accepted only when the taps it gives (nearest
+//! index; linear indices and weights) equal the reference plan's for every `o` of the axis
+//! ([`RationalAxis::fit`]). Kernels then compute indices with integer division and remainder
+//! and linear weights as `rem / c`, so they pick exactly the reference's source elements.
+//! An axis with no such fraction (a scale that is no ratio of small integers) leaves the node
+//! on the host.
 
 use crate::dtype::DType;
-use crate::kernels::resize::{resize_nd, CoordMode, Filter, NearestMode, ResizeParams};
+use crate::kernels::resize::{
+    plan_axis, resize_nd, source_coord, AxisPlan, CoordMode, Filter, NearestMode, ResizeParams,
+};
 use crate::operator::{
-    arg, infer_arg, infer_opt, opt_arg, InferInput, OpContext, OpError, Operator,
+    arg, infer_arg, infer_opt, opt_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError,
+    Operator,
 };
 use crate::ops::common::check_dtype;
+use crate::ops::compute_util::{clamp, grid_def, input, math_dtype, opt_input, placeholders};
+use hidet_ir::dtype::DataType;
+use hidet_ir::expr::Expr;
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::{Element, Tensor};
@@ -317,6 +333,287 @@ impl Resize {
     }
 }
 
+/// The largest denominator tried when rationalizing a coordinate transform.
+const MAX_DENOMINATOR: i64 = 4096;
+
+/// Resized axes of a linear resize a kernel interpolates over at most (`2^3` taps).
+const MAX_LINEAR_AXES: usize = 3;
+
+/// One axis's coordinate transform as integer arithmetic: output coordinate `o` maps to the
+/// input coordinate `(a·o + b) / c` exactly, on an input axis of `len` elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RationalAxis {
+    a: i64,
+    b: i64,
+    c: i64,
+    len: i64,
+}
+
+impl RationalAxis {
+    /// An axis that is not resized: `o ↦ o`.
+    const IDENTITY: RationalAxis = RationalAxis {
+        a: 1,
+        b: 0,
+        c: 1,
+        len: 0,
+    };
+
+    /// The fraction reproducing `plan` (the reference's taps of every output coordinate of
+    /// the axis), if one with a denominator up to [`MAX_DENOMINATOR`] does and its numerators
+    /// fit `i32`.
+    fn fit(
+        p: &ResizeParams,
+        plan: &AxisPlan,
+        in_len: usize,
+        out_len: usize,
+        scale: f64,
+        roi: (f64, f64),
+    ) -> Option<RationalAxis> {
+        let len = i64::try_from(in_len).ok()?;
+        let identity = in_len == out_len
+            && plan
+                .iter()
+                .enumerate()
+                .all(|(o, t)| matches!(t, Some(v) if v.as_slice() == [(o, 1.0)]));
+        if identity {
+            return Some(RationalAxis::IDENTITY);
+        }
+        let src = |o: usize| source_coord(p, o as f64, in_len, out_len, scale, roi);
+        let start = src(0)?;
+        let slope = if out_len > 1 { src(1)? - start } else { 0.0 };
+        let near = |v: f64| (v - v.round()).abs() <= 1e-6;
+        (1..=MAX_DENOMINATOR)
+            .filter(|&c| near(slope * c as f64) && near(start * c as f64))
+            .map(|c| RationalAxis {
+                a: (slope * c as f64).round() as i64,
+                b: (start * c as f64).round() as i64,
+                c,
+                len,
+            })
+            .find(|r| r.fits(out_len) && r.reproduces(p, plan))
+    }
+
+    /// Whether `a·o + b` fits `i32` for every output coordinate.
+    fn fits(&self, out_len: usize) -> bool {
+        let Ok(n) = i64::try_from(out_len) else {
+            return false;
+        };
+        let ends = [self.b, self.a.saturating_mul(n).saturating_add(self.b)];
+        ends.iter().all(|&v| i32::try_from(v).is_ok())
+    }
+
+    /// `(floor((a·o + b) / c), (a·o + b) mod c)` for a concrete `o`.
+    fn split(&self, o: i64) -> (i64, i64) {
+        let n = self.a * o + self.b;
+        (n.div_euclid(self.c), n.rem_euclid(self.c))
+    }
+
+    fn clamped(&self, i: i64) -> i64 {
+        i.clamp(0, (self.len - 1).max(0))
+    }
+
+    /// The nearest input index of a floor `fl` and remainder `rem` (the reference's
+    /// rounding: an exact coordinate is itself; otherwise by the mode).
+    fn rounds_up(mode: NearestMode, rem: i64, c: i64) -> bool {
+        match mode {
+            NearestMode::RoundPreferFloor => 2 * rem > c,
+            NearestMode::RoundPreferCeil => 2 * rem >= c && rem > 0,
+            NearestMode::Floor => false,
+            NearestMode::Ceil => rem > 0,
+        }
+    }
+
+    /// Whether the taps this fraction gives equal `plan`'s at every output coordinate.
+    fn reproduces(&self, p: &ResizeParams, plan: &AxisPlan) -> bool {
+        plan.iter().enumerate().all(|(o, taps)| {
+            let Some(taps) = taps else {
+                return false;
+            };
+            let (fl, rem) = self.split(o as i64);
+            let mine: Vec<(i64, f64)> = match p.filter {
+                Filter::Nearest(mode) => {
+                    let up = i64::from(Self::rounds_up(mode, rem, self.c));
+                    vec![(self.clamped(fl + up), 1.0)]
+                }
+                Filter::Linear if rem == 0 => vec![(self.clamped(fl), 1.0)],
+                Filter::Linear => {
+                    let w = rem as f64 / self.c as f64;
+                    vec![(self.clamped(fl), 1.0 - w), (self.clamped(fl + 1), w)]
+                }
+                Filter::Cubic { .. } => return false,
+            };
+            // Taps of negligible weight (a coordinate a rounding error away from an integer)
+            // change no output beyond that error.
+            let theirs: Vec<&(usize, f64)> = taps.iter().filter(|t| t.1.abs() > 1e-9).collect();
+            mine.len() == theirs.len()
+                && mine
+                    .iter()
+                    .zip(theirs)
+                    .all(|(&(i, w), &(j, v))| i == j as i64 && (w - v).abs() <= 1e-9)
+        })
+    }
+
+    /// The floor and remainder of `(a·o + b) / c` for the output coordinate `o`.
+    fn split_expr(&self, o: &Expr) -> (Expr, Expr) {
+        let mut n = o.clone();
+        if self.a != 1 {
+            n = n * self.a;
+        }
+        if self.b != 0 {
+            n = n + self.b;
+        }
+        if self.c == 1 {
+            return (n, Expr::int(0));
+        }
+        (&n / Expr::int(self.c), &n % Expr::int(self.c))
+    }
+
+    fn clamp_expr(&self, i: Expr) -> Expr {
+        clamp(i, Expr::int(0), Expr::int((self.len - 1).max(0)))
+    }
+
+    /// The nearest input index of output coordinate `o`.
+    fn nearest(&self, mode: NearestMode, o: &Expr) -> Expr {
+        let (fl, rem) = self.split_expr(o);
+        if self.c == 1 || mode == NearestMode::Floor {
+            return self.clamp_expr(fl);
+        }
+        let c = Expr::int(self.c);
+        let up = match mode {
+            NearestMode::RoundPreferFloor => (rem * 2).gt(c),
+            NearestMode::RoundPreferCeil => (rem.clone() * 2).ge(c).and(rem.gt(0)),
+            NearestMode::Ceil => rem.gt(0),
+            NearestMode::Floor => unreachable!("returned above"),
+        };
+        self.clamp_expr(fl + Expr::select(up, Expr::int(1), Expr::int(0)))
+    }
+
+    /// The linear taps (input index, weight of `dtype`) of output coordinate `o`.
+    fn linear(&self, o: &Expr, dtype: DataType) -> Vec<(Expr, Expr)> {
+        let (fl, rem) = self.split_expr(o);
+        if self.c == 1 {
+            return vec![(self.clamp_expr(fl), Expr::float_of(1.0, dtype))];
+        }
+        let w = rem.cast(dtype) * Expr::float_of(1.0 / self.c as f64, dtype);
+        vec![
+            (
+                self.clamp_expr(fl.clone()),
+                Expr::float_of(1.0, dtype) - w.clone(),
+            ),
+            (self.clamp_expr(fl + 1), w),
+        ]
+    }
+}
+
+impl Resize {
+    /// The compute definition (see the module docs), or `None` where the node stays on the
+    /// host.
+    fn definition(
+        &self,
+        inputs: &[Option<ComputeInput<'_>>],
+    ) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        let p = &self.params;
+        if p.antialias
+            || p.coord == CoordMode::TfCropAndResize
+            || matches!(p.filter, Filter::Cubic { .. })
+        {
+            return Ok(None);
+        }
+        if matches!(p.filter, Filter::Linear) && !x.dtype.is_float() {
+            return Ok(None);
+        }
+        let (roi, scales, sizes) = self.slots();
+        let mut known = Vec::new();
+        for slot in [roi, scales, sizes] {
+            match slot.and_then(|i| opt_input(inputs, i)) {
+                None => known.push(None),
+                Some(ComputeInput { value: Some(v), .. }) => known.push(Some(v)),
+                Some(_) => return Ok(None),
+            }
+        }
+        if self.layout == Layout::XScales && known[1].is_none() {
+            return Ok(None);
+        }
+        let s = self.sizes(x.shape, known[0], known[1], known[2])?;
+        let mut axes = Vec::with_capacity(x.shape.len());
+        for d in 0..x.shape.len() {
+            let plan = plan_axis(p, x.shape[d], s.out[d], s.scales[d], s.roi[d]);
+            match RationalAxis::fit(p, &plan, x.shape[d], s.out[d], s.scales[d], s.roi[d]) {
+                Some(r) => axes.push(r),
+                None => return Ok(None),
+            }
+        }
+        let identity = |r: &RationalAxis| *r == RationalAxis::IDENTITY;
+        let dtype = x.dtype.to_ir();
+        let vars = placeholders(inputs);
+        let def = match p.filter {
+            Filter::Nearest(mode) => grid_def(vars.clone(), dtype, &s.out, |o| {
+                let index: Vec<Expr> = axes
+                    .iter()
+                    .zip(o)
+                    .map(|(r, o)| {
+                        if identity(r) {
+                            o.clone()
+                        } else {
+                            r.nearest(mode, o)
+                        }
+                    })
+                    .collect();
+                vars[0].at(index)
+            })?,
+            _ => {
+                if axes.iter().filter(|r| !identity(r)).count() > MAX_LINEAR_AXES {
+                    return Ok(None);
+                }
+                let math = math_dtype(dtype);
+                grid_def(vars.clone(), dtype, &s.out, |o| {
+                    let per_axis: Vec<Vec<(Expr, Expr)>> = axes
+                        .iter()
+                        .zip(o)
+                        .map(|(r, o)| {
+                            if identity(r) {
+                                vec![(o.clone(), Expr::float_of(1.0, math))]
+                            } else {
+                                r.linear(o, math)
+                            }
+                        })
+                        .collect();
+                    let mut sum: Option<Expr> = None;
+                    let mut pick = vec![0usize; per_axis.len()];
+                    loop {
+                        let index: Vec<Expr> =
+                            per_axis.iter().zip(&pick).map(|(t, &k)| t[k].0.clone()).collect();
+                        let mut term = vars[0].at(index).cast(math);
+                        for (t, &k) in per_axis.iter().zip(&pick) {
+                            if t.len() > 1 {
+                                term = term * t[k].1.clone();
+                            }
+                        }
+                        sum = Some(match sum {
+                            None => term,
+                            Some(acc) => acc + term,
+                        });
+                        let Some(d) = (0..pick.len()).rev().find(|&d| pick[d] + 1 < per_axis[d].len())
+                        else {
+                            break;
+                        };
+                        pick[d] += 1;
+                        pick[d + 1..].iter_mut().for_each(|k| *k = 0);
+                    }
+                    let value = sum.unwrap_or_else(|| Expr::zero(math));
+                    if math == dtype {
+                        value
+                    } else {
+                        value.cast(dtype)
+                    }
+                })?
+            }
+        };
+        Ok(Some(def))
+    }
+}
+
 impl Operator for Resize {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
         let x = infer_arg(inputs, 0)?;
@@ -369,6 +666,10 @@ impl Operator for Resize {
             else dispatch_int!(dtype, T => Tensor::new(s.out, y.iter().map(|&v| T::from_f64(v)).collect::<Vec<T>>())?,
                 else return Err(OpError::DType { index: 0, dtype })));
         Ok(vec![out])
+    }
+
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        self.definition(inputs)
     }
 }
 
