@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use hidet_graph::passes::{
     exact_cast, BatchNormFolding, CommonSubexpressionElimination, ConstantFolding,
-    DeadCodeElimination, FlattenBatchedMatMul, GemmToMatMul, GraphPass, PoolAfterPointwise,
-    SimplifyChains,
+    ConvTransposeAsMatMul, DeadCodeElimination, FlattenBatchedMatMul, GemmToMatMul, GraphPass,
+    PoolAfterPointwise, SimplifyChains,
 };
 use hidet_graph::{Attribute, Attributes, DType, Dim, GraphBuilder, Tensor, TensorType};
 use passes_util::*;
@@ -950,6 +950,150 @@ mod resolve {
         ];
         assert_same_outputs(&before, &after, &inputs, 1e-6);
     }
+}
+
+/// ConvTranspose with constant weights becomes MatMul + Col2Im (+ Add for the bias): 2-D
+/// with overlapping strided taps, pads, output padding and a bias; dilation; 1-D and 3-D;
+/// `output_shape` and `auto_pad`. A grouped one, one with weights computed at run time, and one
+/// whose `output_shape` is larger than the taps cover stay.
+#[test]
+fn conv_transpose_becomes_matmul_and_col2im() {
+    let mut rng = Rng::new(91);
+    // (input shape, weight shape, attributes, bias, rewritten)
+    type Case<'a> = (
+        Vec<usize>,
+        Vec<usize>,
+        Vec<(&'a str, Attribute)>,
+        bool,
+        bool,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            vec![2, 5, 6, 7],
+            vec![5, 3, 4, 4],
+            vec![("strides", ints(&[2, 2])), ("pads", ints(&[1, 1, 1, 1]))],
+            true,
+            true,
+        ),
+        (
+            vec![1, 4, 5, 5],
+            vec![4, 6, 3, 3],
+            vec![
+                ("strides", ints(&[2, 3])),
+                ("pads", ints(&[1, 0, 0, 2])),
+                ("output_padding", ints(&[1, 2])),
+            ],
+            false,
+            true,
+        ),
+        (
+            vec![1, 3, 4, 6],
+            vec![3, 2, 3, 2],
+            vec![("dilations", ints(&[2, 3]))],
+            true,
+            true,
+        ),
+        (
+            vec![2, 3, 9],
+            vec![3, 5, 4],
+            vec![("strides", ints(&[3]))],
+            true,
+            true,
+        ),
+        (
+            vec![1, 2, 3, 4, 3],
+            vec![2, 3, 2, 3, 2],
+            vec![
+                ("strides", ints(&[2, 1, 2])),
+                ("pads", ints(&[0, 1, 1, 1, 0, 0])),
+            ],
+            false,
+            true,
+        ),
+        (
+            vec![1, 3, 5, 5],
+            vec![3, 4, 3, 3],
+            vec![("strides", ints(&[2, 2])), ("output_shape", ints(&[10, 9]))],
+            false,
+            true,
+        ),
+        (
+            vec![1, 3, 5, 4],
+            vec![3, 2, 3, 3],
+            vec![
+                ("strides", ints(&[2, 2])),
+                ("auto_pad", Attribute::String("SAME_LOWER".into())),
+            ],
+            true,
+            true,
+        ),
+        (
+            vec![1, 4, 5, 5],
+            vec![4, 2, 3, 3],
+            vec![("group", Attribute::Int(2))],
+            false,
+            false,
+        ),
+        (
+            vec![1, 3, 4, 4],
+            vec![3, 2, 3, 3],
+            vec![("output_shape", ints(&[8, 8]))],
+            false,
+            false,
+        ),
+    ];
+    for (i, (xs, ws, list, bias, rewritten)) in cases.into_iter().enumerate() {
+        let out_channels = ws[1]
+            * list
+                .iter()
+                .find(|(n, _)| *n == "group")
+                .map_or(1, |(_, a)| match a {
+                    Attribute::Int(g) => *g as usize,
+                    _ => 1,
+                });
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&xs));
+        b.initializer("w", rng.f32s(&ws));
+        let mut ins = vec!["x", "w"];
+        if bias {
+            b.initializer("b", rng.f32s(&[out_channels]));
+            ins.push("b");
+        }
+        b.node(node("ConvTranspose", 17, &ins, &["y"], attrs(list)));
+        b.output("y");
+        let before = build(b);
+        let after = run_then_dce(&ConvTransposeAsMatMul, before.clone());
+        if rewritten {
+            assert_eq!(
+                count(&after, "ConvTranspose"),
+                0,
+                "case {i}: {:?}",
+                ops(&after)
+            );
+            assert_eq!(count(&after, "MatMul"), 1, "case {i}");
+            assert_eq!(count(&after, "Col2Im"), 1, "case {i}");
+            assert_eq!(count(&after, "Add"), usize::from(bias), "case {i}");
+        } else {
+            assert_eq!(ops(&after), vec!["ConvTranspose"], "case {i}");
+        }
+        let inputs = vec![("x".to_string(), rng.f32s(&xs))];
+        assert_same_outputs(&before, &after, &inputs, 1e-5);
+    }
+    // Weights computed at run time: left as they are.
+    let mut b = GraphBuilder::new("g");
+    b.input("x", f32_input(&[1, 2, 3, 3]));
+    b.input("w", f32_input(&[2, 2, 2, 2]));
+    b.node(node(
+        "ConvTranspose",
+        17,
+        &["x", "w"],
+        &["y"],
+        Attributes::new(),
+    ));
+    b.output("y");
+    let before = build(b);
+    let after = run_then_dce(&ConvTransposeAsMatMul, before);
+    assert_eq!(ops(&after), vec!["ConvTranspose"]);
 }
 
 /// The target-neutral passes leave convolutions and pooling to the backend: a static

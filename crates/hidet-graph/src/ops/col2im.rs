@@ -9,11 +9,17 @@
 //! block offset `o` and position `p` that lands inside the image.
 
 use crate::kernels::values::float_tensor;
-use crate::operator::{arg, infer_arg, InferInput, OpContext, OpError, Operator};
+use crate::operator::{
+    arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
+};
+use crate::ops::compute_util::{dims, finish, input, linearize, math_dtype, placeholders};
+use crate::ops::window_compute::fits_i32;
 use crate::ops::common::{check_dtype, float, int_list};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
+use hidet_ir::compute::{grid, reduce, ReduceKind};
+use hidet_ir::expr::Expr;
 
 #[derive(Debug)]
 struct Col2Im {
@@ -206,6 +212,87 @@ impl Operator for Col2Im {
         let mut shape = vec![n, c];
         shape.extend_from_slice(&g.image);
         Ok(vec![float_tensor(x.dtype(), shape, &out, 0)?])
+    }
+
+    /// With constant `image_shape` and `block_shape`: `out[n, c, d…]` sums, over the block
+    /// offsets `o…`, the input `(n, c·∏k + o, p)` at the block position `p` with
+    /// `p·stride = d + pad_begin - o·dilation` on every axis (where that is a position).
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let x = input(inputs, 0)?;
+        let (Some(image), Some(block)) = (
+            input(inputs, 1)?.value,
+            input(inputs, 2)?.value,
+        ) else {
+            return Ok(None);
+        };
+        let g = self.geometry(sizes(image, "image_shape")?, sizes(block, "block_shape")?)?;
+        let k: usize = g.block.iter().product();
+        let l: usize = g.positions.iter().product();
+        let &[n, cb, len] = x.shape else {
+            return Err(OpError::Shape(format!(
+                "input must be [N, C * prod(block_shape), L], got {:?}",
+                x.shape
+            )));
+        };
+        if cb % k != 0 || len != l {
+            return Err(OpError::Shape(format!(
+                "input {:?} does not match {k} block elements and {l} block positions {:?}",
+                x.shape, g.positions
+            )));
+        }
+        let mut shape = vec![n, cb / k];
+        shape.extend_from_slice(&g.image);
+        if !fits_i32(&[x.shape, &shape]) {
+            return Ok(None);
+        }
+        let dtype = x.dtype.to_ir();
+        let acc = math_dtype(dtype);
+        let vars = placeholders(inputs);
+        let (sum, sum_node) = reduce("acc", acc, dims(&shape), dims(&g.block), ReduceKind::Sum, |i, r| {
+            let mut inside: Option<Expr> = None;
+            let mut at = Vec::with_capacity(r.len());
+            for (a, (d, o)) in i[2..].iter().zip(r).enumerate() {
+                let (stride, dil) = (g.strides[a] as i64, g.dilations[a] as i64);
+                let mut t = d.clone();
+                if g.pad_begin[a] != 0 {
+                    t = t + g.pad_begin[a] as i64;
+                }
+                if g.block[a] > 1 {
+                    t = t - o.clone() * dil;
+                }
+                let mut cond = t.ge(0).and(t.lt(g.positions[a] as i64 * stride));
+                if stride > 1 {
+                    cond = cond.and((&t % Expr::int(stride)).eq(0));
+                    t = &t / Expr::int(stride);
+                }
+                inside = Some(match inside {
+                    None => cond,
+                    Some(c) => c.and(cond),
+                });
+                at.push(t);
+            }
+            let channel = i[1].clone() * k as i64 + linearize(r, &g.block);
+            let v = vars[0].at([i[0].clone(), channel, linearize(&at, &g.positions)]);
+            let v = if acc == dtype { v } else { v.cast(acc) };
+            match inside {
+                Some(c) => Expr::select(c, v, Expr::zero(acc)),
+                None => v,
+            }
+        });
+        let (out, out_node) = grid("out", dtype, dims(&shape), |i| {
+            let v = sum.at(i.to_vec());
+            if acc == dtype {
+                v
+            } else {
+                v.cast(dtype)
+            }
+        });
+        finish(
+            vars,
+            vec![(sum, sum_node), (out.clone(), out_node)],
+            vec![out],
+        )
+        .map(Some)
     }
 }
 

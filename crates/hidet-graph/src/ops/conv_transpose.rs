@@ -1,5 +1,6 @@
 //! ConvTranspose: groups, strides, dilations, pads, output_padding, output_shape, auto_pad.
 
+use crate::attribute::Attributes;
 use crate::dispatch_float;
 use crate::kernels::conv::{conv_transpose_nd, ConvShape};
 use crate::kernels::window::AutoPad;
@@ -27,34 +28,31 @@ pub fn register(r: &mut Registry) {
         "",
         "ConvTranspose",
         1..=LATEST_OPSET,
-        |c: &OpContext<'_>| {
-            let a = c.attrs;
-            let group = a.int_or("group", 1)?;
-            let group = usize::try_from(group)
-                .ok()
-                .filter(|&g| g >= 1)
-                .ok_or_else(|| OpError::attr("group", format!("must be >= 1, got {group}")))?;
-            Ok(Box::new(ConvTranspose {
-                kernel: a.ints("kernel_shape")?.cloned(),
-                strides: a.ints("strides")?.cloned(),
-                dilations: a.ints("dilations")?.cloned(),
-                pads: a.ints("pads")?.cloned(),
-                output_padding: a.ints("output_padding")?.cloned(),
-                output_shape: a.ints("output_shape")?.cloned(),
-                auto_pad: AutoPad::parse(&a.string_or("auto_pad", "NOTSET")?)?,
-                group,
-            }))
-        },
+        |c: &OpContext<'_>| Ok(Box::new(ConvTranspose::parse(c.attrs)?)),
     );
 }
 
-/// Resolved per-dimension parameters.
-struct Plan {
-    kernel: Vec<usize>,
-    strides: Vec<usize>,
-    dilations: Vec<usize>,
-    pads_begin: Vec<i64>,
-    out: Vec<usize>,
+/// The geometry of a ConvTranspose node with attributes `attrs` over spatial input sizes
+/// `input` and a weight of spatial kernel `kernel`: the resolved per-axis parameters and the
+/// group count (what a graph rewrite of the node needs).
+pub(crate) fn geometry(
+    attrs: &Attributes,
+    input: &[usize],
+    kernel: &[usize],
+) -> Result<(Plan, usize), OpError> {
+    let op = ConvTranspose::parse(attrs)?;
+    Ok((op.plan(input, kernel)?, op.group))
+}
+
+/// Resolved per-dimension parameters: output position `i·stride + k·dilation - pad_begin`
+/// receives input position `i` through kernel position `k`.
+pub(crate) struct Plan {
+    pub kernel: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub dilations: Vec<usize>,
+    pub pads_begin: Vec<i64>,
+    /// Output sizes.
+    pub out: Vec<usize>,
 }
 
 fn list(
@@ -81,6 +79,24 @@ fn list(
 }
 
 impl ConvTranspose {
+    fn parse(a: &Attributes) -> Result<ConvTranspose, OpError> {
+        let group = a.int_or("group", 1)?;
+        let group = usize::try_from(group)
+            .ok()
+            .filter(|&g| g >= 1)
+            .ok_or_else(|| OpError::attr("group", format!("must be >= 1, got {group}")))?;
+        Ok(ConvTranspose {
+            kernel: a.ints("kernel_shape")?.cloned(),
+            strides: a.ints("strides")?.cloned(),
+            dilations: a.ints("dilations")?.cloned(),
+            pads: a.ints("pads")?.cloned(),
+            output_padding: a.ints("output_padding")?.cloned(),
+            output_shape: a.ints("output_shape")?.cloned(),
+            auto_pad: AutoPad::parse(&a.string_or("auto_pad", "NOTSET")?)?,
+            group,
+        })
+    }
+
     /// Output sizes and begin paddings for spatial input sizes `input` and weights' kernel.
     fn plan(&self, input: &[usize], wkernel: &[usize]) -> Result<Plan, OpError> {
         let n = input.len();

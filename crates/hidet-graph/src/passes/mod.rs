@@ -8,6 +8,7 @@
 mod batchnorm_fold;
 mod constant_fold;
 pub mod conv_node;
+mod conv_transpose_matmul;
 mod cse;
 mod dce;
 mod dynamic_quantize;
@@ -20,6 +21,7 @@ mod simplify;
 pub use batchnorm_fold::BatchNormFolding;
 pub(crate) use constant_fold::shape_of;
 pub use constant_fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
+pub use conv_transpose_matmul::ConvTransposeAsMatMul;
 pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
 pub use dynamic_quantize::DynamicQuantizeAsKernels;
@@ -74,6 +76,9 @@ pub fn simplification_passes() -> Vec<Box<dyn GraphPass>> {
         // Conv 1×1 (fewer output channels) of an AveragePool → the pooling of the
         // convolution's product, then the bias: fewer channels pooled.
         Box::new(PoolAfterPointwise),
+        // ConvTranspose (group 1, constant weights) → MatMul + Col2Im: the channel
+        // reduction in the matmul template, the overlapping sums a small kernel.
+        Box::new(ConvTransposeAsMatMul),
     ]
 }
 

@@ -313,6 +313,20 @@ impl Rewriter {
         Ok(out[0])
     }
 
+    /// [`Rewriter::add_op`] at `opset` instead of [`NEW_NODE_OPSET`], for operators that
+    /// newer opsets introduced (`Col2Im`, 18).
+    pub fn add_op_at(
+        &mut self,
+        op_type: &str,
+        opset: i64,
+        attrs: Attributes,
+        inputs: &[ValueId],
+    ) -> Result<ValueId, GraphError> {
+        let ins: Vec<Option<ValueId>> = inputs.iter().map(|v| Some(*v)).collect();
+        let out = self.add_node_in("", op_type, opset, attrs, &ins, 1, None)?;
+        Ok(out[0])
+    }
+
     /// A `Cast` of `v` to `dtype`.
     pub fn add_cast(&mut self, v: ValueId, dtype: DType) -> Result<ValueId, GraphError> {
         let mut attrs = Attributes::new();

@@ -20,6 +20,7 @@ pub(super) const WINDOW_OPS: &[&str] = &[
     "GlobalAveragePool",
     "GlobalLpPool",
     "Gemm",
+    "Col2Im",
 ];
 
 /// A case whose f32 outputs are compared within the accumulation tolerance.
@@ -251,8 +252,64 @@ fn gemm_cases(c: &mut Vec<Case>) {
     );
 }
 
+/// Col2Im (a transposed convolution's scatter): overlapping and strided blocks, dilation,
+/// pads, 1-D to 3-D images, f16; non-constant shapes leave it on the host.
+fn col2im_cases(c: &mut Vec<Case>) {
+    /// (image, block, strides, dilations, pads, channels, batch)
+    type Geometry<'a> = (
+        &'a [i64],
+        &'a [i64],
+        &'a [i64],
+        &'a [i64],
+        &'a [i64],
+        usize,
+        usize,
+    );
+    let geometries: [Geometry; 5] = [
+        (&[5, 7], &[2, 3], &[1, 1], &[1, 1], &[0, 0, 0, 0], 2, 1),
+        (&[9, 8], &[4, 4], &[2, 2], &[1, 1], &[1, 1, 1, 1], 3, 2),
+        (&[7, 6], &[3, 2], &[2, 3], &[2, 1], &[1, 0, 2, 1], 2, 1),
+        (&[11], &[3], &[3], &[1], &[2, 1], 4, 2),
+        (
+            &[4, 5, 6],
+            &[2, 2, 3],
+            &[2, 1, 2],
+            &[1, 2, 1],
+            &[0, 1, 1, 1, 0, 2],
+            2,
+            1,
+        ),
+    ];
+    for (image, block, strides, dilations, pads, channels, batch) in geometries {
+        let r = image.len();
+        let positions: usize = (0..r)
+            .map(|a| {
+                let span = dilations[a] * (block[a] - 1) + 1;
+                ((image[a] + pads[a] + pads[r + a] - span) / strides[a] + 1) as usize
+            })
+            .product();
+        let k: usize = block.iter().map(|&b| b as usize).product();
+        for dt in [F32, F16] {
+            c.push(
+                acc(
+                    "Col2Im",
+                    vec![
+                        f(dt, &[batch, channels * k, positions]),
+                        i64s(&[r], image),
+                        i64s(&[r], block),
+                    ],
+                )
+                .attr("strides", ints(strides))
+                .attr("dilations", ints(dilations))
+                .attr("pads", ints(pads)),
+            );
+        }
+    }
+}
+
 pub(super) fn window_cases() -> Vec<Case> {
     let mut c = Vec::new();
+    col2im_cases(&mut c);
     conv_cases(&mut c);
     pool_cases(&mut c);
     gemm_cases(&mut c);
