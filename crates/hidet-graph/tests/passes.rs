@@ -7,7 +7,7 @@ mod passes_util;
 use std::sync::Arc;
 
 use hidet_graph::passes::{
-    exact_cast, BatchNormFolding, CommonSubexpressionElimination, ConstantFolding,
+    exact_cast, BatchNormFolding, CommonSubexpressionElimination, ConstantFolding, ConvDeadTaps,
     ConvTransposeAsMatMul, DeadCodeElimination, FlattenBatchedMatMul, GemmToMatMul, GraphPass,
     PoolAfterPointwise, SimplifyChains,
 };
@@ -949,6 +949,99 @@ mod resolve {
             ("u".to_string(), rng.f32s(&[3, 7, 4])),
         ];
         assert_same_outputs(&before, &after, &inputs, 1e-6);
+    }
+}
+
+/// Convolution taps that read only padding are dropped: DeepLab's dilation-36 3×3 over a
+/// 32×32 map keeps its centre tap (a 1×1 without padding); dilation 24 keeps every tap on
+/// that map but drops two per axis on a 20×20 one, asymmetric pads and strides drop one side
+/// only; a grouped 1-D convolution with a bias; a convolution whose taps all read the image
+/// stays as it is.
+#[test]
+fn conv_taps_reading_only_padding_are_dropped() {
+    let mut rng = Rng::new(93);
+    // (input, weight, attributes, bias, kernel after)
+    type Case<'a> = (
+        Vec<usize>,
+        Vec<usize>,
+        Vec<(&'a str, Attribute)>,
+        bool,
+        Vec<i64>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            vec![1, 8, 32, 32],
+            vec![4, 8, 3, 3],
+            vec![
+                ("dilations", ints(&[36, 36])),
+                ("pads", ints(&[36, 36, 36, 36])),
+            ],
+            true,
+            vec![1, 1],
+        ),
+        (
+            vec![1, 4, 20, 20],
+            vec![3, 4, 3, 3],
+            vec![
+                ("dilations", ints(&[24, 24])),
+                ("pads", ints(&[24, 24, 24, 24])),
+            ],
+            false,
+            vec![1, 1],
+        ),
+        (
+            vec![2, 3, 9, 7],
+            vec![5, 3, 3, 4],
+            vec![
+                ("dilations", ints(&[5, 3])),
+                ("pads", ints(&[10, 0, 2, 9])),
+                ("strides", ints(&[2, 1])),
+            ],
+            true,
+            vec![3, 3],
+        ),
+        (
+            vec![1, 6, 5],
+            vec![6, 3, 5],
+            vec![
+                ("group", Attribute::Int(2)),
+                ("dilations", ints(&[4])),
+                ("pads", ints(&[8, 8])),
+            ],
+            true,
+            vec![3],
+        ),
+        (
+            vec![1, 4, 32, 32],
+            vec![3, 4, 3, 3],
+            vec![
+                ("dilations", ints(&[12, 12])),
+                ("pads", ints(&[12, 12, 12, 12])),
+            ],
+            false,
+            vec![3, 3],
+        ),
+    ];
+    for (i, (xs, ws, list, bias, kernel)) in cases.into_iter().enumerate() {
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&xs));
+        b.initializer("w", rng.f32s(&ws));
+        let mut ins = vec!["x", "w"];
+        if bias {
+            b.initializer("b", rng.f32s(&[ws[0]]));
+            ins.push("b");
+        }
+        b.node(node("Conv", 17, &ins, &["y"], attrs(list)));
+        b.output("y");
+        let before = build(b);
+        let after = run_then_dce(&ConvDeadTaps, before.clone());
+        assert_eq!(ops(&after), vec!["Conv"], "case {i}");
+        let w = after.nodes()[0].inputs[1].unwrap();
+        let shape = after.value(w).ty.fixed_shape().unwrap();
+        let got: Vec<i64> = shape[2..].iter().map(|&d| d as i64).collect();
+        assert_eq!(got, kernel, "case {i}: kernel after the pass");
+        let inputs = vec![("x".to_string(), rng.f32s(&xs))];
+        assert_same_outputs(&before, &after, &inputs, 1e-5);
     }
 }
 

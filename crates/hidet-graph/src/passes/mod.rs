@@ -7,6 +7,7 @@
 
 mod batchnorm_fold;
 mod constant_fold;
+mod conv_dead_taps;
 pub mod conv_node;
 mod conv_transpose_matmul;
 mod cse;
@@ -21,6 +22,7 @@ mod simplify;
 pub use batchnorm_fold::BatchNormFolding;
 pub(crate) use constant_fold::shape_of;
 pub use constant_fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
+pub use conv_dead_taps::ConvDeadTaps;
 pub use conv_transpose_matmul::ConvTransposeAsMatMul;
 pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
@@ -76,6 +78,9 @@ pub fn simplification_passes() -> Vec<Box<dyn GraphPass>> {
         // Conv 1×1 (fewer output channels) of an AveragePool → the pooling of the
         // convolution's product, then the bias: fewer channels pooled.
         Box::new(PoolAfterPointwise),
+        // Conv taps that read only padding (dilated convolutions over small images) → a
+        // smaller kernel; after BN folding, which rewrites the weights.
+        Box::new(ConvDeadTaps),
         // ConvTranspose (group 1, constant weights) → MatMul + Col2Im: the channel
         // reduction in the matmul template, the overlapping sums a small kernel.
         Box::new(ConvTransposeAsMatMul),
