@@ -5,7 +5,7 @@ use hidet_cuda::schedule::{self, elementwise, rowwise, GpuTarget, ScheduleKind};
 use hidet_cuda::sim::{DeviceBuffer, LaunchOptions, SimArg, Simulator};
 use hidet_ir::compute::{grid, reduce, tensor_input, ComputeDef, ReduceKind};
 use hidet_ir::dtype::DataType;
-use hidet_ir::expr::Expr;
+use hidet_ir::expr::{Expr, Var};
 use hidet_ir::function::{Function, FunctionKind, IRModule, Target};
 
 /// `softmax(x)` over the last axis of `[rows, cols]`: max, sum of exponentials, quotient.
@@ -114,9 +114,8 @@ fn softmax_is_one_warp_per_row_and_matches_the_elementwise_schedule() {
     }
 }
 
-#[test]
-fn a_reduction_per_row_is_folded_by_one_warp_and_a_column_reduction_is_not() {
-    let (rows, cols) = (6i64, 45i64);
+/// `s[r, 0] = Σ_c f(x[r, c])` over `x: [rows, cols]`; returns `x` and the definition.
+fn row_sum(rows: i64, cols: i64, f: impl Fn(Expr) -> Expr) -> (Var, ComputeDef) {
     let x = tensor_input("x", DataType::F32, [rows, cols]);
     let (s, node) = reduce(
         "s",
@@ -124,9 +123,16 @@ fn a_reduction_per_row_is_folded_by_one_warp_and_a_column_reduction_is_not() {
         [rows, 1],
         [cols],
         ReduceKind::Sum,
-        |i, r| x.at([i[0].clone(), r[0].clone()]),
+        |i, r| f(x.at([i[0].clone(), r[0].clone()])),
     );
     let def = ComputeDef::new(vec![x.clone()], vec![(s.clone(), node)], vec![s]).unwrap();
+    (x, def)
+}
+
+#[test]
+fn a_reduction_per_row_is_folded_by_one_warp_and_a_column_reduction_is_not() {
+    let (rows, cols) = (6i64, 45i64);
+    let (x, def) = row_sum(rows, cols, |v| v);
     let f = rowwise::schedule_rowwise(&def, "row_sum")
         .unwrap()
         .expect("rowwise applies");
@@ -288,19 +294,7 @@ fn a_long_row_is_folded_by_a_block_of_warps() {
     // 40 000 elements per row: 32 warps per row, one block each; a sum of squares, so the
     // 32 warps' partial sums all matter.
     let (rows, cols) = (2i64, 40_000i64);
-    let x = tensor_input("x", DataType::F32, [rows, cols]);
-    let (s, node) = reduce(
-        "s",
-        DataType::F32,
-        [rows, 1],
-        [cols],
-        ReduceKind::Sum,
-        |i, r| {
-            let v = x.at([i[0].clone(), r[0].clone()]);
-            v.clone() * v
-        },
-    );
-    let def = ComputeDef::new(vec![x], vec![(s.clone(), node)], vec![s]).unwrap();
+    let (_, def) = row_sum(rows, cols, |v| v.clone() * v);
     assert_eq!(rowwise::warps_per_row(cols), 32);
     let (f, kind) = schedule::schedule(&def, "row_sum_squares", &GpuTarget::default()).unwrap();
     assert_eq!(kind, ScheduleKind::Rowwise);
