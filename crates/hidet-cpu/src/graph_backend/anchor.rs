@@ -6,7 +6,7 @@ use hidet_graph::fusion::{
     fuse_into_template, matmul_sizes, AnchorInfo, AnchorOperand, FusedTask, OperandLayout,
     TemplateParams,
 };
-use hidet_ir::compute::{tensor_shape, ComputeDef};
+use hidet_ir::compute::{tensor_shape, ComputeDef, ComputeNode};
 use hidet_ir::expr::{BinaryOp, Expr, ExprKind, Var};
 use hidet_ir::function::Function;
 
@@ -89,6 +89,45 @@ pub fn stores_by_column(task: &FusedTask) -> bool {
     };
     let short = matmul_shape(&anchor.def).is_some_and(|s| s.k <= SHORT_GATHERED_DEPTH);
     short && a_is_gathered(task) && epilogue_transposes(anchor)
+}
+
+/// Whether `task`'s fused operators evaluate a transcendental function (`exp`, `tanh`,
+/// `erf`, `sigmoid`, `log`, `pow`, trigonometry) per element. A tile stored by column
+/// evaluates its epilogue down the tile's columns, eight rows at a time read across the
+/// register tile; such an epilogue then costs more than the strided stores that a row-wise
+/// tile store, evaluating it over whole contiguous vectors of the tile, pays. Measured on
+/// AVX-512, 2 threads, with `scripts/ab_binaries.py` (the 8 × 48 tile of
+/// [`stores_by_column`] either way): ESPCN's first convolution (`K` = 25, tanh) model
+/// 0.79×, a Conv1d audio front end (`K` = 10, GELU) 0.55×; SqueezeNet 1.1's stem (ReLU),
+/// stored by row, 1.10× slower, so cheap epilogues keep the column store.
+fn computes_transcendentals(task: &FusedTask) -> bool {
+    use hidet_ir::intrinsic::MathFunc as F;
+    let mut found = false;
+    for (_, node) in &task.def.nodes {
+        let value = match node {
+            ComputeNode::Grid { value, .. } | ComputeNode::Reduce { value, .. } => value,
+        };
+        value.visit(&mut |e| {
+            if let ExprKind::Math(f, _) = e.kind() {
+                found |= !matches!(
+                    f,
+                    F::Abs
+                        | F::Floor
+                        | F::Ceil
+                        | F::Round
+                        | F::Trunc
+                        | F::IsNan
+                        | F::IsInf
+                        | F::Min
+                        | F::Max
+                        | F::Fma
+                        | F::Sqrt
+                        | F::Rsqrt
+                );
+            }
+        });
+    }
+    found
 }
 
 /// Whether [`a_layout`] reads `task`'s left operand in place as a guard-free gather (a
@@ -264,7 +303,9 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
         Some(_) => BLayout::Panels,
         None => BLayout::RowMajor,
     };
-    let column_stores = stores_by_column(task) && schedule.mr % COLUMN_STORE_ROWS == 0;
+    let column_stores = stores_by_column(task)
+        && schedule.mr % COLUMN_STORE_ROWS == 0
+        && !computes_transcendentals(task);
     let layouts = Layouts {
         a: a_layout,
         b: b_layout,
