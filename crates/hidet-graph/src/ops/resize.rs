@@ -475,17 +475,18 @@ impl RationalAxis {
     /// The nearest input index of output coordinate `o`.
     fn nearest(&self, mode: NearestMode, o: &Expr) -> Expr {
         let (fl, rem) = self.split_expr(o);
-        if self.c == 1 || mode == NearestMode::Floor {
-            return self.clamp_expr(fl);
-        }
         let c = Expr::int(self.c);
         let up = match mode {
-            NearestMode::RoundPreferFloor => (rem * 2).gt(c),
-            NearestMode::RoundPreferCeil => (rem.clone() * 2).ge(c).and(rem.gt(0)),
-            NearestMode::Ceil => rem.gt(0),
-            NearestMode::Floor => unreachable!("returned above"),
+            _ if self.c == 1 => None,
+            NearestMode::Floor => None,
+            NearestMode::RoundPreferFloor => Some((rem * 2).gt(c)),
+            NearestMode::RoundPreferCeil => Some((rem.clone() * 2).ge(c).and(rem.gt(0))),
+            NearestMode::Ceil => Some(rem.gt(0)),
         };
-        self.clamp_expr(fl + Expr::select(up, Expr::int(1), Expr::int(0)))
+        match up {
+            None => self.clamp_expr(fl),
+            Some(up) => self.clamp_expr(fl + Expr::select(up, Expr::int(1), Expr::int(0))),
+        }
     }
 
     /// The linear taps (input index, weight of `dtype`) of output coordinate `o`.
