@@ -597,6 +597,97 @@ fn a_concatenation_followed_by_reshapes_runs_in_place() {
     assert_close(&f32s(&out[0].1), &want, "compiled");
 }
 
+/// Products stacked along a new outermost axis (`Unsqueeze` of each, then `Concat`: how
+/// `torch.stack` exports, and how a recurrent layer's steps form its output) are computed
+/// straight into their slices of the stack: the unsqueezes keep the bytes.
+#[test]
+fn a_stack_of_unsqueezed_products_runs_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(24);
+    let mut g = GraphBuilder::new("stack");
+    g.input("x", TensorType::fixed(DType::F32, &[5, 7]));
+    g.input("y", TensorType::fixed(DType::F32, &[5, 7]));
+    g.initializer("wa", random(&mut rng, &[7, 9]));
+    g.initializer("wb", random(&mut rng, &[7, 9]));
+    g.initializer("axes", Tensor::new(vec![1], vec![0i64]).unwrap());
+    g.node(node("MatMul", &["x", "wa"], "a", Attributes::new()));
+    g.node(node("MatMul", &["y", "wb"], "b", Attributes::new()));
+    g.node(node("Unsqueeze", &["a", "axes"], "a1", Attributes::new()));
+    g.node(node("Unsqueeze", &["b", "axes"], "b1", Attributes::new()));
+    let mut cat = Attributes::new();
+    cat.insert("axis", Attribute::Int(0));
+    g.node(node("Concat", &["a1", "b1"], "c", cat));
+    g.output("c");
+    let graph = g.build(Registry::global()).unwrap();
+    let inputs = vec![
+        ("x".to_string(), random(&mut rng, &[5, 7])),
+        ("y".to_string(), random(&mut rng, &[5, 7])),
+    ];
+    let reference = run_reference(&graph, &inputs).unwrap();
+    let compiled = compile(&graph, &[vec![5, 7], vec![5, 7]], dir.path(), true);
+    let report = compiled.report();
+    let dump = &report.partition;
+    assert!(dump.contains("in place: "), "{dump}");
+    assert_eq!(report.kernels, 2, "{dump}");
+    let out = compiled.run(&inputs).unwrap();
+    assert_eq!(out[0].1.shape(), &[2, 5, 9]);
+    let want: Vec<f64> = f32s(&reference[0].1).iter().map(|&v| v as f64).collect();
+    assert!(
+        want.iter().any(|&v| v != 0.0),
+        "the check sees non-zero data"
+    );
+    assert_close(&f32s(&out[0].1), &want, "compiled");
+}
+
+/// A slice that is one contiguous range of its input (rows of a row-major matrix, from any
+/// start) is a view of the input's buffer, no copy kernel; a slice of columns is not
+/// contiguous and stays a kernel. The slice feeds two products, so that it is stored rather
+/// than inlined into one of them; both compute what the reference computes.
+#[test]
+fn a_contiguous_slice_is_a_view_of_its_input() {
+    for (axis, start, end, view) in [(0i64, 2i64, 5i64, true), (0, -4, 6, true), (1, 1, 4, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = Rng::new(25);
+        let mut g = GraphBuilder::new("slice_view");
+        g.input("x", TensorType::fixed(DType::F32, &[6, 7]));
+        g.initializer("w", random(&mut rng, &[7, 8]));
+        g.initializer("starts", Tensor::new(vec![1], vec![start]).unwrap());
+        g.initializer("ends", Tensor::new(vec![1], vec![end]).unwrap());
+        g.initializer("axes", Tensor::new(vec![1], vec![axis]).unwrap());
+        let cols = if axis == 0 { 8 } else { 3 };
+        g.initializer("wa", random(&mut rng, &[cols, 5]));
+        g.initializer("wb", random(&mut rng, &[cols, 4]));
+        g.node(node("MatMul", &["x", "w"], "p", Attributes::new()));
+        g.node(node(
+            "Slice",
+            &["p", "starts", "ends", "axes"],
+            "s",
+            Attributes::new(),
+        ));
+        g.node(node("MatMul", &["s", "wa"], "ya", Attributes::new()));
+        g.node(node("MatMul", &["s", "wb"], "yb", Attributes::new()));
+        g.output("ya");
+        g.output("yb");
+        let graph = g.build(Registry::global()).unwrap();
+        let inputs = vec![("x".to_string(), random(&mut rng, &[6, 7]))];
+        let reference = run_reference(&graph, &inputs).unwrap();
+        let compiled = compile(&graph, &[vec![6, 7]], dir.path(), true);
+        let report = compiled.report();
+        let dump = &report.partition;
+        assert_eq!(dump.contains("in place: Slice"), view, "{dump}");
+        assert_eq!(report.kernels, if view { 3 } else { 4 }, "{dump}");
+        let out = compiled.run(&inputs).unwrap();
+        for (got, want) in out.iter().zip(&reference) {
+            let want: Vec<f64> = f32s(&want.1).iter().map(|&v| v as f64).collect();
+            assert!(
+                want.iter().any(|&v| v != 0.0),
+                "the check sees non-zero data"
+            );
+            assert_close(&f32s(&got.1), &want, "compiled");
+        }
+    }
+}
+
 /// A matrix product reading a concatenation through an element-wise operator (DenseNet's
 /// bottleneck after its dense block) inlines a concatenation of two inputs into its
 /// operand's loads, but one of three or more is stored first (by the products that produce

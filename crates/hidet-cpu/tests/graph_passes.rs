@@ -557,6 +557,33 @@ mod panel_weights {
         }
     }
 
+    /// Products of one constant weight (a recurrent layer's steps) read one panels constant,
+    /// each through its own `ColumnPanels` node (its product's prologue).
+    #[test]
+    fn products_of_one_weight_share_its_panels() {
+        let mut rng = Rng::new(43);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[3, 20]));
+        b.initializer("w", rng.f32s(&[20, 20]));
+        b.node(node("MatMul", 17, &["x", "w"], &["h1"], Attributes::new()));
+        b.node(node("MatMul", 17, &["h1", "w"], &["h2"], Attributes::new()));
+        b.node(node("MatMul", 17, &["h2", "w"], &["h3"], Attributes::new()));
+        b.output("h3");
+        let before = build(b);
+        let inputs = vec![("x".to_string(), rng.f32s(&[3, 20]))];
+        let after = run_then_dce(&PanelConstantWeights::default(), before.clone());
+        assert_eq!(count(&after, "ColumnPanels"), 3, "{:?}", ops(&after));
+        let sources: std::collections::HashSet<_> = after
+            .nodes()
+            .iter()
+            .filter(|n| n.op_type == "ColumnPanels")
+            .map(|n| n.inputs[0])
+            .collect();
+        assert_eq!(sources.len(), 1, "one panels constant");
+        assert_eq!(after.initializers().count(), 1, "the weight itself is gone");
+        assert_same_outputs(&before, &after, &inputs, 0.0);
+    }
+
     /// A batched product with a constant right operand at least 16 columns wide stores each
     /// of its matrices as panels (`[L, ⌈N/16⌉, K, 16]`); a batched constant left operand
     /// stays (the CPU template packs a batched `A`).

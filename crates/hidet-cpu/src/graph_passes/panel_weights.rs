@@ -21,6 +21,8 @@
 //! operand (`AnchorInfo::layouts`) and the template reads (see `crate::graph_backend::anchor`);
 //! other consumers of the prologue read through it.
 
+use std::collections::HashMap;
+
 use crate::graph_ops::column_panels::{self, to_panels, PANEL_WIDTH};
 use crate::graph_ops::HIDET_DOMAIN;
 use crate::graph_passes::conv_implicit_gemm::transposed;
@@ -64,6 +66,7 @@ impl GraphPass for PanelConstantWeights {
 
     fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
         let mut rw = Rewriter::with_registry(graph, crate::graph_ops::registry());
+        let mut stored: HashMap<(ValueId, bool), ValueId> = HashMap::new();
         for i in 0..rw.graph().nodes().len() {
             let g = rw.graph();
             let node = &g.nodes()[i];
@@ -83,7 +86,17 @@ impl GraphPass for PanelConstantWeights {
             };
             rw.focus(NodeId(i));
             let (columns, panels) = (plan.columns, plan.panels);
-            let panels = rw.add_constant("weight_panels", panels);
+            // Products of one weight (a recurrent layer's steps, a shared projection) read
+            // one copy of its panels, which stays in cache from one product to the next.
+            let source = (if plan.left { a } else { b }, plan.left);
+            let panels = match stored.get(&source) {
+                Some(&p) => p,
+                None => {
+                    let p = rw.add_constant("weight_panels", panels);
+                    stored.insert(source, p);
+                    p
+                }
+            };
             let mut attrs = Attributes::new();
             attrs.insert("columns", Attribute::Int(columns as i64));
             attrs.insert("width", Attribute::Int(plan.width as i64));

@@ -5,16 +5,18 @@
 //! input of a concatenation is one contiguous byte range of the output. When every input is
 //! a run-time buffer that nothing else is placed in, the memory plan puts each input's
 //! buffer at its range, and the concatenation itself runs no kernel (Inception joins its
-//! branches this way).
+//! branches this way; a stack of `Unsqueeze`d values, a recurrent layer its steps).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::fusion::{Group, Specialization, RESHAPE_LIKE};
 use crate::graph::{Graph, ValueId};
 
 /// Places the inputs of `group` in its output and returns true, when `group` is a
 /// default-domain `Concat`, alone or followed by a chain of reshape-like nodes
-/// ([`RESHAPE_LIKE`]: they keep its bytes; the last one's output is the group's), that can
+/// ([`RESHAPE_LIKE`]: they keep its bytes; the last one's output is the group's) and
+/// preceded by reshape-like nodes of its inputs (each input placed is then the value its
+/// chain starts from), that can
 /// run in place (see the module docs); changes nothing and returns false otherwise. Value `v` is placed at byte `at[v]` of the buffer of value
 /// `root[v]` (an alias shares its source's place); every value placed with an input's
 /// buffer moves with it. An input must fill its buffer (not be a slice of another
@@ -53,10 +55,31 @@ fn input_offsets(
     at: &[usize],
     pinned: &HashSet<usize>,
 ) -> Option<(ValueId, Vec<(ValueId, usize)>)> {
-    let (node_id, reshapes) = group.nodes.split_first()?;
+    let concat_at = group
+        .nodes
+        .iter()
+        .position(|n| graph.nodes()[n.0].op_type == "Concat")?;
+    let (before, rest) = group.nodes.split_at(concat_at);
+    let (node_id, reshapes) = rest.split_first()?;
     let node = &graph.nodes()[node_id.0];
-    if node.op_type != "Concat" || !node.domain.is_empty() {
+    if !node.domain.is_empty() {
         return None;
+    }
+    // Members before the concatenation reshape its inputs (a stack's `Unsqueeze`s): the
+    // value a chain of them starts from is what is placed, as it has the same bytes.
+    let mut source: HashMap<ValueId, ValueId> = HashMap::new();
+    for id in before {
+        let reshape = &graph.nodes()[id.0];
+        let (Some(Some(input)), [Some(output)]) =
+            (reshape.inputs.first(), reshape.outputs.as_slice())
+        else {
+            return None;
+        };
+        if !RESHAPE_LIKE.contains(&reshape.op_type.as_str()) || !reshape.domain.is_empty() {
+            return None;
+        }
+        let from = source.get(input).copied().unwrap_or(*input);
+        source.insert(*output, from);
     }
     let [Some(concatenated)] = node.outputs.as_slice() else {
         return None;
@@ -95,6 +118,7 @@ fn input_offsets(
     let mut next = 0usize;
     for v in node.inputs.iter() {
         let v = (*v)?;
+        let v = source.get(&v).copied().unwrap_or(v);
         let info = &spec.values[v.0];
         let bytes = info.size_in_bytes()?;
         let r = root[v.0];

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use super::backend::{
     ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport, OutputSlot,
 };
-use super::concat_in_place;
 use super::plan::{plan_memory, BufferRequest, ALIGN};
+use super::{concat_in_place, slice_in_place};
 use crate::dtype::DType;
 use crate::executor::{match_inputs, DeclaredShape, ExecError, InputDecl};
 use crate::fusion::{
@@ -430,6 +430,14 @@ impl<B: Backend> CompiledGraph<B> {
                 report.aliases += 1;
                 report.partition.push_str(&format!(
                     "in place: {} (its inputs are computed into its output)\n",
+                    graph.nodes()[group.nodes[0].0].name
+                ));
+                continue;
+            }
+            if slice_in_place::place(graph, &spec, group, &mut root, &mut at) {
+                report.aliases += 1;
+                report.partition.push_str(&format!(
+                    "in place: {} (a view of its input)\n",
                     graph.nodes()[group.nodes[0].0].name
                 ));
                 continue;

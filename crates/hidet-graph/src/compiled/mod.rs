@@ -4,7 +4,8 @@
 //!
 //! - [`backend`]: the one trait between the graph layer and a backend.
 //! - [`plan`]: the liveness-based memory plan; `concat_in_place`: concatenations whose
-//!   inputs are placed in their output.
+//!   inputs are placed in their output; `slice_in_place`: contiguous slices that become
+//!   views of their input.
 //! - [`graph`]: [`CompiledGraph`], compile and run for one set of input shapes.
 //! - [`model`]: [`CompiledModel`], the per-shape cache.
 //! - [`artifact`]: the checksummed file format of a saved compiled model; [`saved`]: saving a
@@ -18,6 +19,7 @@ pub mod graph;
 pub mod model;
 pub mod plan;
 pub mod saved;
+mod slice_in_place;
 
 pub use artifact::{ArtifactError, ArtifactReader, ArtifactWriter, BlobId};
 pub use backend::{

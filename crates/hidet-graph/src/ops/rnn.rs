@@ -22,6 +22,7 @@
 //! (and LSTM `Y_c`) the last valid state, shaped like `initial_h`. Computed in f64.
 
 use crate::dtype::DType;
+use crate::graph::Node;
 use crate::kernels::values::float_tensor;
 use crate::operator::{arg, infer_arg, opt_arg, InferInput, OpContext, OpError, Operator};
 use crate::ops::common::{check_dtype, float};
@@ -29,15 +30,17 @@ use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
 
+/// The cell of a recurrent layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cell {
+pub(crate) enum Cell {
     Rnn,
     Gru { linear_before_reset: bool },
     Lstm { input_forget: bool },
 }
 
 impl Cell {
-    fn gates(self) -> usize {
+    /// How many gates the weights stack: 1 (RNN), 3 (GRU), 4 (LSTM).
+    pub(crate) fn gates(self) -> usize {
         match self {
             Cell::Rnn => 1,
             Cell::Gru { .. } => 3,
@@ -56,7 +59,7 @@ impl Cell {
 
 /// An activation function with its parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Act {
+pub(crate) enum Act {
     Relu,
     Tanh,
     Sigmoid,
@@ -146,19 +149,53 @@ fn activations(names: &[String], alphas: &[f32], betas: &[f32]) -> Result<Vec<Ac
     Ok(out)
 }
 
+/// A recurrent layer's attributes, checked.
 #[derive(Debug)]
-struct Recurrent {
-    cell: Cell,
-    hidden: Option<usize>,
-    dirs: usize,
-    reverse_only: bool,
+pub(crate) struct Recurrent {
+    pub(crate) cell: Cell,
+    pub(crate) hidden: Option<usize>,
+    pub(crate) dirs: usize,
+    /// `direction = reverse`: the one direction runs backwards.
+    pub(crate) reverse_only: bool,
     /// Per direction, the cell's activations (1, 2 or 3).
-    acts: Vec<Vec<Act>>,
-    clip: Option<f64>,
-    batch_major: bool,
+    pub(crate) acts: Vec<Vec<Act>>,
+    pub(crate) clip: Option<f64>,
+    /// `layout = 1`: `X` and `Y` batch first.
+    pub(crate) batch_major: bool,
+}
+
+/// The attributes of an `RNN`, `GRU` or `LSTM` node of the default domain, checked as its
+/// constructor checks them; `None` for any other node or invalid attributes.
+pub(crate) fn recurrent_of(node: &Node) -> Option<Recurrent> {
+    if !node.domain.is_empty() {
+        return None;
+    }
+    let c = OpContext {
+        domain: &node.domain,
+        op_type: &node.op_type,
+        opset: node.opset,
+        attrs: &node.attrs,
+        num_inputs: node.inputs.len(),
+        num_outputs: node.outputs.len(),
+    };
+    let cell = match node.op_type.as_str() {
+        "RNN" => Cell::Rnn,
+        "GRU" => Cell::Gru {
+            linear_before_reset: flag(&c, "linear_before_reset").ok()?,
+        },
+        "LSTM" => Cell::Lstm {
+            input_forget: flag(&c, "input_forget").ok()?,
+        },
+        _ => return None,
+    };
+    parse(&c, cell, node.opset >= 14).ok()
 }
 
 fn build(c: &OpContext<'_>, cell: Cell, with_layout: bool) -> Result<Box<dyn Operator>, OpError> {
+    Ok(Box::new(parse(c, cell, with_layout)?))
+}
+
+fn parse(c: &OpContext<'_>, cell: Cell, with_layout: bool) -> Result<Recurrent, OpError> {
     let (dirs, reverse_only) = match c.attrs.string_or("direction", "forward")?.as_str() {
         "forward" => (1, false),
         "reverse" => (1, true),
@@ -208,7 +245,7 @@ fn build(c: &OpContext<'_>, cell: Cell, with_layout: bool) -> Result<Box<dyn Ope
         (true, 1) => true,
         (_, v) => return Err(OpError::attr("layout", format!("invalid value {v}"))),
     };
-    Ok(Box::new(Recurrent {
+    Ok(Recurrent {
         cell,
         hidden,
         dirs,
@@ -216,7 +253,7 @@ fn build(c: &OpContext<'_>, cell: Cell, with_layout: bool) -> Result<Box<dyn Ope
         acts: acts.chunks(per_dir).map(<[Act]>::to_vec).collect(),
         clip,
         batch_major,
-    }))
+    })
 }
 
 fn flag(c: &OpContext<'_>, name: &str) -> Result<bool, OpError> {

@@ -14,6 +14,7 @@ mod cse;
 mod dce;
 mod dynamic_quantize;
 mod pool_after_pointwise;
+mod recurrent_steps;
 mod resolve_variants;
 pub mod rewrite;
 mod scatter_as_gather;
@@ -28,6 +29,7 @@ pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
 pub use dynamic_quantize::DynamicQuantizeAsKernels;
 pub use pool_after_pointwise::PoolAfterPointwise;
+pub use recurrent_steps::{RecurrentAsSteps, MAX_UNROLLED_STEPS};
 pub use resolve_variants::{FlattenBatchedMatMul, GemmToMatMul};
 pub use rewrite::Rewriter;
 pub use scatter_as_gather::{ScatterAsGather, MAX_SCATTER_PREFIXES};
@@ -59,6 +61,10 @@ pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
 /// rewrites after these, then [`cleanup_passes`].
 pub fn simplification_passes() -> Vec<Box<dyn GraphPass>> {
     vec![
+        // RNN / GRU / LSTM → one input product per direction, then per step a recurrent
+        // product and the gates as elementwise operators; before folding, which turns the
+        // weight slices and transposes it writes into constants.
+        Box::new(RecurrentAsSteps),
         // Input-independent nodes → initializers (shape arithmetic of static exports, masks).
         Box::new(ConstantFolding),
         // DynamicQuantizeLinear → reductions, scalar arithmetic and QuantizeLinear, which

@@ -529,6 +529,43 @@ fn print_profile(rows: &[ProfileRow]) {
     if rows.len() > SHOWN {
         let rest: f64 = rows[SHOWN..].iter().map(|r| r.median_ms).sum();
         println!("  ({} more steps: {rest:.3} ms)", rows.len() - SHOWN);
+        print_profile_by_kind(rows, total);
+    }
+}
+
+/// Prints the steps grouped by kernel kind (the kernel's name without its position `k<N>_`
+/// and its node), the costliest kinds first: where a model repeats one block many times,
+/// the kinds say what each repetition costs.
+fn print_profile_by_kind(rows: &[ProfileRow], total: f64) {
+    const SHOWN: usize = 12;
+    let mut kinds: std::collections::BTreeMap<String, (usize, f64)> = Default::default();
+    for r in rows {
+        let name = r.label.split(' ').next().unwrap_or(&r.label);
+        let kind = match name
+            .strip_prefix('k')
+            .map(|t| t.trim_start_matches(|c: char| c.is_ascii_digit()))
+        {
+            Some(tail) if tail.starts_with('_') && tail.len() < name.len() - 1 => &tail[1..],
+            _ => name,
+        };
+        let e = kinds.entry(kind.to_string()).or_default();
+        e.0 += 1;
+        e.1 += r.median_ms;
+    }
+    let mut kinds: Vec<(String, usize, f64)> =
+        kinds.into_iter().map(|(k, (n, ms))| (k, n, ms)).collect();
+    kinds.sort_by(|a, b| b.2.total_cmp(&a.2));
+    println!("by kernel kind ({} kinds):", kinds.len());
+    println!(
+        "  {:>6}  {:>9}  {:>6}  {:>9}  kind",
+        "steps", "ms", "share", "ms/step"
+    );
+    for (kind, n, ms) in kinds.iter().take(SHOWN) {
+        println!(
+            "  {n:>6}  {ms:>9.3}  {:>5.1}%  {:>9.4}  {kind}",
+            100.0 * ms / total.max(f64::MIN_POSITIVE),
+            ms / *n as f64
+        );
     }
 }
 
