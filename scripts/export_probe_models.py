@@ -19,6 +19,10 @@ NAME (file written as OUT_DIR/<file>.onnx):
   espcn       espcn_b1              ESPCN super-resolution (PixelShuffle), 1x1x120x160
   vgg         vgg11_b1              torchvision VGG-11 with BatchNorm, 1x3x224x224
   effv2       efficientnet_v2_s_b1  torchvision EfficientNet-V2-S, 1x3x224x224
+  decode      kv_decoder_b4         one decode step of a Llama-style decoder with a KV cache (4
+                                    layers, hidden 512, 8 query / 2 KV heads, RMSNorm, RoPE,
+                                    SwiGLU, vocabulary 8000): ids 4x1, past keys and values
+                                    4x4x2x127x64 each; outputs logits and the grown cache
 
 Benchmark them against ONNX Runtime with
   .venv/bin/python scripts/bench_peers.py --model OUT_DIR/<file>.onnx ... --no-ops --markdown
@@ -31,7 +35,7 @@ import torch.nn as nn
 import torchvision
 
 
-def export(out: Path, name: str, model: nn.Module, args: tuple) -> None:
+def export(out: Path, name: str, model: nn.Module, args: tuple, input_names: list[str]) -> None:
     model.eval()
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
@@ -39,8 +43,81 @@ def export(out: Path, name: str, model: nn.Module, args: tuple) -> None:
             m.running_var.uniform_(0.5, 1.5)
     with torch.no_grad():
         torch.onnx.export(model, args, str(out / f"{name}.onnx"), opset_version=17,
-                          input_names=["x"], dynamo=False)
+                          input_names=input_names, dynamo=False)
     print("ok", name, flush=True)
+
+
+class RmsNorm(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(1 + 0.1 * torch.randn(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, hidden: int, heads: int, kv_heads: int, ffn: int) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.dim = heads, kv_heads, hidden // heads
+        self.n1, self.n2 = RmsNorm(hidden), RmsNorm(hidden)
+        self.q = nn.Linear(hidden, heads * self.dim, bias=False)
+        self.k = nn.Linear(hidden, kv_heads * self.dim, bias=False)
+        self.v = nn.Linear(hidden, kv_heads * self.dim, bias=False)
+        self.o = nn.Linear(heads * self.dim, hidden, bias=False)
+        self.gate = nn.Linear(hidden, ffn, bias=False)
+        self.up = nn.Linear(hidden, ffn, bias=False)
+        self.down = nn.Linear(ffn, hidden, bias=False)
+
+    @staticmethod
+    def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
+
+    def forward(self, x, cos, sin, past_k, past_v):
+        b, t, _ = x.shape
+        h = self.n1(x)
+        q = self.q(h).view(b, t, self.heads, self.dim).transpose(1, 2)
+        k = self.k(h).view(b, t, self.kv_heads, self.dim).transpose(1, 2)
+        v = self.v(h).view(b, t, self.kv_heads, self.dim).transpose(1, 2)
+        q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
+        k = torch.cat([past_k, k], dim=2)
+        v = torch.cat([past_v, v], dim=2)
+        rep = self.heads // self.kv_heads
+        kr = k.repeat_interleave(rep, dim=1)
+        vr = v.repeat_interleave(rep, dim=1)
+        att = torch.softmax(q @ kr.transpose(-1, -2) / self.dim ** 0.5, dim=-1)
+        y = (att @ vr).transpose(1, 2).reshape(b, t, self.heads * self.dim)
+        x = x + self.o(y)
+        h = self.n2(x)
+        x = x + self.down(nn.functional.silu(self.gate(h)) * self.up(h))
+        return x, k, v
+
+
+class KvDecoder(nn.Module):
+    """One decode step: the token at position `past` attends to the cached keys and values."""
+
+    def __init__(self, layers=4, hidden=512, heads=8, kv_heads=2, ffn=1408, vocab=8000, past=127):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.blocks = nn.ModuleList(DecoderBlock(hidden, heads, kv_heads, ffn) for _ in range(layers))
+        self.norm = RmsNorm(hidden)
+        self.head = nn.Linear(hidden, vocab, bias=False)
+        dim = hidden // heads
+        freqs = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        angles = past * freqs
+        self.register_buffer("cos", torch.cat([angles.cos(), angles.cos()]))
+        self.register_buffer("sin", torch.cat([angles.sin(), angles.sin()]))
+
+    def forward(self, ids, past_keys, past_values):
+        x = self.embed(ids)
+        keys, values = [], []
+        for i, block in enumerate(self.blocks):
+            x, k, v = block(x, self.cos, self.sin, past_keys[i], past_values[i])
+            keys.append(k)
+            values.append(v)
+        return self.head(self.norm(x)), torch.stack(keys), torch.stack(values)
 
 
 class UNetish(nn.Module):
@@ -114,6 +191,11 @@ MODELS = {
     "espcn": ("espcn_b1", Espcn, (1, 1, 120, 160)),
     "vgg": ("vgg11_b1", lambda: torchvision.models.vgg11_bn(weights=None), (1, 3, 224, 224)),
     "effv2": ("efficientnet_v2_s_b1", lambda: torchvision.models.efficientnet_v2_s(weights=None), (1, 3, 224, 224)),
+    "decode": ("kv_decoder_b4", KvDecoder, {
+        "ids": lambda: torch.randint(0, 8000, (4, 1)),
+        "past_keys": lambda: torch.randn(4, 4, 2, 127, 64),
+        "past_values": lambda: torch.randn(4, 4, 2, 127, 64),
+    }),
 }
 
 
@@ -125,8 +207,12 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name in sys.argv[2:]:
         torch.manual_seed(0)
-        file, build, shape = MODELS[name]
-        export(out, file, build(), (torch.randn(*shape),))
+        file, build, inputs = MODELS[name]
+        if isinstance(inputs, dict):
+            names, args = list(inputs), tuple(make() for make in inputs.values())
+        else:
+            names, args = ["x"], (torch.randn(*inputs),)
+        export(out, file, build(), args, names)
     return 0
 
 

@@ -81,7 +81,7 @@ fn distinct_units(
         .into_iter()
         .map(|kernel| {
             let mut function = kernel.function;
-            function.name = content_name(&function.name);
+            function.name = hidet_graph::fusion::content_name(&function.name);
             let mut module = IRModule::new(function.name.clone(), Target::Cpu);
             module.functions.push(function);
             module
@@ -112,21 +112,6 @@ fn distinct_units(
         }
     }
     Ok(units)
-}
-
-/// `name` with a leading `k<digits>_` (the position of a task in its model) shortened to
-/// `k_`, which keeps it a C identifier that no library function or keyword can take.
-fn content_name(name: &str) -> String {
-    let tail = name.strip_prefix('k').and_then(|rest| {
-        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        rest[digits..]
-            .strip_prefix('_')
-            .filter(|t| digits > 0 && !t.is_empty())
-    });
-    match tail {
-        Some(tail) => format!("k_{tail}"),
-        None => name.to_string(),
-    }
 }
 
 /// `f` applied to every item on at most `jobs` threads, taking items in `order` (indices of

@@ -22,6 +22,7 @@
 
 pub mod arena;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -316,7 +317,14 @@ pub fn kernel_params(f: &Function, inputs: usize) -> Result<Vec<KernelParam>, St
 /// The image of CUDA kernel function `module.functions[0]`, whose first `inputs` parameters
 /// it reads and the rest it writes: parameters, launch configuration and CUDA C (verified,
 /// lowered and emitted: a kernel the CUDA dialect cannot express fails here).
-pub fn kernel_image(inputs: usize, module: IRModule) -> Result<DeviceKernel, String> {
+///
+/// A function named after its task (`k<N>_…`) is renamed by content
+/// ([`hidet_graph::fusion::content_name`]), so that identical tasks give identical images.
+pub fn kernel_image(inputs: usize, mut module: IRModule) -> Result<DeviceKernel, String> {
+    if let Some(f) = module.functions.first_mut() {
+        f.name = hidet_graph::fusion::content_name(&f.name);
+        module.name = f.name.clone();
+    }
     let f = module
         .functions
         .first()
@@ -601,14 +609,26 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
         let mut k_parts = Vec::with_capacity(kernels.len());
         let tuned: Vec<bool> = kernels.iter().map(|k| k.tuned).collect();
         let mut workspace_bytes = 0usize;
+        // Identical images (content-named kernels of identical tasks) compile and load once.
+        let mut distinct: HashMap<String, usize> = HashMap::new();
+        let mut intern = |image: DeviceKernel, images: &mut Vec<DeviceKernel>| -> usize {
+            let key = format!(
+                "{:?}\u{1f}{:?}\u{1f}{}\u{1f}{:?}\u{1f}{}",
+                image.grid, image.block, image.dynamic_shared_bytes, image.params, image.source
+            );
+            *distinct.entry(key).or_insert_with(|| {
+                images.push(image);
+                images.len() - 1
+            })
+        };
         for k in kernels {
             origins.push(k.origin);
-            let partial = images.len();
             match k.parallel_k {
                 None => {
-                    plans.push((Plan::Single { kernel: partial }, k.image.params.clone()));
+                    let params = k.image.params.clone();
+                    let kernel = intern(k.image, &mut images);
+                    plans.push((Plan::Single { kernel }, params));
                     k_parts.push(None);
-                    images.push(k.image);
                 }
                 Some(pk) => {
                     // The task's parameters: the partial kernel's inputs, then the
@@ -616,17 +636,11 @@ impl<D: GpuDevice + 'static> Backend for CudaBackend<D> {
                     let mut params = k.image.params.clone();
                     params.pop();
                     params.extend(pk.reduce.params.last().cloned());
-                    plans.push((
-                        Plan::ParallelK {
-                            partial,
-                            reduce: partial + 1,
-                        },
-                        params,
-                    ));
+                    let partial = intern(k.image, &mut images);
+                    let reduce = intern(pk.reduce, &mut images);
+                    plans.push((Plan::ParallelK { partial, reduce }, params));
                     k_parts.push(Some(pk.parts));
                     workspace_bytes = workspace_bytes.max(pk.workspace_bytes);
-                    images.push(k.image);
-                    images.push(pk.reduce);
                 }
             }
         }

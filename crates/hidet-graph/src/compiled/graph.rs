@@ -187,12 +187,14 @@ impl CompileReport {
     }
 
     /// Writes `partition.txt` (the partition dump) and every kept kernel source
-    /// (`<unit>.src`) into `dir`, creating it.
+    /// (`<unit>.src`, `<unit>_2.src` for a second source of the same name) into `dir`, creating
+    /// it.
     pub fn write_sources(&self, dir: &std::path::Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         std::fs::write(dir.join("partition.txt"), &self.partition)?;
+        let mut taken = HashSet::new();
         for (name, text) in &self.module.sources {
-            let file: String = name
+            let mut file: String = name
                 .chars()
                 .map(|c| {
                     if c.is_ascii_alphanumeric() || c == '_' {
@@ -202,6 +204,15 @@ impl CompileReport {
                     }
                 })
                 .collect();
+            // Kernels named by content may share a name (one task kind at several shapes).
+            if !taken.insert(file.clone()) {
+                let base = file.clone();
+                let mut n = 2;
+                while !taken.insert(format!("{base}_{n}")) {
+                    n += 1;
+                }
+                file = format!("{base}_{n}");
+            }
             std::fs::write(dir.join(format!("{file}.src")), text)?;
         }
         Ok(())
@@ -313,7 +324,9 @@ impl<B: Backend> CompiledGraph<B> {
             .filter(|g| matches!(g.kind, GroupKind::Anchored | GroupKind::Injective))
             .count();
         for group in &part.groups {
-            if !matches!(group.kind, GroupKind::Anchored | GroupKind::Injective) {
+            let view = slice_in_place::is_view(graph, &spec, group);
+            if view || !matches!(group.kind, GroupKind::Anchored | GroupKind::Injective) {
+                planned -= usize::from(view);
                 groups.push((group.clone(), None));
                 continue;
             }

@@ -24,7 +24,7 @@ pub(super) fn place(
     root: &mut [usize],
     at: &mut [usize],
 ) -> bool {
-    let Some((src, out, offset)) = view(graph, spec, group, root) else {
+    let Some((src, out, offset)) = view(graph, spec, group) else {
         return false;
     };
     root[out.0] = root[src.0];
@@ -32,13 +32,14 @@ pub(super) fn place(
     true
 }
 
+/// Whether [`place`] places `group` (it depends on the group and the shapes only, so the
+/// compiler knows before lowering that the group needs no kernel).
+pub(super) fn is_view(graph: &Graph, spec: &Specialization, group: &Group) -> bool {
+    view(graph, spec, group).is_some()
+}
+
 /// The sliced value, the group's output and its byte offset in the sliced value.
-fn view(
-    graph: &Graph,
-    spec: &Specialization,
-    group: &Group,
-    root: &[usize],
-) -> Option<(ValueId, ValueId, usize)> {
+fn view(graph: &Graph, spec: &Specialization, group: &Group) -> Option<(ValueId, ValueId, usize)> {
     if group.kind != GroupKind::Injective {
         return None;
     }
@@ -72,7 +73,6 @@ fn view(
     let input_shape = info.shape.as_ref()?;
     let output_shape = result.shape.as_ref()?;
     if info.constant.is_some()
-        || spec.values[root[src.0]].constant.is_some()
         || info.size_in_bytes().is_none()
         || result.dtype != info.dtype
         || output_shape.len() != input_shape.len()

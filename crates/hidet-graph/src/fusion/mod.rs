@@ -20,7 +20,7 @@ pub use layout::{OperandLayout, StoredLayout};
 pub use matmul::{matmul_sizes, BatchSizes, MatmulSizes};
 pub use partition::{partition, partition_with, Group, GroupKind, Partition, RESHAPE_LIKE};
 pub use specialize::{HostReason, NodeMode, Specialization, SpecializeError, ValueInfo};
-pub use task::{AnchorInfo, AnchorOperand, FusedTask, TaskEpilogue, TaskError};
+pub use task::{content_name, AnchorInfo, AnchorOperand, FusedTask, TaskEpilogue, TaskError};
 pub use template::{
     fuse_epilogue_into_template, fuse_into_template, without_epilogue, TemplateParams,
 };

@@ -200,6 +200,24 @@ impl FusedTask {
     }
 }
 
+/// `name` with a leading `k<digits>_` (the position of a task in its model, see
+/// [`FusedTask::name`]) shortened to `k_`, which keeps it a C identifier that no library
+/// function or keyword can take. Backends name kernels this way so that identical tasks (the
+/// repeated blocks of a network, the steps of a recurrent layer) emit identical source, which
+/// compiles once and shares one entry of a content-addressed cache across models.
+pub fn content_name(name: &str) -> String {
+    let tail = name.strip_prefix('k').and_then(|rest| {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        rest[digits..]
+            .strip_prefix('_')
+            .filter(|t| digits > 0 && !t.is_empty())
+    });
+    match tail {
+        Some(tail) => format!("k_{tail}"),
+        None => name.to_string(),
+    }
+}
+
 fn task_name(graph: &Graph, group: &Group, index: usize) -> String {
     let mut name = format!("k{index}");
     let ops = group
