@@ -467,6 +467,29 @@ fn kernels_are_parallel_and_vectorized() {
     assert_eq!(f.params.len(), 2, "x, then y");
 }
 
+/// A kernel of little work runs its parallel loop as one task (waking a second thread would
+/// cost more than it saves); a larger one spreads over the threads it is given.
+#[test]
+fn small_kernels_run_on_one_thread() {
+    let tasks = |def: &ComputeDef| {
+        let f = schedule(def, "softmax", CpuTarget::host(), 2).expect("schedules");
+        let mut extents = Vec::new();
+        f.body.visit(&mut |s| {
+            if let Stmt::For {
+                kind: LoopKind::Parallel,
+                extent,
+                ..
+            } = s
+            {
+                extents.push(extent.as_int());
+            }
+        });
+        extents
+    };
+    assert_eq!(tasks(&softmax(2, 4, 64)), vec![Some(1)]);
+    assert_eq!(tasks(&softmax(4, 8, 512)), vec![Some(2)]);
+}
+
 #[test]
 fn unsupported_structures_are_typed_errors() {
     let target = CpuTarget::host();
