@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use hidet_graph::passes::{
     exact_cast, BatchNormFolding, CommonSubexpressionElimination, ConstantFolding, ConvDeadTaps,
-    ConvTransposeAsMatMul, DeadCodeElimination, FlattenBatchedMatMul, GemmToMatMul, GraphPass,
-    PoolAfterPointwise, SimplifyChains,
+    ConvPaddingRegions, ConvTransposeAsMatMul, DeadCodeElimination, FlattenBatchedMatMul,
+    GemmToMatMul, GraphPass, PoolAfterPointwise, SimplifyChains,
 };
 use hidet_graph::{Attribute, Attributes, DType, Dim, GraphBuilder, Tensor, TensorType};
 use passes_util::*;
@@ -1040,6 +1040,86 @@ fn conv_taps_reading_only_padding_are_dropped() {
         let shape = after.value(w).ty.fixed_shape().unwrap();
         let got: Vec<i64> = shape[2..].iter().map(|&d| d as i64).collect();
         assert_eq!(got, kernel, "case {i}: kernel after the pass");
+        let inputs = vec![("x".to_string(), rng.f32s(&xs))];
+        assert_same_outputs(&before, &after, &inputs, 1e-5);
+    }
+}
+
+/// A convolution whose taps mostly read padding is split into unpadded convolutions over the
+/// regions of equal live taps, concatenated (9 regions for an atrous 3×3 at dilation 12 over
+/// 16×16; 3 for a grouped 1-D one; 12 with a stride and uneven pads); the result is
+/// the convolution's. Ordinary padding (3×3, pad 1, 16×16) and a small convolution stay.
+#[test]
+fn conv_mostly_reading_padding_is_split_into_regions() {
+    let mut rng = Rng::new(94);
+    // (input, weight, attributes, regions after: 0 when the node stays)
+    type Case<'a> = (Vec<usize>, Vec<usize>, Vec<(&'a str, Attribute)>, usize);
+    let cases: Vec<Case> = vec![
+        (
+            vec![1, 64, 16, 16],
+            vec![32, 64, 3, 3],
+            vec![
+                ("dilations", ints(&[12, 12])),
+                ("pads", ints(&[12, 12, 12, 12])),
+            ],
+            9,
+        ),
+        (
+            vec![4, 128, 64],
+            vec![128, 64, 3],
+            vec![
+                ("group", Attribute::Int(2)),
+                ("dilations", ints(&[48])),
+                ("pads", ints(&[48, 48])),
+            ],
+            3,
+        ),
+        (
+            vec![1, 64, 21, 17],
+            vec![48, 64, 3, 3],
+            vec![
+                ("dilations", ints(&[9, 7])),
+                ("pads", ints(&[9, 8, 7, 7])),
+                ("strides", ints(&[2, 1])),
+            ],
+            12,
+        ),
+        (
+            vec![1, 64, 16, 16],
+            vec![64, 64, 3, 3],
+            vec![("pads", ints(&[1, 1, 1, 1]))],
+            0,
+        ),
+        (
+            vec![1, 4, 16, 16],
+            vec![4, 4, 3, 3],
+            vec![
+                ("dilations", ints(&[12, 12])),
+                ("pads", ints(&[12, 12, 12, 12])),
+            ],
+            0,
+        ),
+    ];
+    for (i, (xs, ws, list, regions)) in cases.into_iter().enumerate() {
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&xs));
+        b.initializer("w", rng.f32s(&ws));
+        b.initializer("b", rng.f32s(&[ws[0]]));
+        b.node(node("Conv", 17, &["x", "w", "b"], &["y"], attrs(list)));
+        b.output("y");
+        let before = build(b);
+        let after = run_then_dce(&ConvPaddingRegions, before.clone());
+        let convs = ops(&after).iter().filter(|o| *o == "Conv").count();
+        assert_eq!(convs, regions.max(1), "case {i}: {:?}", ops(&after));
+        if regions > 0 {
+            for n in after.nodes().iter().filter(|n| n.op_type == "Conv") {
+                let pads = n.attrs.ints("pads").unwrap().unwrap();
+                assert!(
+                    pads.iter().all(|&p| p == 0),
+                    "case {i}: regions are unpadded"
+                );
+            }
+        }
         let inputs = vec![("x".to_string(), rng.f32s(&xs))];
         assert_same_outputs(&before, &after, &inputs, 1e-5);
     }

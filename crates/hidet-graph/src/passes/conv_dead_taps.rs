@@ -93,7 +93,7 @@ impl GraphPass for ConvDeadTaps {
 }
 
 /// `w[:, :, lo₀..=hi₀, lo₁..=hi₁, …]` for the `(lo, hi, _, _)` of each spatial axis.
-fn slice_spatial(w: &Tensor, live: &[(usize, usize, i64, i64)]) -> Tensor {
+pub(crate) fn slice_spatial(w: &Tensor, live: &[(usize, usize, i64, i64)]) -> Tensor {
     let shape = w.shape();
     let values = w.to_f64_vec();
     let mut out_shape = shape[..2].to_vec();

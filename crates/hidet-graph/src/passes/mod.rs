@@ -9,6 +9,7 @@ mod batchnorm_fold;
 mod constant_fold;
 mod conv_dead_taps;
 pub mod conv_node;
+pub mod conv_padding_regions;
 mod conv_transpose_matmul;
 mod cse;
 mod dce;
@@ -24,6 +25,7 @@ pub use batchnorm_fold::BatchNormFolding;
 pub(crate) use constant_fold::shape_of;
 pub use constant_fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
 pub use conv_dead_taps::ConvDeadTaps;
+pub use conv_padding_regions::ConvPaddingRegions;
 pub use conv_transpose_matmul::ConvTransposeAsMatMul;
 pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
@@ -87,6 +89,9 @@ pub fn simplification_passes() -> Vec<Box<dyn GraphPass>> {
         // Conv taps that read only padding (dilated convolutions over small images) → a
         // smaller kernel; after BN folding, which rewrites the weights.
         Box::new(ConvDeadTaps),
+        // Conv whose taps mostly read padding (an atrous pyramid at dilation 12 over a 16×16
+        // map) → unpadded convolutions of each region's live taps, concatenated.
+        Box::new(ConvPaddingRegions),
         // ConvTranspose (group 1, constant weights) → MatMul + Col2Im: the channel
         // reduction in the matmul template, the overlapping sums a small kernel.
         Box::new(ConvTransposeAsMatMul),
