@@ -9,7 +9,7 @@ use std::sync::Arc;
 use hidet_graph::passes::{
     exact_cast, BatchNormFolding, CommonSubexpressionElimination, ConstantFolding, ConvDeadTaps,
     ConvPaddingRegions, ConvTransposeAsMatMul, DeadCodeElimination, FlattenBatchedMatMul,
-    GemmToMatMul, GraphPass, PoolAfterPointwise, SimplifyChains,
+    GemmToMatMul, GraphPass, PoolAfterPointwise, ResizeByAxis, SimplifyChains,
 };
 use hidet_graph::{Attribute, Attributes, DType, Dim, GraphBuilder, Tensor, TensorType};
 use passes_util::*;
@@ -1120,6 +1120,90 @@ fn conv_mostly_reading_padding_is_split_into_regions() {
                 );
             }
         }
+        let inputs = vec![("x".to_string(), rng.f32s(&xs))];
+        assert_same_outputs(&before, &after, &inputs, 1e-5);
+    }
+}
+
+/// A linear Resize of several axes becomes one Resize per axis, the last axis first, each
+/// intermediate stored: bilinear `half_pixel` by scales (×2.5, ×3), `align_corners` by sizes,
+/// trilinear `pytorch_half_pixel` with a downsampled axis; the result is the Resize's. A
+/// nearest Resize, a single-axis one and a small one stay.
+#[test]
+fn linear_resizes_become_one_resize_per_axis() {
+    let mut rng = Rng::new(95);
+    let s = |v: &str| Attribute::String(v.into());
+    // (input, scales or sizes, attributes, resizes after)
+    type Case<'a> = (
+        Vec<usize>,
+        Result<Vec<f32>, Vec<i64>>,
+        Vec<(&'a str, Attribute)>,
+        usize,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            vec![2, 3, 40, 30],
+            Ok(vec![1.0, 1.0, 2.5, 3.0]),
+            vec![("mode", s("linear"))],
+            2,
+        ),
+        (
+            vec![1, 5, 33, 47],
+            Err(vec![1, 5, 70, 101]),
+            vec![
+                ("mode", s("linear")),
+                ("coordinate_transformation_mode", s("align_corners")),
+            ],
+            2,
+        ),
+        (
+            vec![1, 2, 9, 40, 36],
+            Ok(vec![1.0, 1.0, 2.0, 0.5, 3.0]),
+            vec![
+                ("mode", s("linear")),
+                ("coordinate_transformation_mode", s("pytorch_half_pixel")),
+            ],
+            3,
+        ),
+        (
+            vec![2, 3, 40, 30],
+            Ok(vec![1.0, 1.0, 2.0, 3.0]),
+            vec![("mode", s("nearest"))],
+            1,
+        ),
+        (
+            vec![2, 3, 40, 300],
+            Ok(vec![1.0, 1.0, 1.0, 3.0]),
+            vec![("mode", s("linear"))],
+            1,
+        ),
+        (
+            vec![1, 1, 8, 8],
+            Ok(vec![1.0, 1.0, 2.0, 2.0]),
+            vec![("mode", s("linear"))],
+            1,
+        ),
+    ];
+    for (i, (xs, target, list, resizes)) in cases.into_iter().enumerate() {
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&xs));
+        let ins = match target {
+            Ok(scales) => {
+                b.initializer("scales", Tensor::new(vec![scales.len()], scales).unwrap());
+                vec!["x", "", "scales"]
+            }
+            Err(sizes) => {
+                b.initializer("sizes", Tensor::new(vec![sizes.len()], sizes).unwrap());
+                vec!["x", "", "", "sizes"]
+            }
+        };
+        b.node(node("Resize", 17, &ins, &["y"], attrs(list)));
+        b.output("y");
+        let before = build(b);
+        let after = run_then_dce(&ResizeByAxis, before.clone());
+        assert_eq!(ops(&after), vec!["Resize"; resizes], "case {i}");
+        let stored = after.nodes().iter().filter(|n| n.hints.materialize).count();
+        assert_eq!(stored, resizes - 1, "case {i}: intermediates are stored");
         let inputs = vec![("x".to_string(), rng.f32s(&xs))];
         assert_same_outputs(&before, &after, &inputs, 1e-5);
     }

@@ -16,6 +16,7 @@ mod dce;
 mod dynamic_quantize;
 mod pool_after_pointwise;
 mod recurrent_steps;
+mod resize_by_axis;
 mod resolve_variants;
 pub mod rewrite;
 mod scatter_as_gather;
@@ -32,6 +33,7 @@ pub use dce::DeadCodeElimination;
 pub use dynamic_quantize::DynamicQuantizeAsKernels;
 pub use pool_after_pointwise::PoolAfterPointwise;
 pub use recurrent_steps::{RecurrentAsSteps, MAX_UNROLLED_STEPS};
+pub use resize_by_axis::ResizeByAxis;
 pub use resolve_variants::{FlattenBatchedMatMul, GemmToMatMul};
 pub use rewrite::Rewriter;
 pub use scatter_as_gather::{ScatterAsGather, MAX_SCATTER_PREFIXES};
@@ -95,6 +97,9 @@ pub fn simplification_passes() -> Vec<Box<dyn GraphPass>> {
         // ConvTranspose (group 1, constant weights) → MatMul + Col2Im: the channel
         // reduction in the matmul template, the overlapping sums a small kernel.
         Box::new(ConvTransposeAsMatMul),
+        // Linear Resize of two axes or more → one Resize per axis, the last axis first: later
+        // passes blend whole contiguous rows instead of gathering four inputs per element.
+        Box::new(ResizeByAxis),
     ]
 }
 
