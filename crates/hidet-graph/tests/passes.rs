@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use hidet_graph::passes::{
     exact_cast, BatchNormFolding, CommonSubexpressionElimination, ConstantFolding, ConvDeadTaps,
-    ConvPaddingRegions, ConvTransposeAsMatMul, DeadCodeElimination, FlattenBatchedMatMul,
-    GemmToMatMul, GraphPass, PoolAfterPointwise, ResizeByAxis, SimplifyChains,
+    ConvPaddingRegions, ConvTransposeAsMatMul, ConvTransposeAsPhases, DeadCodeElimination,
+    FlattenBatchedMatMul, GemmToMatMul, GraphPass, PoolAfterPointwise, ResizeByAxis,
+    SimplifyChains,
 };
 use hidet_graph::{Attribute, Attributes, DType, Dim, GraphBuilder, Tensor, TensorType};
 use passes_util::*;
@@ -1204,6 +1205,140 @@ fn linear_resizes_become_one_resize_per_axis() {
         assert_eq!(ops(&after), vec!["Resize"; resizes], "case {i}");
         let stored = after.nodes().iter().filter(|n| n.hints.materialize).count();
         assert_eq!(stored, resizes - 1, "case {i}: intermediates are stored");
+        let inputs = vec![("x".to_string(), rng.f32s(&xs))];
+        assert_same_outputs(&before, &after, &inputs, 1e-5);
+    }
+}
+
+/// ConvTranspose with constant weights becomes one Conv per output phase (∏ strides of
+/// them), interleaved and cropped: 2-D with overlapping strided taps and pads, unequal strides
+/// with output padding, 1-D, 3-D, `output_shape`, `auto_pad`, stride 1; the result is the
+/// ConvTranspose's. Dilation, groups, a kernel shorter than its stride and an `output_shape`
+/// beyond the taps (negative padding) stay.
+#[test]
+fn conv_transpose_becomes_one_conv_per_phase() {
+    let mut rng = Rng::new(96);
+    // (input shape, weight shape, attributes, bias, phase convolutions: 0 when it stays)
+    type Case<'a> = (
+        Vec<usize>,
+        Vec<usize>,
+        Vec<(&'a str, Attribute)>,
+        bool,
+        usize,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            vec![2, 5, 6, 7],
+            vec![5, 3, 4, 4],
+            vec![("strides", ints(&[2, 2])), ("pads", ints(&[1, 1, 1, 1]))],
+            true,
+            4,
+        ),
+        (
+            vec![1, 4, 5, 5],
+            vec![4, 6, 3, 3],
+            vec![
+                ("strides", ints(&[2, 3])),
+                ("pads", ints(&[1, 0, 0, 2])),
+                ("output_padding", ints(&[1, 2])),
+            ],
+            false,
+            6,
+        ),
+        (
+            vec![2, 3, 9],
+            vec![3, 5, 4],
+            vec![("strides", ints(&[3]))],
+            true,
+            3,
+        ),
+        (
+            vec![1, 2, 3, 4, 3],
+            vec![2, 3, 2, 3, 2],
+            vec![
+                ("strides", ints(&[2, 1, 2])),
+                ("pads", ints(&[0, 1, 1, 1, 0, 0])),
+            ],
+            false,
+            4,
+        ),
+        (
+            vec![1, 3, 5, 5],
+            vec![3, 4, 3, 3],
+            vec![("strides", ints(&[2, 2])), ("output_shape", ints(&[10, 9]))],
+            false,
+            4,
+        ),
+        (
+            vec![1, 3, 5, 4],
+            vec![3, 2, 3, 3],
+            vec![
+                ("strides", ints(&[2, 2])),
+                ("auto_pad", Attribute::String("SAME_LOWER".into())),
+            ],
+            true,
+            4,
+        ),
+        (
+            vec![1, 3, 6, 5],
+            vec![3, 4, 3, 3],
+            vec![("pads", ints(&[1, 2, 0, 1]))],
+            true,
+            1,
+        ),
+        (
+            vec![1, 3, 4, 6],
+            vec![3, 2, 3, 2],
+            vec![("dilations", ints(&[2, 3]))],
+            true,
+            0,
+        ),
+        (
+            vec![1, 4, 5, 5],
+            vec![4, 2, 3, 3],
+            vec![("group", Attribute::Int(2))],
+            false,
+            0,
+        ),
+        (
+            vec![1, 2, 5],
+            vec![2, 3, 2],
+            vec![("strides", ints(&[3]))],
+            false,
+            0,
+        ),
+        (
+            vec![1, 3, 4, 4],
+            vec![3, 2, 3, 3],
+            vec![("output_shape", ints(&[8, 8]))],
+            false,
+            0,
+        ),
+    ];
+    for (i, (xs, ws, list, bias, phases)) in cases.into_iter().enumerate() {
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&xs));
+        b.initializer("w", rng.f32s(&ws));
+        let mut ins = vec!["x", "w"];
+        if bias {
+            b.initializer("b", rng.f32s(&[ws[1]]));
+            ins.push("b");
+        }
+        b.node(node("ConvTranspose", 17, &ins, &["y"], attrs(list)));
+        b.output("y");
+        let before = build(b);
+        let after = run_then_dce(&ConvTransposeAsPhases, before.clone());
+        if phases > 0 {
+            assert_eq!(
+                count(&after, "ConvTranspose"),
+                0,
+                "case {i}: {:?}",
+                ops(&after)
+            );
+            assert_eq!(count(&after, "Conv"), phases, "case {i}: {:?}", ops(&after));
+        } else {
+            assert_eq!(ops(&after), vec!["ConvTranspose"], "case {i}");
+        }
         let inputs = vec![("x".to_string(), rng.f32s(&xs))];
         assert_same_outputs(&before, &after, &inputs, 1e-5);
     }

@@ -11,6 +11,7 @@ mod conv_dead_taps;
 pub mod conv_node;
 pub mod conv_padding_regions;
 mod conv_transpose_matmul;
+mod conv_transpose_phases;
 mod cse;
 mod dce;
 mod dynamic_quantize;
@@ -28,6 +29,7 @@ pub use constant_fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
 pub use conv_dead_taps::ConvDeadTaps;
 pub use conv_padding_regions::ConvPaddingRegions;
 pub use conv_transpose_matmul::ConvTransposeAsMatMul;
+pub use conv_transpose_phases::ConvTransposeAsPhases;
 pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
 pub use dynamic_quantize::DynamicQuantizeAsKernels;
@@ -94,6 +96,9 @@ pub fn simplification_passes() -> Vec<Box<dyn GraphPass>> {
         // Conv whose taps mostly read padding (an atrous pyramid at dilation 12 over a 16×16
         // map) → unpadded convolutions of each region's live taps, concatenated.
         Box::new(ConvPaddingRegions),
+        // ConvTranspose (group 1, dilation 1, kernel ≥ stride, constant weights) → one Conv
+        // per output phase, interleaved: each output computed once, no column buffer.
+        Box::new(ConvTransposeAsPhases),
         // ConvTranspose (group 1, constant weights) → MatMul + Col2Im: the channel
         // reduction in the matmul template, the overlapping sums a small kernel.
         Box::new(ConvTransposeAsMatMul),

@@ -1,0 +1,258 @@
+//! A transposed convolution as one convolution per output phase, interleaved.
+//!
+//! Along an axis of stride `s`, input position `i` reaches output position `u - pad_begin` with
+//! `u = i·s + t` through kernel tap `t`. The outputs of one phase `ρ = u mod s` receive only the
+//! taps `t = ρ + s·m`: writing `u = q·s + ρ`,
+//!
+//! ```text
+//! Y[q·s + ρ - pad_begin] = Σ_m X[q - m] · W[ρ + s·m]
+//! ```
+//!
+//! which is an ordinary convolution of `X` with the phase's taps reversed (`M_ρ = ⌈(k - ρ)/s⌉`
+//! of them, input and output channels swapped), padded by `M_ρ - 1` in front. Over every
+//! spatial axis there are `∏ s` phases; their outputs are stacked, interleaved (a reshape
+//! and a transpose: `[…, Q, s]` → `[…, Q·s]` per axis) and cropped to the output:
+//!
+//! ```text
+//! ConvTranspose(X, W, B?)  →  Slice(Reshape(Transpose(Reshape(Concat_ρ(Conv(X, W_ρ, B?))))))
+//! ```
+//!
+//! Each output element is computed once, by a convolution the backends run as a matrix
+//! product (the CPU's implicit GEMM), instead of the `MatMul` + `Col2Im` of
+//! [`super::ConvTransposeAsMatMul`], whose column buffer holds `∏ k / ∏ s` times the output
+//! (4× for a 4×4 kernel at stride 2) and is written and read back. Applied to f32
+//! transposed convolutions with static shapes, group 1, dilation 1, constant weights (and
+//! bias), non-negative begin padding, and a kernel at least as long as the stride on every
+//! axis (so every phase has taps); others are left to [`super::ConvTransposeAsMatMul`].
+
+use crate::attribute::{Attribute, Attributes};
+use crate::dtype::DType;
+use crate::graph::{Graph, GraphError, NodeId, ValueId};
+use crate::ops::conv_transpose::geometry;
+use crate::passes::rewrite::Rewriter;
+use crate::passes::GraphPass;
+use crate::tensor::Tensor;
+
+/// The most phases (`∏ strides`) a transposed convolution is split into.
+pub const MAX_PHASES: usize = 16;
+
+/// Rewrites each applicable `ConvTranspose` into one `Conv` per output phase, see the module
+/// docs.
+pub struct ConvTransposeAsPhases;
+
+impl GraphPass for ConvTransposeAsPhases {
+    fn name(&self) -> &'static str {
+        "conv-transpose-as-phases"
+    }
+
+    fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
+        let mut rw = Rewriter::new(graph);
+        for i in 0..rw.graph().nodes().len() {
+            let Some(plan) = plan(&rw, NodeId(i)) else {
+                continue;
+            };
+            rw.focus(NodeId(i));
+            let y = emit(&mut rw, &plan)?;
+            rw.replace(plan.y, y);
+            rw.remove_node(NodeId(i));
+        }
+        rw.finish()
+    }
+}
+
+/// One applicable node, resolved.
+struct Plan {
+    x: ValueId,
+    y: ValueId,
+    weight: Tensor,
+    bias: Option<ValueId>,
+    /// `[N, C_in, L…]`.
+    input: Vec<usize>,
+    kernel: Vec<usize>,
+    strides: Vec<usize>,
+    pads_begin: Vec<usize>,
+    out: Vec<usize>,
+}
+
+fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
+    let g = rw.graph();
+    let node = &g.nodes()[n.0];
+    if node.op_type != "ConvTranspose" || !node.domain.is_empty() {
+        return None;
+    }
+    let [Some(y)] = node.outputs.as_slice() else {
+        return None;
+    };
+    let x = node.inputs.first().copied().flatten()?;
+    let weight = rw.constant(node.inputs.get(1).copied().flatten()?)?.clone();
+    let bias = node.inputs.get(2).copied().flatten();
+    if let Some(b) = bias {
+        rw.constant(b)?;
+    }
+    let input = g.value(x).ty.fixed_shape()?;
+    let ws = weight.shape().to_vec();
+    if g.value(x).ty.dtype != DType::F32
+        || weight.dtype() != DType::F32
+        || input.len() < 3
+        || ws.len() != input.len()
+        || ws[0] != input[1]
+        || input.contains(&0)
+    {
+        return None;
+    }
+    let (geo, group) = geometry(&node.attrs, &input[2..], &ws[2..]).ok()?;
+    let phases = geo
+        .strides
+        .iter()
+        .try_fold(1usize, |p, &s| p.checked_mul(s))?;
+    let fits = (0..geo.kernel.len()).all(|a| {
+        geo.dilations[a] == 1 && geo.kernel[a] >= geo.strides[a] && geo.pads_begin[a] >= 0
+    });
+    if group != 1 || !fits || phases > MAX_PHASES || geo.out.contains(&0) {
+        return None;
+    }
+    Some(Plan {
+        x,
+        y: *y,
+        weight,
+        bias,
+        input,
+        kernel: geo.kernel,
+        strides: geo.strides,
+        pads_begin: geo.pads_begin.iter().map(|&p| p as usize).collect(),
+        out: geo.out,
+    })
+}
+
+/// Adds the phase convolutions and their interleaving; returns the output.
+fn emit(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
+    let d = p.kernel.len();
+    let (batch, c_out) = (p.input[0], p.weight.shape()[1]);
+    // Positions per phase: enough to cover the output after the crop, and at least the
+    // input's length (a convolution cannot pad by a negative amount).
+    let q: Vec<usize> = (0..d)
+        .map(|a| {
+            (p.pads_begin[a] + p.out[a])
+                .div_ceil(p.strides[a])
+                .max(p.input[2 + a])
+        })
+        .collect();
+    let phases: usize = p.strides.iter().product();
+    let mut stacked = Vec::with_capacity(phases);
+    let mut shape = vec![batch, c_out];
+    shape.extend(&q);
+    shape.push(1);
+    for index in 0..phases {
+        let mut rho = vec![0usize; d];
+        let mut rest = index;
+        for a in (0..d).rev() {
+            rho[a] = rest % p.strides[a];
+            rest /= p.strides[a];
+        }
+        let taps: Vec<usize> = (0..d)
+            .map(|a| (p.kernel[a] - rho[a]).div_ceil(p.strides[a]))
+            .collect();
+        let w = rw.add_constant("phase_weight", phase_weight(p, &rho, &taps));
+        let mut attrs = Attributes::new();
+        attrs.insert(
+            "kernel_shape",
+            Attribute::Ints(taps.iter().map(|&m| m as i64).collect()),
+        );
+        let pads: Vec<i64> = taps
+            .iter()
+            .map(|&m| m as i64 - 1)
+            .chain((0..d).map(|a| (q[a] - p.input[2 + a]) as i64))
+            .collect();
+        attrs.insert("pads", Attribute::Ints(pads));
+        let conv = rw.add_node("Conv", attrs, &[Some(p.x), Some(w), p.bias], 1, None)?[0];
+        let target = rw.add_shape(&shape);
+        stacked.push(rw.add_op("Reshape", Attributes::new(), &[conv, target])?);
+    }
+    let mut all = if let [one] = stacked.as_slice() {
+        *one
+    } else {
+        let mut attrs = Attributes::new();
+        attrs.insert("axis", Attribute::Int(2 + d as i64));
+        rw.add_op("Concat", attrs, &stacked)?
+    };
+    if phases > 1 {
+        // [N, C, Q…, ∏s] → [N, C, Q…, s…] → [N, C, (Q, s)…] → [N, C, Q·s…]
+        let mut split = vec![batch, c_out];
+        split.extend(&q);
+        split.extend(&p.strides);
+        let target = rw.add_shape(&split);
+        all = rw.add_op("Reshape", Attributes::new(), &[all, target])?;
+        let mut perm = vec![0i64, 1];
+        for a in 0..d {
+            perm.push(2 + a as i64);
+            perm.push(2 + (d + a) as i64);
+        }
+        let mut attrs = Attributes::new();
+        attrs.insert("perm", Attribute::Ints(perm));
+        all = rw.add_op("Transpose", attrs, &[all])?;
+    }
+    let mut full = vec![batch, c_out];
+    full.extend((0..d).map(|a| q[a] * p.strides[a]));
+    let target = rw.add_shape(&full);
+    all = rw.add_op("Reshape", Attributes::new(), &[all, target])?;
+    let crop = (0..d).any(|a| p.pads_begin[a] > 0 || q[a] * p.strides[a] != p.out[a]);
+    if !crop {
+        return Ok(all);
+    }
+    let list = |rw: &mut Rewriter, hint: &str, v: Vec<i64>| {
+        let t = Tensor::new(vec![v.len()], v).expect("one value per spatial axis");
+        rw.add_constant(hint, t)
+    };
+    let starts = list(
+        rw,
+        "phase_crop_starts",
+        p.pads_begin.iter().map(|&b| b as i64).collect(),
+    );
+    let ends = list(
+        rw,
+        "phase_crop_ends",
+        (0..d)
+            .map(|a| (p.pads_begin[a] + p.out[a]) as i64)
+            .collect(),
+    );
+    let axes = list(
+        rw,
+        "phase_crop_axes",
+        (0..d).map(|a| 2 + a as i64).collect(),
+    );
+    rw.add_op("Slice", Attributes::new(), &[all, starts, ends, axes])
+}
+
+/// The convolution weight of phase `rho`: `v[co, ci, j…] = w[ci, co, ρ + s·(M - 1 - j)…]`.
+fn phase_weight(p: &Plan, rho: &[usize], taps: &[usize]) -> Tensor {
+    let ws = p.weight.shape();
+    let (c_in, c_out) = (ws[0], ws[1]);
+    let values = p.weight.to_f64_vec();
+    let d = taps.len();
+    let count: usize = taps.iter().product();
+    let mut out = vec![0f32; c_out * c_in * count];
+    let mut j = vec![0usize; d];
+    for tap in 0..count {
+        let mut rest = tap;
+        for a in (0..d).rev() {
+            j[a] = rest % taps[a];
+            rest /= taps[a];
+        }
+        // The source tap's flat offset inside one `[k…]` block.
+        let mut source = 0usize;
+        for a in 0..d {
+            let t = rho[a] + p.strides[a] * (taps[a] - 1 - j[a]);
+            source = source * ws[2 + a] + t;
+        }
+        let block: usize = ws[2..].iter().product();
+        for ci in 0..c_in {
+            for co in 0..c_out {
+                out[(co * c_in + ci) * count + tap] =
+                    values[(ci * c_out + co) * block + source] as f32;
+            }
+        }
+    }
+    let mut shape = vec![c_out, c_in];
+    shape.extend(taps);
+    Tensor::new(shape, out).expect("one value per element of the phase weight")
+}
