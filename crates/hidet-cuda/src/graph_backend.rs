@@ -495,6 +495,16 @@ fn kernel_of_outcome(
         TemplateOutcome::Refused(_) | TemplateOutcome::NotApplicable => {
             let (f, kind) = schedule::schedule(&task.def, &task.name, target)
                 .map_err(|e| compile_error(e.to_string()))?;
+            let serial = largest_reduction(&task.def);
+            if fused && kind == ScheduleKind::Elementwise && serial >= MAX_SERIAL_REDUCTION {
+                return Err(BackendError::Refused {
+                    task: task.name.clone(),
+                    reason: format!(
+                        "one element per thread would re-run a reduction of {serial} elements \
+                         for every output; unfused, it is scheduled a row at a time"
+                    ),
+                });
+            }
             (f, KernelOrigin::Scheduler(kind))
         }
     };
@@ -507,6 +517,30 @@ fn kernel_of_outcome(
         tunable: None,
         tuned: false,
     })
+}
+
+/// The longest reduction a fused task may leave to the elementwise schedule, which runs it
+/// serially in every output's thread: a pooling window or a short row, not a group
+/// normalization's statistics read through the reshape that follows it (36 864 elements per
+/// output, a variance that re-reads its mean at every element).
+const MAX_SERIAL_REDUCTION: i64 = 1024;
+
+/// The most elements any reduction of `def` folds (0 without one; unknown sizes count as
+/// unbounded).
+fn largest_reduction(def: &hidet_ir::compute::ComputeDef) -> i64 {
+    def.nodes
+        .iter()
+        .filter_map(|(_, node)| match node {
+            hidet_ir::compute::ComputeNode::Reduce { reduce_shape, .. } => Some(
+                reduce_shape
+                    .iter()
+                    .try_fold(1i64, |n, d| d.as_int().and_then(|d| n.checked_mul(d)))
+                    .unwrap_or(i64::MAX),
+            ),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 impl<D: GpuDevice + 'static> CudaBackend<D> {

@@ -66,12 +66,56 @@ fn reduce_nest(
 }
 
 /// `e` with every read of a tensor of `nodes` replaced by its value at the read's indices
-/// ([`element`]).
+/// ([`element`]). Reads of one reduction at equal indices within `e` share one serial loop (an
+/// activation that reads its input twice, `x · relu6(x + 3) / 6`, after a convolution).
 pub fn expand(fb: &mut FunctionBuilder, e: &Expr, nodes: &HashMap<Var, ComputeNode>) -> Expr {
+    let mut reduced: HashMap<String, Expr> = HashMap::new();
     e.rewrite(&mut |x| match x.kind() {
-        ExprKind::TensorElement { tensor, indices } => nodes
-            .get(tensor)
-            .map(|node| element(fb, node, indices, nodes)),
+        ExprKind::TensorElement { tensor, indices } => {
+            let node = nodes.get(tensor)?;
+            if !matches!(node, ComputeNode::Reduce { .. }) {
+                return Some(element(fb, node, indices, nodes));
+            }
+            let key = format!("{tensor:?}{indices:?}");
+            if let Some(acc) = reduced.get(&key) {
+                return Some(acc.clone());
+            }
+            let acc = element(fb, node, indices, nodes);
+            reduced.insert(key, acc.clone());
+            Some(acc)
+        }
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compute::{grid, reduce, tensor_input, ReduceKind};
+    use crate::stmt::Stmt;
+
+    /// `y[i] = s[i]·s[i] + s[i + 1]` with `s[i] = Σ_r x[i, r]`: the two reads of `s[i]` share
+    /// one loop, the read of `s[i + 1]` has its own.
+    #[test]
+    fn equal_reads_of_a_reduction_share_one_loop() {
+        let x = tensor_input("x", DataType::F32, [4, 6]);
+        let (s, s_node) = reduce("s", DataType::F32, [5], [6], ReduceKind::Sum, |i, r| {
+            x.at([i[0].clone(), r[0].clone()])
+        });
+        let (_, y_node) = grid("y", DataType::F32, [4], |i| {
+            let si = s.at([i[0].clone()]);
+            si.clone() * si + s.at([i[0].clone() + 1])
+        });
+        let nodes: HashMap<Var, ComputeNode> = [(s.clone(), s_node)].into_iter().collect();
+        let mut fb = FunctionBuilder::cpu_kernel("k");
+        let index = [Expr::int(2)];
+        let _value = element(&mut fb, &y_node, &index, &nodes);
+        let mut loops = 0;
+        fb.finish().body.visit(&mut |st| {
+            if let Stmt::For { .. } = st {
+                loops += 1;
+            }
+        });
+        assert_eq!(loops, 2);
+    }
 }

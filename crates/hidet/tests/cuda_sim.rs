@@ -333,3 +333,75 @@ fn runs_capture_one_graph_and_replay_it() {
         assert!(relative_error(with, without) <= 1e-6);
     }
 }
+
+/// A normalization whose statistics an epilogue reads through a reshape (GroupNorm's
+/// instance normalization over `[N, G, C/G·H·W]`, then the per-channel scale on `[N, C, H,
+/// W]`) would re-run its 4096-element reductions in every output's thread under the
+/// elementwise schedule; the backend refuses that fusion, so the normalization runs a row at
+/// a time and the scale is a kernel of its own. The result matches the reference.
+#[test]
+fn long_reductions_are_not_left_to_the_elementwise_schedule() {
+    use hidet::graph::{Attributes, DType, GraphBuilder, NodeSpec, Registry, TensorType};
+    let node = |op: &str, inputs: &[&str], output: &str| NodeSpec {
+        name: output.to_string(),
+        domain: String::new(),
+        op_type: op.into(),
+        opset: 17,
+        attrs: Attributes::new(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: vec![output.to_string()],
+    };
+    let values = |n: usize, seed: u32| -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 500.0 - 0.9
+            })
+            .collect()
+    };
+    let mut b = GraphBuilder::new("group_norm");
+    b.input("x", TensorType::fixed(DType::F32, &[1, 2, 4096]));
+    b.initializer("gamma", Tensor::new(vec![2], values(2, 1)).unwrap());
+    b.initializer("beta", Tensor::new(vec![2], values(2, 2)).unwrap());
+    b.initializer(
+        "shape",
+        Tensor::new(vec![4], vec![1i64, 4, 32, 64]).unwrap(),
+    );
+    b.initializer(
+        "scale",
+        Tensor::new(vec![1, 4, 1, 1], values(4, 3)).unwrap(),
+    );
+    b.node(node("InstanceNormalization", &["x", "gamma", "beta"], "n"));
+    b.node(node("Reshape", &["n", "shape"], "r"));
+    b.node(node("Mul", &["r", "scale"], "y"));
+    b.output("y");
+    let model = model_of(b.build(Registry::global()).unwrap());
+    let inputs = vec![(
+        "x".to_string(),
+        Tensor::new(vec![1, 2, 4096], values(8192, 4)).unwrap(),
+    )];
+    let want = pipeline::run_reference(&model, &inputs).unwrap();
+    let compiled = pipeline::compile_sim(
+        &model,
+        CompileOptions::default(),
+        CudaBackendOptions::default(),
+    );
+    let graph = compiled.compiled(&[vec![1, 2, 4096]]).unwrap();
+    let report = graph.report();
+    assert!(
+        report
+            .refusals
+            .iter()
+            .any(|r| r.contains("re-run a reduction")),
+        "{:?}",
+        report.refusals
+    );
+    use hidet_cuda::graph_backend::KernelOrigin;
+    use hidet_cuda::schedule::ScheduleKind;
+    assert!(graph
+        .module()
+        .origins()
+        .contains(&KernelOrigin::Scheduler(ScheduleKind::Rowwise)));
+    let got = pipeline::run(&compiled, &inputs).unwrap();
+    let err = relative_error(&got, &want);
+    assert!(err <= 1e-4, "relative error {err}");
+}
