@@ -5,6 +5,8 @@
 //! non-default activations, both GRU reset modes, initial states present and absent, and
 //! `sequence_lens` as a constant and as a runtime input.
 
+mod common;
+use common::{assert_outputs_close, seeded_tensor};
 use hidet::graph::compiled::CompileOptions;
 use hidet::graph::{
     Attribute, Attributes, DType, Graph, GraphBuilder, NodeSpec, Registry, Tensor, TensorType,
@@ -12,28 +14,6 @@ use hidet::graph::{
 use hidet::onnx::OnnxModel;
 use hidet::pipeline;
 use hidet_cuda::graph_backend::CudaBackendOptions;
-
-/// Deterministic values in `[-1, 1]`, never near zero.
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let v = ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
-            if v.abs() < 0.01 {
-                0.5
-            } else {
-                v
-            }
-        })
-        .collect()
-}
-
-fn tensor(shape: &[usize], seed: u64) -> Tensor {
-    Tensor::new(shape.to_vec(), values(shape.iter().product(), seed)).unwrap()
-}
 
 /// One recurrent layer and how its model feeds it.
 struct Case {
@@ -82,18 +62,18 @@ impl Case {
         let (g, h, d) = (self.gates(), self.hidden, self.dirs);
         let lstm = self.op == "LSTM";
         let mut b = GraphBuilder::new("recurrent");
-        let mut inputs = vec![("x".to_string(), tensor(&self.x_shape(), 1))];
+        let mut inputs = vec![("x".to_string(), seeded_tensor(&self.x_shape(), 1))];
         b.input("x", TensorType::fixed(DType::F32, &self.x_shape()));
         // Recurrent weights scaled down so that the states stay in the activations' range.
         let small = |t: Tensor| {
             let v: Vec<f32> = t.to_f64_vec().iter().map(|&x| 0.6 * x as f32).collect();
             Tensor::new(t.shape().to_vec(), v).unwrap()
         };
-        b.initializer("w", tensor(&[d, g * h, self.input], 2));
-        b.initializer("r", small(tensor(&[d, g * h, h], 3)));
+        b.initializer("w", seeded_tensor(&[d, g * h, self.input], 2));
+        b.initializer("r", small(seeded_tensor(&[d, g * h, h], 3)));
         let mut names = vec!["x", "w", "r"];
         if self.bias {
-            b.initializer("b", tensor(&[d, 2 * g * h], 4));
+            b.initializer("b", seeded_tensor(&[d, 2 * g * h], 4));
             names.push("b");
         } else {
             names.push("");
@@ -113,10 +93,10 @@ impl Case {
         }
         if self.initial {
             b.input("h0", TensorType::fixed(DType::F32, &self.state_shape()));
-            inputs.push(("h0".to_string(), tensor(&self.state_shape(), 5)));
+            inputs.push(("h0".to_string(), seeded_tensor(&self.state_shape(), 5)));
             names.push("h0");
             if lstm {
-                b.initializer("c0", tensor(&self.state_shape(), 6));
+                b.initializer("c0", seeded_tensor(&self.state_shape(), 6));
                 names.push("c0");
             }
         } else {
@@ -126,7 +106,7 @@ impl Case {
             }
         }
         if self.peepholes {
-            b.initializer("p", tensor(&[d, 3 * h], 7));
+            b.initializer("p", seeded_tensor(&[d, 3 * h], 7));
             names.push("p");
         }
         while names.last() == Some(&"") {
@@ -165,23 +145,6 @@ impl Case {
     }
 }
 
-fn check(got: &[(String, Tensor)], want: &[(String, Tensor)], what: &str) {
-    assert_eq!(got.len(), want.len());
-    for ((gn, g), (wn, w)) in got.iter().zip(want) {
-        assert_eq!(gn, wn);
-        assert_eq!(g.shape(), w.shape(), "{what} {gn}");
-        let (g, w) = (g.to_f64_vec(), w.to_f64_vec());
-        let scale = w.iter().fold(0f64, |m, x| m.max(x.abs()));
-        assert!(scale > 0.05, "{what} {gn} is (nearly) all zeros");
-        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-            assert!(
-                (a - b).abs() <= 1e-5 * scale.max(1.0),
-                "{what} {gn}[{i}]: {a} vs {b}"
-            );
-        }
-    }
-}
-
 /// Compiles `case` for the CPU (and, with `sim`, the simulated GPU), checks that the layer
 /// left no host step and that every output matches the reference.
 fn run(case: &Case, sim: bool) {
@@ -196,7 +159,7 @@ fn run(case: &Case, sim: bool) {
         "CPU: {} as kernels",
         case.op
     );
-    check(&pipeline::run(&cpu, &inputs).unwrap(), &want, case.op);
+    assert_outputs_close(&pipeline::run(&cpu, &inputs).unwrap(), &want, 1e-5, case.op);
     if sim {
         let options = CudaBackendOptions {
             min_vector_threads: Some(0),
@@ -210,7 +173,7 @@ fn run(case: &Case, sim: bool) {
             "GPU: {} as kernels",
             case.op
         );
-        check(&pipeline::run(&gpu, &inputs).unwrap(), &want, case.op);
+        assert_outputs_close(&pipeline::run(&gpu, &inputs).unwrap(), &want, 1e-5, case.op);
     }
 }
 
@@ -392,9 +355,10 @@ fn a_layer_longer_than_the_unrolling_bound_runs_on_the_host() {
     let cpu = pipeline::compile(&model, CompileOptions::default());
     let graph = cpu.compiled(&shapes).unwrap();
     assert_eq!(graph.report().host_ops().get("GRU"), Some(&1));
-    check(
+    assert_outputs_close(
         &pipeline::run(&cpu, &inputs).unwrap(),
         &want,
+        1e-5,
         "GRU on the host",
     );
 }

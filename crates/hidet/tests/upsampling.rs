@@ -4,6 +4,8 @@
 //! input) and nearest (`asymmetric`/`floor`, PyTorch's `nearest`), joined by a `Concat`; every
 //! node runs as a kernel (no host step).
 
+mod common;
+use common::{assert_outputs_close, seeded_tensor};
 use hidet::graph::compiled::CompileOptions;
 use hidet::graph::{
     Attribute, Attributes, DType, Graph, GraphBuilder, NodeSpec, Registry, Tensor, TensorType,
@@ -32,36 +34,14 @@ fn attrs(list: &[(&str, Attribute)]) -> Attributes {
     a
 }
 
-/// Deterministic values in `[-1, 1]`, never zero.
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let v = ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
-            if v.abs() < 0.01 {
-                0.5
-            } else {
-                v
-            }
-        })
-        .collect()
-}
-
-fn tensor(shape: &[usize], seed: u64) -> Tensor {
-    Tensor::new(shape.to_vec(), values(shape.iter().product(), seed)).unwrap()
-}
-
 /// `x[2, 6, 9, 10]` → ConvTranspose (4 channels, 3×3, stride 2, pad 1, output padding 1:
 /// 18×20) ‖ Resize linear ×2 of a 4-channel convolution-free branch (18×20) → Concat →
 /// Resize nearest to 23×41 and Resize linear to 13×7 (both outputs).
 fn decoder() -> Graph {
     let mut b = GraphBuilder::new("decoder");
     b.input("x", TensorType::fixed(DType::F32, &[2, 6, 9, 10]));
-    b.initializer("w", tensor(&[6, 4, 3, 3], 1));
-    b.initializer("bias", tensor(&[4], 2));
+    b.initializer("w", seeded_tensor(&[6, 4, 3, 3], 1));
+    b.initializer("bias", seeded_tensor(&[4], 2));
     b.initializer(
         "scales2",
         Tensor::new(vec![4], vec![1f32, 1.0, 2.0, 2.0]).unwrap(),
@@ -142,27 +122,10 @@ fn model() -> OnnxModel {
     }
 }
 
-fn check(got: &[(String, Tensor)], want: &[(String, Tensor)], what: &str) {
-    assert_eq!(got.len(), want.len());
-    for ((gn, g), (wn, w)) in got.iter().zip(want) {
-        assert_eq!(gn, wn);
-        assert_eq!(g.shape(), w.shape(), "{what} {gn}");
-        let (g, w) = (g.to_f64_vec(), w.to_f64_vec());
-        let scale = w.iter().fold(0f64, |m, x| m.max(x.abs()));
-        assert!(scale > 0.1, "{what} {gn} is (nearly) all zeros");
-        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-            assert!(
-                (a - b).abs() <= 1e-5 * scale,
-                "{what} {gn}[{i}]: {a} vs {b}"
-            );
-        }
-    }
-}
-
 #[test]
 fn decoder_layers_compile_to_kernels_on_cpu_and_simulated_gpu() {
     let model = model();
-    let inputs = vec![("x".to_string(), tensor(&[2, 6, 9, 10], 3))];
+    let inputs = vec![("x".to_string(), seeded_tensor(&[2, 6, 9, 10], 3))];
     let want = pipeline::run_reference(&model, &inputs).unwrap();
     let shapes = vec![vec![2, 6, 9, 10]];
 
@@ -173,7 +136,7 @@ fn decoder_layers_compile_to_kernels_on_cpu_and_simulated_gpu() {
         0,
         "CPU: every node runs as a kernel"
     );
-    check(&pipeline::run(&cpu, &inputs).unwrap(), &want, "CPU");
+    assert_outputs_close(&pipeline::run(&cpu, &inputs).unwrap(), &want, 1e-5, "CPU");
 
     let options = CudaBackendOptions {
         min_vector_threads: Some(0),
@@ -186,5 +149,10 @@ fn decoder_layers_compile_to_kernels_on_cpu_and_simulated_gpu() {
         0,
         "GPU: every node runs as a kernel"
     );
-    check(&pipeline::run(&sim, &inputs).unwrap(), &want, "cuda-sim");
+    assert_outputs_close(
+        &pipeline::run(&sim, &inputs).unwrap(),
+        &want,
+        1e-5,
+        "cuda-sim",
+    );
 }

@@ -58,3 +58,52 @@ pub fn write_npy<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data
     w.finish().unwrap();
     path.display().to_string()
 }
+
+/// `n` deterministic values in `[-1, 1]` for `seed`, none within 0.01 of zero (so that a
+/// check never compares zeros).
+pub fn seeded_values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let v = ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
+            if v.abs() < 0.01 {
+                0.5
+            } else {
+                v
+            }
+        })
+        .collect()
+}
+
+/// A tensor of `shape` filled with [`seeded_values`].
+pub fn seeded_tensor(shape: &[usize], seed: u64) -> hidet::graph::Tensor {
+    hidet::graph::Tensor::new(shape.to_vec(), seeded_values(shape.iter().product(), seed))
+        .expect("as many values as the shape holds")
+}
+
+/// Asserts that `got` has `want`'s names and shapes and that every element is within
+/// `tolerance × max(max |want|, 1)` of it; `want` must not be all (nearly) zero.
+pub fn assert_outputs_close(
+    got: &[(String, hidet::graph::Tensor)],
+    want: &[(String, hidet::graph::Tensor)],
+    tolerance: f64,
+    what: &str,
+) {
+    assert_eq!(got.len(), want.len());
+    for ((gn, g), (wn, w)) in got.iter().zip(want) {
+        assert_eq!(gn, wn);
+        assert_eq!(g.shape(), w.shape(), "{what} {gn}");
+        let (g, w) = (g.to_f64_vec(), w.to_f64_vec());
+        let scale = w.iter().fold(0f64, |m, x| m.max(x.abs()));
+        assert!(scale > 0.05, "{what} {gn} is (nearly) all zeros");
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            assert!(
+                (a - b).abs() <= tolerance * scale.max(1.0),
+                "{what} {gn}[{i}]: {a} vs {b}"
+            );
+        }
+    }
+}
