@@ -138,59 +138,11 @@ fn emit(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         })
         .collect();
     let phases: usize = p.strides.iter().product();
-    let mut stacked = Vec::with_capacity(phases);
-    let mut shape = vec![batch, c_out];
-    shape.extend(&q);
-    shape.push(1);
-    for index in 0..phases {
-        let mut rho = vec![0usize; d];
-        let mut rest = index;
-        for a in (0..d).rev() {
-            rho[a] = rest % p.strides[a];
-            rest /= p.strides[a];
-        }
-        let taps: Vec<usize> = (0..d)
-            .map(|a| (p.kernel[a] - rho[a]).div_ceil(p.strides[a]))
-            .collect();
-        let w = rw.add_constant("phase_weight", phase_weight(p, &rho, &taps));
-        let mut attrs = Attributes::new();
-        attrs.insert(
-            "kernel_shape",
-            Attribute::Ints(taps.iter().map(|&m| m as i64).collect()),
-        );
-        let pads: Vec<i64> = taps
-            .iter()
-            .map(|&m| m as i64 - 1)
-            .chain((0..d).map(|a| (q[a] - p.input[2 + a]) as i64))
-            .collect();
-        attrs.insert("pads", Attribute::Ints(pads));
-        let conv = rw.add_node("Conv", attrs, &[Some(p.x), Some(w), p.bias], 1, None)?[0];
-        let target = rw.add_shape(&shape);
-        stacked.push(rw.add_op("Reshape", Attributes::new(), &[conv, target])?);
-    }
-    let mut all = if let [one] = stacked.as_slice() {
-        *one
+    let mut all = if phases > 1 && (0..d).all(|a| p.kernel[a].is_multiple_of(p.strides[a])) {
+        one_convolution(rw, p, &q)?
     } else {
-        let mut attrs = Attributes::new();
-        attrs.insert("axis", Attribute::Int(2 + d as i64));
-        rw.add_op("Concat", attrs, &stacked)?
+        phase_convolutions(rw, p, &q)?
     };
-    if phases > 1 {
-        // [N, C, Q…, ∏s] → [N, C, Q…, s…] → [N, C, (Q, s)…] → [N, C, Q·s…]
-        let mut split = vec![batch, c_out];
-        split.extend(&q);
-        split.extend(&p.strides);
-        let target = rw.add_shape(&split);
-        all = rw.add_op("Reshape", Attributes::new(), &[all, target])?;
-        let mut perm = vec![0i64, 1];
-        for a in 0..d {
-            perm.push(2 + a as i64);
-            perm.push(2 + (d + a) as i64);
-        }
-        let mut attrs = Attributes::new();
-        attrs.insert("perm", Attribute::Ints(perm));
-        all = rw.add_op("Transpose", attrs, &[all])?;
-    }
     let mut full = vec![batch, c_out];
     full.extend((0..d).map(|a| q[a] * p.strides[a]));
     let target = rw.add_shape(&full);
@@ -221,6 +173,149 @@ fn emit(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         (0..d).map(|a| 2 + a as i64).collect(),
     );
     rw.add_op("Slice", Attributes::new(), &[all, starts, ends, axes])
+}
+
+/// Phase `index` (row-major over the axes' phases) as one phase per axis.
+fn phase_of(p: &Plan, index: usize) -> Vec<usize> {
+    let d = p.kernel.len();
+    let mut rho = vec![0usize; d];
+    let mut rest = index;
+    for a in (0..d).rev() {
+        rho[a] = rest % p.strides[a];
+        rest /= p.strides[a];
+    }
+    rho
+}
+
+/// The attributes of a phase convolution of `taps` taps per axis producing `q` positions.
+fn phase_attrs(p: &Plan, taps: &[usize], q: &[usize]) -> Attributes {
+    let d = taps.len();
+    let mut attrs = Attributes::new();
+    attrs.insert(
+        "kernel_shape",
+        Attribute::Ints(taps.iter().map(|&m| m as i64).collect()),
+    );
+    let pads: Vec<i64> = taps
+        .iter()
+        .map(|&m| m as i64 - 1)
+        .chain((0..d).map(|a| (q[a] - p.input[2 + a]) as i64))
+        .collect();
+    attrs.insert("pads", Attribute::Ints(pads));
+    attrs
+}
+
+/// When every phase has as many taps (each kernel a multiple of its stride): one
+/// convolution whose output channels are `(channel, phase…)`, the phase weights stacked,
+/// rearranged as a depth-to-space, `[N, C, (Q, s)…]`. The rearrangement is a bijection of the
+/// convolution's output, so it fuses into it as an epilogue.
+fn one_convolution(rw: &mut Rewriter, p: &Plan, q: &[usize]) -> Result<ValueId, GraphError> {
+    let d = p.kernel.len();
+    let (batch, c_in, c_out) = (p.input[0], p.input[1], p.weight.shape()[1]);
+    let phases: usize = p.strides.iter().product();
+    let taps: Vec<usize> = (0..d).map(|a| p.kernel[a] / p.strides[a]).collect();
+    let block = c_in * taps.iter().product::<usize>();
+    let mut stacked = vec![0f32; c_out * phases * block];
+    for index in 0..phases {
+        let w = phase_weight(p, &phase_of(p, index), &taps).to_f64_vec();
+        for co in 0..c_out {
+            let to = (co * phases + index) * block;
+            for (dst, src) in stacked[to..to + block]
+                .iter_mut()
+                .zip(&w[co * block..(co + 1) * block])
+            {
+                *dst = *src as f32;
+            }
+        }
+    }
+    let mut shape = vec![c_out * phases, c_in];
+    shape.extend(&taps);
+    let w = rw.add_constant(
+        "phase_weights",
+        Tensor::new(shape, stacked).expect("one value per element of the stacked weight"),
+    );
+    let bias = match p.bias {
+        None => None,
+        Some(b) => {
+            let values = rw
+                .constant(b)
+                .expect("the plan admits constant biases only")
+                .to_f64_vec();
+            let per_phase: Vec<f32> = values
+                .iter()
+                .flat_map(|&v| std::iter::repeat_n(v as f32, phases))
+                .collect();
+            let t = Tensor::new(vec![c_out * phases], per_phase)
+                .expect("one bias per output channel and phase");
+            Some(rw.add_constant("phase_bias", t))
+        }
+    };
+    let conv = rw.add_node(
+        "Conv",
+        phase_attrs(p, &taps, q),
+        &[Some(p.x), Some(w), bias],
+        1,
+        None,
+    )?[0];
+    // [N, C·∏s, Q…] → [N, C, s…, Q…] → [N, C, (Q, s)…]
+    let mut split = vec![batch, c_out];
+    split.extend(&p.strides);
+    split.extend(q);
+    let target = rw.add_shape(&split);
+    let all = rw.add_op("Reshape", Attributes::new(), &[conv, target])?;
+    let mut perm = vec![0i64, 1];
+    for a in 0..d {
+        perm.push(2 + (d + a) as i64);
+        perm.push(2 + a as i64);
+    }
+    let mut attrs = Attributes::new();
+    attrs.insert("perm", Attribute::Ints(perm));
+    rw.add_op("Transpose", attrs, &[all])
+}
+
+/// One convolution per phase, stacked and interleaved: `[N, C, (Q, s)…]`.
+fn phase_convolutions(rw: &mut Rewriter, p: &Plan, q: &[usize]) -> Result<ValueId, GraphError> {
+    let d = p.kernel.len();
+    let (batch, c_out) = (p.input[0], p.weight.shape()[1]);
+    let phases: usize = p.strides.iter().product();
+    let mut stacked = Vec::with_capacity(phases);
+    let mut shape = vec![batch, c_out];
+    shape.extend(q);
+    shape.push(1);
+    for index in 0..phases {
+        let rho = phase_of(p, index);
+        let taps: Vec<usize> = (0..d)
+            .map(|a| (p.kernel[a] - rho[a]).div_ceil(p.strides[a]))
+            .collect();
+        let w = rw.add_constant("phase_weight", phase_weight(p, &rho, &taps));
+        let attrs = phase_attrs(p, &taps, q);
+        let conv = rw.add_node("Conv", attrs, &[Some(p.x), Some(w), p.bias], 1, None)?[0];
+        let target = rw.add_shape(&shape);
+        stacked.push(rw.add_op("Reshape", Attributes::new(), &[conv, target])?);
+    }
+    let mut all = if let [one] = stacked.as_slice() {
+        *one
+    } else {
+        let mut attrs = Attributes::new();
+        attrs.insert("axis", Attribute::Int(2 + d as i64));
+        rw.add_op("Concat", attrs, &stacked)?
+    };
+    if phases > 1 {
+        // [N, C, Q…, ∏s] → [N, C, Q…, s…] → [N, C, (Q, s)…]
+        let mut split = vec![batch, c_out];
+        split.extend(q);
+        split.extend(&p.strides);
+        let target = rw.add_shape(&split);
+        all = rw.add_op("Reshape", Attributes::new(), &[all, target])?;
+        let mut perm = vec![0i64, 1];
+        for a in 0..d {
+            perm.push(2 + a as i64);
+            perm.push(2 + (d + a) as i64);
+        }
+        let mut attrs = Attributes::new();
+        attrs.insert("perm", Attribute::Ints(perm));
+        all = rw.add_op("Transpose", attrs, &[all])?;
+    }
+    Ok(all)
 }
 
 /// The convolution weight of phase `rho`: `v[co, ci, j…] = w[ci, co, ρ + s·(M - 1 - j)…]`.
