@@ -84,19 +84,7 @@ fn input_offsets(
     let [Some(concatenated)] = node.outputs.as_slice() else {
         return None;
     };
-    let mut out = *concatenated;
-    for id in reshapes {
-        let reshape = &graph.nodes()[id.0];
-        let reads_out = reshape.inputs.first() == Some(&Some(out));
-        let keeps_bytes = RESHAPE_LIKE.contains(&reshape.op_type.as_str());
-        if !keeps_bytes || !reshape.domain.is_empty() || !reads_out {
-            return None;
-        }
-        let [Some(next)] = reshape.outputs.as_slice() else {
-            return None;
-        };
-        out = *next;
-    }
+    let out = through_reshapes(graph, *concatenated, reshapes)?;
     if group.outputs != [out] {
         return None;
     }
@@ -137,4 +125,27 @@ fn input_offsets(
         next += bytes;
     }
     (next == out_info.size_in_bytes()?).then_some((*out, offsets))
+}
+
+/// The value at the end of `reshapes`, a chain of default-domain reshape-like nodes
+/// ([`RESHAPE_LIKE`], they keep the bytes) starting from `value`, each reading the previous
+/// one's output; `None` when they are not such a chain.
+pub(super) fn through_reshapes(
+    graph: &Graph,
+    mut value: ValueId,
+    reshapes: &[crate::graph::NodeId],
+) -> Option<ValueId> {
+    for id in reshapes {
+        let reshape = &graph.nodes()[id.0];
+        let reads_value = reshape.inputs.first() == Some(&Some(value));
+        let keeps_bytes = RESHAPE_LIKE.contains(&reshape.op_type.as_str());
+        if !keeps_bytes || !reshape.domain.is_empty() || !reads_value {
+            return None;
+        }
+        let [Some(next)] = reshape.outputs.as_slice() else {
+            return None;
+        };
+        value = *next;
+    }
+    Some(value)
 }

@@ -8,7 +8,8 @@
 //! slice runs no kernel (a recurrent layer's steps read their input projections this way).
 //! Reads of the view share the input's lifetime in the memory plan, as reshape aliases do.
 
-use crate::fusion::{Group, GroupKind, Specialization, RESHAPE_LIKE};
+use super::concat_in_place::through_reshapes;
+use crate::fusion::{Group, GroupKind, Specialization};
 use crate::graph::{Graph, ValueId};
 
 /// Places the output of `group` inside its input's buffer and returns true, when `group` is
@@ -51,20 +52,7 @@ fn view(graph: &Graph, spec: &Specialization, group: &Group) -> Option<(ValueId,
     let [Some(sliced)] = node.outputs.as_slice() else {
         return None;
     };
-    let mut out = *sliced;
-    for id in reshapes {
-        let reshape = &graph.nodes()[id.0];
-        if !RESHAPE_LIKE.contains(&reshape.op_type.as_str())
-            || !reshape.domain.is_empty()
-            || reshape.inputs.first() != Some(&Some(out))
-        {
-            return None;
-        }
-        let [Some(next)] = reshape.outputs.as_slice() else {
-            return None;
-        };
-        out = *next;
-    }
+    let out = through_reshapes(graph, *sliced, reshapes)?;
     if group.outputs != [out] {
         return None;
     }
