@@ -246,16 +246,43 @@ fn batched_winograd_convolutions_tile_every_image() {
 
 #[test]
 fn grouped_convolutions_are_products_batched_over_groups() {
-    // ResNeXt-like 3×3 with 4 groups, RegNet-like strided, ShuffleNet-like grouped 1×1.
+    // Direct, the pixels of every image gathered per group: window rows of 3 or more with
+    // groups of at least 16 output channels (odd image sizes), or of at least 4 at a stride
+    // (RegNet-like).
+    check(
+        17,
+        Case::plain(2, 48, 13, 96, 3, 1, 1).grouped(3),
+        "OffsetGather",
+    );
+    check(
+        18,
+        Case::plain(2, 64, 7, 64, 3, 1, 1).grouped(2),
+        "OffsetGather",
+    );
+    check(
+        10,
+        Case::plain(1, 24, 10, 24, 3, 2, 1).grouped(3),
+        "OffsetGather",
+    );
+    check(
+        16,
+        Case::plain(3, 40, 11, 40, 3, 2, 1).grouped(5),
+        "OffsetGather",
+    );
+    // Channels-first, one product per image and group over its batched im2col matrix:
+    // ResNeXt-like 3×3 with 4 groups of 12, groups of 4 output channels (ResNeXt's first
+    // stage), dilated, 7 groups of 2, a column window, a grouped 1×1 (ShuffleNet-like).
     check(9, Case::plain(2, 32, 9, 48, 3, 1, 1).grouped(4), "Im2Col");
-    check(10, Case::plain(1, 24, 10, 24, 3, 2, 1).grouped(3), "Im2Col");
-    check(11, Case::plain(3, 12, 7, 18, 1, 1, 0).grouped(3), "MatMul");
+    check(13, Case::plain(2, 64, 9, 64, 3, 1, 1).grouped(16), "Im2Col");
     let mut dilated = Case::plain(2, 8, 12, 8, 3, 1, 2).grouped(2);
     dilated.dilation = [2, 2];
     check(12, dilated, "Im2Col");
-    // Groups of 4 output channels (ResNeXt's first stage), and 7 groups of 2.
-    check(13, Case::plain(2, 64, 9, 64, 3, 1, 1).grouped(16), "Im2Col");
     check(14, Case::plain(1, 14, 6, 14, 3, 1, 1).grouped(7), "Im2Col");
+    let mut column = Case::plain(2, 16, 9, 16, 3, 1, 1).grouped(4);
+    column.kernel = [3, 1];
+    column.pads = [1, 0, 1, 0];
+    check(19, column, "Im2Col");
+    check(11, Case::plain(3, 12, 7, 18, 1, 1, 0).grouped(3), "Im2Col");
 }
 
 #[test]

@@ -134,6 +134,18 @@ fn im2col_definitions_agree_with_eval() {
         &[floats(&[3, 2, 11], 3).cast(DType::F16)],
         0.0,
     );
+    // One column matrix per image.
+    check(
+        "Im2Col",
+        &[
+            ("kernel_shape", ints(&[3, 3])),
+            ("strides", ints(&[2, 1])),
+            ("pads", ints(&[1, 0, 1, 1])),
+            ("batched", Attribute::Int(1)),
+        ],
+        &[floats(&[3, 4, 9, 7], 5)],
+        0.0,
+    );
     // Quantized activations padded with their zero point.
     check(
         "Im2Col",

@@ -165,6 +165,11 @@ fn operand_a_layout(anchor: &AnchorInfo, batched: bool, gather_in_place: bool) -
                 prologue_layout(axes, value)
             }
         }
+        Some(Some(AnchorOperand::Prologue { .. }))
+            if batched && gather_in_place && reads_offset_tables(anchor) =>
+        {
+            ALayout::InPlace
+        }
         Some(Some(AnchorOperand::Prologue { axes, value })) => prologue_layout(axes, value),
         _ => ALayout::RowMajor,
     }

@@ -7,7 +7,10 @@
 //! holding the element of image `n` the window at `o` reads at kernel position `k` of channel
 //! `c`, or the attribute `padding_value` (an integer, default 0) in the padding. `X` is a float
 //! tensor, or `uint8` (quantized activations, padded with their zero point). The window geometry is the convolution's
-//! ([`hidet_graph::kernels::window`]) with explicit pads.
+//! ([`hidet_graph::kernels::window`]) with explicit pads. With the attribute `batched` = 1,
+//! `Col` is `[N, C·∏k, ∏o]` instead, one column matrix per image, `Col[n, r, o]`: a product
+//! batched over the images then finds each column's image as its batch index, never by
+//! dividing the column by the image's pixel count.
 //!
 //! The operator is internal (domain [`HIDET_DOMAIN`]): the implicit-GEMM pass creates it in
 //! front of a matrix product, whose kernel inlines its compute definition into the loads of
@@ -34,6 +37,8 @@ struct Im2Col {
     window: WindowAttrs,
     /// The value of the padding.
     padding: i64,
+    /// One column matrix per image, `[N, C·∏k, ∏o]`.
+    batched: bool,
 }
 
 /// The element types `Im2Col` takes.
@@ -55,9 +60,20 @@ pub fn register(r: &mut Registry) {
                     format!("must be a uint8 value, got {padding}"),
                 ));
             }
+            let batched = match c.attrs.int_or("batched", 0)? {
+                0 => false,
+                1 => true,
+                other => {
+                    return Err(OpError::attr(
+                        "batched",
+                        format!("must be 0 or 1, got {other}"),
+                    ))
+                }
+            };
             Ok(Box::new(Im2Col {
                 window: WindowSpec::explicit(c.attrs, "Im2Col")?,
                 padding,
+                batched,
             }))
         },
     );
@@ -74,6 +90,20 @@ impl Im2Col {
         }
         self.window.resolve(&xs[2..])
     }
+
+    /// The shape of `Col` for `batch` images of `rows` rows (`C·∏k`) of `pixels` columns.
+    fn output_shape<T: Copy + std::ops::Mul<Output = T>>(
+        &self,
+        batch: T,
+        rows: T,
+        pixels: T,
+    ) -> Vec<T> {
+        if self.batched {
+            vec![batch, rows, pixels]
+        } else {
+            vec![rows, batch * pixels]
+        }
+    }
 }
 
 impl Operator for Im2Col {
@@ -84,12 +114,12 @@ impl Operator for Im2Col {
         let shape = match x.ty.fixed_shape() {
             Some(xs) => {
                 let g = self.geometry(&xs)?;
-                vec![
-                    Dim::Fixed(xs[1] * kernel),
-                    Dim::Fixed(xs[0] * g.output_size()),
-                ]
+                self.output_shape(xs[0], xs[1] * kernel, g.output_size())
+                    .into_iter()
+                    .map(Dim::Fixed)
+                    .collect()
             }
-            None => vec![Dim::Unknown, Dim::Unknown],
+            None => vec![Dim::Unknown; if self.batched { 3 } else { 2 }],
         };
         Ok(vec![TensorType {
             dtype: x.ty.dtype,
@@ -106,21 +136,34 @@ impl Operator for Im2Col {
         let offsets = g.offsets()?;
         let xv = x.to_f64_vec();
         let mut col = Vec::with_capacity(channels * nk * batch * no);
-        for c in 0..channels {
-            for k in 0..nk {
-                for n in 0..batch {
-                    let plane = &xv[(n * channels + c) * ni..][..ni];
-                    col.extend(offsets[k * no..][..no].iter().map(|&off| {
-                        if off < BEYOND_PADDING {
-                            plane[off]
-                        } else {
-                            self.padding as f64
-                        }
-                    }));
+        let mut push_row = |n: usize, c: usize, k: usize| {
+            let plane = &xv[(n * channels + c) * ni..][..ni];
+            col.extend(offsets[k * no..][..no].iter().map(|&off| {
+                if off < BEYOND_PADDING {
+                    plane[off]
+                } else {
+                    self.padding as f64
+                }
+            }));
+        };
+        if self.batched {
+            for n in 0..batch {
+                for c in 0..channels {
+                    for k in 0..nk {
+                        push_row(n, c, k);
+                    }
+                }
+            }
+        } else {
+            for c in 0..channels {
+                for k in 0..nk {
+                    for n in 0..batch {
+                        push_row(n, c, k);
+                    }
                 }
             }
         }
-        let shape = vec![channels * nk, batch * no];
+        let shape = self.output_shape(batch, channels * nk, no);
         let dtype = x.dtype();
         if dtype == DType::U8 {
             // Exact: every value is an input element or the padding, both in 0..=255.
@@ -134,13 +177,14 @@ impl Operator for Im2Col {
     }
 
     /// `Col[r, j] = x[n, c, o·s + k·d - pad]` (`padding_value` in the padding: a select on the
-    /// index bounds), with `(c, k…)` unraveled from `r` and `(n, o…)` from `j`.
+    /// index bounds), with `(c, k…)` unraveled from `r` and `(n, o…)` from `j`; batched,
+    /// `Col[n, r, j]` with `o…` unraveled from `j`.
     fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
         let x = input(inputs, 0)?;
         check_dtype(0, x.dtype, supported)?;
         let g = self.geometry(x.shape)?;
         let (batch, channels) = (x.shape[0], x.shape[1]);
-        let shape = [channels * g.kernel_size(), batch * g.output_size()];
+        let shape = self.output_shape(batch, channels * g.kernel_size(), g.output_size());
         if !fits_i32(&[x.shape, &shape]) {
             return Ok(None);
         }
@@ -150,12 +194,19 @@ impl Operator for Im2Col {
         let mut row_shape = vec![channels];
         row_shape.extend(&g.kernel);
         grid_def(vars, dtype, &shape, |i| {
-            let row = unravel(&i[0], &row_shape);
-            let mut column_shape = vec![batch];
-            column_shape.extend(&g.output);
-            let column = unravel(&i[1], &column_shape);
-            let read = window_read(&g, &column[1..], &row[1..]);
-            let mut idx = vec![column[0].clone(), row[0].clone()];
+            let (image, row, column) = match i {
+                [n, r, j] => (n.clone(), r, unravel(j, &g.output)),
+                [r, j] => {
+                    let mut column_shape = vec![batch];
+                    column_shape.extend(&g.output);
+                    let mut column = unravel(j, &column_shape);
+                    (column.remove(0), r, column)
+                }
+                _ => unreachable!("the grid has the rank of `output_shape`, 2 or 3"),
+            };
+            let row = unravel(row, &row_shape);
+            let read = window_read(&g, &column, &row[1..]);
+            let mut idx = vec![image, row[0].clone()];
             idx.extend(read.index);
             let padding = if self.padding == 0 {
                 Expr::zero(dtype)
@@ -227,6 +278,53 @@ mod tests {
             })])
             .unwrap();
         assert_eq!(inferred[0], TensorType::fixed(DType::F32, &[c * 6, cols]));
+    }
+
+    #[test]
+    fn batched_columns_are_one_matrix_per_image() {
+        let (n, c, h, w) = (2usize, 3usize, 5usize, 4usize);
+        let xv: Vec<f32> = (0..n * c * h * w).map(|i| 0.5 * i as f32 - 7.3).collect();
+        let x = Tensor::new(vec![n, c, h, w], xv).unwrap();
+        let attrs = |batched: i64| {
+            vec![
+                ("kernel_shape", Attribute::Ints(vec![3, 3])),
+                ("pads", Attribute::Ints(vec![1, 1, 1, 1])),
+                ("batched", Attribute::Int(batched)),
+            ]
+        };
+        let flat = build(&attrs(0))
+            .unwrap()
+            .eval(&[Some(&x)])
+            .unwrap()
+            .remove(0);
+        let op = build(&attrs(1)).unwrap();
+        let batched = op.eval(&[Some(&x)]).unwrap().remove(0);
+        let (rows, pixels) = (c * 9, h * w);
+        assert_eq!(flat.shape(), &[rows, n * pixels]);
+        assert_eq!(batched.shape(), &[n, rows, pixels]);
+        let (flat, batched) = (
+            flat.as_slice::<f32>().unwrap(),
+            batched.as_slice::<f32>().unwrap(),
+        );
+        for ni in 0..n {
+            for r in 0..rows {
+                for o in 0..pixels {
+                    let want = flat[r * n * pixels + ni * pixels + o];
+                    assert_eq!(batched[(ni * rows + r) * pixels + o], want);
+                }
+            }
+        }
+        let ty = TensorType::fixed(DType::F32, &[n, c, h, w]);
+        let input = InferInput {
+            ty: &ty,
+            value: None,
+        };
+        let inferred = op.infer(&[Some(input)]).unwrap();
+        assert_eq!(
+            inferred[0],
+            TensorType::fixed(DType::F32, &[n, rows, pixels])
+        );
+        assert!(build(&attrs(2)).is_err());
     }
 
     #[test]

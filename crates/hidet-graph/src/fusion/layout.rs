@@ -14,8 +14,10 @@ pub enum StoredLayout {
     /// columns past `N` of the last panel are padding).
     ColumnPanels { width: usize },
     /// The output `[R, C]` gathers its first input `X` at separable flat offsets held by its
-    /// second and third inputs, 1-D tables `rows` and `cols`: `out[r, c] = X.flat[rows[r] +
-    /// cols[c]]` (a direct convolution's pixels as rows).
+    /// second and third inputs, a 1-D table `rows` and a table `cols`: `out[r, c] =
+    /// X.flat[rows[r] + cols[c]]` (a direct convolution's pixels as rows); with `cols` 2-D,
+    /// `[G, C]`, the output is `[G, R, C]`, `out[g, r, c] = X.flat[rows[r] + cols[g, c]]` (a
+    /// grouped one's, batched over the groups).
     OffsetGather,
 }
 

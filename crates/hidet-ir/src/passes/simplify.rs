@@ -275,7 +275,11 @@ fn collect_facts(cond: &Expr, holds: bool, ranges: &VarRanges, out: &mut Vec<(Su
             let Some(c) = bound_of(other, ranges).as_const() else {
                 return;
             };
-            let op = if holds { Some(op) } else { negate(op) };
+            let op = if holds {
+                Some(op)
+            } else {
+                negate(op).or((op == BinaryOp::Eq).then_some(BinaryOp::Ne))
+            };
             let range = match op {
                 Some(BinaryOp::Lt) => Interval {
                     lo: None,
@@ -294,6 +298,25 @@ fn collect_facts(cond: &Expr, holds: bool, ranges: &VarRanges, out: &mut Vec<(Su
                     hi: None,
                 },
                 Some(BinaryOp::Eq) => Interval::exact(c),
+                Some(BinaryOp::Ne) => {
+                    // Only an end of the subject's range can be cut off: `j != 4` for `j` in
+                    // `[0, 4]` (a template's full tiles beside its edge tile) is `j ≤ 3`.
+                    let current = match &subject {
+                        Subject::Var(v) => ranges.var(v),
+                        Subject::Builtin(b) => ranges.builtin(*b),
+                    };
+                    match (current.lo, current.hi) {
+                        (_, Some(hi)) if hi == c => Interval {
+                            lo: None,
+                            hi: c.checked_sub(1),
+                        },
+                        (Some(lo), _) if lo == c => Interval {
+                            lo: c.checked_add(1),
+                            hi: None,
+                        },
+                        _ => return,
+                    }
+                }
                 _ => return,
             };
             out.push((subject, range));
@@ -1039,6 +1062,57 @@ mod tests {
         assert_eq!(e, x.expr());
         let e = simplify_expr(&((&x * 8 + (&tid % 8)) % 8), &r);
         assert_eq!(e, &tid & Expr::int(7));
+    }
+
+    /// The full tiles beside a template's edge tile, `if j == 4 { edge } else { full }` for a
+    /// tile index `j` in `[0, 4]`: in the else branch `j ≤ 3`, so a column `48·j + t` (`t <
+    /// 48`) stays below 196 and its division by 196 is 0.
+    #[test]
+    fn an_inequality_with_an_end_of_its_range_narrows_the_range() {
+        let (j, t, y) = (
+            Var::new("j", DataType::I32),
+            Var::new("t", DataType::I32),
+            Var::new("y", DataType::I32),
+        );
+        let column = (&j * 48 + &t) / 196;
+        let assign = |value: Expr| Stmt::Assign {
+            var: y.clone(),
+            value,
+        };
+        let branch = Stmt::If {
+            cond: j.expr().eq(4),
+            then_body: Box::new(assign(column.clone())),
+            else_body: Some(Box::new(assign(column.clone()))),
+        };
+        let mut r = VarRanges::new();
+        r.set(&j, Interval::below(5));
+        r.set(&t, Interval::below(48));
+        let Stmt::If {
+            then_body,
+            else_body: Some(else_body),
+            ..
+        } = simplify_stmt(&branch, &mut r)
+        else {
+            panic!("the branch stays");
+        };
+        assert_ne!(
+            *then_body,
+            assign(Expr::int(0)),
+            "the edge tile reaches 196"
+        );
+        assert_eq!(*else_body, assign(Expr::int(0)));
+        // A value inside the range narrows nothing.
+        let inside = Stmt::If {
+            cond: j.expr().eq(2),
+            then_body: Box::new(Stmt::nop()),
+            else_body: Some(Box::new(assign(column.clone()))),
+        };
+        let Stmt::If { then_body, .. } = simplify_stmt(&inside, &mut r) else {
+            panic!("the branch stays");
+        };
+        assert!(
+            matches!(*then_body, Stmt::Assign { ref value, .. } if *value == simplify_expr(&column, &r))
+        );
     }
 
     #[test]

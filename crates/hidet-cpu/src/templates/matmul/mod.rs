@@ -106,9 +106,9 @@ pub fn batch_matmul_f32(
     batch_matmul_f32_with_layout(name, shape, ALayout::RowMajor, schedule)
 }
 
-/// [`batch_matmul_f32`] for an `A` whose memory layout is `a_layout`: only the packing
-/// orders [`ALayout::RowMajor`] and [`ALayout::ColumnMajor`] apply to a batch; the others
-/// are refused.
+/// [`batch_matmul_f32`] for an `A` whose memory layout is `a_layout`: the packing orders
+/// [`ALayout::RowMajor`] and [`ALayout::ColumnMajor`] and [`ALayout::InPlace`] (a batch of
+/// gathered operands, a grouped direct convolution) apply to a batch; panels are refused.
 pub fn batch_matmul_f32_with_layout(
     name: &str,
     shape: &MatmulShape,
@@ -129,9 +129,9 @@ pub fn batch_matmul_f32_with_layouts(
     layouts: Layouts,
     schedule: &MatmulSchedule,
 ) -> Result<Function, TemplateError> {
-    if !matches!(layouts.a, ALayout::RowMajor | ALayout::ColumnMajor) {
+    if let ALayout::Panels { .. } = layouts.a {
         return Err(TemplateError::InvalidShape(format!(
-            "a batch matmul packs A; {:?} needs a rank-2 product",
+            "a batch matmul reads no A panels; {:?} needs a rank-2 product",
             layouts.a
         )));
     }
