@@ -13,9 +13,10 @@
 //! kernel over several images is instead a product batched over them, `MatMul(Wmat[1, OC,
 //! C], Reshape(X, [N, C, ∏d]))`, with nothing transposed, unless each image has few pixels,
 //! see `few_pixels`). A grouped
-//! convolution (`group = G`, not depthwise, see [`super::channels_last`]) is a product
-//! batched over the groups, `MatMul(Wmat[G, OC/G, C/G·∏k], Reshape(Col, [G, C/G·∏k, N·∏o]))`,
-//! reshaped back to `[OC, N·∏o]`.
+//! convolution (`group = G`, not depthwise, see [`super::channels_last`]) is one product per
+//! image and group, `MatMul(Wmat[N·G, OC/G, C/G·∏k], hidet::Im2Col(Reshape(X, [N·G, C/G, d…]);
+//! batched))`, `[N, OC, ∏o]` (see `grouped_product`), or a direct one batched over the groups
+//! (see `grouped_direct`).
 //!
 //! Ungrouped, the product can also have the pixels of every image as rows and be stored
 //! channels-last, `Transpose(Reshape(Add(MatMul(Xl, WmatT), B[1, OC]), [N, o…, OC]),
@@ -135,7 +136,7 @@ struct Plan {
     /// Images in the batch (`N`).
     batch: usize,
     channels: usize,
-    /// Groups (`G`); a grouped product is always channels-first.
+    /// Groups (`G`); a grouped product is channels-first unless direct ([`grouped_direct`]).
     group: usize,
     geometry: Geometry,
     /// Store the product channels-last, `[N, o…, OC]`, behind a `to_first` transpose.

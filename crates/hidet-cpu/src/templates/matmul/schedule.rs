@@ -58,8 +58,8 @@ pub enum BLayout {
     RowMajor,
     /// Panels of [`B_PANEL_WIDTH`] columns, `Bp[⌈N / 16⌉, K, 16]` with `B[k, j] =
     /// Bp[j / 16, k, j % 16]` (padded with anything past `N`): the micro-kernel reads its
-    /// vectors in place and nothing is packed. Rank-2 products only, and SIMD widths that
-    /// divide the panel width.
+    /// vectors in place and nothing is packed (a batched product: one such tensor per batch,
+    /// `Bp[b, ⌈N / 16⌉, K, 16]`). SIMD widths that divide the panel width only.
     Panels,
 }
 
