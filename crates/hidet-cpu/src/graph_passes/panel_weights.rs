@@ -66,7 +66,7 @@ impl GraphPass for PanelConstantWeights {
 
     fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
         let mut rw = Rewriter::with_registry(graph, crate::graph_ops::registry());
-        let mut stored: HashMap<(ValueId, bool), ValueId> = HashMap::new();
+        let mut stored: HashMap<(ValueId, bool, bool), ValueId> = HashMap::new();
         for i in 0..rw.graph().nodes().len() {
             let g = rw.graph();
             let node = &g.nodes()[i];
@@ -84,19 +84,27 @@ impl GraphPass for PanelConstantWeights {
             let Some(plan) = plan(&rw, a, b, self.left_panel_rows) else {
                 continue;
             };
-            rw.focus(NodeId(i));
-            let (columns, panels) = (plan.columns, plan.panels);
             // Products of one weight (a recurrent layer's steps, a shared projection) read
-            // one copy of its panels, which stays in cache from one product to the next.
-            let source = (if plan.left { a } else { b }, plan.left);
+            // one copy of its panels, which stays in cache from one product to the next; the
+            // panels are computed once per weight.
+            let source = (
+                plan.matrix.value(),
+                plan.left,
+                matches!(plan.matrix, Matrix::Transposed(_)),
+            );
             let panels = match stored.get(&source) {
                 Some(&p) => p,
                 None => {
+                    let Some(panels) = plan.panels(&rw) else {
+                        continue;
+                    };
                     let p = rw.add_constant("weight_panels", panels);
                     stored.insert(source, p);
                     p
                 }
             };
+            rw.focus(NodeId(i));
+            let columns = plan.columns;
             let mut attrs = Attributes::new();
             attrs.insert("columns", Attribute::Int(columns as i64));
             attrs.insert("width", Attribute::Int(plan.width as i64));
@@ -126,7 +134,38 @@ struct Plan {
     columns: usize,
     /// Columns per panel.
     width: usize,
-    panels: Tensor,
+    /// The constant the panels' matrix is read from.
+    matrix: Matrix,
+}
+
+/// Where the panels' matrix comes from: a constant as it is (a right operand, or the stored
+/// `Wᵀ` of a left operand given as `Transpose(Wᵀ)`), or a constant left operand `W`, transposed.
+enum Matrix {
+    AsStored(ValueId),
+    Transposed(ValueId),
+}
+
+impl Matrix {
+    /// The constant read.
+    fn value(&self) -> ValueId {
+        match self {
+            Matrix::AsStored(v) | Matrix::Transposed(v) => *v,
+        }
+    }
+}
+
+impl Plan {
+    /// The panels of the plan's matrix (`None` if the constant cannot be read as f32).
+    fn panels(&self, rw: &Rewriter) -> Option<Tensor> {
+        let w = rw.constant(self.matrix.value())?;
+        match self.matrix {
+            Matrix::AsStored(_) => to_panels(w, self.width),
+            Matrix::Transposed(_) => match *w.shape() {
+                [rows, cols] => to_panels(&transposed(w, rows, cols).ok()?, self.width),
+                _ => None,
+            },
+        }
+    }
 }
 
 /// The plan for `MatMul(a, b)`, when one operand is a wide enough constant and the other a
@@ -141,27 +180,27 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId, left_rows: usize) -> Option<Plan>
             && rw.constant(v).is_none()
     };
     let is_matrix = |v: ValueId| is_variable(v, 2);
-    let wide = |t: &Tensor| matches!(*t.shape(), [.., k, n] if k > 0 && n >= PANEL_WIDTH);
+    let wide = |shape: &[usize]| matches!(*shape, [.., k, n] if k > 0 && n >= PANEL_WIDTH);
     // A matrix beside a matrix, or a batch of matrices beside a batch.
     let right_rank = |w: &Tensor| Some(w.shape().len()).filter(|r| matches!(r, 2 | 3));
     if let Some(w) = rw
         .constant(b)
-        .filter(|w| wide(w) && right_rank(w).is_some_and(|rank| is_variable(a, rank)))
+        .filter(|w| wide(w.shape()) && right_rank(w).is_some_and(|rank| is_variable(a, rank)))
     {
         return Some(Plan {
             left: false,
             columns: *w.shape().last()?,
             width: PANEL_WIDTH,
-            panels: to_panels(w, PANEL_WIDTH)?,
+            matrix: Matrix::AsStored(b),
         });
     }
     if !is_matrix(b) {
         return None;
     }
     // `Wᵀ` (`[K, M]`) of a left operand `W` given as `Transpose(Wᵀ)` or as a constant.
-    let w_t = match rw.constant(a) {
+    let (matrix, w_t_shape) = match rw.constant(a) {
         Some(w) => match *w.shape() {
-            [rows, cols] => transposed(w, rows, cols).ok()?,
+            [rows, cols] => (Matrix::Transposed(a), [cols, rows]),
             _ => return None,
         },
         None => {
@@ -172,15 +211,18 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId, left_rows: usize) -> Option<Plan>
             if node.op_type != "Transpose" || !node.domain.is_empty() || !swaps {
                 return None;
             }
-            rw.constant(node.inputs.first().copied().flatten()?)?
-                .clone()
+            let stored = node.inputs.first().copied().flatten()?;
+            match *rw.constant(stored)?.shape() {
+                [rows, cols] => (Matrix::AsStored(stored), [rows, cols]),
+                _ => return None,
+            }
         }
     };
-    wide(&w_t).then_some(())?;
+    wide(&w_t_shape).then_some(())?;
     Some(Plan {
         left: true,
-        columns: w_t.shape()[1],
+        columns: w_t_shape[1],
         width: left_rows,
-        panels: to_panels(&w_t, left_rows)?,
+        matrix,
     })
 }

@@ -257,7 +257,7 @@ impl Steps<'_> {
             for state in &finals {
                 let v = match if slot == 1 { state.h } else { state.c } {
                     Some(v) => v,
-                    None => self.zeros(&[batch, hidden])?,
+                    None => self.zeros(&[batch, hidden]),
                 };
                 parts.push(self.reshape(v, &[1, batch, hidden])?);
             }
@@ -294,7 +294,7 @@ impl Steps<'_> {
             if lbr {
                 rb_h = Some(self.slice(rb, 0, 2 * h, 3 * h)?);
                 let keep: Vec<f32> = (0..gh).map(|j| f32::from(j < 2 * h)).collect();
-                let keep = self.constant(&[gh], keep)?;
+                let keep = self.constant(&[gh], keep);
                 rb = self.op("Mul", &[rb, keep])?;
             }
             let bias = self.op("Add", &[wb, rb])?;
@@ -367,7 +367,7 @@ impl Steps<'_> {
         };
         let valid = self.op("Less", &[now, lens])?;
         let valid = self.reshape(valid, &[l.batch, 1])?;
-        let zero = self.scalar(0.0)?;
+        let zero = self.scalar(0.0);
         let y = self.op("Where", &[valid, h, zero])?;
         let keep = |prev: Option<ValueId>| prev.unwrap_or(zero);
         let h = self.op("Where", &[valid, h, keep(state.h)])?;
@@ -400,7 +400,7 @@ impl Steps<'_> {
         let mut c = self.op("Mul", &[i, cand])?;
         if let Some(c_prev) = state.c {
             let f = if input_forget {
-                let one = self.scalar(1.0)?;
+                let one = self.scalar(1.0);
                 self.op("Sub", &[one, i])?
             } else {
                 let mut gate_f = self.gate(pre, 2)?;
@@ -475,7 +475,7 @@ impl Steps<'_> {
                 self.op("Add", &[n, kept])
             }
             None => {
-                let one = self.scalar(1.0)?;
+                let one = self.scalar(1.0);
                 let keep = self.op("Sub", &[one, z])?;
                 self.op("Mul", &[keep, n])
             }
@@ -508,7 +508,7 @@ impl Steps<'_> {
     fn activate(&mut self, x: ValueId, act: Act) -> Result<ValueId, GraphError> {
         let x = match self.layer.spec.clip {
             Some(c) => {
-                let (lo, hi) = (self.scalar(-c as f32)?, self.scalar(c as f32)?);
+                let (lo, hi) = (self.scalar(-c as f32), self.scalar(c as f32));
                 self.op("Clip", &[x, lo, hi])?
             }
             None => x,
@@ -538,12 +538,12 @@ impl Steps<'_> {
                 self.rw.add_op("HardSigmoid", attrs, &[x])
             }
             Act::Affine(a, b) => {
-                let (a, b) = (self.scalar(a as f32)?, self.scalar(b as f32)?);
+                let (a, b) = (self.scalar(a as f32), self.scalar(b as f32));
                 let ax = self.op("Mul", &[x, a])?;
                 self.op("Add", &[ax, b])
             }
             Act::ScaledTanh(a, b) => {
-                let (a, b) = (self.scalar(a as f32)?, self.scalar(b as f32)?);
+                let (a, b) = (self.scalar(a as f32), self.scalar(b as f32));
                 let bx = self.op("Mul", &[x, b])?;
                 let t = self.op("Tanh", &[bx])?;
                 self.op("Mul", &[t, a])
@@ -613,17 +613,18 @@ impl Steps<'_> {
         self.rw.add_op("Concat", attrs, parts)
     }
 
-    fn scalar(&mut self, v: f32) -> Result<ValueId, GraphError> {
-        Ok(self.rw.add_constant("rnn_scalar", Tensor::scalar(v)))
+    fn scalar(&mut self, v: f32) -> ValueId {
+        self.rw.add_constant("rnn_scalar", Tensor::scalar(v))
     }
 
-    fn constant(&mut self, shape: &[usize], values: Vec<f32>) -> Result<ValueId, GraphError> {
+    /// A constant of `shape`; `values` must hold as many elements as the shape.
+    fn constant(&mut self, shape: &[usize], values: Vec<f32>) -> ValueId {
         let tensor = Tensor::new(shape.to_vec(), values)
             .expect("callers pass as many values as the shape holds");
-        Ok(self.rw.add_constant("rnn_constant", tensor))
+        self.rw.add_constant("rnn_constant", tensor)
     }
 
-    fn zeros(&mut self, shape: &[usize]) -> Result<ValueId, GraphError> {
+    fn zeros(&mut self, shape: &[usize]) -> ValueId {
         self.constant(shape, vec![0.0; shape.iter().product()])
     }
 }
