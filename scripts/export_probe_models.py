@@ -77,6 +77,9 @@ NAME (file written as OUT_DIR/<file>.onnx):
   nms         nms_b1                detection post-processing written here: conv head, box decode,
                                     NonMaxSuppression over 3 classes (data-dependent output count),
                                     Gather of the kept boxes, 1x3x128x128
+  dpt         dpt_b1                transformers DPTForDepthEstimation, small ViT (reassemble stages
+                                    with ConvTranspose and strided Conv, residual fusion blocks,
+                                    align_corners bilinear x2 Resize), 1x3x224x224
 
 Benchmark them against ONNX Runtime with
   .venv/bin/python scripts/bench_peers.py --model OUT_DIR/<file>.onnx ... --no-ops --markdown
@@ -548,6 +551,11 @@ MODELS = {
     }),
     "melspec": ("melspec_b1", MelSpec, (1, 16000)),
     "nms": ("nms_b1", NmsHead, (1, 3, 128, 128)),
+    "dpt": ("dpt_b1", lambda: hf(
+        "DPTForDepthEstimation", "DPTConfig", ["pixel_values"], hidden_size=192, num_hidden_layers=4,
+        num_attention_heads=3, intermediate_size=768, image_size=224, patch_size=16,
+        backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[48, 96, 192, 384], fusion_hidden_size=64,
+        head_in_index=-1), {"pixel_values": lambda: torch.randn(1, 3, 224, 224)}),
 }
 
 
