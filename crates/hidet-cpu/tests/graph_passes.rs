@@ -471,6 +471,68 @@ mod channels_last {
         ];
         assert_same_outputs(&before, &after, &inputs, 0.0);
     }
+
+    /// A Mix-FFN's `Transpose(to_first) → Reshape([N, C, HW]) → GELU → Transpose([0, 2, 1])`
+    /// (a vision transformer's depthwise convolution between its products): after sinking and
+    /// simplifying, no transpose is left; a reshape that does not flatten the pixels alone
+    /// keeps its transpose.
+    #[test]
+    fn a_flattening_reshape_lets_the_transposes_around_an_activation_cancel() {
+        let mut rng = Rng::new(35);
+        let mut b = GraphBuilder::new("g");
+        b.input("a", f32_input(&[2, 4, 6, 5]));
+        b.node(node(
+            "Transpose",
+            17,
+            &["a"],
+            &["t"],
+            attrs(vec![("perm", ints(&[0, 3, 1, 2]))]),
+        ));
+        b.initializer("flat", Tensor::new(vec![3], vec![2i64, 5, 24]).unwrap());
+        b.node(node(
+            "Reshape",
+            17,
+            &["t", "flat"],
+            &["f"],
+            Attributes::new(),
+        ));
+        b.initializer("half", Tensor::scalar(0.5f32));
+        b.node(node("Mul", 17, &["f", "half"], &["h"], Attributes::new()));
+        b.node(node("Erf", 17, &["h"], &["e"], Attributes::new()));
+        b.node(node(
+            "Transpose",
+            17,
+            &["e"],
+            &["y"],
+            attrs(vec![("perm", ints(&[0, 2, 1]))]),
+        ));
+        b.initializer("other", Tensor::new(vec![3], vec![2i64, 20, 6]).unwrap());
+        b.node(node(
+            "Reshape",
+            17,
+            &["t", "other"],
+            &["z"],
+            Attributes::new(),
+        ));
+        b.output("y");
+        b.output("z");
+        let before = build(b);
+        let after = run_then_dce(&SinkTransposes, before.clone());
+        let after = run_then_dce(&hidet_graph::passes::SimplifyChains, after);
+        let transposes = after
+            .nodes()
+            .iter()
+            .filter(|n| n.op_type == "Transpose")
+            .count();
+        assert_eq!(
+            transposes,
+            1,
+            "only `z`'s transpose stays: {:?}",
+            ops(&after)
+        );
+        let inputs = vec![("a".to_string(), rng.f32s(&[2, 4, 6, 5]))];
+        assert_same_outputs(&before, &after, &inputs, 0.0);
+    }
 }
 
 mod panel_weights {

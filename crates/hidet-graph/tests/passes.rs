@@ -951,6 +951,59 @@ mod resolve {
         ];
         assert_same_outputs(&before, &after, &inputs, 1e-6);
     }
+
+    /// A 2-D left operand against a batched right one (a filterbank applied to spectrograms):
+    /// a plain 2-D product for a batch of one, else the matrix broadcast as a batch of one
+    /// against one batch axis.
+    #[test]
+    fn a_matrix_times_a_batch_is_a_product_the_template_takes() {
+        let mut rng = Rng::new(43);
+        let mut b = GraphBuilder::new("g");
+        b.input("one", f32_input(&[1, 7, 9]));
+        b.input("many", f32_input(&[2, 3, 7, 4]));
+        b.initializer("w", rng.f32s(&[5, 7]));
+        b.node(node(
+            "MatMul",
+            17,
+            &["w", "one"],
+            &["o1"],
+            Attributes::new(),
+        ));
+        b.node(node(
+            "MatMul",
+            17,
+            &["w", "many"],
+            &["o2"],
+            Attributes::new(),
+        ));
+        b.output("o1");
+        b.output("o2");
+        let before = build(b);
+        let after = run_then_dce(&FlattenBatchedMatMul, before.clone());
+        let shapes: Vec<Vec<Vec<usize>>> = after
+            .nodes()
+            .iter()
+            .filter(|n| n.op_type == "MatMul")
+            .map(|n| {
+                n.inputs
+                    .iter()
+                    .map(|v| after.value(v.unwrap()).ty.fixed_shape().unwrap())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            shapes,
+            vec![
+                vec![vec![5, 7], vec![7, 9]],
+                vec![vec![1, 5, 7], vec![6, 7, 4]]
+            ]
+        );
+        let inputs = vec![
+            ("one".to_string(), rng.f32s(&[1, 7, 9])),
+            ("many".to_string(), rng.f32s(&[2, 3, 7, 4])),
+        ];
+        assert_same_outputs(&before, &after, &inputs, 1e-6);
+    }
 }
 
 /// Convolution taps that read only padding are dropped: DeepLab's dilation-36 3×3 over a

@@ -317,6 +317,11 @@ fn depthwise_plan(rw: &Rewriter, n: NodeId) -> Option<DepthwisePlan> {
 /// inputs `s` broadcast alike either way), or, for a binary operator, a per-channel broadcast
 /// `c` ([`is_channel_broadcast`]), read as `Transpose(c, to_last)`. Transposes by other permutations are left where
 /// they are (the attention transposes of transformers keep their place as prologues).
+///
+/// A `Reshape` of a `to_first` transpose of `[N, d…, C]` to `[N, C, ∏d]` (the pixels
+/// flattened, as a vision transformer's Mix-FFN does after its depthwise convolution) becomes
+/// `Transpose(Reshape(x, [N, ∏d, C]), [0, 2, 1])`, which sinks further in the same way: the
+/// `[0, 2, 1]` transpose that usually follows the activations then cancels with it.
 pub struct SinkTransposes;
 
 impl GraphPass for SinkTransposes {
@@ -340,6 +345,19 @@ impl GraphPass for SinkTransposes {
                 }
                 continue;
             }
+            if node.domain.is_empty() && node.op_type == "Reshape" {
+                if let Some((x, y, rows)) = flattened_channels_last(g, NodeId(i), &sunk) {
+                    rw.focus(NodeId(i));
+                    let rows = rw.add_shape(&rows);
+                    let inner = rw.add_op("Reshape", Attributes::new(), &[x, rows])?;
+                    let swap = vec![0, 2, 1];
+                    let t = rw.add_op("Transpose", perm_attrs(swap.clone()), &[inner])?;
+                    rw.replace(y, t);
+                    rw.remove_node(NodeId(i));
+                    sunk.insert(y, (inner, swap));
+                }
+                continue;
+            }
             if !node.domain.is_empty() || !is_elementwise(&node.op_type) {
                 continue;
             }
@@ -357,7 +375,16 @@ impl GraphPass for SinkTransposes {
                 }
                 let (p, _) = g.value(v).producer?;
                 let perm = transpose_perm(g, p)?;
-                (perm == first).then(|| g.nodes()[p.0].inputs.first().copied().flatten())?
+                let input = g.nodes()[p.0].inputs.first().copied().flatten()?;
+                // A transpose undoing one sunk just before cancels with it (`SimplifyChains`)
+                // where it is: moving it would part the pair.
+                let undoes = |(_, q): &(ValueId, Vec<i64>)| {
+                    (0..q.len()).all(|i| usize::try_from(perm[i]).is_ok_and(|pi| q[pi] == i as i64))
+                };
+                if sunk.get(&input).is_some_and(undoes) {
+                    return None;
+                }
+                (perm == first).then_some(input)
             };
             let binary = BINARY.contains(&node.op_type.as_str());
             let mut inputs = Vec::with_capacity(node.inputs.len());
@@ -415,6 +442,38 @@ impl GraphPass for SinkTransposes {
         }
         rw.finish()
     }
+}
+
+/// For a `Reshape` node `n` of a `to_first` transpose (or of an operator sunk below one, in
+/// `sunk`) of channels-last data `x` of a static shape `[N, d…, C]` (two or more `d`) to `[N,
+/// C, ∏d]`: `x`, the reshape's output and the shape `[N, ∏d, C]` that reads `x` as rows.
+fn flattened_channels_last(
+    g: &Graph,
+    n: NodeId,
+    sunk: &HashMap<ValueId, (ValueId, Vec<i64>)>,
+) -> Option<(ValueId, ValueId, [usize; 3])> {
+    let node = &g.nodes()[n.0];
+    let (Some(Some(input)), [Some(y)]) = (node.inputs.first(), node.outputs.as_slice()) else {
+        return None;
+    };
+    let rank = rank_of(g, *input).filter(|r| *r >= 4)?;
+    let first = to_first(rank);
+    let x = match sunk.get(input) {
+        Some((src, perm)) => (*perm == first).then_some(*src)?,
+        None => {
+            let (p, _) = g.value(*input).producer?;
+            (transpose_perm(g, p)? == first).then_some(())?;
+            g.nodes()[p.0].inputs.first().copied().flatten()?
+        }
+    };
+    let shape = g.value(x).ty.fixed_shape()?;
+    let (batch, channels) = (shape[0], shape[rank - 1]);
+    let pixels: usize = shape[1..rank - 1].iter().product();
+    (g.value(*y).ty.fixed_shape()? == [batch, channels, pixels]).then_some((
+        x,
+        *y,
+        [batch, pixels, channels],
+    ))
 }
 
 /// For a `GlobalAveragePool` node `n` whose input is a `to_first` transpose (or an operator

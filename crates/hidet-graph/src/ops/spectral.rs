@@ -7,7 +7,8 @@
 //!   axis size; the signal is truncated or zero-padded to it): `X[k] = Σ_n x[n]·e^{∓2πikn/N}`,
 //!   the inverse (`inverse = 1`) using `+` and dividing by `N`. `onesided = 1` keeps bins
 //!   `0..=N/2` of a real input's forward transform.
-//! - STFT of `signal [batch, len, 1|2]` with `frame_step`, optional `window [W]` and
+//! - STFT of `signal [batch, len, 1|2]` (or a real `[batch, len]`, as PyTorch's exporter writes
+//!   it and ONNX Runtime accepts) with `frame_step`, optional `window [W]` and
 //!   `frame_length` (default `W`, or `len` without a window): `frames = 1 + (len - L) / step`
 //!   frames, each `x[f·step + n]·window[n]` for `n < L`, DFT of length `L`; output
 //!   `[batch, frames, L/2 + 1 (onesided, default) or L, 2]`.
@@ -74,13 +75,15 @@ fn dft(n: usize, bins: usize, inverse: bool, at: impl Fn(usize) -> Option<(f64, 
     let sign = if inverse { 1.0 } else { -1.0 };
     let scale = if inverse { 1.0 / n as f64 } else { 1.0 };
     let x: Vec<(f64, f64)> = (0..n).map(|j| at(j).unwrap_or((0.0, 0.0))).collect();
+    // The n angles `2π·m/n` once; `k·j` is reduced mod n first so each angle stays exact.
+    let turns: Vec<(f64, f64)> = (0..n)
+        .map(|m| (sign * 2.0 * PI * m as f64 / n as f64).sin_cos())
+        .collect();
     (0..bins)
         .map(|k| {
             let (mut re, mut im) = (0.0, 0.0);
             for (j, &(a, b)) in x.iter().enumerate() {
-                // Reduce k·j mod n first so the angle stays small and exact.
-                let ang = sign * 2.0 * PI * ((k * j) % n) as f64 / n as f64;
-                let (s, c) = ang.sin_cos();
+                let (s, c) = turns[(k * j) % n];
                 re += a * c - b * s;
                 im += a * s + b * c;
             }
@@ -229,7 +232,7 @@ impl Operator for Stft {
         check_dtype(0, x.ty.dtype, float)?;
         let value = |i: usize| infer_opt(inputs, i).and_then(|t| t.value);
         let (batch, len) = match x.ty.shape.as_deref() {
-            Some([b, l, _]) => (b.clone(), l.fixed()),
+            Some([b, l, _] | [b, l]) => (b.clone(), l.fixed()),
             _ => (Dim::Unknown, None),
         };
         let frame = match (infer_opt(inputs, 3), infer_opt(inputs, 2)) {
@@ -254,11 +257,15 @@ impl Operator for Stft {
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         let x = arg(inputs, 0)?;
         check_dtype(0, x.dtype(), float)?;
-        let &[batch, len, c] = x.shape() else {
-            return Err(OpError::Shape(format!(
-                "signal must be [batch, length, 1 or 2], got {:?}",
-                x.shape()
-            )));
+        let (batch, len, c) = match *x.shape() {
+            [batch, len, c] => (batch, len, c),
+            [batch, len] => (batch, len, 1),
+            _ => {
+                return Err(OpError::Shape(format!(
+                    "signal must be [batch, length, 1 or 2] (or a real [batch, length]), got {:?}",
+                    x.shape()
+                )))
+            }
         };
         if c != 1 && c != 2 {
             return Err(OpError::Shape(format!(

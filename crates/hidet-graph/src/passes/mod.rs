@@ -22,6 +22,7 @@ mod resolve_variants;
 pub mod rewrite;
 mod scatter_as_gather;
 mod simplify;
+mod stft_product;
 
 pub use batchnorm_fold::BatchNormFolding;
 pub(crate) use constant_fold::shape_of;
@@ -40,6 +41,7 @@ pub use resolve_variants::{FlattenBatchedMatMul, GemmToMatMul};
 pub use rewrite::Rewriter;
 pub use scatter_as_gather::{ScatterAsGather, MAX_SCATTER_PREFIXES};
 pub use simplify::{exact_cast, SimplifyChains};
+pub use stft_product::{StftAsProduct, MAX_STFT_BASIS};
 
 use crate::graph::{Graph, GraphError};
 
@@ -82,6 +84,9 @@ pub fn simplification_passes() -> Vec<Box<dyn GraphPass>> {
         // ScatterND with constant indices → Gather of the updates (+ Where): one read per
         // element instead of a comparison with every index tuple.
         Box::new(ScatterAsGather),
+        // STFT of a real signal with constant framing and window → the frames gathered and
+        // one product with the windowed transform's basis: a matrix kernel, not the host.
+        Box::new(StftAsProduct),
         // Gemm → MatMul (+ Add), constant weights pre-transposed and pre-scaled; before BN
         // folding so a BN after a Gemm folds into the MatMul weights.
         Box::new(GemmToMatMul),

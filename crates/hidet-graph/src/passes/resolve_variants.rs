@@ -140,8 +140,10 @@ fn node_error(node: &str, source: crate::operator::OpError) -> GraphError {
 /// matmul kernel with the weight as its right operand applies; and `MatMul(A, B)` with `A`
 /// `[d…, M, K]` and `B` `[d…, K, N]` of the same batch axes `d…` (two or more of them,
 /// static shapes; attention's per-head products) → `Reshape(MatMul(Reshape(A, [∏d, M, K]),
-/// Reshape(B, [∏d, K, N])), [d…, M, N])`, a batch matmul with one batch axis. Only views are
-/// added; no value changes.
+/// Reshape(B, [∏d, K, N])), [d…, M, N])`, a batch matmul with one batch axis; and `MatMul(W,
+/// B)` with a 2-D `W` `[M, K]` and a batched `B` `[d…, K, N]` → `W` broadcast as `[1, M, K]`
+/// against `B` as `[∏d, K, N]` (a 2-D product when `∏d = 1`). Only views are added; no value
+/// changes.
 pub struct FlattenBatchedMatMul;
 
 impl GraphPass for FlattenBatchedMatMul {
@@ -167,16 +169,21 @@ impl GraphPass for FlattenBatchedMatMul {
             let Some(shape) = g.value(a).ty.fixed_shape() else {
                 continue;
             };
-            let Some(wt) = rw.constant(w) else {
-                if let Some(b_shape) = g.value(w).ty.fixed_shape() {
-                    merge_batch_axes(&mut rw, NodeId(i), [a, w, y], [&shape, &b_shape])?;
-                }
+            let Some(w_shape) = g.value(w).ty.fixed_shape() else {
                 continue;
             };
-            if shape.len() < 3 || wt.rank() != 2 {
+            if shape.len() == 2 && w_shape.len() >= 3 {
+                broadcast_left_matrix(&mut rw, NodeId(i), [a, w, y], [&shape, &w_shape])?;
                 continue;
             }
-            let (k, n) = (wt.shape()[0], wt.shape()[1]);
+            if rw.constant(w).is_none() {
+                merge_batch_axes(&mut rw, NodeId(i), [a, w, y], [&shape, &w_shape])?;
+                continue;
+            }
+            if shape.len() < 3 || w_shape.len() != 2 {
+                continue;
+            }
+            let (k, n) = (w_shape[0], w_shape[1]);
             let rows: usize = shape[..shape.len() - 1].iter().product();
             if shape[shape.len() - 1] != k || rows == 0 || n == 0 {
                 continue;
@@ -197,6 +204,45 @@ impl GraphPass for FlattenBatchedMatMul {
         }
         rw.finish()
     }
+}
+
+/// The mixed-rank half of [`FlattenBatchedMatMul`] on node `at` (`y = MatMul(a, b)`, `a` a
+/// matrix `[M, K]`, `b` batched `[d…, K, N]`): `a` broadcast as `[1, M, K]` against `b` read
+/// as `[∏d, K, N]`, or, for a batch of one (`∏d = 1`), a plain 2-D product with `b` read as
+/// `[K, N]` (a log-mel filterbank applied to one spectrogram).
+fn broadcast_left_matrix(
+    rw: &mut Rewriter,
+    at: NodeId,
+    [a, b, y]: [ValueId; 3],
+    [sa, sb]: [&[usize]; 2],
+) -> Result<(), GraphError> {
+    let rb = sb.len();
+    let (m, k, n) = (sa[0], sa[1], sb[rb - 1]);
+    let batch: usize = sb[..rb - 2].iter().product();
+    if sb[rb - 2] != k || [batch, m, k, n].contains(&0) {
+        return Ok(());
+    }
+    let dims = |d: &[usize]| d.iter().map(|&v| v as i64).collect::<Vec<i64>>();
+    let mut out_shape = dims(&sb[..rb - 2]);
+    out_shape.extend([m as i64, n as i64]);
+    let name = rw.graph().nodes()[at.0].name.clone();
+    rw.focus(at);
+    let back = shape_const(rw, out_shape, &name)?;
+    let product = if batch == 1 {
+        let b2 = shape_const(rw, dims(&[k, n]), &name)?;
+        let b2 = rw.add_op("Reshape", Attributes::new(), &[b, b2])?;
+        rw.add_op("MatMul", Attributes::new(), &[a, b2])?
+    } else {
+        let a3 = shape_const(rw, dims(&[1, m, k]), &name)?;
+        let b3 = shape_const(rw, dims(&[batch, k, n]), &name)?;
+        let a3 = rw.add_op("Reshape", Attributes::new(), &[a, a3])?;
+        let b3 = rw.add_op("Reshape", Attributes::new(), &[b, b3])?;
+        rw.add_op("MatMul", Attributes::new(), &[a3, b3])?
+    };
+    let out = rw.add_op("Reshape", Attributes::new(), &[product, back])?;
+    rw.replace(y, out);
+    rw.remove_node(at);
+    Ok(())
 }
 
 /// The batch-matmul half of [`FlattenBatchedMatMul`] on node `at` (`y = MatMul(a, b)`); does

@@ -699,20 +699,43 @@ fn add(a: &Expr, b: &Expr, t: DataType) -> Option<Expr> {
     Some(with_const(x.as_ref(), c, t))
 }
 
-/// `(x / c) * c + x % c → x` (either operand order), exact for floor semantics.
+/// `e` as a floor division by a positive constant, `(x, c)`: `x / c`, or `x >> s` (`c = 2^s`,
+/// the same value under floor semantics, as [`strength_reduce`] writes it).
+fn as_div(e: &Expr) -> Option<(&Expr, i64)> {
+    match e.kind() {
+        ExprKind::Binary(BinaryOp::Div, x, c) => Some((x, c.as_int().filter(|&c| c > 0)?)),
+        ExprKind::Binary(BinaryOp::Shr, x, s) => {
+            let s = s.as_int().filter(|s| (0..=30).contains(s))?;
+            Some((x, 1 << s))
+        }
+        _ => None,
+    }
+}
+
+/// `e` as a floor modulo by a positive constant, `(x, c)`: `x % c`, or `x & (2^s − 1)` (`c =
+/// 2^s`, the same value under floor semantics).
+fn as_mod(e: &Expr) -> Option<(&Expr, i64)> {
+    match e.kind() {
+        ExprKind::Binary(BinaryOp::Mod, x, c) => Some((x, c.as_int().filter(|&c| c > 0)?)),
+        ExprKind::Binary(BinaryOp::BitAnd, x, m) => {
+            let c = m.as_int()?.checked_add(1)?;
+            (c > 1 && c & (c - 1) == 0 && c <= 1 << 30).then_some((x, c))
+        }
+        _ => None,
+    }
+}
+
+/// `(x / c) * c + x % c → x` (either operand order; the division and modulo in either of the
+/// forms [`as_div`] and [`as_mod`] read), exact for floor semantics.
 fn recombine_div_mod(a: &Expr, b: &Expr) -> Option<Expr> {
     let try_pair = |p: &Expr, q: &Expr| -> Option<Expr> {
         let ExprKind::Binary(BinaryOp::Mul, d, c1) = p.kind() else {
             return None;
         };
-        let ExprKind::Binary(BinaryOp::Div, x1, c2) = d.kind() else {
-            return None;
-        };
-        let ExprKind::Binary(BinaryOp::Mod, x2, c3) = q.kind() else {
-            return None;
-        };
+        let (x1, c2) = as_div(d)?;
+        let (x2, c3) = as_mod(q)?;
         let c = c1.as_int()?;
-        (c != 0 && c2.as_int() == Some(c) && c3.as_int() == Some(c) && x1 == x2).then(|| x1.clone())
+        (c != 0 && c2 == c && c3 == c && x1 == x2).then(|| x1.clone())
     };
     try_pair(a, b).or_else(|| try_pair(b, a))
 }
@@ -769,27 +792,18 @@ impl Linear {
     fn recombine_one(&mut self) -> Option<bool> {
         for i in 0..self.terms.len() {
             let (div, a) = &self.terms[i];
-            let ExprKind::Binary(BinaryOp::Div, x, outer) = div.kind() else {
-                continue;
-            };
-            let Some(outer) = outer.as_int().filter(|&c| c > 0) else {
+            let Some((x, outer)) = as_div(div) else {
                 continue;
             };
             let modulo = self.terms.iter().enumerate().find_map(|(j, (e, coeff))| {
-                let ExprKind::Binary(BinaryOp::Mod, y, c) = e.kind() else {
-                    return None;
-                };
-                let c = c.as_int().filter(|&c| c > 0)?;
+                let (y, c) = as_mod(e)?;
                 if *coeff == 0 || coeff.checked_mul(c)? != *a {
                     return None;
                 }
                 if y == x && c == outer {
                     return Some((j, x.clone(), *coeff));
                 }
-                let ExprKind::Binary(BinaryOp::Div, z, d) = y.kind() else {
-                    return None;
-                };
-                let d = d.as_int().filter(|&d| d > 0)?;
+                let (z, d) = as_div(y)?;
                 (z == x && d.checked_mul(c)? == outer).then(|| (j, y.clone(), *coeff))
             });
             if let Some((j, whole, m)) = modulo {
@@ -836,7 +850,7 @@ impl Linear {
 fn recombine_linear(a: &Expr, b: &Expr, t: DataType) -> Option<Expr> {
     let has_mod = |e: &Expr| {
         let mut found = false;
-        e.visit(&mut |x| found |= matches!(x.kind(), ExprKind::Binary(BinaryOp::Mod, _, _)));
+        e.visit(&mut |x| found |= as_mod(x).is_some());
         found
     };
     if !has_mod(a) && !has_mod(b) {
@@ -1138,6 +1152,8 @@ mod tests {
                     BinaryOp::Mul => x * y,
                     BinaryOp::Div => x.div_euclid(y),
                     BinaryOp::Mod => x.rem_euclid(y),
+                    BinaryOp::Shr => x >> y,
+                    BinaryOp::BitAnd => x & y,
                     other => panic!("unexpected operator {other:?}"),
                 }
             }
@@ -1199,6 +1215,25 @@ mod tests {
         for (av, bv) in [(0, 0), (5, 151), (-7, 3), (22499, 1), (100_000, 77)] {
             let env = HashMap::from([(a.clone(), av), (b.clone(), bv)]);
             assert_eq!(eval(&e, &env), eval(&offset, &env), "a={av} b={bv}");
+        }
+        // A power-of-two unravel simplified once (its divisions strength-reduced to shifts
+        // and masks) still recombines.
+        let x = a.expr() * 4 + (b.expr() % 4);
+        let mut r2 = VarRanges::new();
+        r2.set(&a, Interval::below(1000));
+        r2.set(&b, Interval::below(1000));
+        let once = simplify_expr(&(&x / 64 * 64 + &x % 64), &r2);
+        assert!(matches!(once.kind(), ExprKind::Binary(..)));
+        let shifted = (&x >> Expr::int(6)) * 64 + (&x & Expr::int(63));
+        assert_eq!(simplify_expr(&shifted, &r2), simplify_expr(&x, &r2));
+        // So does one whose variables' signs are unknown (a codegen's flat offset): floor
+        // division by 2^s is an arithmetic shift right.
+        let y = a.expr() * 3 + b.expr();
+        let outer = (&y >> Expr::int(4)) * 16 + (&y & Expr::int(15)) + a.expr() * 1000;
+        let e = simplify_expr(&outer, &r);
+        for (av, bv) in [(0, 0), (-5, 7), (9, -40), (123, 456)] {
+            let env = HashMap::from([(a.clone(), av), (b.clone(), bv)]);
+            assert_eq!(eval(&e, &env), av * 1003 + bv, "a={av} b={bv}");
         }
         // Digits that are not the outer two of one unravel stay as they are.
         let skewed = &f / (h * w) * (h * w) + (&f / w % (h + 1)) * w;
