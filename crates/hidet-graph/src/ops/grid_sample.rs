@@ -15,11 +15,20 @@
 //!
 //! A neighbour index outside the image reads 0 (`zeros`), the clamped index (`border`) or the
 //! reflected index (`reflection`). Opsets 16–19 take 4-D inputs only; 20+ any rank >= 3.
-//! Computed in f64.
+//! Computed in f64 by `eval`; the compute definition (2-D samples, `nearest` or `linear`,
+//! `zeros` or `border` padding: a spatial transformer's, an optical-flow warp's, deformable
+//! attention's sampling) computes the coordinates and weights in f32 (as PyTorch does), so a
+//! coordinate within f32 rounding of a tie may pick the other pixel.
 
 use crate::kernels::values::float_tensor;
-use crate::operator::{arg, infer_arg, InferInput, OpContext, OpError, Operator};
+use crate::operator::{
+    arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
+};
 use crate::ops::common::{check_dtype, float};
+use crate::ops::compute_util::{clamp, grid_def, input, math_dtype, placeholders};
+use hidet_ir::dtype::DataType;
+use hidet_ir::expr::Expr;
+use hidet_ir::intrinsic::MathFunc;
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
@@ -197,7 +206,122 @@ impl GridSample {
     }
 }
 
+impl GridSample {
+    /// The pixel coordinate of normalized `u` (an f32-or-wider expression of `math` type) on
+    /// an axis of size `d`, after rounding (`nearest`) and `border` padding, as
+    /// [`GridSample::coordinate`] computes it.
+    fn coordinate_expr(&self, u: Expr, d: usize, math: DataType) -> Expr {
+        let f = |v: f64| Expr::float_of(v, math);
+        let one = f(1.0);
+        let mut x = if self.align_corners {
+            (u + one) * f((d as f64 - 1.0) / 2.0)
+        } else {
+            ((u + one) * f(d as f64) - f(1.0)) * f(0.5)
+        };
+        if self.mode == Mode::Nearest {
+            x = Expr::math(MathFunc::Round, vec![x]);
+        }
+        if self.padding == Padding::Border {
+            let (lo, hi) = self.bounds(d);
+            let outside = x.lt(f(lo)).or(x.gt(f(hi)));
+            x = Expr::select(outside, clamp(x.clone(), f(0.0), f(d as f64 - 1.0)), x);
+        }
+        x
+    }
+
+    /// The value read at integer position `i` (`i32`) of axis `d` as [`GridSample::tap`]
+    /// maps it: the clamped index, and for `zeros` padding whether the position is inside.
+    fn tap_expr(&self, i: Expr, d: usize) -> (Expr, Option<Expr>) {
+        let last = Expr::int(d as i64 - 1);
+        let clamped = clamp(i.clone(), Expr::int(0), last.clone());
+        match self.padding {
+            Padding::Border => (clamped, None),
+            _ => (clamped, Some(i.ge(Expr::int(0)).and(i.le(last)))),
+        }
+    }
+
+    /// `Y[n, c, i, j]` for a 2-D sample (see the module docs), or `None` for the modes and
+    /// paddings only `eval` computes.
+    fn definition(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        let (x, grid) = (input(inputs, 0)?, input(inputs, 1)?);
+        check_dtype(0, x.dtype, float)?;
+        check_dtype(1, grid.dtype, float)?;
+        if self.mode == Mode::Cubic || self.padding == Padding::Reflection {
+            return Ok(None);
+        }
+        let (&[n, c, h, w], &[gn, oh, ow, 2]) = (x.shape, grid.shape) else {
+            return Ok(None);
+        };
+        if gn != n || h == 0 || w == 0 || i32::try_from(h.max(w)).is_err() {
+            return Ok(None);
+        }
+        let dtype = x.dtype.to_ir();
+        let math = math_dtype(dtype);
+        let vars = placeholders(inputs);
+        let (vx, vg) = (vars[0].clone(), vars[1].clone());
+        grid_def(vars, dtype, &[n, c, oh, ow], |o| {
+            let (b, ch, i, j) = (&o[0], &o[1], &o[2], &o[3]);
+            let at = |k: i64| vg.at([b.clone(), i.clone(), j.clone(), Expr::int(k)]).cast(math);
+            // Per axis (rows, then columns): the (index, inside?, weight) taps.
+            let axes = [(at(1), h), (at(0), w)].map(|(u, d)| {
+                let x = self.coordinate_expr(u, d, math);
+                // Positions are cast to integers within [-2, d + 1], where every one outside
+                // the image still reads outside it (and a NaN reads an edge): no cast of an
+                // out-of-range float.
+                let bounded = |v: Expr| {
+                    v.max(Expr::float_of(-2.0, math))
+                        .min(Expr::float_of(d as f64 + 1.0, math))
+                        .cast(DataType::I32)
+                };
+                match self.mode {
+                    Mode::Nearest => {
+                        let (idx, inside) = self.tap_expr(bounded(x), d);
+                        vec![(idx, inside, None)]
+                    }
+                    _ => {
+                        let floor = Expr::math(MathFunc::Floor, vec![x.clone()]);
+                        let t = x - floor.clone();
+                        let f0 = bounded(floor);
+                        let f1 = f0.clone() + Expr::int(1);
+                        let (i0, in0) = self.tap_expr(f0, d);
+                        let (i1, in1) = self.tap_expr(f1, d);
+                        let w0 = Expr::float_of(1.0, math) - t.clone();
+                        vec![(i0, in0, Some(w0)), (i1, in1, Some(t))]
+                    }
+                }
+            });
+            let mut sum: Option<Expr> = None;
+            for (r, r_in, r_w) in &axes[0] {
+                for (s, s_in, s_w) in &axes[1] {
+                    let read = vx.at([b.clone(), ch.clone(), r.clone(), s.clone()]).cast(math);
+                    let mut term = match (r_w, s_w) {
+                        (Some(a), Some(z)) => read * (a.clone() * z.clone()),
+                        _ => read,
+                    };
+                    let inside = match (r_in, s_in) {
+                        (Some(p), Some(q)) => Some(p.and(q.clone())),
+                        (p, q) => p.clone().or(q.clone()),
+                    };
+                    if let Some(inside) = inside {
+                        term = Expr::select(inside, term, Expr::float_of(0.0, math));
+                    }
+                    sum = Some(match sum {
+                        None => term,
+                        Some(acc) => acc + term,
+                    });
+                }
+            }
+            sum.expect("each axis has a tap").cast(dtype)
+        })
+        .map(Some)
+    }
+}
+
 impl Operator for GridSample {
+    fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
+        self.definition(inputs)
+    }
+
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
         let x = infer_arg(inputs, 0)?;
         let g = infer_arg(inputs, 1)?;
