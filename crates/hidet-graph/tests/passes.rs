@@ -1179,19 +1179,21 @@ fn conv_mostly_reading_padding_is_split_into_regions() {
     }
 }
 
-/// A linear Resize of several axes becomes one Resize per axis, the last axis first, each
-/// intermediate stored: bilinear `half_pixel` by scales (×2.5, ×3), `align_corners` by sizes,
-/// trilinear `pytorch_half_pixel` with a downsampled axis; the result is the Resize's. A
-/// nearest Resize, a single-axis one and a small one stay.
+/// An interpolating Resize becomes one blend of gathered slices per resized axis, the last
+/// axis first, each intermediate stored: bilinear `half_pixel` by scales (×2.5, ×3),
+/// `align_corners` by sizes, trilinear `pytorch_half_pixel` with a downsampled axis, a
+/// single-axis one, cubic with `exclude_outside`; the result is the Resize's. A nearest Resize
+/// and a small one stay.
 #[test]
-fn linear_resizes_become_one_resize_per_axis() {
+fn interpolating_resizes_become_gathered_blends_per_axis() {
     let mut rng = Rng::new(95);
     let s = |v: &str| Attribute::String(v.into());
-    // (input, scales or sizes, attributes, resizes after)
+    // (input, scales or sizes, attributes, resized axes after (0: the Resize stays), taps)
     type Case<'a> = (
         Vec<usize>,
         Result<Vec<f32>, Vec<i64>>,
         Vec<(&'a str, Attribute)>,
+        usize,
         usize,
     );
     let cases: Vec<Case> = vec![
@@ -1199,6 +1201,7 @@ fn linear_resizes_become_one_resize_per_axis() {
             vec![2, 3, 40, 30],
             Ok(vec![1.0, 1.0, 2.5, 3.0]),
             vec![("mode", s("linear"))],
+            2,
             2,
         ),
         (
@@ -1209,6 +1212,7 @@ fn linear_resizes_become_one_resize_per_axis() {
                 ("coordinate_transformation_mode", s("align_corners")),
             ],
             2,
+            2,
         ),
         (
             vec![1, 2, 9, 40, 36],
@@ -1218,27 +1222,38 @@ fn linear_resizes_become_one_resize_per_axis() {
                 ("coordinate_transformation_mode", s("pytorch_half_pixel")),
             ],
             3,
+            2,
         ),
         (
             vec![2, 3, 40, 30],
             Ok(vec![1.0, 1.0, 2.0, 3.0]),
             vec![("mode", s("nearest"))],
-            1,
+            0,
+            0,
         ),
         (
             vec![2, 3, 40, 300],
             Ok(vec![1.0, 1.0, 1.0, 3.0]),
             vec![("mode", s("linear"))],
             1,
+            2,
+        ),
+        (
+            vec![1, 4, 60, 90],
+            Ok(vec![1.0, 1.0, 1.7, 2.0]),
+            vec![("mode", s("cubic")), ("exclude_outside", Attribute::Int(1))],
+            2,
+            4,
         ),
         (
             vec![1, 1, 8, 8],
             Ok(vec![1.0, 1.0, 2.0, 2.0]),
             vec![("mode", s("linear"))],
-            1,
+            0,
+            0,
         ),
     ];
-    for (i, (xs, target, list, resizes)) in cases.into_iter().enumerate() {
+    for (i, (xs, target, list, axes, taps)) in cases.into_iter().enumerate() {
         let mut b = GraphBuilder::new("g");
         b.input("x", f32_input(&xs));
         let ins = match target {
@@ -1255,9 +1270,16 @@ fn linear_resizes_become_one_resize_per_axis() {
         b.output("y");
         let before = build(b);
         let after = run_then_dce(&ResizeByAxis, before.clone());
-        assert_eq!(ops(&after), vec!["Resize"; resizes], "case {i}");
-        let stored = after.nodes().iter().filter(|n| n.hints.materialize).count();
-        assert_eq!(stored, resizes - 1, "case {i}: intermediates are stored");
+        let kinds = ops(&after);
+        if axes == 0 {
+            assert_eq!(kinds, vec!["Resize"], "case {i}");
+        } else {
+            let gathers = kinds.iter().filter(|k| *k == "Gather").count();
+            assert_eq!(gathers, axes * taps, "case {i}: {kinds:?}");
+            assert!(!kinds.iter().any(|k| k == "Resize"), "case {i}: {kinds:?}");
+            let stored = after.nodes().iter().filter(|n| n.hints.materialize).count();
+            assert_eq!(stored, axes - 1, "case {i}: intermediates are stored");
+        }
         let inputs = vec![("x".to_string(), rng.f32s(&xs))];
         assert_same_outputs(&before, &after, &inputs, 1e-5);
     }

@@ -7,7 +7,9 @@ use crate::kernels::movement::{
 };
 use crate::operator::{arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
 use crate::ops::common::norm_axis;
-use crate::ops::compute_util::{grid_def, input, placeholders, wrap_index as wrap_expr};
+use crate::ops::compute_util::{
+    grid_def, index_dtype, input, placeholders, wrap_index as wrap_expr,
+};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
@@ -88,6 +90,16 @@ fn check_compute_indices(
     Ok(())
 }
 
+/// Whether `ind` is a constant whose every value indexes `[0, dim)` directly: the kernel then
+/// reads it as it is, without wrapping or clamping (a resize's or a frame gather's tables).
+fn constant_in_range(ind: &ComputeInput<'_>, dim: usize) -> bool {
+    let Ok(dim) = i64::try_from(dim) else {
+        return false;
+    };
+    ind.value
+        .is_some_and(|t| t.to_i64_vec().iter().all(|v| (0..dim).contains(v)))
+}
+
 impl Operator for Gather {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
         let (x, i) = (infer_arg(inputs, 0)?, infer_arg(inputs, 1)?);
@@ -140,8 +152,14 @@ impl Operator for Gather {
         let q = ind.shape.len();
         let shape = [&x.shape[..a], ind.shape, &x.shape[a + 1..]].concat();
         let vars = placeholders(inputs);
+        let in_range = constant_in_range(&ind, dim);
         let def = grid_def(vars.clone(), x.dtype.to_ir(), &shape, |i| {
-            let idx = wrap_expr(vars[1].at(i[a..a + q].to_vec()), dim);
+            let read = vars[1].at(i[a..a + q].to_vec());
+            let idx = if in_range {
+                read.cast(index_dtype(dim))
+            } else {
+                wrap_expr(read, dim)
+            };
             let j = [&i[..a], &[idx], &i[a + q..]].concat();
             vars[0].at(j)
         })?;

@@ -107,8 +107,9 @@ pub fn simplification_passes() -> Vec<Box<dyn GraphPass>> {
         // ConvTranspose (group 1, constant weights) → MatMul + Col2Im: the channel
         // reduction in the matmul template, the overlapping sums a small kernel.
         Box::new(ConvTransposeAsMatMul),
-        // Linear Resize of two axes or more → one Resize per axis, the last axis first: later
-        // passes blend whole contiguous rows instead of gathering four inputs per element.
+        // Linear or cubic Resize → per resized axis, the last first, a blend of gathered
+        // slices with constant tap tables: no coordinate arithmetic per element, later passes
+        // blend whole contiguous rows.
         Box::new(ResizeByAxis),
     ]
 }

@@ -1,33 +1,48 @@
-//! Linear resizes of several axes as one resize per axis.
+//! Interpolating resizes as blends of gathered slices, one axis at a time.
 //!
-//! Linear interpolation is separable: resizing `[N, C, H, W]` bilinearly sums, for each
-//! output element, four inputs weighted by a row weight times a column weight, which is the
-//! row interpolation of two column interpolations. Done in one kernel, every output element
-//! gathers its four inputs through computed indices; done axis by axis, the last axis first,
-//! the first pass gathers along rows of the (small) input, and every later pass reads whole
-//! contiguous rows of the pass before and blends two of them, which vectorizes without
-//! gathers. A segmentation head's final ×16 bilinear upsampling is the typical case.
+//! Linear (and cubic) interpolation is separable: resizing `[N, C, H, W]` bilinearly sums,
+//! for each output element, four inputs weighted by a row weight times a column weight, which
+//! is the row interpolation of two column interpolations. Along one axis, output position `j`
+//! reads a few input positions `idx_k[j]` with weights `w_k[j]` that depend on `j` alone, so
+//! a pass is
 //!
 //! ```text
-//! Resize(X, scales | sizes)  →  Resize_axis₁(… Resize_axisₖ(X))   (last axis first)
+//! Σ_k Gather(X, idx_k, axis) · w_k        (w_k shaped [out, 1…] to broadcast past the axis)
 //! ```
 //!
-//! Each pass is the node itself (same attributes and opset) with the scale, or size, of its
-//! own axis and the identity elsewhere, and each intermediate is stored
-//! ([`FusionHints::materialize`]), so that no pass is inlined back into the next. Applied to
-//! `linear` resizes (opset 11 on) with constant `scales` or `sizes`, without `axes`,
-//! antialiasing, `tf_crop_and_resize` or a `keep_aspect_ratio_policy` other than `stretch`,
-//! that resize two axes or more into at least [`MIN_OUTPUT_ELEMENTS`] elements.
+//! with the tables constants: no coordinate arithmetic per element, and along any axis but
+//! the last each pass blends whole contiguous rows. The passes run last axis first, each
+//! intermediate stored ([`FusionHints::materialize`]) so that no pass is inlined back into the
+//! next (the first gathers along the rows of the small input; a segmentation head's ×16
+//! upsampling is the typical case).
+//!
+//! The tables are the operator's own: the node resizes an identity matrix `[L, L]` along its
+//! last axis (with that axis's scale or size), whose row `i` is then the weight of input `i`
+//! in every output position, so every attribute (coordinate transform, cubic coefficient,
+//! `exclude_outside`) means what `eval` makes of it. Applied to `f32` `linear` and `cubic`
+//! resizes (opset 11 on) with constant `scales` or `sizes`, without `axes`, antialiasing,
+//! `tf_crop_and_resize` or a `keep_aspect_ratio_policy` other than `stretch`, into at least
+//! [`MIN_OUTPUT_ELEMENTS`] elements, over axes of at most [`MAX_AXIS_LENGTH`] with at most
+//! [`MAX_TAPS`] taps per position.
 
+use crate::attribute::Attributes;
+use crate::dtype::DType;
 use crate::graph::{FusionHints, Graph, GraphError, NodeId, ValueId};
 use crate::passes::rewrite::Rewriter;
 use crate::passes::GraphPass;
 use crate::tensor::Tensor;
+use crate::Attribute;
 
-/// The fewest output elements for which a resize is split (below, one kernel is as fast).
+/// The fewest output elements for which a resize is rewritten (below, one kernel is as fast).
 pub const MIN_OUTPUT_ELEMENTS: usize = 1 << 15;
 
-/// Splits each multi-axis linear resize into one resize per axis, see the module docs.
+/// The longest input axis whose taps are read off an identity matrix (`L²` elements).
+pub const MAX_AXIS_LENGTH: usize = 2048;
+
+/// The most input positions one output position may read along an axis (cubic: 4).
+pub const MAX_TAPS: usize = 4;
+
+/// Rewrites each interpolating resize as per-axis blends of gathers, see the module docs.
 pub struct ResizeByAxis;
 
 impl GraphPass for ResizeByAxis {
@@ -41,27 +56,19 @@ impl GraphPass for ResizeByAxis {
             let Some(plan) = plan(&rw, NodeId(i)) else {
                 continue;
             };
+            let Some(taps) = plan
+                .axes
+                .iter()
+                .map(|&axis| axis_taps(&rw, NodeId(i), &plan, axis))
+                .collect::<Option<Vec<Taps>>>()
+            else {
+                continue;
+            };
             rw.focus(NodeId(i));
-            let slots = rw.graph().nodes()[i].inputs.len();
+            let rank = plan.input_shape.len();
             let mut x = plan.x;
-            let mut shape = plan.input_shape.clone();
-            for (step, &axis) in plan.axes.iter().rev().enumerate() {
-                let mut inputs: Vec<Option<ValueId>> = vec![None; slots];
-                inputs[0] = Some(x);
-                match &plan.target {
-                    Target::Scales(scales) => {
-                        let mut one = vec![1f32; scales.len()];
-                        one[axis] = scales[axis];
-                        let t = Tensor::new(vec![one.len()], one)
-                            .expect("one scale per axis matches the shape");
-                        inputs[2] = Some(rw.add_constant("resize_axis_scales", t));
-                    }
-                    Target::Sizes(sizes) => {
-                        shape[axis] = sizes[axis];
-                        inputs[3] = Some(rw.add_shape(&shape));
-                    }
-                }
-                x = rw.add_copy_of(NodeId(i), &inputs)?[0];
+            for (step, (&axis, taps)) in plan.axes.iter().zip(&taps).rev().enumerate() {
+                x = blend(&mut rw, x, axis, rank, taps)?;
                 if step + 1 < plan.axes.len() {
                     rw.set_hints(
                         x,
@@ -77,6 +84,102 @@ impl GraphPass for ResizeByAxis {
         }
         rw.finish()
     }
+}
+
+/// One axis's tables: per tap `k`, the input position and weight of every output position.
+struct Taps {
+    index: Vec<Vec<i32>>,
+    weight: Vec<Vec<f32>>,
+}
+
+/// `Σ_k Gather(x, index_k, axis) · weight_k`, the weights shaped `[out, 1…]`.
+fn blend(
+    rw: &mut Rewriter,
+    x: ValueId,
+    axis: usize,
+    rank: usize,
+    taps: &Taps,
+) -> Result<ValueId, GraphError> {
+    let out = taps.index[0].len();
+    let mut weight_shape = vec![out];
+    weight_shape.extend(std::iter::repeat_n(1, rank - 1 - axis));
+    let mut sum = None;
+    for (index, weight) in taps.index.iter().zip(&taps.weight) {
+        let index = Tensor::new(vec![out], index.clone()).expect("one index per position");
+        let index = rw.add_constant("resize_taps", index);
+        let weight =
+            Tensor::new(weight_shape.clone(), weight.clone()).expect("one weight per position");
+        let weight = rw.add_constant("resize_weights", weight);
+        let mut attrs = Attributes::new();
+        attrs.insert("axis", Attribute::Int(axis as i64));
+        let gathered = rw.add_op("Gather", attrs, &[x, index])?;
+        let term = rw.add_op("Mul", Attributes::new(), &[gathered, weight])?;
+        sum = Some(match sum {
+            None => term,
+            Some(acc) => rw.add_op("Add", Attributes::new(), &[acc, term])?,
+        });
+    }
+    Ok(sum.expect("a resized axis has at least one tap"))
+}
+
+/// The taps of `axis` of the resize node `n`, read off the node's own `eval` of an identity
+/// matrix (see the module docs); `None` when the axis is too long, a position reads more
+/// than [`MAX_TAPS`] inputs or the evaluation fails.
+fn axis_taps(rw: &Rewriter, n: NodeId, plan: &Plan, axis: usize) -> Option<Taps> {
+    let node = &rw.graph().nodes()[n.0];
+    let len = plan.input_shape[axis];
+    if len > MAX_AXIS_LENGTH || len == 0 {
+        return None;
+    }
+    let mut identity = vec![0f32; len * len];
+    for i in 0..len {
+        identity[i * len + i] = 1.0;
+    }
+    let probe = Tensor::new(vec![len, len], identity).ok()?;
+    let (scales, sizes) = match &plan.target {
+        Target::Scales(s) => (Some(Tensor::new(vec![2], vec![1f32, s[axis]]).ok()?), None),
+        Target::Sizes(s) => (
+            None,
+            Some(Tensor::new(vec![2], vec![len as i64, s[axis] as i64]).ok()?),
+        ),
+    };
+    let mut inputs: Vec<Option<&Tensor>> =
+        vec![Some(&probe), None, scales.as_ref(), sizes.as_ref()];
+    inputs.truncate(node.inputs.len().max(3));
+    let matrix = node.op.eval(&inputs).ok()?.pop()?;
+    let &[rows, out] = matrix.shape() else {
+        return None;
+    };
+    if rows != len || out == 0 {
+        return None;
+    }
+    let m = matrix.to_f64_vec();
+    let mut columns: Vec<Vec<(i32, f32)>> = vec![Vec::new(); out];
+    for i in 0..len {
+        for (j, column) in columns.iter_mut().enumerate() {
+            let w = m[i * out + j];
+            if w != 0.0 {
+                column.push((i32::try_from(i).ok()?, w as f32));
+            }
+        }
+    }
+    let count = columns.iter().map(Vec::len).max()?.max(1);
+    if count > MAX_TAPS {
+        return None;
+    }
+    let mut taps = Taps {
+        index: vec![vec![0; out]; count],
+        weight: vec![vec![0.0; out]; count],
+    };
+    for (j, column) in columns.iter().enumerate() {
+        let first = column.first().map_or(0, |t| t.0);
+        for k in 0..count {
+            let (i, w) = column.get(k).copied().unwrap_or((first, 0.0));
+            taps.index[k][j] = i;
+            taps.weight[k][j] = w;
+        }
+    }
+    Some(taps)
 }
 
 /// The scales or sizes of a resize.
@@ -101,13 +204,17 @@ fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
         return None;
     }
     let a = &node.attrs;
-    let linear = a.string_or("mode", "nearest").ok()? == "linear";
+    let interpolates = a.string_or("mode", "nearest").ok()? != "nearest";
     let crop = a
         .string_or("coordinate_transformation_mode", "half_pixel")
         .ok()?
         == "tf_crop_and_resize";
     let stretch = a.string_or("keep_aspect_ratio_policy", "stretch").ok()? == "stretch";
-    if !linear || crop || !stretch || a.int_or("antialias", 0).ok()? != 0 || a.get("axes").is_some()
+    if !interpolates
+        || crop
+        || !stretch
+        || a.int_or("antialias", 0).ok()? != 0
+        || a.get("axes").is_some()
     {
         return None;
     }
@@ -115,6 +222,9 @@ fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
     let [Some(y)] = node.outputs.as_slice() else {
         return None;
     };
+    if g.value(x).ty.dtype != DType::F32 {
+        return None;
+    }
     let input_shape = g.value(x).ty.fixed_shape()?;
     let output_shape = g.value(*y).ty.fixed_shape()?;
     let present = |k: usize| {
@@ -148,7 +258,7 @@ fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
         _ => return None,
     };
     let elements: usize = output_shape.iter().product();
-    (axes.len() >= 2 && elements >= MIN_OUTPUT_ELEMENTS).then_some(Plan {
+    (!axes.is_empty() && elements >= MIN_OUTPUT_ELEMENTS).then_some(Plan {
         x,
         y: *y,
         input_shape,
