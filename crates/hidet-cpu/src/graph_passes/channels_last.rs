@@ -444,6 +444,25 @@ impl GraphPass for SinkTransposes {
     }
 }
 
+/// The channels-last data `v` (of `rank` dimensions) is the `to_first` transpose of: the input
+/// of a `Transpose` by `to_first(rank)`, or of an operator sunk below one (in `sunk`).
+fn channels_last_of(
+    g: &Graph,
+    v: ValueId,
+    rank: usize,
+    sunk: &HashMap<ValueId, (ValueId, Vec<i64>)>,
+) -> Option<ValueId> {
+    let first = to_first(rank);
+    match sunk.get(&v) {
+        Some((src, perm)) => (*perm == first).then_some(*src),
+        None => {
+            let (p, _) = g.value(v).producer?;
+            (transpose_perm(g, p)? == first).then_some(())?;
+            g.nodes()[p.0].inputs.first().copied().flatten()
+        }
+    }
+}
+
 /// For a `Reshape` node `n` of a `to_first` transpose (or of an operator sunk below one, in
 /// `sunk`) of channels-last data `x` of a static shape `[N, d…, C]` (two or more `d`) to `[N,
 /// C, ∏d]`: `x`, the reshape's output and the shape `[N, ∏d, C]` that reads `x` as rows.
@@ -457,15 +476,7 @@ fn flattened_channels_last(
         return None;
     };
     let rank = rank_of(g, *input).filter(|r| *r >= 4)?;
-    let first = to_first(rank);
-    let x = match sunk.get(input) {
-        Some((src, perm)) => (*perm == first).then_some(*src)?,
-        None => {
-            let (p, _) = g.value(*input).producer?;
-            (transpose_perm(g, p)? == first).then_some(())?;
-            g.nodes()[p.0].inputs.first().copied().flatten()?
-        }
-    };
+    let x = channels_last_of(g, *input, rank, sunk)?;
     let shape = g.value(x).ty.fixed_shape()?;
     let (batch, channels) = (shape[0], shape[rank - 1]);
     let pixels: usize = shape[1..rank - 1].iter().product();
@@ -489,15 +500,7 @@ fn pooled_channels_last(
         return None;
     };
     let rank = rank_of(g, *input).filter(|r| *r >= 3)?;
-    let first = to_first(rank);
-    let x = match sunk.get(input) {
-        Some((src, perm)) => (*perm == first).then_some(*src)?,
-        None => {
-            let (p, _) = g.value(*input).producer?;
-            (transpose_perm(g, p)? == first).then_some(())?;
-            g.nodes()[p.0].inputs.first().copied().flatten()?
-        }
-    };
+    let x = channels_last_of(g, *input, rank, sunk)?;
     let shape = g.value(x).ty.fixed_shape()?;
     Some((x, *y, shape))
 }
