@@ -4,14 +4,11 @@
 //! reach past the image on every side; `cubic` and `reflection` stay with the operator.
 
 mod common;
-use common::{assert_outputs_close, seeded_tensor};
-use hidet::graph::compiled::CompileOptions;
+use common::{assert_compiled_matches_reference, seeded_tensor};
 use hidet::graph::{
     Attribute, Attributes, DType, GraphBuilder, NodeSpec, Registry, Tensor, TensorType,
 };
 use hidet::onnx::OnnxModel;
-use hidet::pipeline;
-use hidet_cuda::graph_backend::CudaBackendOptions;
 
 /// `GridSample(x [2, 3, 7, 10], grid [2, 5, 6, 2])` with `mode`, `padding` and `align`, the
 /// grid spanning `[-1.3, 1.3]` (a sixth of the samples outside the image).
@@ -53,20 +50,7 @@ fn model(mode: &str, padding: &str, align: bool) -> (OnnxModel, Vec<(String, Ten
 fn check(mode: &str, padding: &str, align: bool, host_nodes: usize) {
     let what = format!("{mode} {padding} align_corners={align}");
     let (model, inputs) = model(mode, padding, align);
-    let want = pipeline::run_reference(&model, &inputs).unwrap();
-    let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, t)| t.shape().to_vec()).collect();
-    let cpu = pipeline::compile(&model, CompileOptions::default());
-    let graph = cpu.compiled(&shapes).unwrap();
-    assert_eq!(graph.report().host_nodes(), host_nodes, "CPU: {what}");
-    assert_outputs_close(&pipeline::run(&cpu, &inputs).unwrap(), &want, 1e-5, &what);
-    let options = CudaBackendOptions {
-        min_vector_threads: Some(0),
-        ..CudaBackendOptions::default()
-    };
-    let gpu = pipeline::compile_sim(&model, CompileOptions::default(), options);
-    let graph = gpu.compiled(&shapes).unwrap();
-    assert_eq!(graph.report().host_nodes(), host_nodes, "GPU: {what}");
-    assert_outputs_close(&pipeline::run(&gpu, &inputs).unwrap(), &want, 1e-5, &what);
+    assert_compiled_matches_reference(&model, &inputs, host_nodes, 1e-5, true, &what);
 }
 
 #[test]

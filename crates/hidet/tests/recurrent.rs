@@ -6,14 +6,13 @@
 //! `sequence_lens` as a constant and as a runtime input.
 
 mod common;
-use common::{assert_outputs_close, seeded_tensor};
+use common::{assert_compiled_matches_reference, assert_outputs_close, seeded_tensor};
 use hidet::graph::compiled::CompileOptions;
 use hidet::graph::{
     Attribute, Attributes, DType, Graph, GraphBuilder, NodeSpec, Registry, Tensor, TensorType,
 };
 use hidet::onnx::OnnxModel;
 use hidet::pipeline;
-use hidet_cuda::graph_backend::CudaBackendOptions;
 
 /// One recurrent layer and how its model feeds it.
 struct Case {
@@ -149,32 +148,7 @@ impl Case {
 /// left no host step and that every output matches the reference.
 fn run(case: &Case, sim: bool) {
     let (model, inputs) = case.model();
-    let want = pipeline::run_reference(&model, &inputs).unwrap();
-    let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, t)| t.shape().to_vec()).collect();
-    let cpu = pipeline::compile(&model, CompileOptions::default());
-    let graph = cpu.compiled(&shapes).unwrap();
-    assert_eq!(
-        graph.report().host_nodes(),
-        0,
-        "CPU: {} as kernels",
-        case.op
-    );
-    assert_outputs_close(&pipeline::run(&cpu, &inputs).unwrap(), &want, 1e-5, case.op);
-    if sim {
-        let options = CudaBackendOptions {
-            min_vector_threads: Some(0),
-            ..CudaBackendOptions::default()
-        };
-        let gpu = pipeline::compile_sim(&model, CompileOptions::default(), options);
-        let graph = gpu.compiled(&shapes).unwrap();
-        assert_eq!(
-            graph.report().host_nodes(),
-            0,
-            "GPU: {} as kernels",
-            case.op
-        );
-        assert_outputs_close(&pipeline::run(&gpu, &inputs).unwrap(), &want, 1e-5, case.op);
-    }
+    assert_compiled_matches_reference(&model, &inputs, 0, 1e-5, sim, case.op);
 }
 
 fn strings(v: &[&str]) -> Attribute {

@@ -6,14 +6,11 @@
 //! N])`, a log-mel filterbank) runs on the matrix template.
 
 mod common;
-use common::{assert_outputs_close, seeded_tensor};
-use hidet::graph::compiled::CompileOptions;
+use common::{assert_compiled_matches_reference, seeded_tensor};
 use hidet::graph::{
     Attribute, Attributes, DType, Graph, GraphBuilder, NodeSpec, Registry, Tensor, TensorType,
 };
 use hidet::onnx::OnnxModel;
-use hidet::pipeline;
-use hidet_cuda::graph_backend::CudaBackendOptions;
 
 fn node(op: &str, inputs: &[&str], output: &str, attrs: Attributes) -> NodeSpec {
     NodeSpec {
@@ -112,23 +109,8 @@ fn stft_model(
     (model(graph), vec![("x".to_string(), x)])
 }
 
-/// Compiles `model` for the CPU and the simulated GPU, checks the host steps against
-/// `host_nodes` and every output against the reference.
 fn check(model: &OnnxModel, inputs: &[(String, Tensor)], host_nodes: usize, what: &str) {
-    let want = pipeline::run_reference(model, inputs).unwrap();
-    let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, t)| t.shape().to_vec()).collect();
-    let cpu = pipeline::compile(model, CompileOptions::default());
-    let graph = cpu.compiled(&shapes).unwrap();
-    assert_eq!(graph.report().host_nodes(), host_nodes, "CPU: {what}");
-    assert_outputs_close(&pipeline::run(&cpu, inputs).unwrap(), &want, 1e-5, what);
-    let options = CudaBackendOptions {
-        min_vector_threads: Some(0),
-        ..CudaBackendOptions::default()
-    };
-    let gpu = pipeline::compile_sim(model, CompileOptions::default(), options);
-    let graph = gpu.compiled(&shapes).unwrap();
-    assert_eq!(graph.report().host_nodes(), host_nodes, "GPU: {what}");
-    assert_outputs_close(&pipeline::run(&gpu, inputs).unwrap(), &want, 1e-5, what);
+    assert_compiled_matches_reference(model, inputs, host_nodes, 1e-5, true, what);
 }
 
 #[test]

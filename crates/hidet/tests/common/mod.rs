@@ -107,3 +107,44 @@ pub fn assert_outputs_close(
         }
     }
 }
+
+/// Compiles `model` for the CPU and, with `sim`, for the simulated GPU; asserts that each
+/// compiled graph runs `host_nodes` nodes on the host and that its outputs on `inputs` are
+/// within `tolerance` ([`assert_outputs_close`]) of the reference executor's.
+pub fn assert_compiled_matches_reference(
+    model: &hidet::onnx::OnnxModel,
+    inputs: &[(String, hidet::graph::Tensor)],
+    host_nodes: usize,
+    tolerance: f64,
+    sim: bool,
+    what: &str,
+) {
+    use hidet::graph::compiled::CompileOptions;
+    use hidet::pipeline;
+    let want = pipeline::run_reference(model, inputs).unwrap();
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, t)| t.shape().to_vec()).collect();
+    let cpu = pipeline::compile(model, CompileOptions::default());
+    let graph = cpu.compiled(&shapes).unwrap();
+    assert_eq!(graph.report().host_nodes(), host_nodes, "CPU: {what}");
+    assert_outputs_close(
+        &pipeline::run(&cpu, inputs).unwrap(),
+        &want,
+        tolerance,
+        what,
+    );
+    if sim {
+        let options = hidet_cuda::graph_backend::CudaBackendOptions {
+            min_vector_threads: Some(0),
+            ..Default::default()
+        };
+        let gpu = pipeline::compile_sim(model, CompileOptions::default(), options);
+        let graph = gpu.compiled(&shapes).unwrap();
+        assert_eq!(graph.report().host_nodes(), host_nodes, "GPU: {what}");
+        assert_outputs_close(
+            &pipeline::run(&gpu, inputs).unwrap(),
+            &want,
+            tolerance,
+            what,
+        );
+    }
+}
