@@ -1289,7 +1289,8 @@ fn interpolating_resizes_become_gathered_blends_per_axis() {
 /// them), interleaved and cropped, or one Conv of all phases' weights stacked when every
 /// kernel is a multiple of its stride (then a depth-to-space): 2-D with overlapping strided
 /// taps and pads, unequal strides with output padding, 1-D, 3-D, `output_shape`, `auto_pad`,
-/// stride 1; the result is the ConvTranspose's. Dilation, groups, a kernel shorter than its stride and an `output_shape`
+/// stride 1, grouped (one grouped convolution per phase, or stacked; depthwise); the result is
+/// the ConvTranspose's. Dilation, a kernel shorter than its stride and an `output_shape`
 /// beyond the taps (negative padding) stay.
 #[test]
 fn conv_transpose_becomes_one_conv_per_phase() {
@@ -1374,7 +1375,30 @@ fn conv_transpose_becomes_one_conv_per_phase() {
             vec![4, 2, 3, 3],
             vec![("group", Attribute::Int(2))],
             false,
-            0,
+            1,
+        ),
+        (
+            vec![2, 6, 5, 7],
+            vec![6, 2, 4, 4],
+            vec![
+                ("group", Attribute::Int(3)),
+                ("strides", ints(&[2, 2])),
+                ("pads", ints(&[1, 1, 1, 1])),
+            ],
+            true,
+            1,
+        ),
+        (
+            vec![1, 4, 6, 6],
+            vec![4, 1, 3, 3],
+            vec![
+                ("group", Attribute::Int(4)),
+                ("strides", ints(&[2, 2])),
+                ("pads", ints(&[1, 1, 1, 1])),
+                ("output_padding", ints(&[1, 1])),
+            ],
+            false,
+            4,
         ),
         (
             vec![1, 2, 5],
@@ -1397,7 +1421,11 @@ fn conv_transpose_becomes_one_conv_per_phase() {
         b.initializer("w", rng.f32s(&ws));
         let mut ins = vec!["x", "w"];
         if bias {
-            b.initializer("b", rng.f32s(&[ws[1]]));
+            let group = list.iter().find_map(|(n, a)| match (n, a) {
+                (&"group", Attribute::Int(g)) => Some(*g as usize),
+                _ => None,
+            });
+            b.initializer("b", rng.f32s(&[ws[1] * group.unwrap_or(1)]));
             ins.push("b");
         }
         b.node(node("ConvTranspose", 17, &ins, &["y"], attrs(list)));

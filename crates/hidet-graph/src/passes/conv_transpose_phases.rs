@@ -21,7 +21,8 @@
 //! product (the CPU's implicit GEMM), instead of the `MatMul` + `Col2Im` of
 //! [`super::ConvTransposeAsMatMul`], whose column buffer holds `∏ k / ∏ s` times the output
 //! (4× for a 4×4 kernel at stride 2) and is written and read back. Applied to f32
-//! transposed convolutions with static shapes, group 1, dilation 1, constant weights (and
+//! transposed convolutions with static shapes, any groups (each phase a grouped convolution),
+//! dilation 1, constant weights (and
 //! bias), non-negative begin padding, and a kernel at least as long as the stride on every
 //! axis (so every phase has taps); others are left to [`super::ConvTransposeAsMatMul`].
 
@@ -72,6 +73,15 @@ struct Plan {
     strides: Vec<usize>,
     pads_begin: Vec<usize>,
     out: Vec<usize>,
+    /// Groups (`G`): the weight is `[C_in, C_out/G, k…]`.
+    group: usize,
+}
+
+impl Plan {
+    /// Output channels (`C_out`).
+    fn c_out(&self) -> usize {
+        self.weight.shape()[1] * self.group
+    }
 }
 
 fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
@@ -108,7 +118,7 @@ fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
     let fits = (0..geo.kernel.len()).all(|a| {
         geo.dilations[a] == 1 && geo.kernel[a] >= geo.strides[a] && geo.pads_begin[a] >= 0
     });
-    if group != 1 || !fits || phases > MAX_PHASES || geo.out.contains(&0) {
+    if group == 0 || ws[0] % group != 0 || !fits || phases > MAX_PHASES || geo.out.contains(&0) {
         return None;
     }
     Some(Plan {
@@ -121,13 +131,14 @@ fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
         strides: geo.strides,
         pads_begin: geo.pads_begin.iter().map(|&p| p as usize).collect(),
         out: geo.out,
+        group,
     })
 }
 
 /// Adds the phase convolutions and their interleaving; returns the output.
 fn emit(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     let d = p.kernel.len();
-    let (batch, c_out) = (p.input[0], p.weight.shape()[1]);
+    let (batch, c_out) = (p.input[0], p.c_out());
     // Positions per phase: enough to cover the output after the crop, and at least the
     // input's length (a convolution cannot pad by a negative amount).
     let q: Vec<usize> = (0..d)
@@ -201,6 +212,9 @@ fn phase_attrs(p: &Plan, taps: &[usize], q: &[usize]) -> Attributes {
         .chain((0..d).map(|a| (q[a] - p.input[2 + a]) as i64))
         .collect();
     attrs.insert("pads", Attribute::Ints(pads));
+    if p.group > 1 {
+        attrs.insert("group", Attribute::Int(p.group as i64));
+    }
     attrs
 }
 
@@ -210,7 +224,7 @@ fn phase_attrs(p: &Plan, taps: &[usize], q: &[usize]) -> Attributes {
 /// convolution's output, so it fuses into it as an epilogue.
 fn one_convolution(rw: &mut Rewriter, p: &Plan, q: &[usize]) -> Result<ValueId, GraphError> {
     let d = p.kernel.len();
-    let (batch, c_in, c_out) = (p.input[0], p.input[1], p.weight.shape()[1]);
+    let (batch, c_in, c_out) = (p.input[0], p.input[1] / p.group, p.c_out());
     let phases: usize = p.strides.iter().product();
     let taps: Vec<usize> = (0..d).map(|a| p.kernel[a] / p.strides[a]).collect();
     let block = c_in * taps.iter().product::<usize>();
@@ -275,7 +289,7 @@ fn one_convolution(rw: &mut Rewriter, p: &Plan, q: &[usize]) -> Result<ValueId, 
 /// One convolution per phase, stacked and interleaved: `[N, C, (Q, s)…]`.
 fn phase_convolutions(rw: &mut Rewriter, p: &Plan, q: &[usize]) -> Result<ValueId, GraphError> {
     let d = p.kernel.len();
-    let (batch, c_out) = (p.input[0], p.weight.shape()[1]);
+    let (batch, c_out) = (p.input[0], p.c_out());
     let phases: usize = p.strides.iter().product();
     let mut stacked = Vec::with_capacity(phases);
     let mut shape = vec![batch, c_out];
@@ -318,15 +332,19 @@ fn phase_convolutions(rw: &mut Rewriter, p: &Plan, q: &[usize]) -> Result<ValueI
     Ok(all)
 }
 
-/// The convolution weight of phase `rho`: `v[co, ci, j…] = w[ci, co, ρ + s·(M - 1 - j)…]`.
+/// The convolution weight of phase `rho`: `v[co, ci, j…] = w[g·C_in/G + ci, co mod C_out/G, ρ +
+/// s·(M - 1 - j)…]` for output channel `co` of group `g` and input channel `ci` of that group
+/// (`[C_out, C_in/G, M…]`, a grouped convolution's weight).
 fn phase_weight(p: &Plan, rho: &[usize], taps: &[usize]) -> Tensor {
     let ws = p.weight.shape();
-    let (c_in, c_out) = (ws[0], ws[1]);
+    let (group_in, group_out) = (ws[0] / p.group, ws[1]);
+    let c_out = p.c_out();
     let values = p.weight.to_f64_vec();
     let d = taps.len();
     let count: usize = taps.iter().product();
-    let mut out = vec![0f32; c_out * c_in * count];
+    let mut out = vec![0f32; c_out * group_in * count];
     let mut j = vec![0usize; d];
+    let block: usize = ws[2..].iter().product();
     for tap in 0..count {
         let mut rest = tap;
         for a in (0..d).rev() {
@@ -339,15 +357,15 @@ fn phase_weight(p: &Plan, rho: &[usize], taps: &[usize]) -> Tensor {
             let t = rho[a] + p.strides[a] * (taps[a] - 1 - j[a]);
             source = source * ws[2 + a] + t;
         }
-        let block: usize = ws[2..].iter().product();
-        for ci in 0..c_in {
-            for co in 0..c_out {
-                out[(co * c_in + ci) * count + tap] =
-                    values[(ci * c_out + co) * block + source] as f32;
+        for co in 0..c_out {
+            let (g, local) = (co / group_out, co % group_out);
+            for ci in 0..group_in {
+                let from = ((g * group_in + ci) * group_out + local) * block + source;
+                out[(co * group_in + ci) * count + tap] = values[from] as f32;
             }
         }
     }
-    let mut shape = vec![c_out, c_in];
+    let mut shape = vec![c_out, group_in];
     shape.extend(taps);
     Tensor::new(shape, out).expect("one value per element of the phase weight")
 }

@@ -101,7 +101,7 @@ pub fn simplification_passes() -> Vec<Box<dyn GraphPass>> {
         // Conv whose taps mostly read padding (an atrous pyramid at dilation 12 over a 16×16
         // map) → unpadded convolutions of each region's live taps, concatenated.
         Box::new(ConvPaddingRegions),
-        // ConvTranspose (group 1, dilation 1, kernel ≥ stride, constant weights) → one Conv
+        // ConvTranspose (dilation 1, kernel ≥ stride, constant weights) → one Conv
         // per output phase, interleaved: each output computed once, no column buffer.
         Box::new(ConvTransposeAsPhases),
         // ConvTranspose (group 1, constant weights) → MatMul + Col2Im: the channel
