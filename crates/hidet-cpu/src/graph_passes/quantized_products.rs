@@ -58,17 +58,11 @@ impl GraphPass for QuantizedProducts {
     }
 
     fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
-        let mut rw = Rewriter::with_registry(graph, crate::graph_ops::registry());
-        for i in 0..rw.graph().nodes().len() {
-            let Some(plan) = plan(&rw, NodeId(i)) else {
-                continue;
-            };
-            rw.focus(NodeId(i));
-            let out = rewrite(&mut rw, &plan)?;
-            rw.replace(plan.y, out);
-            rw.remove_node(NodeId(i));
-        }
-        rw.finish()
+        Rewriter::with_registry(graph, crate::graph_ops::registry()).replace_each(
+            plan,
+            |p| p.y,
+            rewrite,
+        )
     }
 }
 

@@ -47,17 +47,7 @@ impl GraphPass for ConvTransposeAsPhases {
     }
 
     fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
-        let mut rw = Rewriter::new(graph);
-        for i in 0..rw.graph().nodes().len() {
-            let Some(plan) = plan(&rw, NodeId(i)) else {
-                continue;
-            };
-            rw.focus(NodeId(i));
-            let y = emit(&mut rw, &plan)?;
-            rw.replace(plan.y, y);
-            rw.remove_node(NodeId(i));
-        }
-        rw.finish()
+        Rewriter::new(graph).replace_each(plan, |p| p.y, emit)
     }
 }
 

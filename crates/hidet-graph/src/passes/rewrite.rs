@@ -400,6 +400,28 @@ impl Rewriter {
     ///
     /// Errors: a node reads a value nothing defines any more, a replacement cycle, or the
     /// checks of [`Graph::with_nodes`].
+    /// The one-node-at-a-time rewrite most passes are: for every node `n` of the graph as it
+    /// was (in order) for which `plan` gives a plan `p`, the nodes `rewrite` adds (placed after
+    /// `n`, see [`Rewriter::focus`]) compute a value that replaces `n`'s output `output(&p)`,
+    /// and `n` is removed; then [`Rewriter::finish`].
+    pub fn replace_each<P>(
+        mut self,
+        plan: impl Fn(&Rewriter, NodeId) -> Option<P>,
+        output: impl Fn(&P) -> ValueId,
+        mut rewrite: impl FnMut(&mut Rewriter, &P) -> Result<ValueId, GraphError>,
+    ) -> Result<Graph, GraphError> {
+        for i in 0..self.graph().nodes().len() {
+            let Some(p) = plan(&self, NodeId(i)) else {
+                continue;
+            };
+            self.focus(NodeId(i));
+            let out = rewrite(&mut self, &p)?;
+            self.replace(output(&p), out);
+            self.remove_node(NodeId(i));
+        }
+        self.finish()
+    }
+
     pub fn finish(mut self) -> Result<Graph, GraphError> {
         if !self.changed() {
             return Ok(self.graph);

@@ -38,17 +38,7 @@ impl GraphPass for StftAsProduct {
     }
 
     fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
-        let mut rw = Rewriter::new(graph);
-        for i in 0..rw.graph().nodes().len() {
-            let Some(plan) = plan(&rw, NodeId(i)) else {
-                continue;
-            };
-            rw.focus(NodeId(i));
-            let out = rewrite(&mut rw, &plan)?;
-            rw.replace(plan.y, out);
-            rw.remove_node(NodeId(i));
-        }
-        rw.finish()
+        Rewriter::new(graph).replace_each(plan, |p| p.y, rewrite)
     }
 }
 
