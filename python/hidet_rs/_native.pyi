@@ -76,7 +76,7 @@ class CompiledModel:
     def prepare(self, shapes: Sequence[Sequence[int]]) -> None:
         """Compiles (and tunes) for these input shapes now."""
     def report(self, shapes: Sequence[Sequence[int]]) -> Dict[str, object]:
-        """kernels, host_steps, inputs_in_place, outputs_in_place, constant_bytes,
+        """kernels, host_steps, inputs_in_place, outputs_in_place, constant_bytes, shared_constant_bytes,
         intermediate_bytes, compile_seconds."""
     def save(self, path: Union[str, "os.PathLike[str]"]) -> int:
         """Saves every compiled set of input shapes (kernels' machine code, weights, the CPU

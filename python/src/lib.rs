@@ -519,8 +519,10 @@ impl PyCompiledModel {
     }
 
     /// What compiling for `shapes` produced: a dict with `kernels`, `host_steps` (list of
-    /// (node, op type)), `inputs_in_place`, `outputs_in_place`, `constant_bytes`,
-    /// `intermediate_bytes` and `compile_seconds`. Compiles first if needed.
+    /// (node, op type)), `inputs_in_place`, `outputs_in_place`, `constant_bytes` (this
+    /// shape's own constants), `shared_constant_bytes` (constants shared with the model's
+    /// other input shapes), `intermediate_bytes` and `compile_seconds`. Compiles first if
+    /// needed.
     fn report<'py>(
         &self,
         py: Python<'py>,
@@ -541,6 +543,7 @@ impl PyCompiledModel {
         dict.set_item("inputs_in_place", report.inputs_in_place)?;
         dict.set_item("outputs_in_place", report.outputs_in_place)?;
         dict.set_item("constant_bytes", report.constant_bytes)?;
+        dict.set_item("shared_constant_bytes", report.shared_constant_bytes)?;
         dict.set_item("intermediate_bytes", report.intermediate_bytes)?;
         dict.set_item("compile_seconds", report.compile_time.as_secs_f64())?;
         Ok(dict)

@@ -20,6 +20,7 @@ mod saved;
 pub mod tuning;
 
 use std::ffi::c_void;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::graph_passes::PassOptions;
@@ -27,6 +28,7 @@ use hidet_graph::compiled::{
     ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport, OutputSlot,
 };
 use hidet_graph::fusion::FusedTask;
+use hidet_graph::passes::DerivedConstants;
 use hidet_graph::tensor::Element;
 use hidet_graph::{DType, Tensor};
 use hidet_ir::function::{Function, IRModule, Target};
@@ -307,6 +309,9 @@ pub struct CpuBackend {
     pub options: CpuBackendOptions,
     /// How matmul schedules are chosen and tuned ([`tuning`]).
     pub tuning: tuning::CpuTuning,
+    /// Weights packed by the graph passes, kept for this backend's later compilations (a
+    /// model compiled for another set of input shapes packs each weight once).
+    derived: Arc<DerivedConstants>,
 }
 
 impl CpuBackend {
@@ -314,6 +319,7 @@ impl CpuBackend {
         CpuBackend {
             options,
             tuning: tuning::CpuTuning::default(),
+            derived: Arc::default(),
         }
     }
 
@@ -340,7 +346,10 @@ impl Backend for CpuBackend {
 
     /// The graph passes with this backend's options for its target ([`pass_options`]).
     fn graph_passes(&self) -> Vec<Box<dyn hidet_graph::passes::GraphPass>> {
-        crate::graph_passes::passes_for(&pass_options(self.options.build.target()))
+        crate::graph_passes::passes_for(&PassOptions {
+            derived: Some(Arc::clone(&self.derived)),
+            ..pass_options(self.options.build.target())
+        })
     }
 
     fn lower(&self, task: &FusedTask, opts: &CompileOptions) -> Result<CpuKernel, BackendError> {

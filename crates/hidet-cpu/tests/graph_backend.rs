@@ -8,7 +8,7 @@ use std::sync::Arc;
 use common::{cpu_backend as backend, node, Rng};
 use hidet_cpu::graph_backend::CpuBackend;
 use hidet_cpu::graph_passes::default_passes;
-use hidet_graph::compiled::{CompileOptions, CompiledGraph, CompiledModel, HostStep};
+use hidet_graph::compiled::{CompileOptions, CompiledGraph, CompiledModel, HostStep, LoadedModel};
 use hidet_graph::fusion::HostReason;
 use hidet_graph::passes::run_passes;
 use hidet_graph::{
@@ -233,6 +233,75 @@ fn symbolic_batch_compiles_once_per_shape() {
         .run(&[("x".to_string(), random(&mut rng, &[2, 12]))])
         .unwrap_err();
     assert!(err.to_string().contains("x"), "{err}");
+}
+
+/// A graph `x[B, 64] · w[64, 96] + b` with a symbolic batch `B`: `w` (24 KiB) is large
+/// enough to be shared between the model's compiled graphs.
+fn symbolic_dense(rng: &mut Rng) -> Graph {
+    let mut g = GraphBuilder::new("sym_dense");
+    g.input(
+        "x",
+        TensorType {
+            dtype: DType::F32,
+            shape: Some(vec![Dim::Symbol(Arc::from("B")), Dim::Fixed(64)]),
+        },
+    );
+    g.initializer("w", random(rng, &[64, 96]));
+    g.initializer("b", random(rng, &[96]));
+    g.node(node("MatMul", &["x", "w"], "xw", Attributes::new()));
+    g.node(node("Add", &["xw", "b"], "y", Attributes::new()));
+    g.output("y");
+    g.build(Registry::global()).unwrap()
+}
+
+#[test]
+fn symbolic_shapes_share_their_weights_and_keep_the_recent_graphs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(17);
+    let graph = symbolic_dense(&mut rng);
+    let opts = CompileOptions {
+        kept_shapes: Some(2),
+        ..CompileOptions::default()
+    };
+    let model = CompiledModel::new(graph.clone(), backend(dir.path(), true), opts);
+    let mut shared = None;
+    for batch in [3usize, 7, 3, 11, 5] {
+        let inputs = vec![("x".to_string(), random(&mut rng, &[batch, 64]))];
+        let got = model.run(&inputs).unwrap();
+        let want = run_reference(&graph, &inputs).unwrap();
+        assert_close(&f32s(&got[0].1), &want[0].1.to_f64_vec(), "shared weights");
+        let report = model.compiled(&[vec![batch, 64]]).unwrap().report().clone();
+        let (own, pooled) = (report.constant_bytes, report.shared_constant_bytes);
+        // The packed weight lies in the model's pool, once for every batch.
+        assert!(
+            pooled >= 64 * 96 * 4 && own < 64 * 96 * 4,
+            "own {own}, shared {pooled}"
+        );
+        assert_eq!(*shared.get_or_insert(pooled), pooled);
+    }
+    // Two graphs kept: the two used last (batch 11 and 5; 3 was used before them).
+    let kept: Vec<Vec<Vec<usize>>> = model
+        .compiled_graphs()
+        .unwrap()
+        .iter()
+        .map(|g| g.input_shapes())
+        .collect();
+    assert_eq!(kept, vec![vec![vec![5, 64]], vec![vec![11, 64]]]);
+
+    // A saved model stores the shared weights with each graph (one blob in the file).
+    let path = dir.path().join("sym_dense.hidet");
+    model.save(&path).unwrap();
+    let loaded = LoadedModel::load(&path, backend(dir.path(), true)).unwrap();
+    // Loaded, the two graphs share the weights again.
+    for g in loaded.graphs() {
+        assert_eq!(Some(g.report().shared_constant_bytes), shared);
+    }
+    for batch in [5usize, 11] {
+        let inputs = vec![("x".to_string(), random(&mut rng, &[batch, 64]))];
+        let got = loaded.run(&inputs).unwrap();
+        let want = run_reference(&graph, &inputs).unwrap();
+        assert_close(&f32s(&got[0].1), &want[0].1.to_f64_vec(), "loaded");
+    }
 }
 
 #[test]

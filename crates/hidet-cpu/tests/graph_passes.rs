@@ -600,7 +600,10 @@ mod panel_weights {
             ("z".to_string(), rng.f32s(&[37, 3])),
         ];
         for left_panel_rows in [16, 6] {
-            let pass = PanelConstantWeights { left_panel_rows };
+            let pass = PanelConstantWeights {
+                left_panel_rows,
+                derived: None,
+            };
             let after = run_then_dce(&pass, before.clone());
             assert_eq!(count(&after, "ColumnPanels"), 3, "{:?}", ops(&after));
             assert_eq!(count(&after, "MatMul"), 6, "{:?}", ops(&after));
@@ -644,6 +647,34 @@ mod panel_weights {
         assert_eq!(sources.len(), 1, "one panels constant");
         assert_eq!(after.initializers().count(), 1, "the weight itself is gone");
         assert_same_outputs(&before, &after, &inputs, 0.0);
+    }
+
+    /// With a memo of derived constants (a backend's, kept across one model's input shapes),
+    /// a weight is packed once: the second run of the pass reads the first one's panels.
+    #[test]
+    fn a_memo_packs_each_weight_once_across_runs() {
+        let mut rng = Rng::new(44);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[3, 20]));
+        b.initializer("w", rng.f32s(&[20, 37]));
+        b.node(node("MatMul", 17, &["x", "w"], &["y"], Attributes::new()));
+        b.output("y");
+        let before = build(b);
+        let pass = PanelConstantWeights {
+            derived: Some(std::sync::Arc::default()),
+            ..PanelConstantWeights::default()
+        };
+        let panels = |g: &hidet_graph::Graph| {
+            let (_, t) = g.initializers().next().expect("one constant: the panels");
+            t.clone()
+        };
+        let first = run_then_dce(&pass, before.clone());
+        let second = run_then_dce(&pass, before.clone());
+        assert_eq!(panels(&first).shape(), &[3, 20, 16]);
+        assert!(panels(&first).same_storage(&panels(&second)));
+        assert_eq!(pass.derived.as_ref().map(|m| m.len()), Some(1));
+        let inputs = vec![("x".to_string(), rng.f32s(&[3, 20]))];
+        assert_same_outputs(&before, &second, &inputs, 0.0);
     }
 
     /// A batched product with a constant right operand at least 16 columns wide stores each

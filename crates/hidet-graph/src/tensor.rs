@@ -529,6 +529,20 @@ impl Tensor {
         crate::dispatch_all!(self.dtype(), T => T::unwrap(&self.data).is_some_and(|b| b.is_external()))
     }
 
+    /// The address of the shared storage: equal for two tensors exactly when they share it
+    /// (clones and reshapes of one tensor), for as long as either is alive.
+    pub fn storage_address(&self) -> usize {
+        crate::dispatch_all!(self.dtype(), T => match T::unwrap(&self.data) {
+            Some(v) => Arc::as_ptr(v) as usize,
+            None => unreachable!("dtype() reports the stored variant"),
+        })
+    }
+
+    /// Whether `self` and `other` share their storage (so hold the same elements).
+    pub fn same_storage(&self, other: &Tensor) -> bool {
+        self.storage_address() == other.storage_address()
+    }
+
     /// The shared storage.
     pub fn data(&self) -> &TensorData {
         &self.data

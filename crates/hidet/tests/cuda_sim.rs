@@ -405,3 +405,72 @@ fn long_reductions_are_not_left_to_the_elementwise_schedule() {
     let err = relative_error(&got, &want);
     assert!(err <= 1e-4, "relative error {err}");
 }
+
+/// A model with a symbolic batch on the simulated GPU: each batch compiles its own graph, and
+/// the later ones read the weights from the arena the first one uploaded (a third device
+/// allocation beside the graph's own constants and its run arena).
+#[test]
+fn symbolic_batches_share_the_uploaded_weights() {
+    use hidet::graph::{Attributes, DType, Dim, GraphBuilder, NodeSpec, Registry, TensorType};
+    use std::sync::Arc;
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut random = |shape: &[usize]| {
+        let n = shape.iter().product();
+        let data: Vec<f32> = (0..n)
+            .map(|_| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                (rng >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect();
+        Tensor::new(shape.to_vec(), data).unwrap()
+    };
+    let mut g = GraphBuilder::new("sym_dense");
+    let batch = Dim::Symbol(Arc::from("B"));
+    g.input(
+        "x",
+        TensorType {
+            dtype: DType::F32,
+            shape: Some(vec![batch, Dim::Fixed(72)]),
+        },
+    );
+    g.initializer("w", random(&[72, 80]));
+    g.initializer("b", random(&[80]));
+    let node = |op: &str, inputs: &[&str], output: &str| NodeSpec {
+        name: output.to_string(),
+        op_type: op.to_string(),
+        domain: String::new(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: vec![output.to_string()],
+        attrs: Attributes::new(),
+        opset: 17,
+    };
+    g.node(node("MatMul", &["x", "w"], "xw"));
+    g.node(node("Add", &["xw", "b"], "y"));
+    g.output("y");
+    let model = model_of(g.build(Registry::global()).unwrap());
+    let compiled = pipeline::compile_sim(
+        &model,
+        CompileOptions::default(),
+        CudaBackendOptions::default(),
+    );
+    for rows in [5usize, 9, 5] {
+        let inputs = vec![("x".to_string(), random(&[rows, 72]))];
+        let want = pipeline::run_reference(&model, &inputs).unwrap();
+        let got = pipeline::run(&compiled, &inputs).unwrap();
+        let err = relative_error(&got, &want);
+        assert!(err <= 1e-4, "batch {rows}: relative error {err}");
+        let report = compiled
+            .compiled(&[vec![rows, 72]])
+            .unwrap()
+            .report()
+            .clone();
+        assert!(
+            report.shared_constant_bytes >= 72 * 80 * 4,
+            "batch {rows}: own {} bytes, shared {}",
+            report.constant_bytes,
+            report.shared_constant_bytes
+        );
+    }
+}

@@ -19,8 +19,10 @@ pub use panel_weights::PanelConstantWeights;
 pub use quantized_products::QuantizedProducts;
 pub use separable_pool::SeparablePool;
 
+use std::sync::Arc;
+
 use hidet_graph::passes::{
-    simplification_passes, CommonSubexpressionElimination, DeadCodeElimination,
+    simplification_passes, CommonSubexpressionElimination, DeadCodeElimination, DerivedConstants,
     FlattenBatchedMatMul, GraphPass, SimplifyChains,
 };
 
@@ -37,7 +39,7 @@ const KEEP_LAYOUT: FusionHints = FusionHints {
 
 /// What the CPU passes may assume of the kernels that will run the graph; the rewritten graph
 /// computes the same values whatever the options.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct PassOptions {
     /// Output channels up to which a convolution with a short window becomes a direct
     /// one ([`ConvToImplicitGemm::direct_max_channels`]).
@@ -48,6 +50,9 @@ pub struct PassOptions {
     /// Whether 3×3 stride-1 convolutions with enough tiles and channels run by Winograd's
     /// algorithm ([`ConvWinograd`]).
     pub winograd: bool,
+    /// Where constants derived from weights are remembered across one model's compilations
+    /// for different input shapes ([`PanelConstantWeights::derived`]); `None`: nowhere.
+    pub derived: Option<Arc<DerivedConstants>>,
 }
 
 impl Default for PassOptions {
@@ -57,6 +62,7 @@ impl Default for PassOptions {
             direct_conv_max_channels: FEW_CHANNELS,
             left_panel_rows: PANEL_WIDTH,
             winograd: true,
+            derived: None,
         }
     }
 }
@@ -112,6 +118,7 @@ pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
         // them on every run.
         Box::new(PanelConstantWeights {
             left_panel_rows: options.left_panel_rows,
+            derived: options.derived.clone(),
         }),
         // Nodes no output depends on, and initializers nothing reads, removed.
         Box::new(DeadCodeElimination),

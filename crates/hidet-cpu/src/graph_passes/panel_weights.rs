@@ -22,6 +22,7 @@
 //! other consumers of the prologue read through it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::graph_ops::column_panels::{self, to_panels, PANEL_WIDTH};
 use crate::graph_ops::HIDET_DOMAIN;
@@ -31,7 +32,7 @@ use hidet_graph::attribute::Attributes;
 use hidet_graph::dtype::DType;
 use hidet_graph::graph::{Graph, GraphError, NodeId, ValueId};
 use hidet_graph::passes::rewrite::Rewriter;
-use hidet_graph::passes::GraphPass;
+use hidet_graph::passes::{DerivedConstants, GraphPass};
 use hidet_graph::tensor::Tensor;
 use hidet_graph::Attribute;
 
@@ -43,11 +44,14 @@ use hidet_graph::Attribute;
 /// weights); it becomes `Transpose(ColumnPanels(panels of Wᵀ))`, its rows read from panels of
 /// `left_panel_rows` rows. A batched product (rank 3) with a constant right operand
 /// `[L, K, N]` stores each of its matrices as panels (a batched left operand is kept).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct PanelConstantWeights {
     /// Rows per panel of a left operand: the rows of the backend's register tile (at most
     /// [`column_panels::MAX_PANEL_WIDTH`]).
     pub left_panel_rows: usize,
+    /// Where panels derived for earlier input shapes of the same model are remembered
+    /// (each weight is packed once per model), if anywhere.
+    pub derived: Option<Arc<DerivedConstants>>,
 }
 
 impl Default for PanelConstantWeights {
@@ -55,6 +59,7 @@ impl Default for PanelConstantWeights {
     fn default() -> Self {
         PanelConstantWeights {
             left_panel_rows: PANEL_WIDTH,
+            derived: None,
         }
     }
 }
@@ -95,7 +100,7 @@ impl GraphPass for PanelConstantWeights {
             let panels = match stored.get(&source) {
                 Some(&p) => p,
                 None => {
-                    let Some(panels) = plan.panels(&rw) else {
+                    let Some(panels) = plan.panels(&rw, self.derived.as_deref()) else {
                         continue;
                     };
                     let p = rw.add_constant("weight_panels", panels);
@@ -155,15 +160,24 @@ impl Matrix {
 }
 
 impl Plan {
-    /// The panels of the plan's matrix (`None` if the constant cannot be read as f32).
-    fn panels(&self, rw: &Rewriter) -> Option<Tensor> {
+    /// The panels of the plan's matrix (`None` if the constant cannot be read as f32),
+    /// remembered in `derived` when given.
+    fn panels(&self, rw: &Rewriter, derived: Option<&DerivedConstants>) -> Option<Tensor> {
         let w = rw.constant(self.matrix.value())?;
-        match self.matrix {
+        let derive = || match self.matrix {
             Matrix::AsStored(_) => to_panels(w, self.width),
             Matrix::Transposed(_) => match *w.shape() {
                 [rows, cols] => to_panels(&transposed(w, rows, cols).ok()?, self.width),
                 _ => None,
             },
+        };
+        match derived {
+            Some(memo) => {
+                let transposed = matches!(self.matrix, Matrix::Transposed(_));
+                let label = format!("column-panels width={} transposed={transposed}", self.width);
+                memo.get_or_derive(&label, &[w], derive)
+            }
+            None => derive(),
         }
     }
 }

@@ -98,6 +98,9 @@ pub struct CompileOptions {
     pub no_fusion: bool,
     /// Where lowering and building report their progress (a progress bar), if anywhere.
     pub progress: Option<ProgressSink>,
+    /// How many sets of input shapes a [`super::CompiledModel`] keeps compiled graphs for
+    /// (at least 1); `None` = [`super::MAX_SHAPE_SIGNATURES`].
+    pub kept_shapes: Option<usize>,
 }
 
 /// One tensor argument of a kernel launch: an address inside an arena with what lies there.

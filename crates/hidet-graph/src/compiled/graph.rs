@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use super::backend::{
     ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport, OutputSlot,
 };
+use super::constant_pool::{ConstantPool, Placement, SharedConstants};
 use super::plan::{plan_memory, BufferRequest, ALIGN};
 use super::{concat_in_place, slice_in_place};
 use crate::dtype::DType;
@@ -60,6 +61,9 @@ pub enum CompiledError {
 pub(super) enum Loc {
     /// In the constant arena at this offset.
     Const(usize),
+    /// In the model's shared constant arena at this offset ([`ConstantPool`]). Never saved:
+    /// saving moves such constants into the saved graph's own arena.
+    Shared(usize),
     /// In the run arena at this offset.
     Run(usize),
     /// In a host slot of the run state (data-dependent shape).
@@ -164,6 +168,9 @@ pub struct CompileReport {
     pub unplanned_bytes: usize,
     /// Bytes of the constant arena.
     pub constant_bytes: usize,
+    /// Bytes of the constants this graph reads from its model's shared pool (one copy for
+    /// every set of input shapes the model is compiled for; not in `constant_bytes`).
+    pub shared_constant_bytes: usize,
     /// Wall time of the whole compilation.
     pub compile_time: Duration,
     pub module: ModuleReport,
@@ -264,6 +271,8 @@ pub struct CompiledGraph<B: Backend> {
     pub(super) backend: Arc<B>,
     pub(super) module: B::Module,
     pub(super) consts: B::Arena,
+    /// The model's shared constants that `Loc::Shared` values lie in, if any.
+    pub(super) shared: Option<Arc<SharedConstants<B>>>,
     /// Where each constant root lies in `consts` (`const_bytes` in all).
     pub(super) const_layout: Vec<(ValueId, usize)>,
     pub(super) const_bytes: usize,
@@ -299,6 +308,18 @@ impl<B: Backend> CompiledGraph<B> {
         input_shapes: &[Vec<usize>],
         backend: Arc<B>,
         opts: &CompileOptions,
+    ) -> Result<CompiledGraph<B>, CompiledError> {
+        Self::compile_pooled(graph, input_shapes, backend, opts, None)
+    }
+
+    /// [`CompiledGraph::compile`] with large constants placed through `pool`: those equal to
+    /// one the pool holds are read from its arena, not copied (see [`ConstantPool`]).
+    pub fn compile_pooled(
+        graph: &Graph,
+        input_shapes: &[Vec<usize>],
+        backend: Arc<B>,
+        opts: &CompileOptions,
+        pool: Option<&ConstantPool<B>>,
     ) -> Result<CompiledGraph<B>, CompiledError> {
         let start = Instant::now();
         let given: Vec<(ValueId, Vec<usize>)> = graph
@@ -550,6 +571,25 @@ impl<B: Backend> CompiledGraph<B> {
         let mut host_slots = 0usize;
         let mut roots: Vec<usize> = span.keys().copied().collect();
         roots.sort_unstable();
+        let byte_constants: Vec<(usize, &Tensor)> = roots
+            .iter()
+            .filter_map(|&r| spec.values[r].constant.as_ref().map(|t| (r, t)))
+            .filter(|(_, t)| !t.dtype().is_string())
+            .collect();
+        let (placements, shared) = match pool {
+            Some(pool) => {
+                let tensors: Vec<&Tensor> = byte_constants.iter().map(|(_, t)| *t).collect();
+                pool.share(&backend, &tensors)?
+            }
+            None => (Vec::new(), None),
+        };
+        let mut placed: HashMap<usize, (usize, Tensor)> = HashMap::new();
+        for ((r, _), placement) in byte_constants.iter().zip(placements) {
+            if let Placement::Shared(offset, pooled) = placement {
+                report.shared_constant_bytes += pooled.size_in_bytes();
+                placed.insert(*r, (offset, pooled));
+            }
+        }
         let mut root_loc: HashMap<usize, Loc> = HashMap::new();
         for r in roots {
             let info = &spec.values[r];
@@ -557,6 +597,9 @@ impl<B: Backend> CompiledGraph<B> {
                 // Strings have no byte encoding: host steps read them from `const_tensors`.
                 const_tensors.insert(ValueId(r), t.clone());
                 Loc::Const(0)
+            } else if let Some((offset, pooled)) = placed.remove(&r) {
+                const_tensors.insert(ValueId(r), pooled);
+                Loc::Shared(offset)
             } else if let Some(t) = &info.constant {
                 let offset = const_bytes;
                 const_bytes += t.size_in_bytes().div_ceil(ALIGN).max(1) * ALIGN;
@@ -588,7 +631,9 @@ impl<B: Backend> CompiledGraph<B> {
         }
         // Aliases of constants are constants too (for host reads).
         for (i, slot) in values.iter().enumerate() {
-            if let (Loc::Const(_), Some(t)) = (slot.loc, const_tensors.get(&ValueId(root[i]))) {
+            if let (Loc::Const(_) | Loc::Shared(_), Some(t)) =
+                (slot.loc, const_tensors.get(&ValueId(root[i])))
+            {
                 let t = t.clone();
                 let shape = slot.shape.clone().unwrap_or_default();
                 if let Ok(view) = t.reshape(shape) {
@@ -617,6 +662,7 @@ impl<B: Backend> CompiledGraph<B> {
             backend,
             module,
             consts,
+            shared,
             const_layout,
             const_bytes,
             const_tensors,
@@ -649,6 +695,7 @@ impl<B: Backend> CompiledGraph<B> {
     pub(super) fn new_state(&self) -> Result<RunState<B>, CompiledError> {
         let arena = self.backend.alloc(self.run_bytes)?;
         let (cbase, rbase) = (self.backend.base(&self.consts), self.backend.base(&arena));
+        let sbase = self.shared.as_ref().map_or(0, |s| s.base);
         let mut addresses = Vec::with_capacity(self.steps.len());
         for step in &self.steps {
             let Step::Kernel { kernel, args, .. } = step else {
@@ -663,6 +710,7 @@ impl<B: Backend> CompiledGraph<B> {
                 });
                 let address = match slot.loc {
                     Loc::Const(o) if !written => cbase + o as u64,
+                    Loc::Shared(o) if !written && self.shared.is_some() => sbase + o as u64,
                     Loc::Run(o) => rbase + o as u64,
                     other => {
                         return Err(BackendError::Launch {
@@ -918,7 +966,7 @@ impl<B: Backend> CompiledGraph<B> {
             }
         }
         match slot.loc {
-            Loc::Const(_) => self
+            Loc::Const(_) | Loc::Shared(_) => self
                 .const_tensors
                 .get(&v)
                 .cloned()
@@ -1007,7 +1055,7 @@ impl<B: Backend> CompiledGraph<B> {
                     .into())
                 }
                 (Loc::Host(h), _) => state.host[h] = Some(t.clone()),
-                (Loc::Const(_) | Loc::Unused, _) => {}
+                (Loc::Const(_) | Loc::Shared(_) | Loc::Unused, _) => {}
             }
         }
         Ok(())

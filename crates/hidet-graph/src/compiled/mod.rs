@@ -7,7 +7,8 @@
 //!   inputs are placed in their output; `slice_in_place`: contiguous slices that become
 //!   views of their input.
 //! - [`graph`]: [`CompiledGraph`], compile and run for one set of input shapes.
-//! - [`model`]: [`CompiledModel`], the per-shape cache.
+//! - [`model`]: [`CompiledModel`], the per-shape cache; [`constant_pool`]: the constants its
+//!   graphs for different shapes share.
 //! - [`artifact`]: the checksummed file format of a saved compiled model; [`saved`]: saving a
 //!   [`CompiledModel`]'s compiled graphs into one and loading them as a [`LoadedModel`],
 //!   which runs without compiling anything.
@@ -15,6 +16,7 @@
 pub mod artifact;
 pub mod backend;
 mod concat_in_place;
+pub mod constant_pool;
 pub mod graph;
 pub mod model;
 pub mod plan;
@@ -26,7 +28,8 @@ pub use backend::{
     ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport, OutputSlot,
     ProgressSink,
 };
+pub use constant_pool::ConstantPool;
 pub use graph::{CompileReport, CompiledError, CompiledGraph, HostStep, StepInfo};
-pub use model::CompiledModel;
+pub use model::{CompiledModel, MAX_SHAPE_SIGNATURES};
 pub use plan::{plan_memory, BufferRequest, MemoryPlan};
 pub use saved::{LoadedModel, SavedDecl};

@@ -2,12 +2,15 @@
 //! compiled for the concrete shapes seen, once per distinct set of shapes. Shapes are bound
 //! before the backend's graph passes run ([`Graph::with_input_shapes`]), so a model exported
 //! with symbolic dimensions compiles into the same kernels as its static export at the same
-//! shapes.
+//! shapes. The graphs for different shapes share their large constants ([`ConstantPool`]),
+//! and at most [`CompileOptions::kept_shapes`] of them are kept: a model fed ever new shapes
+//! keeps the ones used most recently.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::backend::{Backend, BackendError, CompileOptions};
+use super::constant_pool::ConstantPool;
 use super::graph::{CompiledError, CompiledGraph};
 use crate::executor::check_input_data;
 use crate::graph::Graph;
@@ -16,8 +19,13 @@ use crate::registry::Registry;
 use crate::tensor::Tensor;
 use crate::value::Datum;
 
-/// Compiled graphs by input shapes.
-type ShapeCache<B> = HashMap<Vec<Vec<usize>>, Arc<CompiledGraph<B>>>;
+/// How many sets of input shapes a [`CompiledModel`] keeps compiled graphs for, unless
+/// [`CompileOptions::kept_shapes`] says otherwise; compiling for one more drops the least
+/// recently used.
+pub const MAX_SHAPE_SIGNATURES: usize = 64;
+
+/// Compiled graphs by input shapes, each with the tick of its last use.
+type ShapeCache<B> = HashMap<Vec<Vec<usize>>, (u64, Arc<CompiledGraph<B>>)>;
 
 /// A graph with a backend and a cache of [`CompiledGraph`]s keyed by input shapes.
 /// `Send + Sync`: any number of threads may call [`CompiledModel::run`] at once.
@@ -30,6 +38,9 @@ pub struct CompiledModel<B: Backend> {
     backend: Arc<B>,
     opts: CompileOptions,
     cache: Mutex<ShapeCache<B>>,
+    /// Counts uses of the cache (the recency of each entry).
+    ticks: std::sync::atomic::AtomicU64,
+    pool: ConstantPool<B>,
 }
 
 impl<B: Backend> std::fmt::Debug for CompiledModel<B> {
@@ -50,6 +61,8 @@ impl<B: Backend> CompiledModel<B> {
             backend: Arc::new(backend),
             opts,
             cache: Mutex::new(HashMap::new()),
+            ticks: std::sync::atomic::AtomicU64::new(0),
+            pool: ConstantPool::default(),
         }
     }
 
@@ -63,7 +76,8 @@ impl<B: Backend> CompiledModel<B> {
         &self.backend
     }
 
-    /// Every graph compiled so far, ordered by input shapes.
+    /// Every compiled graph the model keeps (see [`CompileOptions::kept_shapes`]), ordered by
+    /// input shapes.
     pub fn compiled_graphs(&self) -> Result<Vec<Arc<CompiledGraph<B>>>, CompiledError> {
         let cache = self
             .cache
@@ -71,7 +85,10 @@ impl<B: Backend> CompiledModel<B> {
             .map_err(|_| BackendError::Memory("compile cache poisoned".into()))?;
         let mut graphs: Vec<_> = cache.iter().collect();
         graphs.sort_by(|a, b| a.0.cmp(b.0));
-        Ok(graphs.into_iter().map(|(_, g)| Arc::clone(g)).collect())
+        Ok(graphs
+            .into_iter()
+            .map(|(_, (_, g))| Arc::clone(g))
+            .collect())
     }
 
     /// The graph compiled for `shapes`: bound to them when any input dimension is symbolic,
@@ -90,22 +107,42 @@ impl<B: Backend> CompiledModel<B> {
 
     /// The compiled graph for `shapes` (one per runtime input, in input order; see
     /// [`CompiledModel::optimized_graph`]), compiled now if not cached. Compilations are
-    /// serialized.
+    /// serialized; a graph with symbolic inputs shares its large constants with the model's
+    /// other compiled graphs. Compiling for a new set of shapes when as many as
+    /// [`CompileOptions::kept_shapes`] are kept drops the least recently used one (runs
+    /// holding it finish).
     pub fn compiled(&self, shapes: &[Vec<usize>]) -> Result<Arc<CompiledGraph<B>>, CompiledError> {
+        let tick = self
+            .ticks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut cache = self
             .cache
             .lock()
             .map_err(|_| BackendError::Memory("compile cache poisoned".into()))?;
-        if let Some(c) = cache.get(shapes) {
+        if let Some((used, c)) = cache.get_mut(shapes) {
+            *used = tick;
             return Ok(Arc::clone(c));
         }
-        let compiled = Arc::new(CompiledGraph::compile(
+        let pool = (!self.graph.has_static_inputs()).then_some(&self.pool);
+        let compiled = Arc::new(CompiledGraph::compile_pooled(
             &self.optimized_graph(shapes)?,
             shapes,
             Arc::clone(&self.backend),
             &self.opts,
+            pool,
         )?);
-        cache.insert(shapes.to_vec(), Arc::clone(&compiled));
+        let kept = self.opts.kept_shapes.unwrap_or(MAX_SHAPE_SIGNATURES).max(1);
+        while cache.len() >= kept {
+            let oldest = cache
+                .iter()
+                .min_by_key(|(_, (used, _))| *used)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(oldest) => cache.remove(&oldest),
+                None => break,
+            };
+        }
+        cache.insert(shapes.to_vec(), (tick, Arc::clone(&compiled)));
         Ok(compiled)
     }
 

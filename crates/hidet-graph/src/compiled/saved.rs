@@ -23,9 +23,11 @@ use serde::{Deserialize, Serialize};
 
 use super::artifact::{ArtifactReader, ArtifactWriter, BlobId};
 use super::backend::{Backend, ModuleReport};
+use super::constant_pool::{ConstantPool, Placement};
 use super::graph::{Bound, CompileReport, CompiledError, CompiledGraph, HostStep, Loc, Step};
 use super::graph::{StepInfo, ValueSlot};
 use super::model::CompiledModel;
+use super::plan::ALIGN;
 use crate::attribute::{Attribute, Attributes};
 use crate::dtype::DType;
 use crate::executor::{match_inputs, DeclaredShape, ExecError, InputDecl};
@@ -128,6 +130,26 @@ impl SavedTensor {
             shape: t.shape().to_vec(),
             data,
         })
+    }
+
+    /// [`SavedTensor::load`] that reads each blob once: a blob loaded before as `dtype`
+    /// (by another graph of the model, or as another shape of the same constant) is shared.
+    fn load_once(
+        &self,
+        blobs: &ArtifactReader,
+        loaded: &mut HashMap<(BlobId, DType), Tensor>,
+    ) -> Result<Tensor, CompiledError> {
+        let SavedData::Bytes(id) = &self.data else {
+            return self.load(blobs);
+        };
+        if let Some(t) = loaded.get(&(*id, self.dtype)) {
+            if let Ok(view) = t.reshape(self.shape.clone()) {
+                return Ok(view);
+            }
+        }
+        let t = self.load(blobs)?;
+        loaded.insert((*id, self.dtype), t.clone());
+        Ok(t)
     }
 
     fn load(&self, blobs: &ArtifactReader) -> Result<Tensor, CompiledError> {
@@ -415,20 +437,39 @@ impl<B: Backend> CompiledGraph<B> {
             .map(|(v, t)| Ok((v.0, SavedTensor::save(t, blobs)?)))
             .collect::<Result<_, CompiledError>>()?;
         const_tensors.sort_by_key(|(v, _)| *v);
+        // Constants read from the model's shared pool are stored in the saved graph's own
+        // arena, after the ones already there.
+        let mut const_bytes = self.const_bytes;
+        let mut const_layout: Vec<(usize, usize)> =
+            self.const_layout.iter().map(|(v, o)| (v.0, *o)).collect();
+        let mut moved: HashMap<usize, usize> = HashMap::new();
+        let mut values = Vec::with_capacity(self.values.len());
+        for (i, v) in self.values.iter().enumerate() {
+            let loc = match v.loc {
+                Loc::Shared(o) => Loc::Const(*moved.entry(o).or_insert_with(|| {
+                    let offset = const_bytes;
+                    let bytes = v
+                        .shape
+                        .as_deref()
+                        .map_or(0, |s| s.iter().product::<usize>() * v.dtype.size_in_bytes());
+                    const_bytes += bytes.div_ceil(ALIGN).max(1) * ALIGN;
+                    const_layout.push((i, offset));
+                    offset
+                })),
+                other => other,
+            };
+            values.push(SavedValue {
+                name: v.name.clone(),
+                dtype: v.dtype,
+                kind: v.kind,
+                shape: v.shape.clone(),
+                loc,
+            });
+        }
         let r = &self.report;
         Ok(SavedGraph {
             input_shapes: self.input_shapes(),
-            values: self
-                .values
-                .iter()
-                .map(|v| SavedValue {
-                    name: v.name.clone(),
-                    dtype: v.dtype,
-                    kind: v.kind,
-                    shape: v.shape.clone(),
-                    loc: v.loc,
-                })
-                .collect(),
+            values,
             steps,
             inputs: self.inputs.iter().map(|v| v.0).collect(),
             outputs: self.outputs.iter().map(|v| v.0).collect(),
@@ -436,8 +477,8 @@ impl<B: Backend> CompiledGraph<B> {
             bound_outputs: bound(&self.bound_outputs),
             run_bytes: self.run_bytes,
             host_slots: self.host_slots,
-            const_bytes: self.const_bytes,
-            const_layout: self.const_layout.iter().map(|(v, o)| (v.0, *o)).collect(),
+            const_bytes,
+            const_layout,
             const_tensors,
             module: self.backend.save_module(&self.module, blobs)?,
             report: SavedReport {
@@ -452,14 +493,19 @@ impl<B: Backend> CompiledGraph<B> {
         })
     }
 
+    /// The graph `saved` describes, for `backend`. Constants are read once per model
+    /// (`loaded`, by blob) and the large ones placed through the model's `pool`, so the
+    /// graphs of one model for several input shapes hold one copy of its weights.
     fn load(
         saved: &SavedGraph,
         blobs: &ArtifactReader,
         backend: Arc<B>,
+        loaded: &mut HashMap<(BlobId, DType), Tensor>,
+        pool: &ConstantPool<B>,
     ) -> Result<CompiledGraph<B>, CompiledError> {
         let start = Instant::now();
         check_structure(saved).map_err(|what| blobs.manifest_error(what))?;
-        let values: Vec<ValueSlot> = saved
+        let mut values: Vec<ValueSlot> = saved
             .values
             .iter()
             .map(|v| ValueSlot {
@@ -524,14 +570,50 @@ impl<B: Backend> CompiledGraph<B> {
             .collect::<Result<Vec<_>, CompiledError>>()?;
         let mut const_tensors = HashMap::new();
         for (v, t) in &saved.const_tensors {
-            const_tensors.insert(ValueId(*v), t.load(blobs)?);
+            const_tensors.insert(ValueId(*v), t.load_once(blobs, loaded)?);
         }
         let module = backend.load_module(&saved.module, blobs)?;
-        let mut consts = backend.alloc(saved.const_bytes)?;
-        for (v, offset) in &saved.const_layout {
-            let t = const_tensors.get(&ValueId(*v)).ok_or_else(|| {
-                blobs.manifest_error(format!("constant #{v} is laid out but not stored"))
-            })?;
+        let laid_out = saved
+            .const_layout
+            .iter()
+            .map(|(v, _)| {
+                const_tensors.get(&ValueId(*v)).cloned().ok_or_else(|| {
+                    blobs.manifest_error(format!("constant #{v} is laid out but not stored"))
+                })
+            })
+            .collect::<Result<Vec<Tensor>, _>>()?;
+        let (placements, shared) = pool.share(&backend, &laid_out.iter().collect::<Vec<_>>())?;
+        // The constants not shared are laid out again, without the shared ones' gaps.
+        let mut moved: HashMap<usize, Loc> = HashMap::new();
+        let mut const_layout = Vec::new();
+        let (mut const_bytes, mut shared_constant_bytes) = (0usize, 0usize);
+        for (((v, offset), t), placement) in
+            saved.const_layout.iter().zip(&laid_out).zip(placements)
+        {
+            let loc = match placement {
+                Placement::Shared(at, pooled) => {
+                    shared_constant_bytes += pooled.size_in_bytes();
+                    const_tensors.insert(ValueId(*v), pooled);
+                    Loc::Shared(at)
+                }
+                Placement::Own => {
+                    let at = const_bytes;
+                    const_bytes += t.size_in_bytes().div_ceil(ALIGN).max(1) * ALIGN;
+                    const_layout.push((ValueId(*v), at, t.clone()));
+                    Loc::Const(at)
+                }
+            };
+            moved.entry(*offset).or_insert(loc);
+        }
+        for v in &mut values {
+            if let (Loc::Const(o), false) = (v.loc, v.dtype.is_string()) {
+                if let Some(loc) = moved.get(&o) {
+                    v.loc = *loc;
+                }
+            }
+        }
+        let mut consts = backend.alloc(const_bytes)?;
+        for (_, offset, t) in &const_layout {
             backend.upload(&mut consts, *offset, t)?;
         }
         let bound = |b: &Vec<SavedBound>| {
@@ -552,7 +634,8 @@ impl<B: Backend> CompiledGraph<B> {
             unplanned_bytes: r.unplanned_bytes,
             partition: r.partition.clone(),
             intermediate_bytes: saved.run_bytes,
-            constant_bytes: saved.const_bytes,
+            constant_bytes: const_bytes,
+            shared_constant_bytes,
             inputs_in_place: saved.bound_inputs.len(),
             outputs_in_place: saved.bound_outputs.len(),
             compile_time: start.elapsed(),
@@ -574,12 +657,12 @@ impl<B: Backend> CompiledGraph<B> {
             backend,
             module,
             consts,
-            const_layout: saved
-                .const_layout
-                .iter()
-                .map(|(v, o)| (ValueId(*v), *o))
+            shared,
+            const_layout: const_layout
+                .into_iter()
+                .map(|(v, offset, _)| (v, offset))
                 .collect(),
-            const_bytes: saved.const_bytes,
+            const_bytes,
             const_tensors,
             values,
             steps,
@@ -631,6 +714,10 @@ fn check_structure(g: &SavedGraph) -> Result<(), String> {
         match v.loc {
             Loc::Run(o) => within(o, g.run_bytes)?,
             Loc::Const(o) if v.dtype != DType::String => within(o, g.const_bytes)?,
+            Loc::Shared(_) => return Err(format!(
+                "value #{i} `{}` lies in a shared constant arena, which saved graphs do not have",
+                v.name
+            )),
             Loc::Host(h) if h >= g.host_slots => {
                 return Err(format!(
                     "value #{i} names host slot {h} of {}",
@@ -791,10 +878,14 @@ impl<B: Backend> LoadedModel<B> {
             return Err(blobs.manifest_error("no compiled graph").into());
         }
         let backend = Arc::new(backend);
+        let (mut loaded, pool) = (HashMap::new(), ConstantPool::default());
         let graphs = saved
             .graphs
             .iter()
-            .map(|g| CompiledGraph::load(g, &blobs, Arc::clone(&backend)).map(Arc::new))
+            .map(|g| {
+                CompiledGraph::load(g, &blobs, Arc::clone(&backend), &mut loaded, &pool)
+                    .map(Arc::new)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(LoadedModel {
             name: saved.name,

@@ -285,6 +285,7 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
             "intermediate_bytes": report.intermediate_bytes,
             "unplanned_bytes": report.unplanned_bytes,
             "constant_bytes": report.constant_bytes,
+            "shared_constant_bytes": report.shared_constant_bytes,
             "emit_source": args.emit_source.as_ref().map(|p| p.display().to_string()),
             "output": args.output.as_ref().map(|p| p.display().to_string()),
         });
@@ -314,10 +315,18 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
     );
     let mib = |b: usize| b as f64 / (1 << 20) as f64;
     println!(
-        "memory: {:.2} MiB intermediates (peak of the plan; {:.2} MiB without reuse), {:.2} MiB constants",
+        "memory: {:.2} MiB intermediates (peak of the plan; {:.2} MiB without reuse), {:.2} MiB constants{}",
         mib(report.intermediate_bytes),
         mib(report.unplanned_bytes),
-        mib(report.constant_bytes)
+        mib(report.constant_bytes + report.shared_constant_bytes),
+        if report.shared_constant_bytes > 0 {
+            format!(
+                " ({:.2} MiB shared with the model's other input shapes)",
+                mib(report.shared_constant_bytes)
+            )
+        } else {
+            String::new()
+        }
     );
     if !report.host_steps.is_empty() {
         let ops: Vec<String> = report

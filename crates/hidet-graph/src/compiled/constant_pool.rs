@@ -1,0 +1,167 @@
+//! Constants shared by the graphs one model compiles for different input shapes.
+//!
+//! A model with symbolic dimensions is compiled once per distinct set of input shapes, and
+//! every compilation re-derives its constants (folded weights, packed panels) from the same
+//! initializers. Without sharing, each set of shapes would hold its own copy of every weight:
+//! a decoder run at a growing sequence length would grow by the whole model per step. The
+//! pool keeps one arena of the large constants of the first compilation; a later compilation
+//! points its kernels at the pooled copy of every large constant whose dtype, shape and
+//! elements are equal, and uploads only the rest into its own arena.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::backend::{Backend, BackendError};
+use super::plan::ALIGN;
+use crate::dtype::DType;
+use crate::tensor::Tensor;
+
+/// Constants smaller than this stay in each compiled graph's own arena: comparing them costs
+/// more than it saves, and small constants are the ones that depend on the shapes (offset
+/// tables, masks).
+pub const SHARED_MIN_BYTES: usize = 16 * 1024;
+
+/// The per-model pool: empty until the first compilation that uses it fills it.
+/// `Send + Sync`; compilations that use one pool must not run at the same time as its first
+/// (a [`super::CompiledModel`] serializes them).
+pub struct ConstantPool<B: Backend> {
+    shared: Mutex<Option<Arc<SharedConstants<B>>>>,
+}
+
+impl<B: Backend> Default for ConstantPool<B> {
+    fn default() -> Self {
+        ConstantPool {
+            shared: Mutex::new(None),
+        }
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for ConstantPool<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bytes = self
+            .shared
+            .lock()
+            .ok()
+            .and_then(|s| s.as_ref().map(|s| s.bytes));
+        f.debug_struct("ConstantPool")
+            .field("bytes", &bytes)
+            .finish()
+    }
+}
+
+/// Pooled tensors by dtype and shape, each with its offset in the arena.
+type Entries = HashMap<(DType, Vec<usize>), Vec<(usize, Tensor)>>;
+
+/// Where a compilation's constants go ([`Placement`] each) and the arena of those shared.
+pub(super) type Placements<B> = (Vec<Placement>, Option<Arc<SharedConstants<B>>>);
+
+/// One arena of constants, read-only once built, with the tensors it holds by dtype and shape.
+pub(super) struct SharedConstants<B: Backend> {
+    /// Kept alive for the kernels that read it; never written after [`ConstantPool::share`]
+    /// builds it. In a mutex only so that the pool is `Sync` whatever the arena type is.
+    _arena: Mutex<B::Arena>,
+    /// The address of the arena's first byte.
+    pub(super) base: u64,
+    /// Bytes of the arena.
+    pub(super) bytes: usize,
+    entries: Entries,
+}
+
+impl<B: Backend> SharedConstants<B> {
+    /// The offset and pooled copy of a constant equal to `t` (dtype, shape and every element),
+    /// if the arena holds one.
+    pub(super) fn find(&self, t: &Tensor) -> Option<(usize, Tensor)> {
+        self.entries
+            .get(&(t.dtype(), t.shape().to_vec()))?
+            .iter()
+            .find(|(_, pooled)| pooled.same_storage(t) || pooled == t)
+            .cloned()
+    }
+}
+
+/// Where each constant a compilation offered to the pool lies.
+pub(super) enum Placement {
+    /// In the pool's arena at this offset; the tensor is the pooled copy (read by host steps).
+    Shared(usize, Tensor),
+    /// Not pooled: the compiled graph's own arena holds it.
+    Own,
+}
+
+impl<B: Backend> ConstantPool<B> {
+    /// Places `constants` (a compilation's constant roots, in its order): an empty pool is
+    /// filled with those of at least [`SHARED_MIN_BYTES`] (distinct by content), uploaded by
+    /// `backend`; a filled pool places those equal to one it holds. Returns one placement per
+    /// constant and the arena they are shared from, if any constant is.
+    pub(super) fn share(
+        &self,
+        backend: &B,
+        constants: &[&Tensor],
+    ) -> Result<Placements<B>, BackendError> {
+        let mut shared = self
+            .shared
+            .lock()
+            .map_err(|_| BackendError::Memory("constant pool poisoned".into()))?;
+        if shared.is_none() {
+            *shared = Self::build(backend, constants)?;
+        }
+        let Some(pool) = shared.as_ref() else {
+            return Ok((constants.iter().map(|_| Placement::Own).collect(), None));
+        };
+        let placements: Vec<Placement> = constants
+            .iter()
+            .map(|t| match pool.find(t) {
+                Some((offset, pooled)) if t.size_in_bytes() >= SHARED_MIN_BYTES => {
+                    Placement::Shared(offset, pooled)
+                }
+                _ => Placement::Own,
+            })
+            .collect();
+        let used = placements
+            .iter()
+            .any(|p| matches!(p, Placement::Shared(..)));
+        Ok((placements, used.then(|| Arc::clone(pool))))
+    }
+
+    /// An arena of the large, distinct `constants`, or `None` when there are none.
+    fn build(
+        backend: &B,
+        constants: &[&Tensor],
+    ) -> Result<Option<Arc<SharedConstants<B>>>, BackendError> {
+        let mut entries = Entries::new();
+        let mut bytes = 0usize;
+        for t in constants {
+            if t.size_in_bytes() < SHARED_MIN_BYTES || t.dtype().is_string() {
+                continue;
+            }
+            let same = entries.entry((t.dtype(), t.shape().to_vec())).or_default();
+            if same
+                .iter()
+                .any(|(_, pooled)| pooled.same_storage(t) || pooled == *t)
+            {
+                continue;
+            }
+            same.push((bytes, (*t).clone()));
+            bytes += t.size_in_bytes().div_ceil(ALIGN) * ALIGN;
+        }
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        let mut arena = backend.alloc(bytes)?;
+        for (offset, t) in entries.values().flatten() {
+            backend.upload(&mut arena, *offset, t)?;
+        }
+        let arena = Mutex::new(arena);
+        let base = {
+            let held = arena
+                .lock()
+                .map_err(|_| BackendError::Memory("constant pool poisoned".into()))?;
+            backend.base(&held)
+        };
+        Ok(Some(Arc::new(SharedConstants {
+            _arena: arena,
+            base,
+            bytes,
+            entries,
+        })))
+    }
+}
