@@ -2,7 +2,8 @@
 """Export the probe models: architectures outside the broad set (scripts/export_broad_models.py)
 that exercise other layers: upsampling decoders, atrous segmentation, recurrent layers, 1-D audio
 convolutions, sub-pixel convolution. Random seeded weights (torchvision `weights=None`), BatchNorm
-statistics randomized, `torch.onnx.export` (TorchScript exporter, opset 17), static shapes, fp32.
+statistics randomized, `torch.onnx.export` (TorchScript exporter, opset 17), static shapes (but
+`decode_dyn`), fp32.
 
   .venv-models/bin/python scripts/export_probe_models.py OUT_DIR NAME...
 
@@ -23,6 +24,9 @@ NAME (file written as OUT_DIR/<file>.onnx):
                                     layers, hidden 512, 8 query / 2 KV heads, RMSNorm, RoPE,
                                     SwiGLU, vocabulary 8000): ids 4x1, past keys and values
                                     4x4x2x127x64 each; outputs logits and the grown cache
+  decode_dyn  kv_decoder_dyn        the same decoder with dynamic axes (batch, new tokens, cache
+                                    length) and position_ids: one export for a whole generation
+                                    loop (scripts/bench_decode_loop.py)
   wav2vec2    wav2vec2_b1           transformers Wav2Vec2Model (GroupNorm conv feature extractor,
                                     grouped positional Conv1d with weight norm, 4 layers, hidden
                                     256, 4 heads), input_values 1x16000
@@ -92,7 +96,9 @@ import torch.nn as nn
 import torchvision
 
 
-def export(out: Path, name: str, model: nn.Module, args: tuple, input_names: list[str]) -> None:
+def export(out: Path, name: str, model: nn.Module, args: tuple, input_names: list[str],
+           **options) -> None:
+    """Writes OUT/<name>.onnx; `options` go to `torch.onnx.export` (output names, dynamic axes)."""
     model.eval()
     for m in model.modules():
         if isinstance(m, (nn.BatchNorm2d, nn.BatchNorm3d)):
@@ -100,7 +106,7 @@ def export(out: Path, name: str, model: nn.Module, args: tuple, input_names: lis
             m.running_var.uniform_(0.5, 1.5)
     with torch.no_grad():
         torch.onnx.export(model, args, str(out / f"{name}.onnx"), opset_version=17,
-                          input_names=input_names, dynamo=False)
+                          input_names=input_names, dynamo=False, **options)
     print("ok", name, flush=True)
 
 
@@ -175,6 +181,41 @@ class KvDecoder(nn.Module):
             keys.append(k)
             values.append(v)
         return self.head(self.norm(x)), torch.stack(keys), torch.stack(values)
+
+
+class DynKvDecoder(nn.Module):
+    """`KvDecoder` for any batch, new-token count and cache length: RoPE angles gathered from a
+    table by `position_ids`, so one export serves every step of a generation loop."""
+
+    def __init__(self, layers=4, hidden=512, heads=8, kv_heads=2, ffn=1408, vocab=8000, max_pos=2048):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.blocks = nn.ModuleList(DecoderBlock(hidden, heads, kv_heads, ffn) for _ in range(layers))
+        self.norm = RmsNorm(hidden)
+        self.head = nn.Linear(hidden, vocab, bias=False)
+        dim = hidden // heads
+        freqs = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        angles = torch.arange(max_pos).float()[:, None] * freqs[None]
+        self.register_buffer("cos", torch.cat([angles.cos(), angles.cos()], -1))
+        self.register_buffer("sin", torch.cat([angles.sin(), angles.sin()], -1))
+
+    def forward(self, ids, position_ids, past_keys, past_values):
+        x = self.embed(ids)
+        cos, sin = self.cos[position_ids][:, None], self.sin[position_ids][:, None]
+        keys, values = [], []
+        for i, block in enumerate(self.blocks):
+            x, k, v = block(x, cos, sin, past_keys[i], past_values[i])
+            keys.append(k)
+            values.append(v)
+        return self.head(self.norm(x)), torch.stack(keys), torch.stack(values)
+
+
+DYN_DECODER_AXES = {
+    "ids": {0: "batch", 1: "seq"}, "position_ids": {0: "batch", 1: "seq"},
+    "past_keys": {1: "batch", 3: "past"}, "past_values": {1: "batch", 3: "past"},
+    "logits": {0: "batch", 1: "seq"}, "keys": {1: "batch", 3: "total"},
+    "values": {1: "batch", 3: "total"},
+}
 
 
 class UNetish(nn.Module):
@@ -478,6 +519,12 @@ MODELS = {
         "past_keys": lambda: torch.randn(4, 4, 2, 127, 64),
         "past_values": lambda: torch.randn(4, 4, 2, 127, 64),
     }),
+    "decode_dyn": ("kv_decoder_dyn", DynKvDecoder, {
+        "ids": lambda: torch.randint(0, 8000, (1, 1)),
+        "position_ids": lambda: torch.full((1, 1), 16),
+        "past_keys": lambda: torch.randn(4, 1, 2, 16, 64),
+        "past_values": lambda: torch.randn(4, 1, 2, 16, 64),
+    }, {"output_names": ["logits", "keys", "values"], "dynamic_axes": DYN_DECODER_AXES}),
     "wav2vec2": ("wav2vec2_b1", lambda: hf(
         "Wav2Vec2Model", "Wav2Vec2Config", ["input_values"], hidden_size=256, num_hidden_layers=4,
         num_attention_heads=4, intermediate_size=1024, conv_dim=(128,) * 7, feat_extract_norm="group",
@@ -567,12 +614,12 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name in sys.argv[2:]:
         torch.manual_seed(0)
-        file, build, inputs = MODELS[name]
+        file, build, inputs, *options = MODELS[name]
         if isinstance(inputs, dict):
             names, args = list(inputs), tuple(make() for make in inputs.values())
         else:
             names, args = ["x"], (torch.randn(*inputs),)
-        export(out, file, build(), args, names)
+        export(out, file, build(), args, names, **(options[0] if options else {}))
     return 0
 
 
