@@ -304,6 +304,69 @@ fn symbolic_shapes_share_their_weights_and_keep_the_recent_graphs() {
     }
 }
 
+/// An interpolation feeding a product (a GridSample reads 4 pixels and its grid several times
+/// per element) is stored by its own kernel rather than recomputed inside the product's
+/// packing; a cheap producer (Relu) stays the product's prologue. Both match the reference.
+#[test]
+fn heavy_interpolations_are_not_prologues() {
+    use hidet_graph::fusion::{partition_with, GroupKind, Specialization};
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(23);
+    for producer in ["GridSample", "Relu"] {
+        let mut g = GraphBuilder::new("interp");
+        g.input("x", TensorType::fixed(DType::F32, &[1, 3, 10, 12]));
+        g.input("grid", TensorType::fixed(DType::F32, &[1, 6, 5, 2]));
+        g.initializer("shape", Tensor::new(vec![2], vec![18i64, 5]).unwrap());
+        g.initializer("w", random(&mut rng, &[5, 7]));
+        if producer == "GridSample" {
+            g.node(node("GridSample", &["x", "grid"], "s", Attributes::new()));
+        } else {
+            g.initializer("starts", Tensor::new(vec![2], vec![0i64, 0]).unwrap());
+            g.initializer("ends", Tensor::new(vec![2], vec![6i64, 5]).unwrap());
+            g.initializer("axes", Tensor::new(vec![2], vec![2i64, 3]).unwrap());
+            g.node(node(
+                "Slice",
+                &["x", "starts", "ends", "axes"],
+                "c",
+                Attributes::new(),
+            ));
+            g.node(node("Relu", &["c"], "s", Attributes::new()));
+        }
+        g.node(node("Reshape", &["s", "shape"], "flat", Attributes::new()));
+        g.node(node("MatMul", &["flat", "w"], "y", Attributes::new()));
+        g.output("y");
+        let graph = g.build(Registry::global()).unwrap();
+        let shapes = [vec![1, 3, 10, 12], vec![1, 6, 5, 2]];
+        let given: Vec<_> = graph.inputs().iter().copied().zip(shapes.clone()).collect();
+        let spec = Specialization::new(&graph, &given).unwrap();
+        let part = partition_with(&graph, &spec, true);
+        let product = part
+            .groups
+            .iter()
+            .find(|g| g.kind == GroupKind::Anchored)
+            .expect("the product is anchored");
+        let in_product = product
+            .nodes
+            .iter()
+            .any(|m| graph.nodes()[m.0].op_type == producer);
+        assert_eq!(
+            in_product,
+            producer == "Relu",
+            "{producer}: {:?}",
+            product.nodes
+        );
+
+        let inputs = vec![
+            ("x".to_string(), random(&mut rng, &[1, 3, 10, 12])),
+            ("grid".to_string(), random(&mut rng, &[1, 6, 5, 2])),
+        ];
+        let compiled = compile(&graph, &shapes, dir.path(), true);
+        let got = compiled.run(&inputs).unwrap();
+        let want = run_reference(&graph, &inputs).unwrap();
+        assert_close(&f32s(&got[0].1), &want[0].1.to_f64_vec(), producer);
+    }
+}
+
 #[test]
 fn operators_without_compute_definitions_run_on_the_host() {
     let dir = tempfile::tempdir().unwrap();

@@ -714,10 +714,12 @@ fn check_structure(g: &SavedGraph) -> Result<(), String> {
         match v.loc {
             Loc::Run(o) => within(o, g.run_bytes)?,
             Loc::Const(o) if v.dtype != DType::String => within(o, g.const_bytes)?,
-            Loc::Shared(_) => return Err(format!(
+            Loc::Shared(_) => {
+                return Err(format!(
                 "value #{i} `{}` lies in a shared constant arena, which saved graphs do not have",
                 v.name
-            )),
+            ))
+            }
             Loc::Host(h) if h >= g.host_slots => {
                 return Err(format!(
                     "value #{i} names host slot {h} of {}",

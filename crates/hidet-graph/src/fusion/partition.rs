@@ -15,6 +15,11 @@
 //!   consumer's kernel.
 //! - The producer of an operator that reads its input in place
 //!   ([`crate::Operator::reads_input_in_place`]) is never inlined into it.
+//! - An injective node that reads more than [`MAX_PROLOGUE_READS`] tensor elements per output
+//!   element (a RoiAlign's or a GridSample's interpolation) is never an anchor's prologue: an
+//!   anchor may read an operand element many times (a product's packing per column block, an
+//!   implicit-GEMM convolution's per window tap), and recomputing such a node at each read
+//!   costs more than storing it once.
 //! - Nodes without a compute definition (or with data-dependent shapes) run their reference
 //!   `eval` on the host, each alone; folded nodes do not run at all.
 //!
@@ -74,6 +79,31 @@ pub struct Partition {
     pub folded: Vec<NodeId>,
 }
 
+/// The most tensor reads per output element of an injective node that an anchor recomputes
+/// as its prologue (see the module docs).
+pub const MAX_PROLOGUE_READS: usize = 12;
+
+/// Tensor reads of `def`'s output per element, counting each read as often as the
+/// expression tree repeats it, up to `limit + 1`.
+fn reads_per_element(def: &hidet_ir::compute::ComputeDef, limit: usize) -> usize {
+    fn count(e: &hidet_ir::expr::Expr, limit: usize, n: &mut usize) {
+        if *n > limit {
+            return;
+        }
+        if matches!(e.kind(), hidet_ir::expr::ExprKind::TensorElement { .. }) {
+            *n += 1;
+        }
+        for c in e.children() {
+            count(c, limit, n);
+        }
+    }
+    let mut n = 0;
+    for (_, node) in &def.inline_grids().nodes {
+        count(node.value(), limit, &mut n);
+    }
+    n
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Class {
     Folded,
@@ -111,6 +141,10 @@ pub fn partition_with(graph: &Graph, spec: &Specialization, fuse: bool) -> Parti
     };
     let hints = |p: NodeId| -> FusionHints { graph.nodes()[p.0].hints };
     let inlinable = |p: NodeId| class[p.0] == Class::Injective && !hints(p).materialize;
+    let light = |p: NodeId| match &spec.nodes[p.0] {
+        NodeMode::Compute(def) => reads_per_element(def, MAX_PROLOGUE_READS) <= MAX_PROLOGUE_READS,
+        _ => true,
+    };
     let mut owner: Vec<Option<usize>> = vec![None; n];
     let mut drafts: Vec<Draft> = Vec::new();
 
@@ -138,6 +172,7 @@ pub fn partition_with(graph: &Graph, spec: &Specialization, fuse: bool) -> Parti
                     continue;
                 };
                 if inlinable(p)
+                    && light(p)
                     && !is_wide_concat(graph, p)
                     && owner[p.0].is_none()
                     && single_output(p) == Some(*v)
