@@ -183,16 +183,12 @@ class KvDecoder(nn.Module):
         return self.head(self.norm(x)), torch.stack(keys), torch.stack(values)
 
 
-class DynKvDecoder(nn.Module):
+class DynKvDecoder(KvDecoder):
     """`KvDecoder` for any batch, new-token count and cache length: RoPE angles gathered from a
     table by `position_ids`, so one export serves every step of a generation loop."""
 
-    def __init__(self, layers=4, hidden=512, heads=8, kv_heads=2, ffn=1408, vocab=8000, max_pos=2048):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, hidden)
-        self.blocks = nn.ModuleList(DecoderBlock(hidden, heads, kv_heads, ffn) for _ in range(layers))
-        self.norm = RmsNorm(hidden)
-        self.head = nn.Linear(hidden, vocab, bias=False)
+    def __init__(self, hidden=512, heads=8, max_pos=2048, **sizes):
+        super().__init__(hidden=hidden, heads=heads, **sizes)
         dim = hidden // heads
         freqs = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
         angles = torch.arange(max_pos).float()[:, None] * freqs[None]
