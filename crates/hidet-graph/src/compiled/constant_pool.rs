@@ -109,11 +109,10 @@ impl<B: Backend> ConstantPool<B> {
         };
         let placements: Vec<Placement> = constants
             .iter()
+            // The pool holds only large constants, so only large ones are found.
             .map(|t| match pool.find(t) {
-                Some((offset, pooled)) if t.size_in_bytes() >= SHARED_MIN_BYTES => {
-                    Placement::Shared(offset, pooled)
-                }
-                _ => Placement::Own,
+                Some((offset, pooled)) => Placement::Shared(offset, pooled),
+                None => Placement::Own,
             })
             .collect();
         let used = placements

@@ -172,11 +172,11 @@ pub fn partition_with(graph: &Graph, spec: &Specialization, fuse: bool) -> Parti
                     continue;
                 };
                 if inlinable(p)
-                    && light(p)
                     && !is_wide_concat(graph, p)
                     && owner[p.0].is_none()
                     && single_output(p) == Some(*v)
                     && single_use(*v) == Some(m)
+                    && light(p)
                 {
                     owner[p.0] = Some(gi);
                     draft.prologues.push(p);
