@@ -15,6 +15,7 @@
 
 pub mod anchor;
 pub mod arena;
+pub mod kernel_memo;
 pub mod naive;
 mod saved;
 pub mod tuning;
@@ -41,6 +42,7 @@ use crate::templates::integer_matmul::IntegerMatmulSchedule;
 use crate::templates::matmul::MatmulSchedule;
 use anchor::{integer_linear_kernel, integer_matmul_kernel, matmul_kernel, TemplateOutcome};
 pub use arena::CpuArena;
+use kernel_memo::{KernelMemo, Lowered, LoweringKey};
 
 /// The graph-pass options for running on `target`: the defaults, except that a constant left
 /// operand is stored in panels as tall as the target's level-0 register tile
@@ -69,7 +71,8 @@ struct Unit {
 }
 
 /// The translation units of `kernels`, one per distinct C source and parameter types,
-/// lowered on `jobs` threads.
+/// emitted on `jobs` threads (a kernel whose source `memo` remembers is not emitted again,
+/// unless the IR is to be dumped).
 /// A function is named by its task name without the model-specific `k<N>_` position, so that
 /// identical kernels (the repeated blocks of a network) emit identical C, share one unit
 /// here and one entry of the content-addressed cache across models. The module of a unit
@@ -78,7 +81,12 @@ fn distinct_units(
     kernels: Vec<CpuKernel>,
     jobs: usize,
     build_opts: &BuildOptions,
+    memo: &KernelMemo,
 ) -> Result<Vec<Unit>, crate::error::CpuError> {
+    let keys: Vec<Option<LoweringKey>> = kernels
+        .iter()
+        .map(|k| k.memo_key.filter(|_| !build_opts.dump_ir))
+        .collect();
     let modules: Vec<IRModule> = kernels
         .into_iter()
         .map(|kernel| {
@@ -89,7 +97,28 @@ fn distinct_units(
             module
         })
         .collect();
-    let sources = parallel_map(&modules, jobs, None, |m| crate::emit_source(m, build_opts));
+    let known: Vec<Option<Arc<str>>> = keys
+        .iter()
+        .map(|k| k.as_ref().and_then(|k| memo.source(k)))
+        .collect();
+    let missing: Vec<usize> = (0..modules.len()).filter(|&i| known[i].is_none()).collect();
+    let emitted = parallel_map(&modules, jobs, Some(&missing), |m| {
+        crate::emit_source(m, build_opts)
+    });
+    let sources: Vec<Result<String, crate::error::CpuError>> = emitted
+        .into_iter()
+        .zip(known)
+        .zip(&keys)
+        .map(|((fresh, known), key)| match known {
+            Some(source) => Ok(source.to_string()),
+            None => {
+                if let (Ok(source), Some(key)) = (&fresh, key) {
+                    memo.remember_source(key, source);
+                }
+                fresh
+            }
+        })
+        .collect();
     let mut units: Vec<Unit> = Vec::new();
     let mut by_source: std::collections::HashMap<String, usize> = Default::default();
     for (k, (module, source)) in modules.into_iter().zip(sources).enumerate() {
@@ -242,6 +271,8 @@ pub struct CpuKernel {
     pub origin: KernelOrigin,
     /// The matmul task behind a template kernel, when tuning is requested.
     pub tunable: Option<std::sync::Arc<tuning::MatmulTask>>,
+    /// The key its backend remembers it by ([`kernel_memo`]), when remembered.
+    pub memo_key: Option<LoweringKey>,
 }
 
 /// A graph output's storage: a vector with capacity for `len` elements and length 0 until
@@ -312,6 +343,8 @@ pub struct CpuBackend {
     /// Weights packed by the graph passes, kept for this backend's later compilations (a
     /// model compiled for another set of input shapes packs each weight once).
     derived: Arc<DerivedConstants>,
+    /// Tasks lowered and emitted before, kept for this backend's later tasks.
+    memo: Arc<KernelMemo>,
 }
 
 impl CpuBackend {
@@ -320,7 +353,13 @@ impl CpuBackend {
             options,
             tuning: tuning::CpuTuning::default(),
             derived: Arc::default(),
+            memo: Arc::default(),
         }
+    }
+
+    /// The tasks this backend remembers having lowered ([`kernel_memo`]).
+    pub fn memo(&self) -> &KernelMemo {
+        &self.memo
     }
 
     /// This backend with `tuning`.
@@ -333,26 +372,13 @@ impl CpuBackend {
             .unwrap_or_else(|| self.options.build.target().cores)
             .max(1)
     }
-}
 
-impl Backend for CpuBackend {
-    type Kernel = CpuKernel;
-    type Module = CpuGraphModule;
-    type Arena = CpuArena;
-
-    fn name(&self) -> &'static str {
-        "cpu"
-    }
-
-    /// The graph passes with this backend's options for its target ([`pass_options`]).
-    fn graph_passes(&self) -> Vec<Box<dyn hidet_graph::passes::GraphPass>> {
-        crate::graph_passes::passes_for(&PassOptions {
-            derived: Some(Arc::clone(&self.derived)),
-            ..pass_options(self.options.build.target())
-        })
-    }
-
-    fn lower(&self, task: &FusedTask, opts: &CompileOptions) -> Result<CpuKernel, BackendError> {
+    /// The kernel of `task`, lowered now (see the module docs).
+    fn lower_task(
+        &self,
+        task: &FusedTask,
+        opts: &CompileOptions,
+    ) -> Result<CpuKernel, BackendError> {
         let fused = task.nodes.len() > 1;
         if self.options.matmul_template {
             let threads = i64::try_from(self.threads(opts)).unwrap_or(1);
@@ -368,6 +394,7 @@ impl Backend for CpuBackend {
                         function: *function,
                         origin,
                         tunable: choice.tunable,
+                        memo_key: None,
                     });
                 }
                 TemplateOutcome::Refused(reason) if fused => {
@@ -401,6 +428,7 @@ impl Backend for CpuBackend {
                     function: *function,
                     origin,
                     tunable: None,
+                    memo_key: None,
                 });
             }
             TemplateOutcome::Refused(reason) if fused => {
@@ -417,6 +445,7 @@ impl Backend for CpuBackend {
                 function,
                 origin: KernelOrigin::Scheduler,
                 tunable: None,
+                memo_key: None,
             }),
             Err(e) if fused => Err(BackendError::Refused {
                 task: task.name.clone(),
@@ -433,8 +462,74 @@ impl Backend for CpuBackend {
                     function,
                     origin: KernelOrigin::Inlined,
                     tunable: None,
+                    memo_key: None,
                 })
             }
+        }
+    }
+}
+
+impl Backend for CpuBackend {
+    type Kernel = CpuKernel;
+    type Module = CpuGraphModule;
+    type Arena = CpuArena;
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    /// The graph passes with this backend's options for its target ([`pass_options`]).
+    fn graph_passes(&self) -> Vec<Box<dyn hidet_graph::passes::GraphPass>> {
+        crate::graph_passes::passes_for(&PassOptions {
+            derived: Some(Arc::clone(&self.derived)),
+            ..pass_options(self.options.build.target())
+        })
+    }
+
+    /// The kernel of `task`: remembered ([`kernel_memo`]) when this backend lowered an equal
+    /// task before, else lowered now (see the module docs) and remembered unless it is
+    /// offered for measured tuning.
+    fn lower(&self, task: &FusedTask, opts: &CompileOptions) -> Result<CpuKernel, BackendError> {
+        let threads = i64::try_from(self.threads(opts)).unwrap_or(1);
+        let key = LoweringKey::of(task, threads, self.options.matmul_template);
+        match self.memo.lowered(&key) {
+            Some(Lowered::Kernel { function, origin }) => {
+                let mut function = Function::clone(&function);
+                function.name = task.name.clone();
+                return Ok(CpuKernel {
+                    function,
+                    origin,
+                    tunable: None,
+                    memo_key: Some(key),
+                });
+            }
+            Some(Lowered::Refused(reason)) => {
+                return Err(BackendError::Refused {
+                    task: task.name.clone(),
+                    reason,
+                })
+            }
+            None => {}
+        }
+        match self.lower_task(task, opts) {
+            Ok(mut kernel) => {
+                if kernel.tunable.is_none() {
+                    self.memo.remember(
+                        key,
+                        Lowered::Kernel {
+                            function: Arc::new(kernel.function.clone()),
+                            origin: kernel.origin,
+                        },
+                    );
+                    kernel.memo_key = Some(key);
+                }
+                Ok(kernel)
+            }
+            Err(BackendError::Refused { task, reason }) => {
+                self.memo.remember(key, Lowered::Refused(reason.clone()));
+                Err(BackendError::Refused { task, reason })
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -457,7 +552,7 @@ impl Backend for CpuBackend {
         if let Some(dir) = &opts.emit_source_dir {
             build_opts.keep_source_dir = Some(dir.clone());
         }
-        let units = distinct_units(kernels, jobs, &build_opts)
+        let units = distinct_units(kernels, jobs, &build_opts, &self.memo)
             .map_err(|e| BackendError::Build(e.to_string()))?;
         let built = build_in_parallel(&units, jobs, &build_opts, opts);
         let built: Vec<CompiledModule> = built

@@ -36,15 +36,31 @@ impl GraphPass for CommonSubexpressionElimination {
 
     fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
         let mut rw = Rewriter::new(graph);
+        // Only initializers sharing a dtype and shape with another can be equal: the others
+        // are not serialized (hashing every small weight's elements took most of the pass).
+        let mut by_shape: HashMap<(crate::DType, Vec<usize>), Vec<ValueId>> = HashMap::new();
+        for (v, t) in rw.graph().initializers() {
+            if t.numel() <= MAX_DEDUP_ELEMENTS && !rw.graph().outputs().contains(&v) {
+                by_shape
+                    .entry((t.dtype(), t.shape().to_vec()))
+                    .or_default()
+                    .push(v);
+            }
+        }
+        let mut candidates: Vec<ValueId> = by_shape
+            .into_values()
+            .filter(|vs| vs.len() > 1)
+            .flatten()
+            .collect();
+        candidates.sort_by_key(|v| v.0);
         let mut consts: HashMap<Vec<u8>, ValueId> = HashMap::new();
-        let small: Vec<(ValueId, Vec<u8>)> = rw
-            .graph()
-            .initializers()
-            .filter(|(v, t)| t.numel() <= MAX_DEDUP_ELEMENTS && !rw.graph().outputs().contains(v))
-            .map(|(v, t)| {
+        let small: Vec<(ValueId, Vec<u8>)> = candidates
+            .into_iter()
+            .filter_map(|v| {
+                let t = rw.graph().value(v).initializer.as_ref()?;
                 let mut key = Vec::new();
                 push_tensor(&mut key, t);
-                (v, key)
+                Some((v, key))
             })
             .collect();
         for (v, key) in small {
