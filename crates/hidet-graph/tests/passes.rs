@@ -952,6 +952,60 @@ mod resolve {
         assert_same_outputs(&before, &after, &inputs, 1e-6);
     }
 
+    /// Batch axes along which only the left operand varies join its rows: multi-query
+    /// attention (one key head for all query heads), a batch times a runtime matrix or a
+    /// batch-of-one right operand; a left batch of one against trailing left-only axes;
+    /// shared axes mixed with right-only ones stay. Outputs are unchanged.
+    #[test]
+    fn left_only_batch_axes_join_the_rows() {
+        let mut rng = Rng::new(47);
+        let cases: [(&[usize], &[usize], Option<[&[usize]; 2]>); 6] = [
+            (
+                &[2, 4, 5, 7],
+                &[2, 1, 7, 6],
+                Some([&[2, 20, 7], &[2, 7, 6]]),
+            ),
+            (&[4, 5, 7], &[7, 6], Some([&[20, 7], &[7, 6]])),
+            (&[3, 5, 7], &[1, 7, 6], Some([&[15, 7], &[7, 6]])),
+            (
+                &[1, 4, 5, 7],
+                &[2, 1, 7, 6],
+                Some([&[1, 20, 7], &[2, 7, 6]]),
+            ),
+            (&[1, 5, 7], &[2, 3, 7, 4], Some([&[1, 5, 7], &[6, 7, 4]])),
+            (&[2, 1, 5, 7], &[2, 3, 7, 4], None),
+        ];
+        for (sa, sb, want) in cases {
+            let mut b = GraphBuilder::new("g");
+            b.input("a", f32_input(sa));
+            b.input("b", f32_input(sb));
+            b.node(node("MatMul", 17, &["a", "b"], &["y"], Attributes::new()));
+            b.output("y");
+            let before = build(b);
+            let after = run_then_dce(&FlattenBatchedMatMul, before.clone());
+            let product = after
+                .nodes()
+                .iter()
+                .find(|n| n.op_type == "MatMul")
+                .unwrap();
+            let shapes: Vec<Vec<usize>> = product
+                .inputs
+                .iter()
+                .map(|v| after.value(v.unwrap()).ty.fixed_shape().unwrap())
+                .collect();
+            let want: Vec<Vec<usize>> = match want {
+                Some(w) => w.iter().map(|s| s.to_vec()).collect(),
+                None => vec![sa.to_vec(), sb.to_vec()],
+            };
+            assert_eq!(shapes, want, "{sa:?} x {sb:?}");
+            let inputs = vec![
+                ("a".to_string(), rng.f32s(sa)),
+                ("b".to_string(), rng.f32s(sb)),
+            ];
+            assert_same_outputs(&before, &after, &inputs, 1e-6);
+        }
+    }
+
     /// A 2-D left operand against a batched right one (a filterbank applied to spectrograms):
     /// a plain 2-D product for a batch of one, else the matrix broadcast as a batch of one
     /// against one batch axis.

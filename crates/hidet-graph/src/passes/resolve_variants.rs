@@ -135,15 +135,20 @@ fn node_error(node: &str, source: crate::operator::OpError) -> GraphError {
     }
 }
 
-/// `MatMul(A, W)` with a constant 2-D `W` `[K, N]` and a batched `A` `[d…, M, K]` (rank ≥ 3,
-/// static shape) → `Reshape(MatMul(Reshape(A, [d…·M, K]), W), [d…, M, N])`, so a plain 2-D
-/// matmul kernel with the weight as its right operand applies; and `MatMul(A, B)` with `A`
-/// `[d…, M, K]` and `B` `[d…, K, N]` of the same batch axes `d…` (two or more of them,
-/// static shapes; attention's per-head products) → `Reshape(MatMul(Reshape(A, [∏d, M, K]),
-/// Reshape(B, [∏d, K, N])), [d…, M, N])`, a batch matmul with one batch axis; and `MatMul(W,
-/// B)` with a 2-D `W` `[M, K]` and a batched `B` `[d…, K, N]` → `W` broadcast as `[1, M, K]`
-/// against `B` as `[∏d, K, N]` (a 2-D product when `∏d = 1`). Only views are added; no value
-/// changes.
+/// Every `MatMul(A, B)` of static shapes with a batch (an operand of rank ≥ 3) → views of
+/// `A` and `B` around one product of rank 2 or 3 that the matmul templates take, then a view
+/// back to the output's shape. With the batch axes right-aligned (the shorter operand's
+/// padded with 1s) and the axes of size 1 in both dropped:
+/// - the trailing axes along which only `A` varies (`B` is broadcast: one key head for all
+///   query heads, a 2-D weight) join `A`'s rows, `A[d…, h…, M, K]` read as
+///   `[d…, ∏h·M, K]` (`A` is contiguous, and so is the output `[d…, h…, M, N]`);
+/// - the remaining axes `d…` become one batch axis when both operands have them, or `A`'s
+///   batch of one broadcast against `B`'s when only `B` has them; with none left, the
+///   product is 2-D (`[∏h·M, K] · [K, N]`: the weight panelled once, the widest rows).
+///
+/// Left as they are: products with a rank-1 operand, those already in one of these forms
+/// (rank 3 against rank 3 with nothing to join), and batches mixing shared axes with axes
+/// only `B` has. Only views are added; no value changes.
 pub struct FlattenBatchedMatMul;
 
 impl GraphPass for FlattenBatchedMatMul {
@@ -159,46 +164,27 @@ impl GraphPass for FlattenBatchedMatMul {
             if node.op_type != "MatMul" || !node.domain.is_empty() {
                 continue;
             }
-            let (Some(Some(a)), Some(Some(w)), Some(Some(y))) = (
+            let (Some(Some(a)), Some(Some(b)), Some(Some(y))) = (
                 node.inputs.first().copied(),
                 node.inputs.get(1).copied(),
                 node.outputs.first().copied(),
             ) else {
                 continue;
             };
-            let Some(shape) = g.value(a).ty.fixed_shape() else {
+            let (Some(sa), Some(sb)) = (g.value(a).ty.fixed_shape(), g.value(b).ty.fixed_shape())
+            else {
                 continue;
             };
-            let Some(w_shape) = g.value(w).ty.fixed_shape() else {
+            let Some(plan) = FlatProduct::of(&sa, &sb) else {
                 continue;
             };
-            if shape.len() == 2 && w_shape.len() >= 3 {
-                broadcast_left_matrix(&mut rw, NodeId(i), [a, w, y], [&shape, &w_shape])?;
-                continue;
-            }
-            if rw.constant(w).is_none() {
-                merge_batch_axes(&mut rw, NodeId(i), [a, w, y], [&shape, &w_shape])?;
-                continue;
-            }
-            if shape.len() < 3 || w_shape.len() != 2 {
-                continue;
-            }
-            let (k, n) = (w_shape[0], w_shape[1]);
-            let rows: usize = shape[..shape.len() - 1].iter().product();
-            if shape[shape.len() - 1] != k || rows == 0 || n == 0 {
-                continue;
-            }
-            let mut out_shape: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
-            if let Some(last) = out_shape.last_mut() {
-                *last = n as i64;
-            }
             let name = node.name.clone();
             rw.focus(NodeId(i));
-            let to_2d = shape_const(&mut rw, vec![rows as i64, k as i64], &name)?;
-            let back = shape_const(&mut rw, out_shape, &name)?;
-            let a2 = rw.add_op("Reshape", Attributes::new(), &[a, to_2d])?;
-            let y2 = rw.add_op("MatMul", Attributes::new(), &[a2, w])?;
-            let out = rw.add_op("Reshape", Attributes::new(), &[y2, back])?;
+            let a2 = view(&mut rw, a, &sa, &plan.a, &name)?;
+            let b2 = view(&mut rw, b, &sb, &plan.b, &name)?;
+            let product = rw.add_op("MatMul", Attributes::new(), &[a2, b2])?;
+            let back = shape_const(&mut rw, dims(&plan.out), &name)?;
+            let out = rw.add_op("Reshape", Attributes::new(), &[product, back])?;
             rw.replace(y, out);
             rw.remove_node(NodeId(i));
         }
@@ -206,77 +192,94 @@ impl GraphPass for FlattenBatchedMatMul {
     }
 }
 
-/// The mixed-rank half of [`FlattenBatchedMatMul`] on node `at` (`y = MatMul(a, b)`, `a` a
-/// matrix `[M, K]`, `b` batched `[d…, K, N]`): `a` broadcast as `[1, M, K]` against `b` read
-/// as `[∏d, K, N]`, or, for a batch of one (`∏d = 1`), a plain 2-D product with `b` read as
-/// `[K, N]` (a log-mel filterbank applied to one spectrogram).
-fn broadcast_left_matrix(
-    rw: &mut Rewriter,
-    at: NodeId,
-    [a, b, y]: [ValueId; 3],
-    [sa, sb]: [&[usize]; 2],
-) -> Result<(), GraphError> {
-    let rb = sb.len();
-    let (m, k, n) = (sa[0], sa[1], sb[rb - 1]);
-    let batch: usize = sb[..rb - 2].iter().product();
-    if sb[rb - 2] != k || [batch, m, k, n].contains(&0) {
-        return Ok(());
-    }
-    let dims = |d: &[usize]| d.iter().map(|&v| v as i64).collect::<Vec<i64>>();
-    let mut out_shape = dims(&sb[..rb - 2]);
-    out_shape.extend([m as i64, n as i64]);
-    let name = rw.graph().nodes()[at.0].name.clone();
-    rw.focus(at);
-    let back = shape_const(rw, out_shape, &name)?;
-    let product = if batch == 1 {
-        let b2 = shape_const(rw, dims(&[k, n]), &name)?;
-        let b2 = rw.add_op("Reshape", Attributes::new(), &[b, b2])?;
-        rw.add_op("MatMul", Attributes::new(), &[a, b2])?
-    } else {
-        let a3 = shape_const(rw, dims(&[1, m, k]), &name)?;
-        let b3 = shape_const(rw, dims(&[batch, k, n]), &name)?;
-        let a3 = rw.add_op("Reshape", Attributes::new(), &[a, a3])?;
-        let b3 = rw.add_op("Reshape", Attributes::new(), &[b, b3])?;
-        rw.add_op("MatMul", Attributes::new(), &[a3, b3])?
-    };
-    let out = rw.add_op("Reshape", Attributes::new(), &[product, back])?;
-    rw.replace(y, out);
-    rw.remove_node(at);
-    Ok(())
+/// The operand and output shapes [`FlattenBatchedMatMul`] gives one product.
+#[derive(Debug, PartialEq)]
+struct FlatProduct {
+    a: Vec<usize>,
+    b: Vec<usize>,
+    /// The original output shape.
+    out: Vec<usize>,
 }
 
-/// The batch-matmul half of [`FlattenBatchedMatMul`] on node `at` (`y = MatMul(a, b)`); does
-/// nothing unless both operands have the same two or more batch axes.
-fn merge_batch_axes(
+impl FlatProduct {
+    /// The flat form of `MatMul` on `sa` and `sb`, when one applies (see
+    /// [`FlattenBatchedMatMul`]).
+    fn of(sa: &[usize], sb: &[usize]) -> Option<FlatProduct> {
+        let (ra, rb) = (sa.len(), sb.len());
+        if ra < 2 || rb < 2 || ra.max(rb) < 3 {
+            return None;
+        }
+        let (m, k, n) = (sa[ra - 2], sa[ra - 1], sb[rb - 1]);
+        if sb[rb - 2] != k || [m, k, n].contains(&0) {
+            return None;
+        }
+        let axes = ra.max(rb) - 2;
+        let padded = |s: &[usize]| {
+            let own = &s[..s.len() - 2];
+            let mut p = vec![1; axes - own.len()];
+            p.extend_from_slice(own);
+            p
+        };
+        let (ba, bb) = (padded(sa), padded(sb));
+        if ba
+            .iter()
+            .zip(&bb)
+            .any(|(&x, &y)| x != y && x != 1 && y != 1)
+        {
+            return None;
+        }
+        let mut out: Vec<usize> = ba.iter().zip(&bb).map(|(&x, &y)| x.max(y)).collect();
+        out.extend([m, n]);
+        if out.contains(&0) {
+            return None;
+        }
+        let batch: Vec<(usize, usize)> = ba
+            .into_iter()
+            .zip(bb)
+            .filter(|&(x, y)| (x, y) != (1, 1))
+            .collect();
+        let mut split = batch.len();
+        while split > 0 && batch[split - 1].1 == 1 {
+            split -= 1;
+        }
+        let rows = m * batch[split..].iter().map(|&(x, _)| x).product::<usize>();
+        let rest = &batch[..split];
+        let (a, b) = if rest.is_empty() {
+            (vec![rows, k], vec![k, n])
+        } else if rest.iter().all(|&(x, y)| x == y) {
+            let d = rest.iter().map(|&(x, _)| x).product();
+            (vec![d, rows, k], vec![d, k, n])
+        } else if rest.iter().all(|&(x, _)| x == 1) {
+            let d = rest.iter().map(|&(_, y)| y).product();
+            (vec![1, rows, k], vec![d, k, n])
+        } else {
+            return None;
+        };
+        // Rank 3 against rank 3 with no axis joined is already the template's form.
+        if ra == 3 && rb == 3 && a.len() == 3 && rows == m {
+            return None;
+        }
+        Some(FlatProduct { a, b, out })
+    }
+}
+
+/// `v` (of shape `from`) read as `to`: itself when the shapes are equal, else a `Reshape`.
+fn view(
     rw: &mut Rewriter,
-    at: NodeId,
-    [a, b, y]: [ValueId; 3],
-    [sa, sb]: [&[usize]; 2],
-) -> Result<(), GraphError> {
-    let (ra, rb) = (sa.len(), sb.len());
-    if ra < 4 || ra != rb || sa[..ra - 2] != sb[..rb - 2] || sa[ra - 1] != sb[rb - 2] {
-        return Ok(());
+    v: ValueId,
+    from: &[usize],
+    to: &[usize],
+    node: &str,
+) -> Result<ValueId, GraphError> {
+    if from == to {
+        return Ok(v);
     }
-    let dims = |d: &[usize]| d.iter().map(|&v| v as i64).collect::<Vec<i64>>();
-    let batch: usize = sa[..ra - 2].iter().product();
-    let (m, k, n) = (sa[ra - 2], sa[ra - 1], sb[rb - 1]);
-    if [batch, m, k, n].contains(&0) {
-        return Ok(());
-    }
-    let mut out_shape = dims(&sa[..ra - 2]);
-    out_shape.extend([m as i64, n as i64]);
-    let name = rw.graph().nodes()[at.0].name.clone();
-    rw.focus(at);
-    let a3 = shape_const(rw, dims(&[batch, m, k]), &name)?;
-    let b3 = shape_const(rw, dims(&[batch, k, n]), &name)?;
-    let back = shape_const(rw, out_shape, &name)?;
-    let a3 = rw.add_op("Reshape", Attributes::new(), &[a, a3])?;
-    let b3 = rw.add_op("Reshape", Attributes::new(), &[b, b3])?;
-    let y3 = rw.add_op("MatMul", Attributes::new(), &[a3, b3])?;
-    let out = rw.add_op("Reshape", Attributes::new(), &[y3, back])?;
-    rw.replace(y, out);
-    rw.remove_node(at);
-    Ok(())
+    let shape = shape_const(rw, dims(to), node)?;
+    rw.add_op("Reshape", Attributes::new(), &[v, shape])
+}
+
+fn dims(d: &[usize]) -> Vec<i64> {
+    d.iter().map(|&v| v as i64).collect()
 }
 
 fn shape_const(rw: &mut Rewriter, dims: Vec<i64>, node: &str) -> Result<ValueId, GraphError> {
