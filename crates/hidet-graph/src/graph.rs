@@ -239,6 +239,18 @@ impl GraphBuilder {
         self
     }
 
+    /// Drops the declared shapes (keeping dtypes and kinds) of the formal inputs in `inputs`:
+    /// a loop body's declaration of a value that changes shape across iterations holds only
+    /// for the first (exporters declare the initial shape), so the shapes come from the
+    /// operator that runs the body instead ([`SubgraphContext::build`]).
+    pub fn forget_input_shapes(&mut self, inputs: std::ops::Range<usize>) {
+        for (_, decl) in self.inputs.iter_mut().take(inputs.end).skip(inputs.start) {
+            if let Some((ty, _)) = decl {
+                ty.shape = None;
+            }
+        }
+    }
+
     /// Number of declared formal inputs.
     pub fn num_inputs(&self) -> usize {
         self.inputs.len()

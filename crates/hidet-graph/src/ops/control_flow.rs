@@ -212,14 +212,15 @@ impl Operator for Unbuilt {
     }
 }
 
-/// Builds a loop body whose formal inputs `first..first + n` are loop-carried and come back as
-/// outputs `out_first..out_first + n`. The body is first built with the carried values'
-/// initial types; if any carried output's type differs from its input's (the value changes
 /// Subgraphs nested deeper than this are built only once (see [`build_invariant`]), which
 /// bounds the building work of nested loops by `2^RETRY_DEPTH` times the model size.
 const RETRY_DEPTH: usize = 4;
 
-/// shape across iterations), it is rebuilt with those inputs' shapes unknown. Below
+/// Builds a loop body whose formal inputs `first..first + n` are loop-carried and come back as
+/// outputs `out_first..out_first + n`. The body is first built with the carried values'
+/// initial types; if any carried output's type differs from its input's (the value changes
+/// shape across iterations), it is rebuilt with those inputs' shapes unknown, the body's own
+/// declarations of them included (they describe the first iteration). Below
 /// [`RETRY_DEPTH`] nested subgraphs it builds once, with unknown shapes.
 fn build_invariant(
     sub: &SubgraphContext<'_>,
@@ -229,11 +230,18 @@ fn build_invariant(
     out_first: usize,
 ) -> Result<Graph, OpError> {
     let n = body.num_inputs().min(formal.len()).saturating_sub(first);
+    let varying = || {
+        let mut body = body.clone();
+        body.forget_input_shapes(first..first + n);
+        body
+    };
     if sub.depth() > RETRY_DEPTH {
         for (t, _) in formal.iter_mut().skip(first) {
             t.shape = None;
         }
-        return sub.build_kinds(body, &formal).map_err(build_err("body"));
+        return sub
+            .build_kinds(&varying(), &formal)
+            .map_err(build_err("body"));
     }
     let g = sub.build_kinds(body, &formal).map_err(build_err("body"))?;
     let outs = output_types(&g);
@@ -247,7 +255,8 @@ fn build_invariant(
     for (t, _) in formal.iter_mut().skip(first) {
         t.shape = None;
     }
-    sub.build_kinds(body, &formal).map_err(build_err("body"))
+    sub.build_kinds(&varying(), &formal)
+        .map_err(build_err("body"))
 }
 
 /// The output kinds of a subgraph.
@@ -1221,6 +1230,44 @@ mod tests {
             scan_shape.extend_from_slice(&shape);
             assert_eq!(out[1].shape(), scan_shape.as_slice(), "case {m:?} {cond:?}");
             close(&vals(&out[1]), &want_scans.concat());
+        }
+    }
+
+    /// A carried value that grows by a row per iteration, declared by the body with its
+    /// first-iteration shape `[0, 4]` (as torchvision's exported mask pasting does): the
+    /// declaration does not hold from the second iteration on and is not enforced.
+    #[test]
+    fn loop_carried_value_may_outgrow_its_declared_shape() {
+        let mut body = GraphBuilder::new("body");
+        body.input("i", TensorType::fixed(DType::I64, &[]))
+            .input("c", TensorType::fixed(DType::Bool, &[]))
+            .input("acc", f32s(&[0, 4]))
+            .initializer("row_shape", Tensor::new(vec![2], vec![1i64, 4]).unwrap())
+            .node(node("Identity", 14, &["c"], &["c2"]))
+            .node(with(
+                node("Cast", 13, &["i"], &["fi"]),
+                "to",
+                Attribute::Int(1),
+            ))
+            .node(node("Expand", 13, &["fi", "row_shape"], &["row"]))
+            .node(with(
+                node("Concat", 13, &["acc", "row"], &["acc2"]),
+                "axis",
+                Attribute::Int(0),
+            ))
+            .output("c2")
+            .output("acc2");
+        let mut g = GraphBuilder::new("g");
+        g.input("m", TensorType::fixed(DType::I64, &[]))
+            .initializer("acc0", Tensor::new(vec![0, 4], Vec::<f32>::new()).unwrap());
+        let n = node("Loop", 16, &["m", "", "acc0"], &["acc_out"]);
+        g.node(with(n, "body", def(body))).output("acc_out");
+        let g = g.build(Registry::global()).unwrap();
+        for m in [1i64, 3] {
+            let out = run(&g, vec![("m", Tensor::scalar(m))]).unwrap();
+            assert_eq!(out[0].shape(), &[m as usize, 4]);
+            let want: Vec<f64> = (0..m).flat_map(|i| [i as f64; 4]).collect();
+            close(&vals(&out[0]), &want);
         }
     }
 
