@@ -1296,3 +1296,73 @@ fn equal_tasks_are_lowered_once_per_backend() {
     // second adds only the product of the new batch.
     assert_eq!(remembered, vec![2, 3]);
 }
+
+/// Products whose rows depend on the data (the rows a `NonZero` selects, as in a detector's
+/// box head) run as host steps with `f32` products (`Operator::eval_host`): a transposed,
+/// scaled `Gemm` with a broadcast bias (rewritten to a `MatMul` with a scale and a bias) and
+/// a `MatMul`, against the reference's float64.
+#[test]
+fn products_of_data_dependent_rows_run_on_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(31);
+    let (rows, k, n) = (37usize, 203usize, 45usize);
+    let mut g = GraphBuilder::new("selected_rows");
+    g.input("scores", TensorType::fixed(DType::F32, &[rows]));
+    g.input("feats", TensorType::fixed(DType::F32, &[rows, k]));
+    g.initializer("zero", Tensor::new(vec![], vec![0.0f32]).unwrap());
+    g.initializer("axes", Tensor::new(vec![1], vec![0i64]).unwrap());
+    // A runtime `w` keeps the `Gemm` (a constant one becomes a `MatMul` and an `Add`).
+    g.input("w", TensorType::fixed(DType::F32, &[n, k]));
+    g.initializer("bias", random(&mut rng, &[n]));
+    g.initializer("w2", random(&mut rng, &[k, 11]));
+    g.node(node(
+        "Greater",
+        &["scores", "zero"],
+        "keep",
+        Attributes::new(),
+    ));
+    g.node(node("NonZero", &["keep"], "nz", Attributes::new()));
+    g.node(node("Squeeze", &["nz", "axes"], "idx", Attributes::new()));
+    g.node(node("Gather", &["feats", "idx"], "sel", Attributes::new()));
+    let mut gemm = Attributes::new();
+    gemm.insert("transB", Attribute::Int(1));
+    gemm.insert("alpha", Attribute::Float(0.5));
+    gemm.insert("beta", Attribute::Float(2.0));
+    g.node(node("Gemm", &["sel", "w", "bias"], "y", gemm));
+    g.node(node("MatMul", &["sel", "w2"], "z", Attributes::new()));
+    g.output("y");
+    g.output("z");
+    let graph = g.build(Registry::global()).unwrap();
+    let model = CompiledModel::new(
+        graph.clone(),
+        backend(dir.path(), true),
+        CompileOptions::default(),
+    );
+    let scores: Vec<f32> = (0..rows)
+        .map(|i| if i % 3 == 1 { -1.0 } else { 1.0 })
+        .collect();
+    let inputs = vec![
+        (
+            "scores".to_string(),
+            Tensor::new(vec![rows], scores).unwrap(),
+        ),
+        ("feats".to_string(), random(&mut rng, &[rows, k])),
+        ("w".to_string(), random(&mut rng, &[n, k])),
+    ];
+    let got = model.run(&inputs).unwrap();
+    let want = run_reference(&graph, &inputs).unwrap();
+    let compiled = model
+        .compiled(&[vec![rows], vec![rows, k], vec![n, k]])
+        .unwrap();
+    let host: Vec<&str> = compiled
+        .report()
+        .host_steps
+        .iter()
+        .map(|s| s.op_type.as_str())
+        .collect();
+    assert!(host.contains(&"MatMul"), "{host:?}");
+    assert_eq!(got[0].1.shape(), &[25, n]);
+    for (g, w) in got.iter().zip(&want) {
+        assert_close(&f32s(&g.1), &w.1.to_f64_vec(), &g.0);
+    }
+}

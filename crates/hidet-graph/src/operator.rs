@@ -135,6 +135,15 @@ pub trait Operator: Send + Sync + fmt::Debug {
         Ok(vec![ValueKind::Tensor; num_outputs])
     }
 
+    /// Evaluation in a compiled model's host step (a node whose shapes are known only at
+    /// run time, or that has no compute definition). Defaults to [`Operator::eval_data`];
+    /// an operator may override it to trade the reference's float64 arithmetic for the
+    /// precision its compiled kernel would have (`f32` products summed in `f32`) and for
+    /// speed. Same contract as [`Operator::eval_data`].
+    fn eval_host(&self, inputs: &[Option<&Datum>]) -> Result<Vec<Datum>, OpError> {
+        self.eval_data(inputs)
+    }
+
     /// Evaluation on run-time values; what the executors call. The default runs
     /// [`Operator::eval`] on tensor inputs; operators with sequence or optional inputs or
     /// outputs override it (and [`Operator::infer_kinds`]).

@@ -959,7 +959,9 @@ mod resolve {
     #[test]
     fn left_only_batch_axes_join_the_rows() {
         let mut rng = Rng::new(47);
-        let cases: [(&[usize], &[usize], Option<[&[usize]; 2]>); 6] = [
+        // (A's shape, B's shape, the product's operand shapes when rewritten).
+        type Case<'a> = (&'a [usize], &'a [usize], Option<[&'a [usize]; 2]>);
+        let cases: [Case; 6] = [
             (
                 &[2, 4, 5, 7],
                 &[2, 1, 7, 6],

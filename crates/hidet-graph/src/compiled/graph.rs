@@ -1008,7 +1008,7 @@ impl<B: Backend> CompiledGraph<B> {
             .map(|i| i.map(|v| self.read(state, inputs, v)).transpose())
             .collect::<Result<_, _>>()?;
         let refs: Vec<Option<&Datum>> = args.iter().map(Option::as_ref).collect();
-        let results = op.eval_data(&refs).map_err(node_err)?;
+        let results = op.eval_host(&refs).map_err(node_err)?;
         for (slot_index, o) in outs.iter().enumerate() {
             let Some(o) = o else { continue };
             let t = results.get(slot_index).ok_or_else(|| {

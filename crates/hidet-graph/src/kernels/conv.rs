@@ -3,6 +3,7 @@
 //! Integer convolutions use these kernels too: products of 8/16-bit values summed in f64 are
 //! exact while the partial sums stay below 2^53.
 
+use crate::kernels::gemm::gemm_rows;
 use crate::kernels::window::{Geometry, BEYOND_PADDING};
 use crate::operator::OpError;
 
@@ -14,45 +15,6 @@ pub struct ConvShape {
     pub in_ch: usize,
     pub out_ch: usize,
     pub groups: usize,
-}
-
-/// `c[m, :] += sum_p a[m, p] * b[p, :]` for `a: [rows, k]`, `b: [k, n]`, `c: [rows, n]`,
-/// split over threads by rows.
-pub fn gemm_rows(a: &[f64], b: &[f64], c: &mut [f64], k: usize, n: usize) {
-    if n == 0 || k == 0 {
-        return;
-    }
-    let rows = c.len() / n;
-    let work = rows.saturating_mul(k).saturating_mul(n);
-    let threads = if work < (1 << 20) {
-        1
-    } else {
-        std::thread::available_parallelism()
-            .map_or(1, |t| t.get())
-            .min(rows.max(1))
-    };
-    let per = rows.div_ceil(threads.max(1)).max(1);
-    let run = |c_chunk: &mut [f64], row0: usize| {
-        for (r, crow) in c_chunk.chunks_mut(n).enumerate() {
-            let arow = &a[(row0 + r) * k..(row0 + r + 1) * k];
-            for (p, &av) in arow.iter().enumerate() {
-                let brow = &b[p * n..(p + 1) * n];
-                for (cv, &bv) in crow.iter_mut().zip(brow) {
-                    *cv += av * bv;
-                }
-            }
-        }
-    };
-    if threads <= 1 {
-        run(c, 0);
-        return;
-    }
-    std::thread::scope(|s| {
-        for (i, chunk) in c.chunks_mut(per * n).enumerate() {
-            let run = &run;
-            s.spawn(move || run(chunk, i * per));
-        }
-    });
 }
 
 fn check_groups(s: &ConvShape) -> Result<(usize, usize), OpError> {

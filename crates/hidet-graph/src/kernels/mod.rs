@@ -3,6 +3,7 @@
 pub mod axis;
 pub mod broadcast;
 pub mod conv;
+pub mod gemm;
 pub mod movement;
 pub mod pool;
 pub mod quant;

@@ -6,7 +6,7 @@
 
 use crate::dtype::DType;
 use crate::kernels::broadcast::{broadcast_offsets, broadcast_shapes};
-use crate::kernels::conv::gemm_rows;
+use crate::kernels::gemm::{gemm_f32, gemm_f64, Strides};
 use crate::operator::{
     arg, infer_arg, infer_opt, opt_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError,
     Operator,
@@ -18,6 +18,7 @@ use crate::ops::compute_util::{
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{broadcast_dims, Dim, TensorType};
 use crate::tensor::{Element, Tensor};
+use crate::value::Datum;
 use crate::{dispatch_float, dispatch_int};
 use hidet_ir::compute::{grid, reduce, ReduceKind};
 
@@ -140,41 +141,8 @@ impl Operator for Gemm {
         let dt = |i| opt_arg(inputs, i).map(|t: &Tensor| t.dtype());
         let dtype = self.check([dt(0), dt(1), dt(2)])?;
         let (a, b) = (arg(inputs, 0)?, arg(inputs, 1)?);
-        if a.rank() != 2 || b.rank() != 2 {
-            return Err(OpError::Shape(format!(
-                "Gemm needs 2-D A and B, got {:?} and {:?}",
-                a.shape(),
-                b.shape()
-            )));
-        }
-        let (sa, sb) = (a.shape(), b.shape());
-        let (m, k) = if self.trans_a {
-            (sa[1], sa[0])
-        } else {
-            (sa[0], sa[1])
-        };
-        let (k2, n) = if self.trans_b {
-            (sb[1], sb[0])
-        } else {
-            (sb[0], sb[1])
-        };
-        if k != k2 {
-            return Err(OpError::Shape(format!(
-                "Gemm inner dimensions {k} and {k2} differ"
-            )));
-        }
-        let c_off = match opt_arg(inputs, 2) {
-            Some(c) => {
-                if broadcast_shapes(&[c.shape(), &[m, n]])? != [m, n] {
-                    return Err(OpError::Shape(format!(
-                        "C {:?} does not broadcast to [{m}, {n}]",
-                        c.shape()
-                    )));
-                }
-                Some((c, broadcast_offsets(c.shape(), &[m, n])))
-            }
-            None => None,
-        };
+        let (m, k, n) = self.sizes(a, b)?;
+        let c_off = c_offsets(opt_arg(inputs, 2), m, n)?;
         let exact_int =
             dtype.is_int() && self.alpha == 1.0 && (self.beta == 1.0 || c_off.is_none());
         let out = if exact_int {
@@ -213,6 +181,35 @@ impl Operator for Gemm {
         };
         Ok(vec![out])
     }
+    /// `f32` operands (and `C`) are multiplied and summed in `f32` (`matrixmultiply`'s
+    /// `sgemm`), as the compiled kernel does; other dtypes run [`Operator::eval`].
+    fn eval_host(&self, inputs: &[Option<&Datum>]) -> Result<Vec<Datum>, OpError> {
+        let tensor = |i: usize| match inputs.get(i) {
+            Some(Some(Datum::Tensor(t))) => Some(t),
+            _ => None,
+        };
+        let f32s = (0..inputs.len()).all(|i| tensor(i).is_some_and(|t| t.dtype() == DType::F32));
+        let (Some(a), Some(b)) = (tensor(0), tensor(1)) else {
+            return self.eval_data(inputs);
+        };
+        if !f32s || inputs.len() > 3 {
+            return self.eval_data(inputs);
+        }
+        let (m, k, n) = self.sizes(a, b)?;
+        let mut y: Vec<f32> = match c_offsets(tensor(2), m, n)? {
+            Some((c, off)) => {
+                let cv = c.as_slice::<f32>()?;
+                let beta = self.beta as f32;
+                off.iter().map(|&o| beta * cv[o]).collect()
+            }
+            None => vec![0f32; m * n],
+        };
+        let (sa, sb) = self.strides(m, k, n);
+        let (xa, xb) = (a.as_slice::<f32>()?, b.as_slice::<f32>()?);
+        gemm_f32(self.alpha as f32, xa, sa, xb, sb, &mut y, k, n);
+        Ok(vec![Datum::Tensor(Tensor::new(vec![m, n], y)?)])
+    }
+
     /// Float Gemm: `acc[i, j] = Σ_r A'[i, r] · B'[r, j]` (transposes as index swaps;
     /// accumulated in f32 for 16-bit floats), then `alpha · acc + beta · C[broadcast]` and the
     /// cast; `alpha`/`beta` of 1 and `beta = 0` (or no C) add no operation. Integer Gemm has
@@ -318,6 +315,50 @@ impl Operator for Gemm {
 }
 
 impl Gemm {
+    /// `(M, K, N)` of `A' B'`, checking ranks and the inner dimensions.
+    fn sizes(&self, a: &Tensor, b: &Tensor) -> Result<(usize, usize, usize), OpError> {
+        if a.rank() != 2 || b.rank() != 2 {
+            return Err(OpError::Shape(format!(
+                "Gemm needs 2-D A and B, got {:?} and {:?}",
+                a.shape(),
+                b.shape()
+            )));
+        }
+        let (sa, sb) = (a.shape(), b.shape());
+        let (m, k) = if self.trans_a {
+            (sa[1], sa[0])
+        } else {
+            (sa[0], sa[1])
+        };
+        let (k2, n) = if self.trans_b {
+            (sb[1], sb[0])
+        } else {
+            (sb[0], sb[1])
+        };
+        if k != k2 {
+            return Err(OpError::Shape(format!(
+                "Gemm inner dimensions {k} and {k2} differ"
+            )));
+        }
+        Ok((m, k, n))
+    }
+
+    /// How `A` and `B` lie in their tensors as the `[M, K]` and `[K, N]` operands of the
+    /// product (a transpose swaps the strides).
+    fn strides(&self, m: usize, k: usize, n: usize) -> (Strides, Strides) {
+        let sa = if self.trans_a {
+            Strides::col_major(m)
+        } else {
+            Strides::row_major(k)
+        };
+        let sb = if self.trans_b {
+            Strides::col_major(k)
+        } else {
+            Strides::row_major(n)
+        };
+        (sa, sb)
+    }
+
     fn float_gemm(
         &self,
         a: &Tensor,
@@ -327,27 +368,29 @@ impl Gemm {
         k: usize,
         c: Option<(Vec<f64>, &Vec<usize>)>,
     ) -> Vec<f64> {
+        let mut y = match &c {
+            Some((cv, off)) => off.iter().map(|&o| self.beta * cv[o]).collect(),
+            None => vec![0f64; m * n],
+        };
+        let (sa, sb) = self.strides(m, k, n);
         let (xa, xb) = (a.to_f64_vec(), b.to_f64_vec());
-        let am: Vec<f64> = if self.trans_a {
-            (0..m * k).map(|idx| xa[(idx % k) * m + idx / k]).collect()
-        } else {
-            xa
-        };
-        let bm: Vec<f64> = if self.trans_b {
-            (0..k * n).map(|idx| xb[(idx % n) * k + idx / n]).collect()
-        } else {
-            xb
-        };
-        let mut y = vec![0f64; m * n];
-        gemm_rows(&am, &bm, &mut y, k, n);
-        for (i, v) in y.iter_mut().enumerate() {
-            *v *= self.alpha;
-            if let Some((cv, off)) = &c {
-                *v += self.beta * cv[off[i]];
-            }
-        }
+        gemm_f64(self.alpha, &xa, sa, &xb, sb, &mut y, k, n);
         y
     }
+}
+
+/// The element of `c` (if given) read for each element of the `[m, n]` output.
+fn c_offsets(c: Option<&Tensor>, m: usize, n: usize) -> Result<Option<(&Tensor, Vec<usize>)>, OpError> {
+    let Some(c) = c else {
+        return Ok(None);
+    };
+    if broadcast_shapes(&[c.shape(), &[m, n]])? != [m, n] {
+        return Err(OpError::Shape(format!(
+            "C {:?} does not broadcast to [{m}, {n}]",
+            c.shape()
+        )));
+    }
+    Ok(Some((c, broadcast_offsets(c.shape(), &[m, n]))))
 }
 
 #[cfg(test)]
@@ -453,5 +496,40 @@ mod tests {
             build(13, &[]).unwrap().eval(&[Some(&a), Some(&bi)]),
             Err(OpError::DType { .. })
         ));
+    }
+
+    /// The host-step evaluation (`f32` sums) agrees with the reference (`f64`) for every
+    /// transpose combination, with `alpha`, `beta` and a broadcast `C`.
+    #[test]
+    fn host_evaluation_matches_the_reference() {
+        let (m, k, n) = (13usize, 29usize, 7usize);
+        for (ta, tb) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+            let op = build(
+                13,
+                &[
+                    ("transA", Attribute::Int(ta)),
+                    ("transB", Attribute::Int(tb)),
+                    ("alpha", Attribute::Float(0.75)),
+                    ("beta", Attribute::Float(-1.5)),
+                ],
+            )
+            .unwrap();
+            let sa = if ta == 1 { vec![k, m] } else { vec![m, k] };
+            let sb = if tb == 1 { vec![n, k] } else { vec![k, n] };
+            let a = Tensor::new(sa, pseudo(m * k, 1)).unwrap();
+            let b = Tensor::new(sb, pseudo(k * n, 2)).unwrap();
+            let c = Tensor::new(vec![1, n], pseudo(n, 3)).unwrap();
+            let want = op.eval(&[Some(&a), Some(&b), Some(&c)]).unwrap();
+            let data = [a, b, c].map(Datum::Tensor);
+            let refs: Vec<Option<&Datum>> = data.iter().map(Some).collect();
+            let got = op.eval_host(&refs).unwrap();
+            let Datum::Tensor(got) = &got[0] else {
+                panic!("a tensor")
+            };
+            assert_eq!(got.shape(), want[0].shape());
+            for (g, w) in got.to_f64_vec().iter().zip(want[0].to_f64_vec()) {
+                assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{ta}{tb}: {g} vs {w}");
+            }
+        }
     }
 }

@@ -2,6 +2,7 @@
 
 use hidet_ir::compute::{grid, reduce, ReduceKind};
 
+use crate::kernels::gemm::{gemm_f32, gemm_rows, Strides};
 use crate::kernels::broadcast::{broadcast_offsets, broadcast_shapes};
 use crate::operator::{arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
 use crate::ops::compute_util::{
@@ -10,6 +11,7 @@ use crate::ops::compute_util::{
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{broadcast_dims, Dim, TensorType};
 use crate::tensor::{Element, Tensor};
+use crate::value::Datum;
 use crate::{dispatch_float, dispatch_int};
 
 #[derive(Debug)]
@@ -80,6 +82,19 @@ impl Operator for MatMul {
             else dispatch_int!(dt, T => matmul::<T>(a, b, false)?,
                 else return Err(OpError::DType { index: 0, dtype: dt })));
         Ok(vec![out])
+    }
+
+    /// `f32` operands are multiplied and summed in `f32` (`matrixmultiply`'s `sgemm`), as
+    /// the compiled kernel does; other dtypes run [`Operator::eval`].
+    fn eval_host(&self, inputs: &[Option<&Datum>]) -> Result<Vec<Datum>, OpError> {
+        match (inputs.first(), inputs.get(1)) {
+            (Some(Some(Datum::Tensor(a))), Some(Some(Datum::Tensor(b))))
+                if a.dtype() == crate::DType::F32 && b.dtype() == crate::DType::F32 =>
+            {
+                Ok(vec![Datum::Tensor(matmul_f32(a, b)?)])
+            }
+            _ => self.eval_data(inputs),
+        }
     }
 
     /// `y[b…, i, j] = Σ_k a[b…, i, k] · b[b…, k, j]` with broadcast batch axes, 1-D operands
@@ -157,31 +172,90 @@ impl Operator for MatMul {
     }
 }
 
-/// Batched matmul; accumulates in f64 (floats) or wrapping i128 (ints).
+/// The sizes of `MatMul(a, b)`: rows, depth, columns, the element offsets of each batch's
+/// matrices in `a` and `b` (broadcast), and the output shape.
+struct Product {
+    m: usize,
+    k: usize,
+    n: usize,
+    oa: Vec<usize>,
+    ob: Vec<usize>,
+    shape: Vec<usize>,
+}
+
+impl Product {
+    fn of(a: &Tensor, b: &Tensor) -> Result<Product, OpError> {
+        if a.rank() == 0 || b.rank() == 0 {
+            return Err(OpError::Shape("MatMul inputs must have rank >= 1".into()));
+        }
+        let sa: Vec<usize> = if a.rank() == 1 {
+            vec![1, a.shape()[0]]
+        } else {
+            a.shape().to_vec()
+        };
+        let sb: Vec<usize> = if b.rank() == 1 {
+            vec![b.shape()[0], 1]
+        } else {
+            b.shape().to_vec()
+        };
+        let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
+        let (k2, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
+        if k != k2 {
+            return Err(OpError::Shape(format!(
+                "MatMul inner dimensions {k} and {k2} differ"
+            )));
+        }
+        let (ba, bb) = (&sa[..sa.len() - 2], &sb[..sb.len() - 2]);
+        let batch = broadcast_shapes(&[ba, bb])?;
+        let (oa, ob) = (broadcast_offsets(ba, &batch), broadcast_offsets(bb, &batch));
+        let mut shape = batch;
+        if a.rank() > 1 {
+            shape.push(m);
+        }
+        if b.rank() > 1 {
+            shape.push(n);
+        }
+        Ok(Product {
+            m,
+            k,
+            n,
+            oa,
+            ob,
+            shape,
+        })
+    }
+}
+
+/// `MatMul` of two `f32` tensors summed in `f32` (see [`Operator::eval_host`]).
+fn matmul_f32(a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
+    let Product {
+        m,
+        k,
+        n,
+        oa,
+        ob,
+        shape,
+    } = Product::of(a, b)?;
+    let (xa, xb) = (a.as_slice::<f32>()?, b.as_slice::<f32>()?);
+    let mut out = vec![0f32; oa.len() * m * n];
+    for ((&pa, &pb), c) in oa.iter().zip(&ob).zip(out.chunks_mut((m * n).max(1))) {
+        let (a0, b0) = (pa * m * k, pb * k * n);
+        let (a, b) = (&xa[a0..a0 + m * k], &xb[b0..b0 + k * n]);
+        gemm_f32(1.0, a, Strides::row_major(k), b, Strides::row_major(n), c, k, n);
+    }
+    Ok(Tensor::new(shape, out)?)
+}
+
+/// Batched matmul; accumulates in f64 (floats, through [`gemm_rows`]) or wrapping i128 (ints).
 fn matmul<T: Element>(a: &Tensor, b: &Tensor, float: bool) -> Result<Tensor, OpError> {
-    if a.rank() == 0 || b.rank() == 0 {
-        return Err(OpError::Shape("MatMul inputs must have rank >= 1".into()));
-    }
-    let sa: Vec<usize> = if a.rank() == 1 {
-        vec![1, a.shape()[0]]
-    } else {
-        a.shape().to_vec()
-    };
-    let sb: Vec<usize> = if b.rank() == 1 {
-        vec![b.shape()[0], 1]
-    } else {
-        b.shape().to_vec()
-    };
-    let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
-    let (k2, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
-    if k != k2 {
-        return Err(OpError::Shape(format!(
-            "MatMul inner dimensions {k} and {k2} differ"
-        )));
-    }
-    let (ba, bb) = (&sa[..sa.len() - 2], &sb[..sb.len() - 2]);
-    let batch = broadcast_shapes(&[ba, bb])?;
-    let (oa, ob) = (broadcast_offsets(ba, &batch), broadcast_offsets(bb, &batch));
+    let Product {
+        m,
+        k,
+        n,
+        oa,
+        ob,
+        shape,
+    } = Product::of(a, b)?;
     let (xa, xb) = (a.as_slice::<T>()?, b.as_slice::<T>()?);
     let mut out = Vec::with_capacity(oa.len() * m * n);
     let fa: Vec<f64> = if float {
@@ -194,39 +268,26 @@ fn matmul<T: Element>(a: &Tensor, b: &Tensor, float: bool) -> Result<Tensor, OpE
     } else {
         vec![]
     };
-    let mut row_f = vec![0f64; n];
+    let mut product = vec![0f64; m * n];
     let mut row_i = vec![0i128; n];
     for (&pa, &pb) in oa.iter().zip(&ob) {
         let (a0, b0) = (pa * m * k, pb * k * n);
-        for i in 0..m {
-            if float {
-                row_f.iter_mut().for_each(|v| *v = 0.0);
-                for p in 0..k {
-                    let av = fa[a0 + i * k + p];
-                    let brow = &fb[b0 + p * n..b0 + p * n + n];
-                    for (acc, &bv) in row_f.iter_mut().zip(brow) {
-                        *acc += av * bv;
-                    }
-                }
-                out.extend(row_f.iter().map(|&v| T::from_f64(v)));
-            } else {
-                row_i.iter_mut().for_each(|v| *v = 0);
-                for p in 0..k {
-                    let av = xa[a0 + i * k + p].to_i128();
-                    for (j, acc) in row_i.iter_mut().enumerate() {
-                        *acc = acc.wrapping_add(av.wrapping_mul(xb[b0 + p * n + j].to_i128()));
-                    }
-                }
-                out.extend(row_i.iter().map(|&v| T::from_i128(v)));
-            }
+        if float {
+            product.iter_mut().for_each(|v| *v = 0.0);
+            gemm_rows(&fa[a0..a0 + m * k], &fb[b0..b0 + k * n], &mut product, k, n);
+            out.extend(product.iter().map(|&v| T::from_f64(v)));
+            continue;
         }
-    }
-    let mut shape = batch;
-    if a.rank() > 1 {
-        shape.push(m);
-    }
-    if b.rank() > 1 {
-        shape.push(n);
+        for i in 0..m {
+            row_i.iter_mut().for_each(|v| *v = 0);
+            for p in 0..k {
+                let av = xa[a0 + i * k + p].to_i128();
+                for (j, acc) in row_i.iter_mut().enumerate() {
+                    *acc = acc.wrapping_add(av.wrapping_mul(xb[b0 + p * n + j].to_i128()));
+                }
+            }
+            out.extend(row_i.iter().map(|&v| T::from_i128(v)));
+        }
     }
     Ok(Tensor::new(shape, out)?)
 }

@@ -10,7 +10,7 @@
 
 use crate::dtype::DType;
 use crate::kernels::broadcast::{broadcast_offsets, broadcast_shapes};
-use crate::kernels::conv::gemm_rows;
+use crate::kernels::gemm::gemm_rows;
 use crate::kernels::quant::{
     int_range, int_values, param_index, quantize_to, saturate_round, scalar_f64,
 };
