@@ -65,6 +65,95 @@ fn iou(a: [f64; 4], b: [f64; 4]) -> f64 {
     inter / union
 }
 
+/// A candidate covering more grid cells than this is compared with every selected box.
+const MAX_CELLS: i64 = 16;
+
+/// The greedy selection: `candidates` (box indices in visiting order) each selected unless
+/// its IoU with an already selected box exceeds `threshold`, until `max_out` are selected.
+///
+/// Only boxes that intersect can have a positive IoU, so each selected box is filed under the
+/// cells of a grid it covers (cells about as wide as the candidates) and a candidate is
+/// compared with the boxes filed under its own cells — and with the few selected boxes too
+/// large to file. A batched NMS (classes offset so they never overlap, thousands selected)
+/// is then linear rather than quadratic. The selection is exactly [`select_each`]'s; it runs
+/// instead for a negative or NaN threshold (every box would suppress) and non-finite boxes.
+fn select(boxes: &[[f64; 4]], candidates: &[usize], max_out: usize, threshold: f64) -> Vec<usize> {
+    let finite = candidates
+        .iter()
+        .all(|&i| boxes[i].iter().all(|v| v.is_finite()));
+    let solid = |b: [f64; 4]| b[2] > b[0] && b[3] > b[1];
+    let sizes: Vec<f64> = candidates
+        .iter()
+        .map(|&i| boxes[i])
+        .filter(|&b| solid(b))
+        .map(|b| (b[2] - b[0]).max(b[3] - b[1]))
+        .collect();
+    let cell = sizes.iter().sum::<f64>() / sizes.len().max(1) as f64;
+    if !finite || threshold.is_nan() || threshold < 0.0 || !(cell > 0.0 && cell.is_finite()) {
+        return select_each(boxes, candidates, max_out, threshold);
+    }
+    // Monotonic, so boxes whose intervals overlap share a cell index on each axis.
+    let index = |v: f64| (v / cell).floor() as i64;
+    let mut grid: std::collections::HashMap<(i64, i64), Vec<usize>> = Default::default();
+    let mut wide: Vec<usize> = Vec::new();
+    let mut kept: Vec<usize> = Vec::new();
+    for &i in candidates {
+        if kept.len() >= max_out {
+            break;
+        }
+        let b = boxes[i];
+        let overlaps = |k: &usize| iou(b, boxes[*k]) > threshold;
+        if !solid(b) {
+            // An empty box has IoU 0 with everything: never suppressed, never suppresses.
+            kept.push(i);
+            continue;
+        }
+        let (c0, c1, r0, r1) = (index(b[0]), index(b[2]), index(b[1]), index(b[3]));
+        let cells = (c1 - c0 + 1).saturating_mul(r1 - r0 + 1);
+        let suppressed = wide.iter().any(overlaps)
+            || if cells <= MAX_CELLS {
+                (c0..=c1).any(|c| {
+                    (r0..=r1).any(|r| grid.get(&(c, r)).is_some_and(|ks| ks.iter().any(overlaps)))
+                })
+            } else {
+                kept.iter().any(overlaps)
+            };
+        if suppressed {
+            continue;
+        }
+        kept.push(i);
+        if cells <= MAX_CELLS {
+            for c in c0..=c1 {
+                for r in r0..=r1 {
+                    grid.entry((c, r)).or_default().push(i);
+                }
+            }
+        } else {
+            wide.push(i);
+        }
+    }
+    kept
+}
+
+/// [`select`] by comparing every candidate with every selected box.
+fn select_each(
+    boxes: &[[f64; 4]],
+    candidates: &[usize],
+    max_out: usize,
+    threshold: f64,
+) -> Vec<usize> {
+    let mut kept: Vec<usize> = Vec::new();
+    for &i in candidates {
+        if kept.len() >= max_out {
+            break;
+        }
+        if kept.iter().all(|&k| iou(boxes[i], boxes[k]) <= threshold) {
+            kept.push(i);
+        }
+    }
+    kept
+}
+
 /// The single value of an optional scalar input, if it has one.
 fn opt_scalar(t: Option<&Tensor>) -> Result<Option<f64>, OpError> {
     match t {
@@ -123,15 +212,8 @@ impl Operator for NonMaxSuppression {
                     .filter(|&i| score_threshold.is_none_or(|t| s[i] > t))
                     .collect();
                 cand.sort_by(|&i, &j| s[j].total_cmp(&s[i]).then(i.cmp(&j)));
-                let mut kept: Vec<usize> = Vec::new();
-                for i in cand {
-                    if kept.len() >= max_out {
-                        break;
-                    }
-                    if kept.iter().all(|&k| iou(bx[i], bx[k]) <= iou_threshold) {
-                        kept.push(i);
-                        out.extend([b as i64, c as i64, i as i64]);
-                    }
+                for i in select(&bx, &cand, max_out, iou_threshold) {
+                    out.extend([b as i64, c as i64, i as i64]);
                 }
             }
         }
@@ -200,5 +282,43 @@ mod tests {
         // Scores for 2 boxes while there are 3.
         let bad = Tensor::new(vec![1, 1, 2], vec![0.1f32; 2]).unwrap();
         assert!(op.eval(&[Some(&boxes), Some(&bad)]).is_err());
+    }
+
+    /// The grid selection equals the exhaustive one: clustered boxes (heavy overlap), classes
+    /// offset apart as a batched NMS does, huge and empty boxes, several thresholds.
+    #[test]
+    fn grid_selection_equals_the_exhaustive_one() {
+        use super::{select, select_each};
+        let mut state = 7u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut boxes: Vec<[f64; 4]> = Vec::new();
+        for class in 0..7 {
+            let offset = class as f64 * 1000.0;
+            for _ in 0..300 {
+                let (cx, cy) = (offset + 100.0 * next(), offset + 100.0 * next());
+                let (w, h) = (1.0 + 40.0 * next(), 1.0 + 40.0 * next());
+                boxes.push([cx - w / 2.0, cy - h / 2.0, cx + w / 2.0, cy + h / 2.0]);
+            }
+        }
+        boxes.push([0.0, 0.0, 7000.0, 7000.0]);
+        boxes.push([5.0, 5.0, 5.0, 9.0]);
+        boxes.push([50.0, 50.0, 40.0, 60.0]);
+        let mut order: Vec<usize> = (0..boxes.len()).collect();
+        let scores: Vec<f64> = (0..boxes.len()).map(|_| next()).collect();
+        order.sort_by(|&i, &j| scores[j].total_cmp(&scores[i]));
+        for threshold in [0.0, 0.3, 0.55, 0.9, -0.1, f64::NAN] {
+            for max_out in [5, 400, usize::MAX] {
+                assert_eq!(
+                    select(&boxes, &order, max_out, threshold),
+                    select_each(&boxes, &order, max_out, threshold),
+                    "threshold {threshold}, max {max_out}"
+                );
+            }
+        }
     }
 }
