@@ -23,6 +23,80 @@ pub fn broadcast_shapes(shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
     Ok(out)
 }
 
+/// `x` broadcast to `shape` (numpy rules; `x`'s rank at most `shape`'s), copied a contiguous
+/// run at a time: the trailing axes `x` has in full are copied as one block, repeated along
+/// the broadcast axes just before them (an index `[N, 1, 1, 1]` expanded to `[N, C, H, W]`
+/// is one fill per row).
+pub fn broadcast_to(x: &Tensor, shape: &[usize]) -> Result<Tensor, OpError> {
+    use crate::kernels::movement::{alloc, numel};
+    let rank = shape.len();
+    if x.rank() > rank {
+        return Err(OpError::Shape(format!(
+            "{:?} does not broadcast to {shape:?}",
+            x.shape()
+        )));
+    }
+    let mut xs = vec![1usize; rank - x.rank()];
+    xs.extend_from_slice(x.shape());
+    if xs.iter().zip(shape).any(|(&a, &b)| a != b && a != 1) {
+        return Err(OpError::Shape(format!(
+            "{:?} does not broadcast to {shape:?}",
+            x.shape()
+        )));
+    }
+    let total = numel(shape)?;
+    let mut axis = rank;
+    let mut block = 1usize;
+    while axis > 0 && xs[axis - 1] == shape[axis - 1] {
+        axis -= 1;
+        block *= shape[axis];
+    }
+    let mut repeat = 1usize;
+    while axis > 0 && xs[axis - 1] == 1 {
+        axis -= 1;
+        repeat *= shape[axis];
+    }
+    let outer = &shape[..axis];
+    // Offset step of each outer axis in `x` (0 where broadcast).
+    let mut steps = vec![0usize; axis];
+    let mut stride = block;
+    for d in (0..axis).rev() {
+        if xs[d] != 1 {
+            steps[d] = stride;
+            stride *= xs[d];
+        }
+    }
+    crate::dispatch_all!(x.dtype(), T => {
+        let src = x.as_slice::<T>()?;
+        let mut out: Vec<T> = alloc(total)?;
+        if total > 0 {
+            let mut idx = vec![0usize; axis];
+            let mut at = 0usize;
+            loop {
+                let run = &src[at..at + block];
+                for _ in 0..repeat {
+                    out.extend_from_slice(run);
+                }
+                let mut d = axis;
+                loop {
+                    if d == 0 {
+                        return Ok(Tensor::new(shape.to_vec(), out)?);
+                    }
+                    d -= 1;
+                    idx[d] += 1;
+                    at += steps[d];
+                    if idx[d] < outer[d] {
+                        break;
+                    }
+                    at -= steps[d] * idx[d];
+                    idx[d] = 0;
+                }
+            }
+        }
+        Ok(Tensor::new(shape.to_vec(), out)?)
+    })
+}
+
 /// For each element of `out_shape` (row-major), the offset of the element of a tensor of
 /// shape `in_shape` that broadcasts to it. `in_shape` must broadcast to `out_shape`.
 pub fn broadcast_offsets(in_shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
@@ -129,5 +203,37 @@ mod tests {
             c.as_slice::<f32>().unwrap(),
             &[11.0, 21.0, 31.0, 12.0, 22.0, 32.0]
         );
+    }
+
+    /// Against the element-by-element offsets, for broadcasts leading, trailing and in the
+    /// middle, rank growth, size-0 outputs and an integer dtype; shapes that do not
+    /// broadcast are errors.
+    #[test]
+    fn broadcast_to_matches_the_offsets() {
+        let cases: [(&[usize], &[usize]); 7] = [
+            (&[3, 1, 1, 1], &[3, 5, 2, 4]),
+            (&[1, 4], &[3, 2, 4]),
+            (&[2, 1, 3], &[2, 4, 3]),
+            (&[5], &[2, 3, 5]),
+            (&[1, 1], &[1, 1]),
+            (&[2, 1], &[2, 0]),
+            (&[3, 1, 2, 1], &[3, 4, 2, 5]),
+        ];
+        for (from, to) in cases {
+            let n: usize = from.iter().product();
+            let x = Tensor::new(from.to_vec(), (0..n as i64).map(|v| v * 3 - 7).collect()).unwrap();
+            let got = broadcast_to(&x, to).unwrap();
+            let xs = x.as_slice::<i64>().unwrap();
+            let want: Vec<i64> = broadcast_offsets(from, to).iter().map(|&o| xs[o]).collect();
+            assert_eq!(got.shape(), to);
+            assert_eq!(
+                got.as_slice::<i64>().unwrap(),
+                want.as_slice(),
+                "{from:?} -> {to:?}"
+            );
+        }
+        let x = Tensor::new(vec![2, 3], vec![0f32; 6]).unwrap();
+        assert!(broadcast_to(&x, &[4, 3]).is_err());
+        assert!(broadcast_to(&x, &[3]).is_err());
     }
 }

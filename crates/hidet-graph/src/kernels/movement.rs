@@ -43,16 +43,26 @@ pub fn element_offsets(
     let idx = index_values(indices)?;
     let st = strides(shape);
     let dim = shape[axis];
-    let mut k = 0usize;
-    offsets(indices.shape(), |o| {
-        let j = wrap_index(idx[k], dim, op)?;
-        k += 1;
-        Ok(o.iter()
-            .zip(&st)
-            .enumerate()
-            .map(|(d, (&i, &s))| if d == axis { j * s } else { i * s })
-            .sum())
-    })
+    let extent = indices.shape();
+    let mut out = alloc(numel(extent)?)?;
+    // Odometer over the indices' positions; `base` is the offset of the position with its
+    // `axis` coordinate dropped.
+    let mut pos = vec![0usize; extent.len()];
+    let mut base = 0usize;
+    for &i in &idx {
+        out.push(base + wrap_index(i, dim, op)? * st[axis]);
+        for d in (0..extent.len()).rev() {
+            pos[d] += 1;
+            let step = if d == axis { 0 } else { st[d] };
+            base += step;
+            if pos[d] < extent[d] {
+                break;
+            }
+            base -= step * pos[d];
+            pos[d] = 0;
+        }
+    }
+    Ok(out)
 }
 
 /// Row-major strides (in elements) of `shape`. Saturates instead of overflowing; callers

@@ -1,6 +1,6 @@
 //! Replication: Expand (numpy broadcast to a shape) and Tile (repeat along every axis).
 
-use crate::kernels::broadcast::broadcast_shapes;
+use crate::kernels::broadcast::{broadcast_shapes, broadcast_to};
 use crate::kernels::movement::{offsets, strides, take};
 use crate::operator::{arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
 use crate::ops::common::int_list;
@@ -67,17 +67,7 @@ impl Operator for Expand {
         let (x, s) = (arg(inputs, 0)?, arg(inputs, 1)?);
         let target = sizes(s, "Expand shape")?;
         let shape = broadcast_shapes(&[x.shape(), &target])?;
-        let st = strides(x.shape());
-        let lead = shape.len() - x.rank();
-        let src = offsets(&shape, |o| {
-            Ok(o[lead..]
-                .iter()
-                .zip(x.shape())
-                .zip(&st)
-                .map(|((&i, &d), &s)| if d == 1 { 0 } else { i * s })
-                .sum())
-        })?;
-        Ok(vec![take(x, shape, &src)?])
+        Ok(vec![broadcast_to(x, &shape)?])
     }
 
     /// `out[i] = x[broadcast_index(i)]`; needs the target shape's value.

@@ -17,6 +17,8 @@ use crate::ops::common::{check_dtype, float};
 use crate::registry::{Registry, LATEST_OPSET};
 use crate::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
+use crate::value::Datum;
+use crate::DType;
 
 #[derive(Debug)]
 struct RoiAlign {
@@ -138,67 +140,17 @@ impl Operator for RoiAlign {
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
-        let x = arg(inputs, 0)?;
-        let rois = arg(inputs, 1)?;
-        let idx = arg(inputs, 2)?;
-        check_dtype(0, x.dtype(), float)?;
-        let &[n, c, h, w] = x.shape() else {
-            return Err(OpError::Shape(format!("X must be [N, C, H, W], got {:?}", x.shape())));
-        };
-        let &[r, 4] = rois.shape() else {
-            return Err(OpError::Shape(format!("rois must be [R, 4], got {:?}", rois.shape())));
-        };
-        if idx.shape() != [r] || h == 0 || w == 0 {
-            return Err(OpError::Shape(format!(
-                "batch_indices must be [{r}] and the image non-empty, got {:?} and X {:?}",
-                idx.shape(),
-                x.shape()
-            )));
-        }
-        let xv = x.to_f64_vec();
-        let rv = rois.to_f64_vec();
+        let (x, rois, idx) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
+        let (images, [c, h, w]) = self.check(x, rois, idx)?;
+        let (xv, rv) = (x.to_f64_vec(), rois.to_f64_vec());
         let (oh, ow) = (self.out_h, self.out_w);
-        let mut out = Vec::with_capacity(r * c * oh * ow);
-        for (k, b) in idx.to_i64_vec().into_iter().enumerate() {
-            let b = usize::try_from(b).ok().filter(|&b| b < n).ok_or_else(|| {
-                OpError::Invalid(format!("batch index {b} is out of range for {n} images"))
-            })?;
-            let off = if self.half_pixel { 0.5 } else { 0.0 };
-            let roi = &rv[k * 4..k * 4 + 4];
-            let (x0, y0) = (roi[0] * self.spatial_scale - off, roi[1] * self.spatial_scale - off);
-            let (x1, y1) = (roi[2] * self.spatial_scale - off, roi[3] * self.spatial_scale - off);
-            let (mut rw, mut rh) = (x1 - x0, y1 - y0);
-            if !self.half_pixel {
-                rw = rw.max(1.0);
-                rh = rh.max(1.0);
-            }
-            let (bh, bw) = (rh / oh as f64, rw / ow as f64);
-            let grid = |bin: f64| {
-                if self.sampling_ratio > 0 {
-                    self.sampling_ratio
-                } else {
-                    bin.ceil().max(0.0) as usize
-                }
-            };
-            let (gh, gw) = (grid(bh), grid(bw));
-            let count = (gh * gw).max(1) as f64;
-            // Sample terms per output bin, shared by every channel.
-            let bins: Vec<Vec<Option<Terms>>> = (0..oh * ow)
-                .map(|p| {
-                    let (ph, pw) = (p / ow, p % ow);
-                    (0..gh * gw)
-                        .map(|s| {
-                            let (iy, ix) = (s / gw, s % gw);
-                            let y = y0 + ph as f64 * bh + (iy as f64 + 0.5) * bh / gh as f64;
-                            let xx = x0 + pw as f64 * bw + (ix as f64 + 0.5) * bw / gw as f64;
-                            corner_terms(y, xx, h, w)
-                        })
-                        .collect()
-                })
-                .collect();
+        let mut out = Vec::with_capacity(images.len() * c * oh * ow);
+        for (k, &b) in images.iter().enumerate() {
+            let (bins, per_bin, count) = self.samples(&rv[k * 4..k * 4 + 4], h, w);
             for ch in 0..c {
                 let plane = &xv[(b * c + ch) * h * w..(b * c + ch + 1) * h * w];
-                for samples in &bins {
+                for p in 0..oh * ow {
+                    let samples = &bins[p * per_bin..(p + 1) * per_bin];
                     let values = samples.iter().map(|t| match t {
                         None => 0.0,
                         Some(t) if self.max => t
@@ -216,7 +168,160 @@ impl Operator for RoiAlign {
                 }
             }
         }
-        Ok(vec![float_tensor(x.dtype(), vec![r, c, oh, ow], &out, 0)?])
+        Ok(vec![float_tensor(x.dtype(), vec![images.len(), c, oh, ow], &out, 0)?])
+    }
+
+    /// `f32` features pooled in `f32` (sample positions and weights still computed in f64),
+    /// the regions split over the host's threads; other dtypes run [`Operator::eval`].
+    fn eval_host(&self, inputs: &[Option<&Datum>]) -> Result<Vec<Datum>, OpError> {
+        let tensor = |i: usize| match inputs.get(i) {
+            Some(Some(Datum::Tensor(t))) => Some(t),
+            _ => None,
+        };
+        let (Some(x), Some(rois), Some(idx)) = (tensor(0), tensor(1), tensor(2)) else {
+            return self.eval_data(inputs);
+        };
+        if x.dtype() != DType::F32 {
+            return self.eval_data(inputs);
+        }
+        let (images, [c, h, w]) = self.check(x, rois, idx)?;
+        let (xv, rv) = (x.as_slice::<f32>()?, rois.to_f64_vec());
+        let per_roi = c * self.out_h * self.out_w;
+        let mut out = vec![0f32; images.len() * per_roi];
+        let pool = |k: usize, dst: &mut [f32]| {
+            let b = images[k];
+            let (bins, per_bin, count) = self.samples(&rv[k * 4..k * 4 + 4], h, w);
+            let inv = (1.0 / count) as f32;
+            let mut at = 0;
+            for ch in 0..c {
+                let plane = &xv[(b * c + ch) * h * w..(b * c + ch + 1) * h * w];
+                for p in 0..self.out_h * self.out_w {
+                    let samples = &bins[p * per_bin..(p + 1) * per_bin];
+                    let mut acc = if self.max { f32::NEG_INFINITY } else { 0.0 };
+                    for t in samples {
+                        match t {
+                            None if self.max => acc = acc.max(0.0),
+                            None => {}
+                            Some(t) if self.max => {
+                                for &(o, wt) in t {
+                                    acc = acc.max(wt as f32 * plane[o]);
+                                }
+                            }
+                            Some(t) => {
+                                for &(o, wt) in t {
+                                    acc += wt as f32 * plane[o];
+                                }
+                            }
+                        }
+                    }
+                    dst[at] = if self.max {
+                        if samples.is_empty() {
+                            0.0
+                        } else {
+                            acc
+                        }
+                    } else {
+                        acc * inv
+                    };
+                    at += 1;
+                }
+            }
+        };
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |t| t.get())
+            .min(images.len().max(1));
+        if threads <= 1 || out.len() < 1 << 16 {
+            for (k, dst) in out.chunks_mut(per_roi.max(1)).enumerate() {
+                pool(k, dst);
+            }
+        } else {
+            let per_thread = images.len().div_ceil(threads);
+            std::thread::scope(|scope| {
+                for (t, part) in out.chunks_mut(per_thread * per_roi).enumerate() {
+                    let pool = &pool;
+                    scope.spawn(move || {
+                        for (i, dst) in part.chunks_mut(per_roi).enumerate() {
+                            pool(t * per_thread + i, dst);
+                        }
+                    });
+                }
+            });
+        }
+        let shape = vec![images.len(), c, self.out_h, self.out_w];
+        Ok(vec![Datum::Tensor(Tensor::new(shape, out)?)])
+    }
+}
+
+impl RoiAlign {
+    /// Checks the inputs' shapes and batch indices: the image of each region and the
+    /// feature map's `[C, H, W]`.
+    fn check(
+        &self,
+        x: &Tensor,
+        rois: &Tensor,
+        idx: &Tensor,
+    ) -> Result<(Vec<usize>, [usize; 3]), OpError> {
+        check_dtype(0, x.dtype(), float)?;
+        let &[n, c, h, w] = x.shape() else {
+            return Err(OpError::Shape(format!("X must be [N, C, H, W], got {:?}", x.shape())));
+        };
+        let &[r, 4] = rois.shape() else {
+            return Err(OpError::Shape(format!("rois must be [R, 4], got {:?}", rois.shape())));
+        };
+        if idx.shape() != [r] || h == 0 || w == 0 {
+            return Err(OpError::Shape(format!(
+                "batch_indices must be [{r}] and the image non-empty, got {:?} and X {:?}",
+                idx.shape(),
+                x.shape()
+            )));
+        }
+        let images = idx
+            .to_i64_vec()
+            .into_iter()
+            .map(|b| {
+                usize::try_from(b).ok().filter(|&b| b < n).ok_or_else(|| {
+                    OpError::Invalid(format!("batch index {b} is out of range for {n} images"))
+                })
+            })
+            .collect::<Result<Vec<usize>, OpError>>()?;
+        Ok((images, [c, h, w]))
+    }
+
+    /// The bilinear samples of one region (`roi`: its `(x1, y1, x2, y2)`) over an `h × w`
+    /// plane: for every output bin in row-major order its `g_h · g_w` samples' corner terms
+    /// (`None`: outside the image), shared by every channel; the samples per bin (possibly
+    /// 0); and the count an average divides by.
+    fn samples(&self, roi: &[f64], h: usize, w: usize) -> (Vec<Option<Terms>>, usize, f64) {
+        let (oh, ow) = (self.out_h, self.out_w);
+        let off = if self.half_pixel { 0.5 } else { 0.0 };
+        let (x0, y0) = (roi[0] * self.spatial_scale - off, roi[1] * self.spatial_scale - off);
+        let (x1, y1) = (roi[2] * self.spatial_scale - off, roi[3] * self.spatial_scale - off);
+        let (mut rw, mut rh) = (x1 - x0, y1 - y0);
+        if !self.half_pixel {
+            rw = rw.max(1.0);
+            rh = rh.max(1.0);
+        }
+        let (bh, bw) = (rh / oh as f64, rw / ow as f64);
+        let grid = |bin: f64| {
+            if self.sampling_ratio > 0 {
+                self.sampling_ratio
+            } else {
+                bin.ceil().max(0.0) as usize
+            }
+        };
+        let (gh, gw) = (grid(bh), grid(bw));
+        let count = (gh * gw).max(1) as f64;
+        let mut bins = Vec::with_capacity(oh * ow * gh * gw);
+        for p in 0..oh * ow {
+            let (ph, pw) = (p / ow, p % ow);
+            for s in 0..gh * gw {
+                let (iy, ix) = (s / gw, s % gw);
+                let y = y0 + ph as f64 * bh + (iy as f64 + 0.5) * bh / gh as f64;
+                let xx = x0 + pw as f64 * bw + (ix as f64 + 0.5) * bw / gw as f64;
+                bins.push(corner_terms(y, xx, h, w));
+            }
+        }
+        (bins, gh * gw, count)
     }
 }
 
@@ -263,5 +368,65 @@ mod tests {
         }
         let bad = Tensor::new(vec![1], vec![1i64]).unwrap();
         assert!(op.eval(&[Some(&x), Some(&rois), Some(&bad)]).is_err());
+    }
+
+    /// The host step's `f32` pooling (split over threads) agrees with the float64 reference:
+    /// averages and maxima, both coordinate modes, fixed and adaptive sampling grids, regions
+    /// reaching outside the image and degenerate ones, two images.
+    #[test]
+    fn host_pooling_matches_the_reference() {
+        use crate::value::Datum;
+        let mut state = 3u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 40) as f32 / (1u64 << 24) as f32
+        };
+        let (n, c, h, w, r) = (2usize, 48usize, 13usize, 11usize, 41usize);
+        let x: Vec<f32> = (0..n * c * h * w).map(|_| next() * 4.0 - 2.0).collect();
+        let mut rois = Vec::new();
+        for i in 0..r {
+            let (x0, y0) = (next() * 14.0 - 2.0, next() * 16.0 - 2.0);
+            let (bw, bh) = if i % 10 == 0 { (0.0, 0.0) } else { (next() * 9.0, next() * 9.0) };
+            rois.extend([x0, y0, x0 + bw, y0 + bh]);
+        }
+        let x = Tensor::new(vec![n, c, h, w], x).unwrap();
+        let rois = Tensor::new(vec![r, 4], rois).unwrap();
+        let idx = Tensor::new(vec![r], (0..r as i64).map(|i| i % 2).collect()).unwrap();
+        for (mode, transform, ratio) in [
+            ("avg", "half_pixel", 2),
+            ("avg", "output_half_pixel", 0),
+            ("max", "half_pixel", 0),
+            ("max", "output_half_pixel", 3),
+        ] {
+            let op = build_op(
+                "",
+                "RoiAlign",
+                16,
+                &[
+                    ("mode", Attribute::String(mode.into())),
+                    ("coordinate_transformation_mode", Attribute::String(transform.into())),
+                    ("sampling_ratio", Attribute::Int(ratio)),
+                    ("output_height", Attribute::Int(7)),
+                    ("output_width", Attribute::Int(5)),
+                    ("spatial_scale", Attribute::Float(0.75)),
+                ],
+                3,
+                1,
+            )
+            .unwrap();
+            let want = op.eval(&[Some(&x), Some(&rois), Some(&idx)]).unwrap();
+            let data = [x.clone(), rois.clone(), idx.clone()].map(Datum::Tensor);
+            let refs: Vec<Option<&Datum>> = data.iter().map(Some).collect();
+            let got = op.eval_host(&refs).unwrap();
+            let Datum::Tensor(got) = &got[0] else {
+                panic!("a tensor")
+            };
+            assert_eq!(got.shape(), want[0].shape());
+            for (i, (g, w)) in got.to_f64_vec().iter().zip(want[0].to_f64_vec()).enumerate() {
+                assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{mode} {transform} {ratio} [{i}]: {g} vs {w}");
+            }
+        }
     }
 }
