@@ -84,6 +84,15 @@ NAME (file written as OUT_DIR/<file>.onnx):
   dpt         dpt_b1                transformers DPTForDepthEstimation, small ViT (reassemble stages
                                     with ConvTranspose and strided Conv, residual fusion blocks,
                                     align_corners bilinear x2 Resize), 1x3x224x224
+  falcon      falcon_b1             transformers FalconModel (multi-query attention: one key/value
+                                    head for 4 query heads, rotary, parallel attention), 2 layers,
+                                    hidden 128, input_ids 1x64
+  fasterrcnn  fasterrcnn_mbv3_320_thr0_b1
+                                    torchvision Faster R-CNN, MobileNetV3-Large 320 FPN, every box
+                                    kept (score threshold 0): data-dependent NMS, TopK, RoiAlign
+                                    and box-head products, 1x3x320x320 in [0, 1)
+  maskrcnn    maskrcnn_r50_256_b1   torchvision Mask R-CNN, ResNet-50 FPN at 256x256 (mask pasting
+                                    in a Loop whose carried value grows), 1x3x256x256 in [0, 1)
 
 Benchmark them against ONNX Runtime with
   .venv/bin/python scripts/bench_peers.py --model OUT_DIR/<file>.onnx ... --no-ops --markdown
@@ -108,6 +117,20 @@ def export(out: Path, name: str, model: nn.Module, args: tuple, input_names: lis
         torch.onnx.export(model, args, str(out / f"{name}.onnx"), opset_version=17,
                           input_names=input_names, dynamo=False, **options)
     print("ok", name, flush=True)
+
+
+class Detector(nn.Module):
+    """A torchvision detector on one image of a batch tensor: its boxes, scores, labels (and
+    masks, for Mask R-CNN). Data-dependent shapes: NMS, TopK, RoiAlign over selected boxes."""
+
+    def __init__(self, model: nn.Module, masks: bool = False) -> None:
+        super().__init__()
+        self.model, self.masks = model, masks
+
+    def forward(self, x: torch.Tensor):
+        out = self.model(list(x))[0]
+        heads = ["boxes", "scores", "labels"] + (["masks"] if self.masks else [])
+        return tuple(out[h] for h in heads)
 
 
 class RmsNorm(nn.Module):
@@ -594,6 +617,22 @@ MODELS = {
     }),
     "melspec": ("melspec_b1", MelSpec, (1, 16000)),
     "nms": ("nms_b1", NmsHead, (1, 3, 128, 128)),
+    "falcon": ("falcon_b1", lambda: hf(
+        "FalconModel", "FalconConfig", ["input_ids"], vocab_size=1000, hidden_size=128,
+        num_hidden_layers=2, num_attention_heads=4, multi_query=True, parallel_attn=True,
+        alibi=False, use_cache=False), {"input_ids": lambda: torch.randint(0, 1000, (1, 64))}),
+    # Every box kept (score threshold 0) so random weights still give detections to compare.
+    "fasterrcnn": ("fasterrcnn_mbv3_320_thr0_b1", lambda: Detector(
+        torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
+            weights=None, weights_backbone=None, box_score_thresh=0.0)),
+        {"image": lambda: torch.rand(1, 3, 320, 320)},
+        {"output_names": ["boxes", "scores", "labels"]}),
+    "maskrcnn": ("maskrcnn_r50_256_b1", lambda: Detector(
+        torchvision.models.detection.maskrcnn_resnet50_fpn(
+            weights=None, weights_backbone=None, min_size=256, max_size=256,
+            rpn_pre_nms_top_n_test=200, rpn_post_nms_top_n_test=100, box_detections_per_img=20),
+        masks=True), {"image": lambda: torch.rand(1, 3, 256, 256)},
+        {"output_names": ["boxes", "scores", "labels", "masks"]}),
     "dpt": ("dpt_b1", lambda: hf(
         "DPTForDepthEstimation", "DPTConfig", ["pixel_values"], hidden_size=192, num_hidden_layers=4,
         num_attention_heads=3, intermediate_size=768, image_size=224, patch_size=16,
