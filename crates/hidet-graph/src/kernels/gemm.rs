@@ -46,7 +46,7 @@ impl Strides {
 /// Requires `a.len() >= rows · k` and `b.len() >= k · n`; panics otherwise (callers size the
 /// slices from the same shapes).
 pub fn gemm_rows(a: &[f64], b: &[f64], c: &mut [f64], k: usize, n: usize) {
-    gemm_f64(
+    gemm(
         1.0,
         a,
         Strides::row_major(k),
@@ -58,17 +58,80 @@ pub fn gemm_rows(a: &[f64], b: &[f64], c: &mut [f64], k: usize, n: usize) {
     );
 }
 
-/// `c[i, :] += alpha · Σ_p a[i, p] · b[p, :]` in `f64` for `a: [rows, k]` and `b: [k, n]`
-/// laid out as `sa` and `sb`, row-major `c: [rows, n]` (`rows = c.len() / n`), split over
-/// the host's threads by rows. Panics when an operand's last element lies beyond its slice.
+/// An element type `matrixmultiply` multiplies: `f64` (the reference) or `f32` (host steps,
+/// summing in `f32` as compiled kernels do: see `Operator::eval_host`).
+pub trait GemmElement: Copy + Send + Sync {
+    /// `matrixmultiply`'s `sgemm`/`dgemm` with `beta = 1` and a row-major `c` of `n` columns.
+    ///
+    /// # Safety
+    /// The `m × k` matrix at `a` and the `k × n` one at `b` (with their strides) and the
+    /// `m × n` one at `c` must lie in live allocations, `c` written by no one else.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: Self,
+        a: *const Self,
+        sa: Strides,
+        b: *const Self,
+        sb: Strides,
+        c: *mut Self,
+    );
+}
+
+macro_rules! gemm_element {
+    ($t:ty, $f:path) => {
+        impl GemmElement for $t {
+            unsafe fn gemm(
+                m: usize,
+                k: usize,
+                n: usize,
+                alpha: $t,
+                a: *const $t,
+                sa: Strides,
+                b: *const $t,
+                sb: Strides,
+                c: *mut $t,
+            ) {
+                // SAFETY: the caller's contract is `matrixmultiply`'s.
+                unsafe {
+                    $f(
+                        m,
+                        k,
+                        n,
+                        alpha,
+                        a,
+                        sa.rows as isize,
+                        sa.cols as isize,
+                        b,
+                        sb.rows as isize,
+                        sb.cols as isize,
+                        1.0,
+                        c,
+                        n as isize,
+                        1,
+                    )
+                }
+            }
+        }
+    };
+}
+
+gemm_element!(f64, matrixmultiply::dgemm);
+gemm_element!(f32, matrixmultiply::sgemm);
+
+/// `c[i, :] += alpha · Σ_p a[i, p] · b[p, :]` for `a: [rows, k]` and `b: [k, n]` laid out as
+/// `sa` and `sb`, row-major `c: [rows, n]` (`rows = c.len() / n`), split over the host's
+/// threads by rows. Panics when an operand's last element lies beyond its slice.
 #[allow(clippy::too_many_arguments)]
-pub fn gemm_f64(
-    alpha: f64,
-    a: &[f64],
+pub fn gemm<T: GemmElement>(
+    alpha: T,
+    a: &[T],
     sa: Strides,
-    b: &[f64],
+    b: &[T],
     sb: Strides,
-    c: &mut [f64],
+    c: &mut [T],
     k: usize,
     n: usize,
 ) {
@@ -78,57 +141,16 @@ pub fn gemm_f64(
         // with `m · n` elements (row-major); `c` is borrowed mutably, so nothing else reads
         // or writes it.
         unsafe {
-            matrixmultiply::dgemm(
+            T::gemm(
                 m,
                 k,
                 n,
                 alpha,
                 a.as_ptr(),
-                sa.rows as isize,
-                sa.cols as isize,
+                sa,
                 b.as_ptr(),
-                sb.rows as isize,
-                sb.cols as isize,
-                1.0,
+                sb,
                 c.as_mut_ptr(),
-                n as isize,
-                1,
-            )
-        }
-    });
-}
-
-/// [`gemm_f64`] in `f32`, summing in `f32` as compiled kernels do (for host steps, not the
-/// reference: see `Operator::eval_host`).
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_f32(
-    alpha: f32,
-    a: &[f32],
-    sa: Strides,
-    b: &[f32],
-    sb: Strides,
-    c: &mut [f32],
-    k: usize,
-    n: usize,
-) {
-    by_rows(a, sa, b, sb, c, k, n, |m, a, b, c| {
-        // SAFETY: as in `gemm_f64`.
-        unsafe {
-            matrixmultiply::sgemm(
-                m,
-                k,
-                n,
-                alpha,
-                a.as_ptr(),
-                sa.rows as isize,
-                sa.cols as isize,
-                b.as_ptr(),
-                sb.rows as isize,
-                sb.cols as isize,
-                1.0,
-                c.as_mut_ptr(),
-                n as isize,
-                1,
             )
         }
     });
@@ -206,7 +228,7 @@ mod tests {
         // `b` handed over transposed (column-major), `a` as it is.
         let bt: Vec<f64> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
         let (sa, sb) = (Strides::row_major(k), Strides::col_major(k));
-        gemm_f32(1.0, &f(&a), sa, &f(&bt), sb, &mut c32, k, n);
+        gemm(1.0f32, &f(&a), sa, &f(&bt), sb, &mut c32, k, n);
         for i in 0..rows {
             for j in 0..n {
                 let want: f64 =

@@ -6,7 +6,7 @@
 
 use crate::dtype::DType;
 use crate::kernels::broadcast::{broadcast_offsets, broadcast_shapes};
-use crate::kernels::gemm::{gemm_f32, gemm_f64, Strides};
+use crate::kernels::gemm::{gemm, Strides};
 use crate::operator::{
     arg, infer_arg, infer_opt, opt_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError,
     Operator,
@@ -141,7 +141,7 @@ impl Operator for Gemm {
         let dt = |i| opt_arg(inputs, i).map(|t: &Tensor| t.dtype());
         let dtype = self.check([dt(0), dt(1), dt(2)])?;
         let (a, b) = (arg(inputs, 0)?, arg(inputs, 1)?);
-        let (m, k, n) = self.sizes(a, b)?;
+        let (m, k, n) = self.sizes(a.shape(), b.shape())?;
         let c_off = c_offsets(opt_arg(inputs, 2), m, n)?;
         let exact_int =
             dtype.is_int() && self.alpha == 1.0 && (self.beta == 1.0 || c_off.is_none());
@@ -195,7 +195,7 @@ impl Operator for Gemm {
         if !f32s || inputs.len() > 3 {
             return self.eval_data(inputs);
         }
-        let (m, k, n) = self.sizes(a, b)?;
+        let (m, k, n) = self.sizes(a.shape(), b.shape())?;
         let mut y: Vec<f32> = match c_offsets(tensor(2), m, n)? {
             Some((c, off)) => {
                 let cv = c.as_slice::<f32>()?;
@@ -206,7 +206,7 @@ impl Operator for Gemm {
         };
         let (sa, sb) = self.strides(m, k, n);
         let (xa, xb) = (a.as_slice::<f32>()?, b.as_slice::<f32>()?);
-        gemm_f32(self.alpha as f32, xa, sa, xb, sb, &mut y, k, n);
+        gemm(self.alpha as f32, xa, sa, xb, sb, &mut y, k, n);
         Ok(vec![Datum::Tensor(Tensor::new(vec![m, n], y)?)])
     }
 
@@ -221,27 +221,7 @@ impl Operator for Gemm {
             return Ok(None);
         }
         let (a, b) = (input(inputs, 0)?, input(inputs, 1)?);
-        let (sa, sb) = (a.shape, b.shape);
-        if sa.len() != 2 || sb.len() != 2 {
-            return Err(OpError::Shape(format!(
-                "Gemm needs 2-D A and B, got {sa:?} and {sb:?}"
-            )));
-        }
-        let (m, k) = if self.trans_a {
-            (sa[1], sa[0])
-        } else {
-            (sa[0], sa[1])
-        };
-        let (k2, n) = if self.trans_b {
-            (sb[1], sb[0])
-        } else {
-            (sb[0], sb[1])
-        };
-        if k != k2 {
-            return Err(OpError::Shape(format!(
-                "Gemm inner dimensions {k} and {k2} differ"
-            )));
-        }
+        let (m, k, n) = self.sizes(a.shape, b.shape)?;
         let c = opt_input(inputs, 2).filter(|_| self.beta != 0.0);
         if let Some(c) = opt_input(inputs, 2) {
             if broadcast_shapes(&[c.shape, &[m, n]])? != [m, n] {
@@ -316,15 +296,12 @@ impl Operator for Gemm {
 
 impl Gemm {
     /// `(M, K, N)` of `A' B'`, checking ranks and the inner dimensions.
-    fn sizes(&self, a: &Tensor, b: &Tensor) -> Result<(usize, usize, usize), OpError> {
-        if a.rank() != 2 || b.rank() != 2 {
+    fn sizes(&self, sa: &[usize], sb: &[usize]) -> Result<(usize, usize, usize), OpError> {
+        if sa.len() != 2 || sb.len() != 2 {
             return Err(OpError::Shape(format!(
-                "Gemm needs 2-D A and B, got {:?} and {:?}",
-                a.shape(),
-                b.shape()
+                "Gemm needs 2-D A and B, got {sa:?} and {sb:?}"
             )));
         }
-        let (sa, sb) = (a.shape(), b.shape());
         let (m, k) = if self.trans_a {
             (sa[1], sa[0])
         } else {
@@ -374,7 +351,7 @@ impl Gemm {
         };
         let (sa, sb) = self.strides(m, k, n);
         let (xa, xb) = (a.to_f64_vec(), b.to_f64_vec());
-        gemm_f64(self.alpha, &xa, sa, &xb, sb, &mut y, k, n);
+        gemm(self.alpha, &xa, sa, &xb, sb, &mut y, k, n);
         y
     }
 }

@@ -2,7 +2,7 @@
 
 use hidet_ir::compute::{grid, reduce, ReduceKind};
 
-use crate::kernels::gemm::{gemm_f32, gemm_rows, Strides};
+use crate::kernels::gemm::{gemm, gemm_rows, Strides};
 use crate::kernels::broadcast::{broadcast_offsets, broadcast_shapes};
 use crate::operator::{arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpError, Operator};
 use crate::ops::compute_util::{
@@ -241,7 +241,7 @@ fn matmul_f32(a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
     for ((&pa, &pb), c) in oa.iter().zip(&ob).zip(out.chunks_mut((m * n).max(1))) {
         let (a0, b0) = (pa * m * k, pb * k * n);
         let (a, b) = (&xa[a0..a0 + m * k], &xb[b0..b0 + k * n]);
-        gemm_f32(1.0, a, Strides::row_major(k), b, Strides::row_major(n), c, k, n);
+        gemm(1.0f32, a, Strides::row_major(k), b, Strides::row_major(n), c, k, n);
     }
     Ok(Tensor::new(shape, out)?)
 }
