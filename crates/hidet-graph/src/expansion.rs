@@ -187,11 +187,14 @@ impl<'a> Expansion<'a> {
         out
     }
 
-    /// Emits a `Constant` node holding `value`; returns the name of its output.
+    /// Emits a (default-domain) `Constant` node holding `value`; returns the name of its
+    /// output.
     pub fn constant(&mut self, value: Tensor) -> String {
         let mut attrs = Attributes::new();
         attrs.insert("value", Attribute::Tensor(value));
-        self.emit_value("Constant", CONSTANT_OPSET, attrs, &[])
+        let out = self.fresh("Constant");
+        self.emit_in("", "Constant", CONSTANT_OPSET, attrs, &[], &[&out]);
+        out
     }
 
     /// The emitted nodes, in order.

@@ -9,6 +9,7 @@ use crate::registry::Registry;
 
 pub mod common;
 pub mod compute_util;
+pub mod contrib_util;
 pub mod window_compute;
 
 macro_rules! families {
@@ -24,6 +25,12 @@ macro_rules! families {
 families! {
     binary,
     contrib_quant,
+    contrib_activation,
+    contrib_fused,
+    contrib_normalization,
+    contrib_rotary,
+    contrib_attention,
+    contrib_matmul,
     unary,
     clip,
     prelu,

@@ -1,0 +1,566 @@
+//! ONNX Runtime's contrib attention operators (`com.microsoft`), which its transformer
+//! optimizer and its generative model builder write, expanded into default-domain operators
+//! (see `contrib_util`): projections and head splits as `MatMul`/`Reshape`/`Transpose`, then
+//! `Softmax(Q·Kᵀ·scale + bias)·V` — the pattern the graph passes already fuse for exported
+//! PyTorch attention.
+//!
+//! - `Attention(input, weights, bias?, mask_index?, past?, attention_bias?; num_heads,
+//!   qkv_hidden_sizes, unidirectional, scale, mask_filter_value)`: the packed projection
+//!   `input·weights + bias` split into Q, K, V; `past` is `[2, B, N, P, h]` and the second
+//!   output `present` the same with `P + S` keys. `mask_index`: `[B]` (keys at or past the row's
+//!   value are masked), `[B, T]` or `[B, S, T]` (zero entries are masked); masked scores get
+//!   `mask_filter_value` (−10000) added. Not supported: `[2B]` start/end and 4-D masks,
+//!   `do_rotary`, shared past/present buffers.
+//! - `MultiHeadAttention(query, key?, value?, bias?, key_padding_mask?, attention_bias?,
+//!   past_key?, past_value?; num_heads, unidirectional, scale, mask_filter_value)`: query
+//!   `[B, S, D]` with key/value `[B, L, D]` (projected here by `bias`) or `[B, N, L, h]`
+//!   (already split into heads), key `[B, L, N, 2, h]` packing key and value, or query
+//!   `[B, S, N, 3, h]` packing all three; outputs the context and, from `past_key`/`past_value`
+//!   `[B, N, P, h]`, `present_key`/`present_value`.
+//! - `GroupQueryAttention(query, key?, value?, past_key?, past_value?, seqlens_k,
+//!   total_sequence_length, cos_cache?, sin_cache?, position_ids?; num_heads, kv_num_heads,
+//!   scale, softcap, local_window_size, do_rotary, rotary_interleaved)`: causal attention of
+//!   `num_heads` query heads over `kv_num_heads` key/value heads (query head `n` reads
+//!   key/value head `n / (num_heads / kv_num_heads)`), the new keys appended to `past_*`
+//!   (`[B, Nk, P, h]`) as `present_*`. Row `b` holds `seqlens_k[b] + 1` valid tokens; its
+//!   queries sit at positions `past_b + s` with `past_b = seqlens_k[b] + 1 − S` (0 for the
+//!   first prompt, `S = total_sequence_length`), which also place the rotary embedding. Rows
+//!   whose past is shorter than `P` (a padded batch) get the right attention, but their new
+//!   keys are stored after all `P` past slots rather than right after their own past. With
+//!   `local_window_size = W > 0` a query sees only the `W` latest keys, itself included. Not
+//!   supported: `attention_bias`, `head_sink`, `smooth_softmax`.
+
+use crate::attribute::Attribute;
+use crate::dtype::DType;
+use crate::expansion::Expansion;
+use crate::operator::OpError;
+use crate::registry::Registry;
+
+use super::contrib_rotary::{positions_from, Rotary};
+use super::contrib_util::{
+    attrs, dim, first_output, fixed_dim, float, float_dtype, int, ints, op, op0, op_into,
+    optional_input, optional_output, positive_attr, require_attr, reshape, split, transpose,
+    unsqueeze, MS_DOMAIN,
+};
+
+/// ONNX Runtime's default `mask_filter_value`.
+const MASK_FILTER_VALUE: f32 = -10000.0;
+
+/// Registers the expansions (every opset of the contrib domain).
+pub fn register(r: &mut Registry) {
+    r.register_expansion(MS_DOMAIN, "Attention", 1..=i64::MAX, attention);
+    r.register_expansion(MS_DOMAIN, "MultiHeadAttention", 1..=i64::MAX, multi_head_attention);
+    r.register_expansion(MS_DOMAIN, "GroupQueryAttention", 1..=i64::MAX, group_query_attention);
+}
+
+/// `x` (`[B, S, N·h]`) as heads `[B, N, S, h]`.
+fn heads(e: &mut Expansion<'_>, x: &str, num_heads: usize, head_size: usize) -> String {
+    let split = reshape(e, x, &[0, 0, num_heads as i64, head_size as i64]);
+    transpose(e, &split, &[0, 2, 1, 3])
+}
+
+/// Heads `[B, N, S, h]` side by side again, `[B, S, N·h]`, into `output`.
+fn merge_heads_into(e: &mut Expansion<'_>, x: &str, output: &str) {
+    let sequence_major = transpose(e, x, &[0, 2, 1, 3]);
+    let shape = ints(e, &[0, 0, -1]);
+    op_into(e, "Reshape", Default::default(), &[&sequence_major, &shape], &[output]);
+}
+
+/// `Concat(past, new)` along the sequence axis 2 into `output` (a fresh value when `None`), or
+/// `new` alone without a past.
+fn append(
+    e: &mut Expansion<'_>,
+    past: Option<&str>,
+    new: &str,
+    output: Option<&str>,
+) -> String {
+    let concat = attrs([("axis", Attribute::Int(2))]);
+    match (past, output) {
+        (Some(past), Some(out)) => {
+            op_into(e, "Concat", concat, &[past, new], &[out]);
+            out.to_string()
+        }
+        (Some(past), None) => op(e, "Concat", concat, &[past, new]),
+        (None, Some(out)) => {
+            op_into(e, "Identity", Default::default(), &[new], &[out]);
+            out.to_string()
+        }
+        (None, None) => new.to_string(),
+    }
+}
+
+/// `0..n` of the scalar `int64` `n`.
+fn range(e: &mut Expansion<'_>, n: &str) -> String {
+    let (zero, one) = (int(e, 0), int(e, 1));
+    op0(e, "Range", &[&zero, n, &one])
+}
+
+/// Which keys a padding mask leaves valid, `bool` broadcasting to `[B, 1, S, T]`: `mask` of
+/// rank 1 holds each row's valid length (`keys` is `0..T`), of rank 2 (`[B, T]`) or 3
+/// (`[B, S, T]`) marks valid keys with non-zero entries.
+fn padding_valid(
+    e: &mut Expansion<'_>,
+    mask_input: usize,
+    keys: &str,
+    batch: Option<usize>,
+) -> Result<String, OpError> {
+    let mask = e.input_name(mask_input)?.to_string();
+    let to_bool = attrs([("to", Attribute::Int(DType::Bool.onnx_code().into()))]);
+    match e.rank(mask_input)? {
+        1 => {
+            if let (Some(b), Some(n)) = (batch, fixed_dim(e, mask_input, 0)) {
+                if n != b {
+                    return Err(OpError::Unsupported(format!(
+                        "{} with a 1-D mask of {n} entries for batch {b} (start and end \
+                         positions)",
+                        e.op_type()
+                    )));
+                }
+            }
+            let to_i64 = attrs([("to", Attribute::Int(DType::I64.onnx_code().into()))]);
+            let ends = op(e, "Cast", to_i64, &[&mask]);
+            let ends = unsqueeze(e, &ends, &[1]);
+            let valid = op0(e, "Less", &[keys, &ends]);
+            Ok(unsqueeze(e, &valid, &[1, 2]))
+        }
+        2 => {
+            let valid = op(e, "Cast", to_bool, &[&mask]);
+            Ok(unsqueeze(e, &valid, &[1, 2]))
+        }
+        3 => {
+            let valid = op(e, "Cast", to_bool, &[&mask]);
+            Ok(unsqueeze(e, &valid, &[1]))
+        }
+        r => Err(OpError::Unsupported(format!(
+            "{} with a mask of rank {r}",
+            e.op_type()
+        ))),
+    }
+}
+
+/// Causal validity `[S, T]`: query `i` sees keys `j ≤ i + T − S`.
+fn causal_valid(e: &mut Expansion<'_>, queries: &str, keys: &str, past: &str) -> String {
+    let shifted = op0(e, "Add", &[queries, past]);
+    let column = unsqueeze(e, &shifted, &[1]);
+    op0(e, "LessOrEqual", &[keys, &column])
+}
+
+/// `a ∧ b` of optional conditions.
+fn both(e: &mut Expansion<'_>, a: Option<String>, b: Option<String>) -> Option<String> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(op0(e, "And", &[&a, &b])),
+        (a, b) => a.or(b),
+    }
+}
+
+/// `0` where `valid`, `filter` elsewhere, in `dtype`.
+fn additive_mask(e: &mut Expansion<'_>, valid: &str, filter: f64, dtype: DType) -> String {
+    let zero = float(e, 0.0, dtype);
+    let filter = float(e, filter, dtype);
+    op0(e, "Where", &[valid, &zero, &filter])
+}
+
+/// Scaled dot-product attention.
+struct Sdpa {
+    /// Query heads per key/value head.
+    groups: usize,
+    /// Key/value heads, and the channels of a query and of a value head (read when
+    /// `groups > 1`).
+    kv_heads: usize,
+    head_size: usize,
+    value_head_size: usize,
+    scale: f64,
+    /// `c·tanh(scores / c)` after scaling when positive.
+    softcap: f32,
+    dtype: DType,
+}
+
+impl Sdpa {
+    /// `Softmax(q·kᵀ·scale + bias)·v` of heads `q` `[B, N, S, h]`, `k` `[B, Nk, T, h]`, `v`
+    /// `[B, Nk, T, hv]` (`N = groups·Nk`); `bias` broadcasts to `[B, N, S, T]` and, when
+    /// `groups > 1`, has a head axis of 1. Returns `[B, N, S, hv]`.
+    fn apply(&self, e: &mut Expansion<'_>, q: &str, k: &str, v: &str, bias: Option<&str>) -> String {
+        let grouped = self.groups > 1;
+        let (q, k, v) = if grouped {
+            let shape = [
+                0,
+                self.kv_heads as i64,
+                self.groups as i64,
+                -1,
+                self.head_size as i64,
+            ];
+            let q = reshape(e, q, &shape);
+            (q, unsqueeze(e, k, &[2]), unsqueeze(e, v, &[2]))
+        } else {
+            (q.to_string(), k.to_string(), v.to_string())
+        };
+        let rank = if grouped { 5 } else { 4 };
+        let mut perm: Vec<i64> = (0..rank).collect();
+        perm.swap(rank as usize - 2, rank as usize - 1);
+        let kt = transpose(e, &k, &perm);
+        let scores = op0(e, "MatMul", &[&q, &kt]);
+        let scale = float(e, self.scale, self.dtype);
+        let mut scores = op0(e, "Mul", &[&scores, &scale]);
+        if self.softcap > 0.0 {
+            let cap = float(e, f64::from(self.softcap), self.dtype);
+            let ratio = op0(e, "Div", &[&scores, &cap]);
+            let squashed = op0(e, "Tanh", &[&ratio]);
+            scores = op0(e, "Mul", &[&squashed, &cap]);
+        }
+        if let Some(bias) = bias {
+            let bias = if grouped { unsqueeze(e, bias, &[1]) } else { bias.to_string() };
+            scores = op0(e, "Add", &[&scores, &bias]);
+        }
+        let probs = op(e, "Softmax", attrs([("axis", Attribute::Int(-1))]), &[&scores]);
+        let context = op0(e, "MatMul", &[&probs, &v]);
+        if grouped {
+            let heads = (self.kv_heads * self.groups) as i64;
+            reshape(e, &context, &[0, heads, -1, self.value_head_size as i64])
+        } else {
+            context
+        }
+    }
+}
+
+/// The `scale` attribute, or `1/√head_size` when absent or zero.
+fn scale_attr(e: &Expansion<'_>, head_size: usize) -> Result<f64, OpError> {
+    let scale = e.attrs().float_or("scale", 0.0)?;
+    Ok(if scale == 0.0 {
+        1.0 / (head_size as f64).sqrt()
+    } else {
+        f64::from(scale)
+    })
+}
+
+/// `n / parts`, or an error naming `what` when it does not divide.
+fn per_head(n: usize, parts: usize, what: &str) -> Result<usize, OpError> {
+    if parts == 0 || !n.is_multiple_of(parts) {
+        return Err(OpError::Shape(format!(
+            "{what} ({n}) is not a multiple of the number of heads ({parts})"
+        )));
+    }
+    Ok(n / parts)
+}
+
+fn attention(e: &mut Expansion<'_>) -> Result<(), OpError> {
+    require_attr(e, "do_rotary", 0)?;
+    require_attr(e, "past_present_share_buffer", 0)?;
+    let num_heads = positive_attr(e, "num_heads")?;
+    let dtype = float_dtype(e, 0)?;
+    let sizes: Vec<usize> = match e.attrs().ints("qkv_hidden_sizes")? {
+        Some(s) if !s.is_empty() => s
+            .iter()
+            .map(|&n| usize::try_from(n).ok().filter(|&n| n > 0))
+            .collect::<Option<Vec<_>>>()
+            .filter(|s| s.len() == 3)
+            .ok_or_else(|| {
+                OpError::attr("qkv_hidden_sizes", format!("must be 3 positive sizes, got {s:?}"))
+            })?,
+        _ => {
+            let total = fixed_dim(e, 1, -1).ok_or_else(|| {
+                OpError::Unsupported("Attention with weights of unknown width".into())
+            })?;
+            vec![per_head(total, 3, "the weights' width")?; 3]
+        }
+    };
+    if sizes[0] != sizes[1] {
+        return Err(OpError::attr(
+            "qkv_hidden_sizes",
+            format!("query and key sizes differ: {sizes:?}"),
+        ));
+    }
+    let head_size = per_head(sizes[0], num_heads, "the query size")?;
+    let value_head_size = per_head(sizes[2], num_heads, "the value size")?;
+    let input = e.input_name(0)?.to_string();
+    let weights = e.input_name(1)?.to_string();
+    let projected = op0(e, "MatMul", &[&input, &weights]);
+    let projected = super::contrib_activation::add_optional(e, &projected, 2);
+    let parts = split(e, &projected, -1, &sizes.iter().map(|&n| n as i64).collect::<Vec<_>>());
+    let q = heads(e, &parts[0], num_heads, head_size);
+    let mut k = heads(e, &parts[1], num_heads, head_size);
+    let mut v = heads(e, &parts[2], num_heads, value_head_size);
+    if let Some(past) = optional_input(e, 4) {
+        let axis0 = attrs([("axis", Attribute::Int(0))]);
+        let (first, second) = (int(e, 0), int(e, 1));
+        let past_k = op(e, "Gather", axis0.clone(), &[&past, &first]);
+        let past_v = op(e, "Gather", axis0, &[&past, &second]);
+        k = append(e, Some(&past_k), &k, None);
+        v = append(e, Some(&past_v), &v, None);
+    }
+    if let Some(present) = optional_output(e, 1) {
+        let (k0, v0) = (unsqueeze(e, &k, &[0]), unsqueeze(e, &v, &[0]));
+        op_into(
+            e,
+            "Concat",
+            attrs([("axis", Attribute::Int(0))]),
+            &[&k0, &v0],
+            &[&present],
+        );
+    }
+    let bias = attention_bias(e, &q, &k, 3, 5, fixed_dim(e, 0, 0))?;
+    let sdpa = Sdpa {
+        groups: 1,
+        kv_heads: num_heads,
+        head_size,
+        value_head_size: head_size,
+        scale: scale_attr(e, head_size)?,
+        softcap: 0.0,
+        dtype,
+    };
+    let context = sdpa.apply(e, &q, &k, &v, bias.as_deref());
+    let output = first_output(e)?;
+    merge_heads_into(e, &context, &output);
+    Ok(())
+}
+
+/// The additive bias of `Attention` and `MultiHeadAttention` for heads `q` `[B, N, S, h]` and
+/// `k` `[B, N, T, h]`: the padding mask of input `mask_input`, the causal mask when
+/// `unidirectional`, then the additive `attention_bias` of input `bias_input`.
+fn attention_bias(
+    e: &mut Expansion<'_>,
+    q: &str,
+    k: &str,
+    mask_input: usize,
+    bias_input: usize,
+    batch: Option<usize>,
+) -> Result<Option<String>, OpError> {
+    let dtype = float_dtype(e, 0)?;
+    let filter = f64::from(e.attrs().float_or("mask_filter_value", MASK_FILTER_VALUE)?);
+    let causal = e.attrs().int_or("unidirectional", 0)? != 0;
+    let mut valid = None;
+    if optional_input(e, mask_input).is_some() || causal {
+        let total = dim(e, k, 2);
+        let keys = range(e, &total);
+        if optional_input(e, mask_input).is_some() {
+            valid = Some(padding_valid(e, mask_input, &keys, batch)?);
+        }
+        if causal {
+            let length = dim(e, q, 2);
+            let queries = range(e, &length);
+            let past = op0(e, "Sub", &[&total, &length]);
+            let c = causal_valid(e, &queries, &keys, &past);
+            valid = both(e, valid, Some(c));
+        }
+    }
+    let mut bias = valid.map(|v| additive_mask(e, &v, filter, dtype));
+    if let Some(extra) = optional_input(e, bias_input) {
+        bias = Some(match bias {
+            Some(b) => op0(e, "Add", &[&b, &extra]),
+            None => extra,
+        });
+    }
+    Ok(bias)
+}
+
+fn multi_head_attention(e: &mut Expansion<'_>) -> Result<(), OpError> {
+    let num_heads = positive_attr(e, "num_heads")?;
+    let dtype = float_dtype(e, 0)?;
+    let query = e.input_name(0)?.to_string();
+    let unknown = |what: &str| OpError::Unsupported(format!("MultiHeadAttention with {what}"));
+    let has_bias = optional_input(e, 3).is_some();
+    let (q, k, v, head_size) = match e.rank(0)? {
+        5 => {
+            if has_bias {
+                return Err(unknown("a bias and packed query, key and value"));
+            }
+            let head_size = fixed_dim(e, 0, 4).ok_or_else(|| unknown("a head size not known"))?;
+            let parts = split(e, &query, 3, &[1, 1, 1]);
+            let mut bnsh = parts.iter().map(|p| {
+                let squeezed = reshape(e, p, &[0, 0, 0, head_size as i64]);
+                transpose(e, &squeezed, &[0, 2, 1, 3])
+            });
+            let (q, k, v) = (
+                bnsh.next().expect("three parts"),
+                bnsh.next().expect("three parts"),
+                bnsh.next().expect("three parts"),
+            );
+            (q, k, v, head_size)
+        }
+        3 => {
+            let width = fixed_dim(e, 0, 2).ok_or_else(|| unknown("a query of unknown width"))?;
+            let head_size = per_head(width, num_heads, "the query width")?;
+            let key = e.input_name(1)?.to_string();
+            let key_rank = e.rank(1)?;
+            if has_bias && key_rank != 3 {
+                return Err(unknown("a bias and keys already split into heads"));
+            }
+            let value_width = match optional_input(e, 2) {
+                Some(_) if e.rank(2)? == 3 => fixed_dim(e, 2, 2),
+                Some(_) => fixed_dim(e, 2, 3).map(|h| h * num_heads),
+                None => fixed_dim(e, 1, 4).map(|h| h * num_heads),
+            }
+            .ok_or_else(|| unknown("values of unknown width"))?;
+            let value_head_size = per_head(value_width, num_heads, "the value width")?;
+            let (mut q, mut k_in, mut v_in) = (query, key, optional_input(e, 2));
+            if let Some(bias) = optional_input(e, 3) {
+                let biases = split(
+                    e,
+                    &bias,
+                    0,
+                    &[width as i64, width as i64, value_width as i64],
+                );
+                q = op0(e, "Add", &[&q, &biases[0]]);
+                k_in = op0(e, "Add", &[&k_in, &biases[1]]);
+                if let Some(value) = v_in {
+                    v_in = Some(op0(e, "Add", &[&value, &biases[2]]));
+                }
+            }
+            let q = heads(e, &q, num_heads, head_size);
+            let (k, v) = match (key_rank, v_in) {
+                (3, Some(value)) => (
+                    heads(e, &k_in, num_heads, head_size),
+                    heads(e, &value, num_heads, value_head_size),
+                ),
+                (4, Some(value)) => (k_in, value),
+                (5, None) => {
+                    let parts = split(e, &k_in, 3, &[1, 1]);
+                    let mut bnsh = parts.iter().map(|p| {
+                        let squeezed = reshape(e, p, &[0, 0, 0, head_size as i64]);
+                        transpose(e, &squeezed, &[0, 2, 1, 3])
+                    });
+                    (
+                        bnsh.next().expect("two parts"),
+                        bnsh.next().expect("two parts"),
+                    )
+                }
+                (r, _) => return Err(unknown(&format!("keys of rank {r} and these values"))),
+            };
+            (q, k, v, head_size)
+        }
+        r => return Err(unknown(&format!("a query of rank {r}"))),
+    };
+    let past_key = optional_input(e, 6);
+    let past_value = optional_input(e, 7);
+    let (present_key, present_value) = (optional_output(e, 1), optional_output(e, 2));
+    let k = append(e, past_key.as_deref(), &k, present_key.as_deref());
+    let v = append(e, past_value.as_deref(), &v, present_value.as_deref());
+    let bias = attention_bias(e, &q, &k, 4, 5, fixed_dim(e, 0, 0))?;
+    let sdpa = Sdpa {
+        groups: 1,
+        kv_heads: num_heads,
+        head_size,
+        value_head_size: head_size,
+        scale: scale_attr(e, head_size)?,
+        softcap: 0.0,
+        dtype,
+    };
+    let context = sdpa.apply(e, &q, &k, &v, bias.as_deref());
+    let output = first_output(e)?;
+    merge_heads_into(e, &context, &output);
+    Ok(())
+}
+
+fn group_query_attention(e: &mut Expansion<'_>) -> Result<(), OpError> {
+    require_attr(e, "smooth_softmax", 0)?;
+    for (input, what) in [(10, "attention_bias"), (11, "head_sink")] {
+        if optional_input(e, input).is_some() {
+            return Err(OpError::Unsupported(format!("GroupQueryAttention with {what}")));
+        }
+    }
+    let num_heads = positive_attr(e, "num_heads")?;
+    let kv_heads = positive_attr(e, "kv_num_heads")?;
+    let groups = per_head(num_heads, kv_heads, "num_heads")?;
+    let dtype = float_dtype(e, 0)?;
+    let unknown = |what: &str| OpError::Unsupported(format!("GroupQueryAttention with {what}"));
+    let width = fixed_dim(e, 0, 2).ok_or_else(|| unknown("a query of unknown width"))?;
+    let query = e.input_name(0)?.to_string();
+    let (q, k, v, head_size) = match optional_input(e, 1) {
+        Some(key) => {
+            let value = e.input_name(2)?.to_string();
+            (query, key, value, per_head(width, num_heads, "the query width")?)
+        }
+        None => {
+            let head_size = per_head(width, num_heads + 2 * kv_heads, "the packed width")?;
+            let (nq, nk) = ((num_heads * head_size) as i64, (kv_heads * head_size) as i64);
+            let parts = split(e, &query, 2, &[nq, nk, nk]);
+            (parts[0].clone(), parts[1].clone(), parts[2].clone(), head_size)
+        }
+    };
+    let (h, nq, nk) = (head_size as i64, num_heads as i64, kv_heads as i64);
+    let mut q = reshape(e, &q, &[0, 0, nq, h]);
+    let mut k = reshape(e, &k, &[0, 0, nk, h]);
+    let v = reshape(e, &v, &[0, 0, nk, h]);
+
+    // Each row's past length and the positions of its queries.
+    let to_i64 = attrs([("to", Attribute::Int(DType::I64.onnx_code().into()))]);
+    let seqlens = e.input_name(5)?.to_string();
+    let seqlens = op(e, "Cast", to_i64.clone(), &[&seqlens]);
+    let total = e.input_name(6)?.to_string();
+    let total = op(e, "Cast", to_i64, &[&total]);
+    let total = reshape(e, &total, &[]);
+    let one = int(e, 1);
+    let valid_lengths = op0(e, "Add", &[&seqlens, &one]);
+    let length = dim(e, &q, 1);
+    let first_prompt = op0(e, "Equal", &[&length, &total]);
+    let zero = int(e, 0);
+    let later_past = op0(e, "Sub", &[&valid_lengths, &length]);
+    let past_lengths = op0(e, "Where", &[&first_prompt, &zero, &later_past]);
+    let query_positions = positions_from(e, &past_lengths, &length);
+
+    if e.attrs().int_or("do_rotary", 0)? != 0 {
+        let cos_cache = e.input_name(7)?.to_string();
+        let sin_cache = e.input_name(8)?.to_string();
+        let half = fixed_dim(e, 7, -1).ok_or_else(|| unknown("a cos_cache of unknown width"))?;
+        let interleaved = e.attrs().int_or("rotary_interleaved", 0)? != 0;
+        let rotary = Rotary::new(head_size, 2 * half, interleaved)?;
+        let positions = optional_input(e, 9).unwrap_or_else(|| query_positions.clone());
+        let (cos, sin) = rotary.tables(e, &cos_cache, &sin_cache, &positions);
+        q = rotary.apply(e, &q, &cos, &sin);
+        k = rotary.apply(e, &k, &cos, &sin);
+    }
+    let q = transpose(e, &q, &[0, 2, 1, 3]);
+    let k = transpose(e, &k, &[0, 2, 1, 3]);
+    let v = transpose(e, &v, &[0, 2, 1, 3]);
+    let past_key = optional_input(e, 3);
+    let past_value = optional_input(e, 4);
+    let (present_key, present_value) = (optional_output(e, 1), optional_output(e, 2));
+    let k = append(e, past_key.as_deref(), &k, present_key.as_deref());
+    let v = append(e, past_value.as_deref(), &v, present_value.as_deref());
+
+    // Key `j` of row `b` sits at position `j` in the past (valid below the row's past length)
+    // and at `past_b + j − P` among the new keys.
+    let slots = dim(e, &k, 2);
+    let keys = range(e, &slots);
+    let past_slots = match &past_key {
+        Some(p) => dim(e, p, 2),
+        None => int(e, 0),
+    };
+    let in_past = op0(e, "Less", &[&keys, &past_slots]);
+    let past_column = unsqueeze(e, &past_lengths, &[1]);
+    let from_new = op0(e, "Sub", &[&keys, &past_slots]);
+    let new_positions = op0(e, "Add", &[&past_column, &from_new]);
+    let key_positions = op0(e, "Where", &[&in_past, &keys, &new_positions]);
+    let filled = op0(e, "Less", &[&keys, &past_column]);
+    let not_in_past = op0(e, "Not", &[&in_past]);
+    let stored = op0(e, "Or", &[&filled, &not_in_past]);
+    let key_positions = unsqueeze(e, &key_positions, &[1]);
+    let stored = unsqueeze(e, &stored, &[1]);
+    let query_column = unsqueeze(e, &query_positions, &[2]);
+    let causal = op0(e, "LessOrEqual", &[&key_positions, &query_column]);
+    let lengths = unsqueeze(e, &valid_lengths, &[1, 2]);
+    let in_row = op0(e, "Less", &[&key_positions, &lengths]);
+    let mut valid = op0(e, "And", &[&causal, &in_row]);
+    valid = op0(e, "And", &[&valid, &stored]);
+    let window = e.attrs().int_or("local_window_size", -1)?;
+    if window > 0 {
+        let reach = op0(e, "Sub", &[&query_column, &key_positions]);
+        let limit = int(e, window);
+        let near = op0(e, "Less", &[&reach, &limit]);
+        valid = op0(e, "And", &[&valid, &near]);
+    }
+    let valid = unsqueeze(e, &valid, &[1]);
+    let bias = additive_mask(e, &valid, f64::from(f32::MIN), dtype);
+    let sdpa = Sdpa {
+        groups,
+        kv_heads,
+        head_size,
+        value_head_size: head_size,
+        scale: scale_attr(e, head_size)?,
+        softcap: e.attrs().float_or("softcap", 0.0)?,
+        dtype,
+    };
+    let context = sdpa.apply(e, &q, &k, &v, Some(&bias));
+    let output = first_output(e)?;
+    merge_heads_into(e, &context, &output);
+    Ok(())
+}
