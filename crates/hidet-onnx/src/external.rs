@@ -30,6 +30,12 @@ pub fn resolve_location(base_dir: &Path, location: &str) -> Result<PathBuf, Onnx
             }
         }
     }
+    // A model given by a bare file name (`model.onnx`) has the empty path as its folder.
+    let base_dir = if base_dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        base_dir
+    };
     let base = base_dir
         .canonicalize()
         .map_err(|e| ext_err(location, format!("model folder: {e}")))?;
@@ -115,6 +121,15 @@ mod tests {
                 .unwrap();
             assert!(resolve_location(dir.path(), "link").is_err());
         }
+    }
+
+    #[test]
+    fn a_bare_file_name_has_the_current_folder() {
+        // `hidet run model.onnx`: the model's folder is the empty path. Cargo runs tests in
+        // the package's folder.
+        let full = resolve_location(Path::new(""), "Cargo.toml").unwrap();
+        assert_eq!(full, Path::new("Cargo.toml").canonicalize().unwrap());
+        assert!(resolve_location(Path::new(""), "../Cargo.toml").is_err());
     }
 
     #[test]
