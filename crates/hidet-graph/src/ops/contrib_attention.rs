@@ -27,8 +27,10 @@
 //!   first prompt, `S = total_sequence_length`), which also place the rotary embedding. Rows
 //!   whose past is shorter than `P` (a padded batch) get the right attention, but their new
 //!   keys are stored after all `P` past slots rather than right after their own past. With
-//!   `local_window_size = W > 0` a query sees only the `W` latest keys, itself included. Not
-//!   supported: `attention_bias`, `head_sink`, `smooth_softmax`.
+//!   `local_window_size = W > 0` a query sees only the `W` latest keys, itself included; with
+//!   `sliding_window_cache = 1` the past holds the `P` latest keys (of positions
+//!   `past_b − P .. past_b`, those below 0 unused) and the present keeps the last `P` of the past
+//!   and the new keys. Not supported: `attention_bias`, `head_sink`, `smooth_softmax`.
 
 use crate::attribute::Attribute;
 use crate::dtype::DType;
@@ -513,26 +515,52 @@ fn group_query_attention(e: &mut Expansion<'_>) -> Result<(), OpError> {
     let v = transpose(e, &v, &[0, 2, 1, 3]);
     let past_key = optional_input(e, 3);
     let past_value = optional_input(e, 4);
-    let (present_key, present_value) = (optional_output(e, 1), optional_output(e, 2));
-    let k = append(e, past_key.as_deref(), &k, present_key.as_deref());
-    let v = append(e, past_value.as_deref(), &v, present_value.as_deref());
-
-    // Key `j` of row `b` sits at position `j` in the past (valid below the row's past length)
-    // and at `past_b + j − P` among the new keys.
-    let slots = dim(e, &k, 2);
-    let keys = range(e, &slots);
     let past_slots = match &past_key {
         Some(p) => dim(e, p, 2),
         None => int(e, 0),
     };
-    let in_past = op0(e, "Less", &[&keys, &past_slots]);
+    let sliding_cache = e.attrs().int_or("sliding_window_cache", 0)? != 0 && past_key.is_some();
+    let (present_key, present_value) = (optional_output(e, 1), optional_output(e, 2));
+    let (k, v) = if sliding_cache {
+        // The cache is a window of the `P` latest keys: the present keeps the last `P` of the
+        // past and the new keys.
+        let k = append(e, past_key.as_deref(), &k, None);
+        let v = append(e, past_value.as_deref(), &v, None);
+        let negated = op0(e, "Neg", &[&past_slots]);
+        let start = unsqueeze(e, &negated, &[0]);
+        let (end, axis) = (ints(e, &[i64::MAX]), ints(e, &[2]));
+        for (all, present) in [(&k, &present_key), (&v, &present_value)] {
+            if let Some(present) = present {
+                op_into(e, "Slice", Default::default(), &[all, &start, &end, &axis], &[present]);
+            }
+        }
+        (k, v)
+    } else {
+        (
+            append(e, past_key.as_deref(), &k, present_key.as_deref()),
+            append(e, past_value.as_deref(), &v, present_value.as_deref()),
+        )
+    };
+
+    // Key `j` of row `b` sits at position `past_b + j − P` — among the new keys, and in a
+    // sliding cache (valid from position 0) — or at `j` in a past filled from the start (valid
+    // below the row's past length).
+    let slots = dim(e, &k, 2);
+    let keys = range(e, &slots);
     let past_column = unsqueeze(e, &past_lengths, &[1]);
     let from_new = op0(e, "Sub", &[&keys, &past_slots]);
-    let new_positions = op0(e, "Add", &[&past_column, &from_new]);
-    let key_positions = op0(e, "Where", &[&in_past, &keys, &new_positions]);
-    let filled = op0(e, "Less", &[&keys, &past_column]);
-    let not_in_past = op0(e, "Not", &[&in_past]);
-    let stored = op0(e, "Or", &[&filled, &not_in_past]);
+    let shifted_positions = op0(e, "Add", &[&past_column, &from_new]);
+    let (key_positions, stored) = if sliding_cache {
+        let zero = int(e, 0);
+        let stored = op0(e, "GreaterOrEqual", &[&shifted_positions, &zero]);
+        (shifted_positions, stored)
+    } else {
+        let in_past = op0(e, "Less", &[&keys, &past_slots]);
+        let key_positions = op0(e, "Where", &[&in_past, &keys, &shifted_positions]);
+        let filled = op0(e, "Less", &[&keys, &past_column]);
+        let not_in_past = op0(e, "Not", &[&in_past]);
+        (key_positions, op0(e, "Or", &[&filled, &not_in_past]))
+    };
     let key_positions = unsqueeze(e, &key_positions, &[1]);
     let stored = unsqueeze(e, &stored, &[1]);
     let query_column = unsqueeze(e, &query_positions, &[2]);
