@@ -9,8 +9,8 @@ use std::sync::Arc;
 use hidet_graph::passes::{
     exact_cast, BatchNormFolding, CommonSubexpressionElimination, ConstantFolding, ConvDeadTaps,
     ConvPaddingRegions, ConvTransposeAsMatMul, ConvTransposeAsPhases, DeadCodeElimination,
-    FlattenBatchedMatMul, GemmToMatMul, GraphPass, PoolAfterPointwise, ResizeByAxis,
-    SimplifyChains,
+    EinsumAsMatMul, FlattenBatchedMatMul, GemmToMatMul, GraphPass, PoolAfterPointwise,
+    ResizeByAxis, SimplifyChains,
 };
 use hidet_graph::{Attribute, Attributes, DType, Dim, GraphBuilder, Tensor, TensorType};
 use passes_util::*;
@@ -1673,4 +1673,90 @@ fn target_neutral_passes_leave_convolutions_to_the_backend() {
     assert!(after.nodes().iter().all(|n| n.domain.is_empty()));
     let inputs = vec![("x".to_string(), rng.f32s(&[2, 3, 11, 9]))];
     assert_same_outputs(&before, &after, &inputs, 1e-6);
+}
+
+mod einsum {
+    use super::*;
+
+    /// Two-operand contractions become one `MatMul` of the flattened operands (batch, rows and
+    /// columns in any order, one or several contracted labels, a constant operand), and the
+    /// outputs stay those of the operator; equations the product cannot express are left alone.
+    #[test]
+    fn contractions_become_one_product() {
+        let mut rng = Rng::new(53);
+        // (equation, A's shape, B's shape, B constant, the product's operand shapes if rewritten)
+        type Case<'a> = (
+            &'a str,
+            &'a [usize],
+            &'a [usize],
+            bool,
+            Option<[&'a [usize]; 2]>,
+        );
+        let cases: [Case; 7] = [
+            (
+                "abcd,cde->abe",
+                &[1, 6, 3, 5],
+                &[3, 5, 7],
+                true,
+                Some([&[6, 15], &[15, 7]]),
+            ),
+            (
+                "aecd,abcd->acbe",
+                &[2, 5, 3, 4],
+                &[2, 6, 3, 4],
+                false,
+                Some([&[6, 5, 4], &[6, 4, 6]]),
+            ),
+            (
+                "bij,bjk->bik",
+                &[3, 5, 7],
+                &[3, 7, 2],
+                false,
+                Some([&[3, 5, 7], &[3, 7, 2]]),
+            ),
+            ("ij,kj", &[5, 7], &[3, 7], true, Some([&[5, 7], &[7, 3]])),
+            (
+                "abc,cd->dba",
+                &[2, 3, 4],
+                &[4, 5],
+                false,
+                Some([&[6, 4], &[4, 5]]),
+            ),
+            ("ij,jk->ijk", &[3, 4], &[4, 5], false, None),
+            ("ij,jk->k", &[3, 4], &[4, 5], false, None),
+        ];
+        for (equation, sa, sb, constant, want) in cases {
+            let mut b = GraphBuilder::new("g");
+            b.input("a", f32_input(sa));
+            let mut inputs = vec![("a".to_string(), rng.f32s(sa))];
+            if constant {
+                b.initializer("b", rng.f32s(sb));
+            } else {
+                b.input("b", f32_input(sb));
+                inputs.push(("b".to_string(), rng.f32s(sb)));
+            }
+            let mut attrs = Attributes::new();
+            attrs.insert("equation", Attribute::String(equation.into()));
+            b.node(node("Einsum", 12, &["a", "b"], &["y"], attrs));
+            b.output("y");
+            let before = build(b);
+            let after = run_then_dce(&EinsumAsMatMul, before.clone());
+            let product = after.nodes().iter().find(|n| n.op_type == "MatMul");
+            match want {
+                Some(want) => {
+                    let product = product.unwrap_or_else(|| panic!("{equation}: no MatMul"));
+                    let shapes: Vec<Vec<usize>> = product
+                        .inputs
+                        .iter()
+                        .map(|v| after.value(v.unwrap()).ty.fixed_shape().unwrap())
+                        .collect();
+                    let want: Vec<Vec<usize>> = want.iter().map(|s| s.to_vec()).collect();
+                    assert_eq!(shapes, want, "{equation}");
+                    assert!(after.nodes().iter().all(|n| n.op_type != "Einsum"));
+                }
+                None => assert!(product.is_none(), "{equation} was rewritten"),
+            }
+            assert_same_outputs(&before, &after, &inputs, 1e-6);
+        }
+    }
 }

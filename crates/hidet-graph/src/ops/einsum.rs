@@ -49,6 +49,26 @@ pub fn register(r: &mut Registry) {
     });
 }
 
+/// The labels of a two-operand equation without ellipses or repeated labels — `(a, b, out)`,
+/// the output's implicit form resolved — or `None` for any other equation.
+pub(crate) fn product_labels(eq: &str) -> Option<(Vec<u8>, Vec<u8>, Vec<u8>)> {
+    let op = Einsum::parse(eq).ok()?;
+    let out = op.output_term();
+    let plain = |t: &Term| {
+        t.ellipsis.is_none()
+            && t.labels
+                .iter()
+                .enumerate()
+                .all(|(i, l)| !t.labels[..i].contains(l))
+    };
+    match op.inputs.as_slice() {
+        [a, b] if plain(a) && plain(b) && plain(&out) => {
+            Some((a.labels.clone(), b.labels.clone(), out.labels))
+        }
+        _ => None,
+    }
+}
+
 fn parse_term(s: &str) -> Result<Term, String> {
     let mut labels = Vec::new();
     let mut ellipsis = None;

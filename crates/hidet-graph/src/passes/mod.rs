@@ -16,6 +16,7 @@ mod cse;
 mod dce;
 mod derived_constants;
 mod dynamic_quantize;
+mod einsum_matmul;
 mod pool_after_pointwise;
 mod recurrent_steps;
 mod resize_by_axis;
@@ -36,6 +37,7 @@ pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
 pub use derived_constants::DerivedConstants;
 pub use dynamic_quantize::DynamicQuantizeAsKernels;
+pub use einsum_matmul::EinsumAsMatMul;
 pub use pool_after_pointwise::PoolAfterPointwise;
 pub use recurrent_steps::{RecurrentAsSteps, MAX_UNROLLED_STEPS};
 pub use resize_by_axis::ResizeByAxis;
@@ -75,6 +77,9 @@ pub fn simplification_passes() -> Vec<Box<dyn GraphPass>> {
         // product and the gates as elementwise operators; before folding, which turns the
         // weight slices and transposes it writes into constants.
         Box::new(RecurrentAsSteps),
+        // Einsum of two operands contracting labels → transposes, reshapes and one MatMul;
+        // before folding, which turns a constant operand's transpose into a constant.
+        Box::new(EinsumAsMatMul),
         // Input-independent nodes → initializers (shape arithmetic of static exports, masks).
         Box::new(ConstantFolding),
         // DynamicQuantizeLinear → reductions, scalar arithmetic and QuantizeLinear, which
