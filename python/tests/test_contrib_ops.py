@@ -414,3 +414,93 @@ def test_unsupported_contrib_forms_are_named():
     model = build([node], {"x": f32(1, 3, 8)}, ["y"], {"w": f32(8, 24)})
     with pytest.raises(hidet_rs.HidetError, match="Attention with do_rotary = 1"):
         hidet_rs.compile(model)
+
+
+# --- operators of ONNX opsets 23-28 --------------------------------------------------------
+
+
+def test_opset_24_convolution_network():
+    feeds = {"x": f32(2, 3, 11, 9)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Swish", ["c"], ["s"], alpha=1.3),
+        helper.make_node("Flatten", ["s"], ["f"]),
+        helper.make_node("Reshape", ["f", "shape"], ["y"]),
+    ]
+    init = {"w": f32(4, 3, 3, 3, scale=0.3), "shape": np.array([2, 4, -1], np.int64)}
+    check(nodes, feeds, ["y"], init, opset=24)
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_rms_normalization(axis):
+    feeds = {"x": f32(3, 4, 10, scale=2.0)}
+    scale = f32(10) if axis == -1 else f32(4, 10)
+    node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], axis=axis, epsilon=1e-5)
+    check([node], feeds, ["y"], {"scale": scale}, opset=23)
+
+
+@pytest.mark.parametrize("case", ["3d_ids", "4d_interleaved", "tables", "partial"])
+def test_onnx_rotary_embedding(case):
+    batch, seq, heads, h = 2, 5, 3, 8
+    rot = 4 if case == "partial" else h
+    angles = np.arange(16)[:, None] / (50.0 ** (np.arange(rot // 2) / (rot // 2)))
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    pos = RNG.integers(0, 16 - seq, (batch, seq)).astype(np.int64)
+    x = f32(batch, heads, seq, h) if case == "4d_interleaved" else f32(batch, seq, heads * h)
+    attrs = {"interleaved": int(case == "4d_interleaved")}
+    if case != "4d_interleaved":
+        attrs["num_heads"] = heads
+    if case == "partial":
+        attrs["rotary_embedding_dim"] = rot
+    if case == "tables":
+        feeds = {"x": x, "cos": cos[pos], "sin": sin[pos]}
+        inputs = ["x", "cos", "sin"]
+    else:
+        feeds = {"x": x, "cos": cos, "sin": sin, "pos": pos}
+        inputs = ["x", "cos", "sin", "pos"]
+    node = helper.make_node("RotaryEmbedding", inputs, ["y"], **attrs)
+    check([node], feeds, ["y"], opset=23)
+
+
+@pytest.mark.parametrize(
+    "case", ["3d_causal", "4d_gqa_bool_mask", "past_causal", "float_mask_softcap",
+             "gqa_head_mask", "nonpad"],
+)
+def test_onnx_attention(case):
+    batch, seq, heads, kv_heads, h = 2, 5, 4, 2, 8
+    attrs, opset = {}, 23
+    outputs = ["y"]
+    if case == "3d_causal":
+        feeds = {"q": f32(batch, seq, heads * h), "k": f32(batch, seq, heads * h),
+                 "v": f32(batch, seq, heads * h)}
+        inputs = ["q", "k", "v"]
+        attrs = {"q_num_heads": heads, "kv_num_heads": heads, "is_causal": 1}
+    else:
+        feeds = {"q": f32(batch, heads, seq, h), "k": f32(batch, kv_heads, 7, h),
+                 "v": f32(batch, kv_heads, 7, h)}
+        inputs = ["q", "k", "v"]
+    if case == "4d_gqa_bool_mask":
+        mask = np.ones((batch, 1, seq, 7), bool)
+        mask[1, :, :, 5:] = False
+        feeds["mask"] = mask
+        inputs.append("mask")
+    if case == "past_causal":
+        feeds["k"], feeds["v"] = f32(batch, kv_heads, seq, h), f32(batch, kv_heads, seq, h)
+        feeds["pk"], feeds["pv"] = f32(batch, kv_heads, 3, h), f32(batch, kv_heads, 3, h)
+        inputs += ["", "pk", "pv"]
+        outputs += ["present_k", "present_v"]
+        attrs = {"is_causal": 1}
+    if case == "float_mask_softcap":
+        feeds["mask"] = f32(seq, 7)
+        inputs.append("mask")
+        attrs = {"softcap": 3.0, "scale": 0.2}
+    if case == "gqa_head_mask":
+        feeds["mask"] = f32(1, heads, seq, 7)
+        inputs.append("mask")
+    if case == "nonpad":
+        feeds["lengths"] = np.array([7, 6], np.int64)
+        inputs += ["", "", "", "lengths"]
+        attrs = {"is_causal": 1}
+        opset = 24
+    node = helper.make_node("Attention", inputs, outputs, **attrs)
+    check([node], feeds, outputs, opset=opset)

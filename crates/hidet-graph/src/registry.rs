@@ -9,8 +9,12 @@ use std::sync::OnceLock;
 use crate::expansion::Expansion;
 use crate::operator::{OpContext, OpError, Operator};
 
-/// Newest default-domain opset whose semantics hidet claims to know (onnx 1.17: opset 22).
-pub const LATEST_OPSET: i64 = 22;
+/// Newest default-domain opset whose semantics hidet claims to know (ONNX 1.23: opset 28).
+/// Opsets 23–28 changed the operators hidet runs only by new element types and attributes
+/// that are handled where they matter (`DequantizeLinear`'s `output_dtype`, `SpaceToDepth`'s
+/// `mode`, `Cast`'s `round_mode` for float8) and added `Attention`, `RMSNormalization`,
+/// `RotaryEmbedding`, `Swish` and `SwiGLU` (expansions) besides operators hidet does not run.
+pub const LATEST_OPSET: i64 = 28;
 
 /// Constructor of an operator from a node.
 pub type OpBuilder =

@@ -34,6 +34,13 @@ pub fn register(r: &mut Registry) {
             .ok()
             .and_then(DType::from_onnx_code)
             .ok_or_else(|| OpError::Unsupported(format!("Cast to ONNX data type {code}")))?;
+        // Opset 24's `round_mode` only concerns narrowing to 8-bit floats.
+        let round_mode = c.attrs.string_or("round_mode", "up")?;
+        if to.is_float8() && round_mode != "up" {
+            return Err(OpError::Unsupported(format!(
+                "Cast to {to} with round_mode `{round_mode}`"
+            )));
+        }
         Ok(Box::new(Cast {
             to: Some(to),
             saturate: saturate_attr(c)?,

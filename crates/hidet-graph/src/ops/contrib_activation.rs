@@ -4,12 +4,15 @@
 //! - `Gelu(X)` → `Gelu(X)` (exact, erf); `BiasGelu(A, B)` → `Gelu(A + B)`;
 //! - `FastGelu(X, bias?)` → `Gelu(X + bias, approximate = "tanh")`;
 //! - `QuickGelu(X; alpha = 1.702)` → `X · Sigmoid(alpha · X)`;
-//! - `BiasAdd(X, bias, skip)` → `X + bias + skip`.
+//! - `BiasAdd(X, bias, skip)` → `X + bias + skip`;
+//!
+//! and ONNX's own `Swish(X; alpha = 1)` (opset 24) → `X · Sigmoid(alpha · X)`, `SwiGLU(A, B;
+//! alpha = 1)` (opset 28) → `Swish(A) · B`.
 
 use crate::attribute::Attribute;
 use crate::expansion::Expansion;
 use crate::operator::OpError;
-use crate::registry::Registry;
+use crate::registry::{Registry, LATEST_OPSET};
 
 use super::contrib_util::{
     attrs, first_output, float, float_dtype, op0, op_into, optional_input, MS_DOMAIN,
@@ -22,6 +25,8 @@ pub fn register(r: &mut Registry) {
     }
     r.register_expansion(MS_DOMAIN, "QuickGelu", 1..=i64::MAX, quick_gelu);
     r.register_expansion(MS_DOMAIN, "BiasAdd", 1..=i64::MAX, bias_add);
+    r.register_expansion("", "Swish", 24..=LATEST_OPSET, quick_gelu);
+    r.register_expansion("", "SwiGLU", 28..=LATEST_OPSET, quick_gelu);
 }
 
 /// `x + bias` when the node's input `i` is present, else `x`.
@@ -60,15 +65,24 @@ fn gelu(e: &mut Expansion<'_>) -> Result<(), OpError> {
     Ok(())
 }
 
+/// `QuickGelu`, `Swish` and `SwiGLU`: `x · Sigmoid(alpha · x)` (times the second input for
+/// `SwiGLU`).
 fn quick_gelu(e: &mut Expansion<'_>) -> Result<(), OpError> {
     let x = e.input_name(0)?.to_string();
-    let alpha = e.attrs().float_or("alpha", 1.702)?;
+    let default_alpha = if e.op_type() == "QuickGelu" { 1.702 } else { 1.0 };
+    let alpha = e.attrs().float_or("alpha", default_alpha)?;
     let dtype = float_dtype(e, 0)?;
     let alpha = float(e, f64::from(alpha), dtype);
     let scaled = op0(e, "Mul", &[&x, &alpha]);
     let gate = op0(e, "Sigmoid", &[&scaled]);
     let output = first_output(e)?;
-    op_into(e, "Mul", Default::default(), &[&x, &gate], &[&output]);
+    if e.op_type() == "SwiGLU" {
+        let value = e.input_name(1)?.to_string();
+        let swish = op0(e, "Mul", &[&x, &gate]);
+        op_into(e, "Mul", Default::default(), &[&swish, &value], &[&output]);
+    } else {
+        op_into(e, "Mul", Default::default(), &[&x, &gate], &[&output]);
+    }
     Ok(())
 }
 

@@ -31,12 +31,23 @@
 //!   `sliding_window_cache = 1` the past holds the `P` latest keys (of positions
 //!   `past_b − P .. past_b`, those below 0 unused) and the present keeps the last `P` of the past
 //!   and the new keys. Not supported: `attention_bias`, `head_sink`, `smooth_softmax`.
+//!
+//! ONNX's own `Attention(Q, K, V, attn_mask?, past_key?, past_value?, nonpad_kv_seqlen?;
+//! is_causal, q_num_heads, kv_num_heads, scale, softcap, left_window_size, right_window_size)`
+//! (opsets 23–25) expands the same way: heads `[B, N, S, h]` or side by side (`[B, S, N·h]`,
+//! with the head counts as attributes), grouped when `kv_num_heads < q_num_heads`, the past
+//! prepended to the keys as the presents; soft capping before the mask; `attn_mask` boolean
+//! (true attends) or additive, broadcasting to `[B, N, S, T]`; `is_causal` lets query `i` see
+//! keys `j ≤ i + offset` (`offset` the past length, or `nonpad_kv_seqlen[b] − S` for an external
+//! cache) and the windows keys within `left_window_size` before and `right_window_size` after
+//! `i + offset`; keys at or past `nonpad_kv_seqlen[b]` are masked. Not supported: the
+//! `qk_matmul_output` output, a mask shorter than the keys.
 
 use crate::attribute::Attribute;
 use crate::dtype::DType;
 use crate::expansion::Expansion;
 use crate::operator::OpError;
-use crate::registry::Registry;
+use crate::registry::{Registry, LATEST_OPSET};
 
 use super::contrib_rotary::{positions_from, Rotary};
 use super::contrib_util::{
@@ -53,6 +64,7 @@ pub fn register(r: &mut Registry) {
     r.register_expansion(MS_DOMAIN, "Attention", 1..=i64::MAX, attention);
     r.register_expansion(MS_DOMAIN, "MultiHeadAttention", 1..=i64::MAX, multi_head_attention);
     r.register_expansion(MS_DOMAIN, "GroupQueryAttention", 1..=i64::MAX, group_query_attention);
+    r.register_expansion("", "Attention", 23..=LATEST_OPSET, onnx_attention);
 }
 
 /// `x` (`[B, S, N·h]`) as heads `[B, N, S, h]`.
@@ -590,5 +602,173 @@ fn group_query_attention(e: &mut Expansion<'_>) -> Result<(), OpError> {
     let context = sdpa.apply(e, &q, &k, &v, Some(&bias));
     let output = first_output(e)?;
     merge_heads_into(e, &context, &output);
+    Ok(())
+}
+
+/// Input `i` as heads `[B, N, S, h]`: split when it is `[B, S, N·h]` (with `N` from the
+/// attribute `heads_attr`); returns the heads, their count and their size.
+fn onnx_heads(
+    e: &mut Expansion<'_>,
+    i: usize,
+    heads_attr: &str,
+) -> Result<(String, usize, usize), OpError> {
+    let x = e.input_name(i)?.to_string();
+    let unknown = |what: &str| OpError::Unsupported(format!("Attention with {what}"));
+    match e.rank(i)? {
+        4 => {
+            let n = fixed_dim(e, i, 1).ok_or_else(|| unknown("an unknown head count"))?;
+            let h = fixed_dim(e, i, 3).ok_or_else(|| unknown("an unknown head size"))?;
+            Ok((x, n, h))
+        }
+        3 => {
+            let n = positive_attr(e, heads_attr)?;
+            let width = fixed_dim(e, i, 2).ok_or_else(|| unknown("an input of unknown width"))?;
+            let h = per_head(width, n, "the input width")?;
+            Ok((heads(e, &x, n, h), n, h))
+        }
+        r => Err(OpError::Shape(format!(
+            "Attention's input #{i} must have rank 3 or 4, got {r}"
+        ))),
+    }
+}
+
+/// `x` (`[B, Nk, T, h]`) with each head repeated `groups` times, `[B, Nk·groups, T, h]`.
+fn repeat_heads(e: &mut Expansion<'_>, x: &str, kv_heads: usize, groups: usize, h: usize) -> String {
+    let spread = unsqueeze(e, x, &[2]);
+    let times = ints(e, &[1, 1, groups as i64, 1, 1]);
+    let repeated = op0(e, "Expand", &[&spread, &times]);
+    reshape(e, &repeated, &[0, (kv_heads * groups) as i64, -1, h as i64])
+}
+
+fn onnx_attention(e: &mut Expansion<'_>) -> Result<(), OpError> {
+    if optional_output(e, 3).is_some() {
+        return Err(OpError::Unsupported("Attention's qk_matmul_output".into()));
+    }
+    let dtype = float_dtype(e, 0)?;
+    let (q, num_heads, head_size) = onnx_heads(e, 0, "q_num_heads")?;
+    let (k, kv_heads, key_size) = onnx_heads(e, 1, "kv_num_heads")?;
+    let (v, value_heads, value_size) = onnx_heads(e, 2, "kv_num_heads")?;
+    if key_size != head_size || value_heads != kv_heads {
+        return Err(OpError::Shape(format!(
+            "Attention: query heads of {head_size} against keys of {key_size}, {kv_heads} key \
+             heads against {value_heads} value heads"
+        )));
+    }
+    let groups = per_head(num_heads, kv_heads, "q_num_heads")?;
+    let past_key = optional_input(e, 4);
+    let past_value = optional_input(e, 5);
+    let (present_key, present_value) = (optional_output(e, 1), optional_output(e, 2));
+    let k = append(e, past_key.as_deref(), &k, present_key.as_deref());
+    let v = append(e, past_value.as_deref(), &v, present_value.as_deref());
+
+    // Masks are built with four axes, `[B or 1, 1, S or 1, T]`, for the grouped product.
+    let total = dim(e, &k, 2);
+    let length = dim(e, &q, 2);
+    let keys = range(e, &total);
+    let queries = range(e, &length);
+    let queries = unsqueeze(e, &queries, &[0, 1, 3]);
+    let nonpad = optional_input(e, 6).map(|lengths| {
+        let to_i64 = attrs([("to", Attribute::Int(DType::I64.onnx_code().into()))]);
+        let lengths = op(e, "Cast", to_i64, &[&lengths]);
+        unsqueeze(e, &lengths, &[1, 2, 3])
+    });
+    // Query `i`'s position among the keys: `i + offset`.
+    let query_positions = match (&past_key, &nonpad) {
+        (Some(past), _) => {
+            let past = dim(e, past, 2);
+            op0(e, "Add", &[&queries, &past])
+        }
+        (None, Some(lengths)) => {
+            let offset = op0(e, "Sub", &[lengths, &length]);
+            op0(e, "Add", &[&queries, &offset])
+        }
+        (None, None) => queries,
+    };
+    let mut valid = None;
+    if e.attrs().int_or("is_causal", 0)? != 0 {
+        valid = Some(op0(e, "LessOrEqual", &[&keys, &query_positions]));
+    }
+    for (name, before) in [("left_window_size", true), ("right_window_size", false)] {
+        let window = e.attrs().int_or(name, -1)?;
+        if window >= 0 {
+            let reach = if before {
+                op0(e, "Sub", &[&query_positions, &keys])
+            } else {
+                op0(e, "Sub", &[&keys, &query_positions])
+            };
+            let limit = int(e, window);
+            let near = op0(e, "LessOrEqual", &[&reach, &limit]);
+            valid = both(e, valid, Some(near));
+        }
+    }
+    if let Some(lengths) = &nonpad {
+        let stored = op0(e, "Less", &[&keys, lengths]);
+        valid = both(e, valid, Some(stored));
+    }
+    let mut bias = None;
+    let mut per_head_mask = false;
+    if let Some(mask) = optional_input(e, 3) {
+        let rank = e.rank(3)?;
+        if rank > 4 {
+            return Err(OpError::Shape(format!(
+                "Attention's attn_mask must have rank at most 4, got {rank}"
+            )));
+        }
+        let past = past_key.as_ref().map_or(Some(0), |_| fixed_dim(e, 4, 2));
+        if let (Some(width), Some(new), Some(past)) =
+            (fixed_dim(e, 3, -1), fixed_dim(e, 1, -2), past)
+        {
+            if width < new + past {
+                return Err(OpError::Unsupported(format!(
+                    "Attention with a mask of {width} keys for {}",
+                    new + past
+                )));
+            }
+        }
+        per_head_mask = rank == 4 && fixed_dim(e, 3, 1) != Some(1);
+        let mask = if rank < 4 {
+            let leading: Vec<i64> = (0..(4 - rank) as i64).collect();
+            unsqueeze(e, &mask, &leading)
+        } else {
+            mask
+        };
+        if e.req_input(3)?.ty.dtype == DType::Bool {
+            valid = both(e, valid, Some(mask));
+        } else {
+            bias = Some(mask);
+        }
+    }
+    if let Some(valid) = valid {
+        let masked = additive_mask(e, &valid, f64::from(f32::MIN), dtype);
+        bias = Some(match bias {
+            Some(b) => op0(e, "Add", &[&b, &masked]),
+            None => masked,
+        });
+    }
+    let (k, v, groups) = if groups > 1 && per_head_mask {
+        (
+            repeat_heads(e, &k, kv_heads, groups, head_size),
+            repeat_heads(e, &v, kv_heads, groups, value_size),
+            1,
+        )
+    } else {
+        (k, v, groups)
+    };
+    let sdpa = Sdpa {
+        groups,
+        kv_heads: num_heads / groups,
+        head_size,
+        value_head_size: value_size,
+        scale: scale_attr(e, head_size)?,
+        softcap: e.attrs().float_or("softcap", 0.0)?,
+        dtype,
+    };
+    let context = sdpa.apply(e, &q, &k, &v, bias.as_deref());
+    let output = first_output(e)?;
+    if e.rank(0)? == 3 {
+        merge_heads_into(e, &context, &output);
+    } else {
+        op_into(e, "Identity", Default::default(), &[&context], &[&output]);
+    }
     Ok(())
 }

@@ -13,13 +13,16 @@
 //!   segment_embedding?, gamma, beta, mask?, position_ids?; epsilon, mask_index_type)` →
 //!   `LayerNormalization(word[ids] + position[position_ids or 0..S] + segment[segment_ids])`,
 //!   with the mask index (the sum of each mask row, `int32`, zeros without a mask) and the sum
-//!   of the embeddings as the other outputs.
+//!   of the embeddings as the other outputs;
+//!
+//! and ONNX's own `RMSNormalization(X, scale; axis, epsilon, stash_type)` (opset 23), the same
+//! computation as `SimplifiedLayerNormalization`.
 
 use crate::attribute::Attribute;
 use crate::dtype::DType;
 use crate::expansion::Expansion;
 use crate::operator::OpError;
-use crate::registry::Registry;
+use crate::registry::{Registry, LATEST_OPSET};
 use crate::tensor::Tensor;
 
 use super::contrib_util::{
@@ -35,6 +38,7 @@ pub fn register(r: &mut Registry) {
     r.register_expansion("", "LayerNormalization", 1..=16, layer_norm_before_17);
     r.register_expansion("", "SimplifiedLayerNormalization", 1..=i64::MAX, simplified);
     r.register_expansion(MS_DOMAIN, "SimplifiedLayerNormalization", 1..=i64::MAX, simplified);
+    r.register_expansion("", "RMSNormalization", 23..=LATEST_OPSET, simplified);
     r.register_expansion(MS_DOMAIN, "SkipLayerNormalization", 1..=i64::MAX, skip_layer_norm);
     r.register_expansion(
         MS_DOMAIN,

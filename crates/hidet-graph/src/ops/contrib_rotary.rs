@@ -3,7 +3,8 @@
 //! (see `contrib_util`).
 //!
 //! `RotaryEmbedding(input, position_ids, cos_cache, sin_cache; interleaved, num_heads,
-//! rotary_embedding_dim)`: `input` is `[B, S, hidden]` (heads side by side) or `[B, N, S, h]`;
+//! rotary_embedding_dim)` — ONNX's own (opset 23) takes `(X, cos_cache, sin_cache,
+//! position_ids?)`, the caches already gathered (`[B, S, r/2]`) when the ids are absent —: `input` is `[B, S, hidden]` (heads side by side) or `[B, N, S, h]`;
 //! `position_ids` is `[B, S]`, or `[1]` holding the first position of every row; the caches are
 //! `[max_position, r/2]`. The first `r` channels of every head are rotated by the angle of
 //! their position — pairs `(x[i], x[i + r/2])`, or `(x[2i], x[2i + 1])` when interleaved:
@@ -12,16 +13,18 @@
 use crate::attribute::Attribute;
 use crate::expansion::Expansion;
 use crate::operator::OpError;
-use crate::registry::Registry;
+use crate::registry::{Registry, LATEST_OPSET};
 
 use super::contrib_util::{
-    attrs, dim, first_output, fixed_dim, int, ints, op, op0, op_into, require_attr, reshape, split,
+    attrs, dim, first_output, fixed_dim, int, ints, op, op0, op_into, optional_input, require_attr,
+    reshape, split,
     transpose, unsqueeze, MS_DOMAIN,
 };
 
 /// Registers the expansion (every opset of the contrib domain).
 pub fn register(r: &mut Registry) {
     r.register_expansion(MS_DOMAIN, "RotaryEmbedding", 1..=i64::MAX, rotary_embedding);
+    r.register_expansion("", "RotaryEmbedding", 23..=LATEST_OPSET, onnx_rotary_embedding);
 }
 
 /// How the channels of a head are rotated.
@@ -118,12 +121,29 @@ pub(super) fn positions_from(e: &mut Expansion<'_>, start: &str, length: &str) -
 
 fn rotary_embedding(e: &mut Expansion<'_>) -> Result<(), OpError> {
     require_attr(e, "is_packed_batching", 0)?;
-    let x = e.input_name(0)?.to_string();
-    let position_ids = e.input_name(1)?.to_string();
-    let cos_cache = e.input_name(2)?.to_string();
-    let sin_cache = e.input_name(3)?.to_string();
-    let rank = e.rank(0)?;
-    let half = fixed_dim(e, 2, -1).ok_or_else(|| {
+    rotate_node(e, [0, 2, 3], Some(1))
+}
+
+/// ONNX's `RotaryEmbedding` (opset 23): inputs `(X, cos_cache, sin_cache, position_ids?)`;
+/// without `position_ids` the caches are already `[B, S, r/2]`.
+fn onnx_rotary_embedding(e: &mut Expansion<'_>) -> Result<(), OpError> {
+    let positions = optional_input(e, 3).map(|_| 3);
+    rotate_node(e, [0, 1, 2], positions)
+}
+
+/// The rotary embedding of the node's input `x` by the caches `cos`, `sin` (input indices), at
+/// the positions of input `positions` (`[B, S]`, or `[1]` holding the first position); without
+/// one, the caches are the tables themselves (`[B, S, r/2]`).
+fn rotate_node(
+    e: &mut Expansion<'_>,
+    [x, cos_input, sin_input]: [usize; 3],
+    positions: Option<usize>,
+) -> Result<(), OpError> {
+    let cos_cache = e.input_name(cos_input)?.to_string();
+    let sin_cache = e.input_name(sin_input)?.to_string();
+    let rank = e.rank(x)?;
+    let x_name = e.input_name(x)?.to_string();
+    let half = fixed_dim(e, cos_input, -1).ok_or_else(|| {
         OpError::Unsupported("RotaryEmbedding with a cos_cache of unknown width".into())
     })?;
     let attr_dim = e.attrs().int_or("rotary_embedding_dim", 0)?;
@@ -131,8 +151,8 @@ fn rotary_embedding(e: &mut Expansion<'_>) -> Result<(), OpError> {
     let interleaved = e.attrs().int_or("interleaved", 0)? != 0;
     let num_heads = e.attrs().int_or("num_heads", 0)?;
     let head_size = match rank {
-        4 => fixed_dim(e, 0, 3),
-        3 if num_heads > 0 => fixed_dim(e, 0, 2).map(|hidden| hidden / num_heads as usize),
+        4 => fixed_dim(e, x, 3),
+        3 if num_heads > 0 => fixed_dim(e, x, 2).map(|hidden| hidden / num_heads as usize),
         3 => Some(rotary_dim),
         _ => {
             return Err(OpError::Shape(format!(
@@ -143,22 +163,31 @@ fn rotary_embedding(e: &mut Expansion<'_>) -> Result<(), OpError> {
     .ok_or_else(|| OpError::Unsupported("RotaryEmbedding with a head size not known".into()))?;
     let rotary = Rotary::new(head_size, rotary_dim, interleaved)?;
     let bsnh = match rank {
-        4 => transpose(e, &x, &[0, 2, 1, 3]),
-        _ => reshape(e, &x, &[0, 0, -1, head_size as i64]),
+        4 => transpose(e, &x_name, &[0, 2, 1, 3]),
+        _ => reshape(e, &x_name, &[0, 0, -1, head_size as i64]),
     };
-    let positions = match e.rank(1)? {
-        2 => position_ids,
-        1 => {
-            let length = dim(e, &bsnh, 1);
-            positions_from(e, &position_ids, &length)
+    let (cos, sin) = match positions {
+        Some(i) => {
+            let position_ids = e.input_name(i)?.to_string();
+            let positions = match e.rank(i)? {
+                2 => position_ids,
+                1 => {
+                    let length = dim(e, &bsnh, 1);
+                    positions_from(e, &position_ids, &length)
+                }
+                r => {
+                    return Err(OpError::Shape(format!(
+                        "RotaryEmbedding's position_ids must have rank 1 or 2, got {r}"
+                    )))
+                }
+            };
+            rotary.tables(e, &cos_cache, &sin_cache, &positions)
         }
-        r => {
-            return Err(OpError::Shape(format!(
-                "RotaryEmbedding's position_ids must have rank 1 or 2, got {r}"
-            )))
-        }
+        None => (
+            unsqueeze(e, &cos_cache, &[2]),
+            unsqueeze(e, &sin_cache, &[2]),
+        ),
     };
-    let (cos, sin) = rotary.tables(e, &cos_cache, &sin_cache, &positions);
     let turned = rotary.apply(e, &bsnh, &cos, &sin);
     let output = first_output(e)?;
     match rank {

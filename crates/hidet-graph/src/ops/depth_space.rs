@@ -64,6 +64,10 @@ pub fn register(r: &mut Registry) {
         }))
     });
     r.register("", "SpaceToDepth", 1..=LATEST_OPSET, |c| {
+        let mode = c.attrs.string_or("mode", "DCR")?;
+        if mode != "DCR" {
+            return Err(OpError::Unsupported(format!("SpaceToDepth with mode `{mode}`")));
+        }
         Ok(Box::new(SpaceToDepth {
             block: blocksize(c)?,
         }))

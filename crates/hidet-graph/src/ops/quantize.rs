@@ -40,6 +40,8 @@ struct Quantize {
 
 #[derive(Debug)]
 struct Dequantize {
+    /// The declared output type (opset 23), checked against the scale's.
+    output_dtype: Option<DType>,
     axis: i64,
     block_size: i64,
     per_tensor_only: bool,
@@ -120,6 +122,7 @@ pub fn register(r: &mut Registry) {
     );
     r.register("", "DequantizeLinear", 10..=12, |_| {
         Ok(Box::new(Dequantize {
+            output_dtype: None,
             axis: 1,
             block_size: 0,
             per_tensor_only: true,
@@ -127,6 +130,7 @@ pub fn register(r: &mut Registry) {
     });
     r.register("", "DequantizeLinear", 13..=20, |c: &OpContext<'_>| {
         Ok(Box::new(Dequantize {
+            output_dtype: None,
             axis: c.attrs.int_or("axis", 1)?,
             block_size: 0,
             per_tensor_only: false,
@@ -137,7 +141,18 @@ pub fn register(r: &mut Registry) {
         "DequantizeLinear",
         21..=LATEST_OPSET,
         |c: &OpContext<'_>| {
+            // Opset 23's `output_dtype` must name the scale's type, which is the output's.
+            let output_dtype = c.attrs.int_or("output_dtype", 0)?;
             Ok(Box::new(Dequantize {
+                output_dtype: i32::try_from(output_dtype)
+                    .ok()
+                    .filter(|&code| code != 0)
+                    .map(|code| {
+                        DType::from_onnx_code(code).ok_or_else(|| {
+                            OpError::Unsupported(format!("DequantizeLinear output_dtype {code}"))
+                        })
+                    })
+                    .transpose()?,
                 axis: c.attrs.int_or("axis", 1)?,
                 block_size: block_size(c)?,
                 per_tensor_only: false,
@@ -352,6 +367,12 @@ impl Operator for Dequantize {
         let (x, scale) = (infer_arg(inputs, 0)?, infer_arg(inputs, 1)?);
         check_dtype(0, x.ty.dtype, quant_type)?;
         check_dtype(1, scale.ty.dtype, DType::is_float)?;
+        if let Some(out) = self.output_dtype.filter(|&d| d != scale.ty.dtype) {
+            return Err(OpError::Unsupported(format!(
+                "DequantizeLinear with output_dtype {out} and a {} scale",
+                scale.ty.dtype
+            )));
+        }
         Ok(vec![TensorType {
             dtype: scale.ty.dtype,
             shape: x.ty.shape.clone(),
