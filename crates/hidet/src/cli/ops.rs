@@ -9,8 +9,9 @@ use super::CliError;
 /// An opset range and whether it is converted at import (an expansion).
 type Range = (i64, i64, bool);
 
-/// Prints one line per operator: domain, op type and its opset ranges; a range marked `*` is
-/// converted at import into operators of later opsets (an expansion).
+/// Prints one line per operator: domain, op type and its opset ranges (`1-`: every version of
+/// a contrib domain); a range marked `*` is converted at import into other operators (an
+/// expansion).
 pub fn run() -> Result<(), CliError> {
     let r = Registry::global();
     let mut rows: BTreeMap<(String, String), Vec<Range>> = BTreeMap::new();
@@ -36,12 +37,19 @@ pub fn run() -> Result<(), CliError> {
         ranges.sort();
         let text: Vec<String> = ranges
             .iter()
-            .map(|(a, b, converted)| format!("{a}-{b}{}", if *converted { "*" } else { "" }))
+            .map(|(a, b, converted)| {
+                let end = if *b == i64::MAX {
+                    String::new()
+                } else {
+                    b.to_string()
+                };
+                format!("{a}-{end}{}", if *converted { "*" } else { "" })
+            })
             .collect();
         println!("{d:<10} {op:<24} {}", text.join(", "));
     }
     println!(
-        "{} operators (* converted at import into operators of later opsets)",
+        "{} operators (* converted at import into other operators)",
         rows.len()
     );
     Ok(())
