@@ -254,7 +254,7 @@ pub fn run_reference_data(
             slots[id.0] = Some(t.clone());
         }
     }
-    let outs = execute(graph, slots)?;
+    let outs = execute(graph, slots, Evaluation::Reference)?;
     Ok(graph
         .outputs()
         .iter()
@@ -293,11 +293,31 @@ pub fn run_graph(
         .collect()
 }
 
+/// How the nodes of a graph are evaluated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evaluation {
+    /// The reference: every operator's [`Operator::eval_data`](crate::Operator::eval_data).
+    Reference,
+    /// As a compiled model's host steps: [`Operator::eval_host`](crate::Operator::eval_host)
+    /// (a subgraph of a control-flow node that runs on the host).
+    Host,
+}
+
 /// [`run_graph`] for inputs, captures and outputs of any kind.
 pub fn run_graph_data(
     graph: &Graph,
     inputs: &[&Datum],
     captures: &[&Datum],
+) -> Result<Vec<Datum>, ExecError> {
+    run_graph_data_as(graph, inputs, captures, Evaluation::Reference)
+}
+
+/// [`run_graph_data`] with the nodes evaluated as `evaluation` says.
+pub fn run_graph_data_as(
+    graph: &Graph,
+    inputs: &[&Datum],
+    captures: &[&Datum],
+    evaluation: Evaluation,
 ) -> Result<Vec<Datum>, ExecError> {
     let arity = |what, expected: usize, given: usize| -> Result<(), ExecError> {
         if expected == given {
@@ -323,12 +343,16 @@ pub fn run_graph_data(
             slots[id.0] = Some(t.clone());
         }
     }
-    execute(graph, slots)
+    execute(graph, slots, evaluation)
 }
 
 /// Runs every node of `graph` with `slots` holding its inputs (and captures) and returns the
 /// graph outputs in order. Intermediate values are dropped after their last use.
-fn execute(graph: &Graph, mut slots: Vec<Option<Datum>>) -> Result<Vec<Datum>, ExecError> {
+fn execute(
+    graph: &Graph,
+    mut slots: Vec<Option<Datum>>,
+    evaluation: Evaluation,
+) -> Result<Vec<Datum>, ExecError> {
     let mut remaining: Vec<usize> = graph.values().iter().map(|v| v.users.len()).collect();
     for &o in graph.outputs() {
         remaining[o.0] += 1; // graph outputs are never freed
@@ -356,7 +380,11 @@ fn execute(graph: &Graph, mut slots: Vec<Option<Datum>>) -> Result<Vec<Datum>, E
             {
                 return Err(node_err(OpError::MissingInput(slot)));
             }
-            node.op.eval_data(&args).map_err(node_err)?
+            match evaluation {
+                Evaluation::Reference => node.op.eval_data(&args),
+                Evaluation::Host => node.op.eval_host(&args),
+            }
+            .map_err(node_err)?
         };
         for (slot, id) in node.outputs.iter().enumerate() {
             let Some(id) = id else { continue };

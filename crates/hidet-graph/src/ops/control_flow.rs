@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use crate::dtype::DType;
-use crate::executor::{run_graph, run_graph_data, ExecError};
+use crate::executor::{run_graph, run_graph_data_as, Evaluation, ExecError};
 use crate::graph::{Graph, GraphBuilder, GraphError, SubgraphContext};
 use crate::kernels::stack::{empty, select, stack};
 use crate::operator::{arg, infer_arg, infer_opt, opt_arg, InferInput, OpError, Operator};
@@ -434,6 +434,18 @@ impl Operator for If {
     }
 
     fn eval_data(&self, inputs: &[Option<&Datum>]) -> Result<Vec<Datum>, OpError> {
+        self.run(inputs, Evaluation::Reference)
+    }
+
+    /// The taken branch runs as host steps do ([`Operator::eval_host`]).
+    fn eval_host(&self, inputs: &[Option<&Datum>]) -> Result<Vec<Datum>, OpError> {
+        self.run(inputs, Evaluation::Host)
+    }
+}
+
+impl If {
+    /// The taken branch, its nodes evaluated as `evaluation` says.
+    fn run(&self, inputs: &[Option<&Datum>], evaluation: Evaluation) -> Result<Vec<Datum>, OpError> {
         let cond = scalar(tensor_in(inputs, 0)?, DType::Bool, "cond")? != 0;
         let caps: Vec<&Datum> = (self.declared..inputs.len().max(self.declared))
             .map(|i| arg(inputs, i))
@@ -443,7 +455,7 @@ impl Operator for If {
         } else {
             (&self.else_branch, "else_branch")
         };
-        run_graph_data(g, &[], &caps).map_err(exec_err(attr))
+        run_graph_data_as(g, &[], &caps, evaluation).map_err(exec_err(attr))
     }
 }
 
@@ -534,6 +546,18 @@ impl Operator for Loop {
     }
 
     fn eval_data(&self, inputs: &[Option<&Datum>]) -> Result<Vec<Datum>, OpError> {
+        self.run(inputs, Evaluation::Reference)
+    }
+
+    /// The body runs as host steps do ([`Operator::eval_host`]).
+    fn eval_host(&self, inputs: &[Option<&Datum>]) -> Result<Vec<Datum>, OpError> {
+        self.run(inputs, Evaluation::Host)
+    }
+}
+
+impl Loop {
+    /// The iterations, the body's nodes evaluated as `evaluation` says.
+    fn run(&self, inputs: &[Option<&Datum>], evaluation: Evaluation) -> Result<Vec<Datum>, OpError> {
         let max_trip = opt_tensor_in(inputs, 0)?
             .map(|m| scalar(m, DType::I64, "M"))
             .transpose()?;
@@ -568,7 +592,7 @@ impl Operator for Loop {
                 ins.push(coerce(d.clone(), kind, "a loop-carried value")?);
             }
             let args: Vec<&Datum> = ins.iter().collect();
-            let mut outs = run_graph_data(&self.body, &args, &caps)
+            let mut outs = run_graph_data_as(&self.body, &args, &caps, evaluation)
                 .map_err(exec_err("body"))?
                 .into_iter();
             let c = outs
@@ -924,8 +948,8 @@ mod tests {
     use std::sync::Arc;
 
     use crate::{
-        run_reference, Attribute, Attributes, DType, Dim, GraphBuilder, GraphError, NodeSpec,
-        Registry, Tensor, TensorType,
+        run_reference, Attribute, Attributes, DType, Datum, Dim, GraphBuilder, GraphError,
+        NodeSpec, Registry, Tensor, TensorType,
     };
 
     /// Random non-zero values in [0.25, 2.25) from a small LCG (deterministic).
@@ -1230,6 +1254,75 @@ mod tests {
             scan_shape.extend_from_slice(&shape);
             assert_eq!(out[1].shape(), scan_shape.as_slice(), "case {m:?} {cond:?}");
             close(&vals(&out[1]), &want_scans.concat());
+        }
+    }
+
+    /// A branch or body that a control-flow node runs evaluates its nodes the way the node is
+    /// evaluated: the reference's `eval_data`, or a compiled model's host-step `eval_host`.
+    #[test]
+    fn bodies_are_evaluated_as_their_node_is() {
+        #[derive(Debug)]
+        struct Probe;
+        impl crate::Operator for Probe {
+            fn infer(
+                &self,
+                _: &[Option<crate::InferInput<'_>>],
+            ) -> Result<Vec<TensorType>, crate::OpError> {
+                Ok(vec![f32s(&[])])
+            }
+            fn eval(&self, _: &[Option<&Tensor>]) -> Result<Vec<Tensor>, crate::OpError> {
+                Ok(vec![Tensor::scalar(0f32)])
+            }
+            fn eval_host(&self, _: &[Option<&Datum>]) -> Result<Vec<Datum>, crate::OpError> {
+                Ok(vec![Datum::Tensor(Tensor::scalar(1f32))])
+            }
+        }
+        let mut registry = Registry::new();
+        crate::ops::register_all(&mut registry);
+        registry.register("test", "Probe", 1..=1, |_| Ok(Box::new(Probe)));
+        let probe = |outputs: &[&str]| NodeSpec {
+            domain: "test".into(),
+            opset: 1,
+            ..node("Probe", 1, &["k"], outputs)
+        };
+        let mut branch = GraphBuilder::new("then");
+        branch
+            .initializer("k", Tensor::scalar(5f32))
+            .node(probe(&["y"]))
+            .output("y");
+        let mut other = GraphBuilder::new("else");
+        other
+            .initializer("k", Tensor::scalar(5f32))
+            .node(node("Identity", 14, &["k"], &["y"]))
+            .output("y");
+        let mut body = GraphBuilder::new("body");
+        body.input("i", TensorType::fixed(DType::I64, &[]))
+            .input("c", TensorType::fixed(DType::Bool, &[]))
+            .input("acc", f32s(&[]))
+            .initializer("k", Tensor::scalar(5f32))
+            .node(node("Identity", 14, &["c"], &["c2"]))
+            .node(probe(&["acc2"]))
+            .output("c2")
+            .output("acc2");
+        let mut g = GraphBuilder::new("g");
+        g.input("c", TensorType::fixed(DType::Bool, &[]))
+            .input("m", TensorType::fixed(DType::I64, &[]))
+            .initializer("acc0", Tensor::scalar(7f32));
+        let branches = with(node("If", 16, &["c"], &["a"]), "then_branch", def(branch));
+        g.node(with(branches, "else_branch", def(other)));
+        g.node(with(node("Loop", 16, &["m", "", "acc0"], &["b"]), "body", def(body)));
+        g.output("a").output("b");
+        let g = g.build(&registry).unwrap();
+        let (cond, trips) = (
+            Datum::Tensor(Tensor::scalar(true)),
+            Datum::Tensor(Tensor::scalar(2i64)),
+        );
+        let acc0 = Datum::Tensor(Tensor::scalar(7f32));
+        let node_inputs = [vec![Some(&cond)], vec![Some(&trips), None, Some(&acc0)]];
+        for (n, inputs) in g.nodes().iter().zip(&node_inputs) {
+            let value = |d: Vec<Datum>| d[0].as_tensor().unwrap().to_f64_vec();
+            assert_eq!(value(n.op.eval_data(inputs).unwrap()), [0.0], "{}", n.op_type);
+            assert_eq!(value(n.op.eval_host(inputs).unwrap()), [1.0], "{}", n.op_type);
         }
     }
 
