@@ -504,3 +504,42 @@ def test_onnx_attention(case):
         opset = 24
     node = helper.make_node("Attention", inputs, outputs, **attrs)
     check([node], feeds, outputs, opset=opset)
+
+
+def test_quantized_attention():
+    batch, seq, hidden, heads = 2, 5, 16, 2
+    feeds = {
+        "x": RNG.integers(0, 256, (batch, seq, hidden)).astype(np.uint8),
+        "mask": np.array([5, 3], np.int32),
+    }
+    init = {
+        "w": RNG.integers(-128, 128, (hidden, 3 * hidden)).astype(np.int8),
+        "b": f32(3 * hidden),
+        "xs": np.array(0.01, np.float32),
+        "ws": np.array(0.003, np.float32),
+        "xz": np.array(121, np.uint8),
+        "wz": np.array(0, np.int8),
+    }
+    node = helper.make_node("QAttention", ["x", "w", "b", "xs", "ws", "mask", "xz", "wz"], ["y"],
+                            domain=MS, num_heads=heads)
+    check([node], feeds, ["y"], init, rtol=1e-3)
+
+
+def test_quantized_embed_layer_normalization():
+    def quantized(shape):
+        return RNG.integers(0, 256, shape).astype(np.uint8)
+
+    ids = RNG.integers(0, 30, (2, 7)).astype(np.int32)
+    mask = np.ones((2, 7), np.int32)
+    mask[0, 5:] = 0
+    feeds = {"ids": ids, "seg": RNG.integers(0, 2, (2, 7)).astype(np.int32), "mask": mask}
+    names = ["word", "pos", "segtab", "gamma", "beta"]
+    shapes = [(30, 16), (9, 16), (2, 16), (16,), (16,)]
+    init = {n: quantized(s) for n, s in zip(names, shapes)}
+    init.update({f"{n}_s": np.array(0.02 + 0.01 * i, np.float32) for i, n in enumerate(names)})
+    init.update({f"{n}_z": np.array(100 + i, np.uint8) for i, n in enumerate(names)})
+    inputs = ["ids", "seg", *names, "mask", *[f"{n}_s" for n in names],
+              *[f"{n}_z" for n in names]]
+    node = helper.make_node("QEmbedLayerNormalization", inputs, ["y", "mask_index"], domain=MS,
+                            epsilon=1e-5)
+    check([node], feeds, ["y", "mask_index"], init)

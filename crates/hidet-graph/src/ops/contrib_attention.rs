@@ -11,6 +11,9 @@
 //!   value are masked), `[B, T]` or `[B, S, T]` (zero entries are masked); masked scores get
 //!   `mask_filter_value` (−10000) added. Not supported: `[2B]` start/end and 4-D masks,
 //!   `do_rotary`, shared past/present buffers.
+//! - `QAttention(input, weight, bias, input_scale, weight_scale, mask_index?, input_zero_point?,
+//!   weight_zero_point?, past?)` (ONNX Runtime's dynamic quantization of `Attention`): the
+//!   same after the integer projection `float(MatMulInteger(input, weight)) · scales + bias`.
 //! - `MultiHeadAttention(query, key?, value?, bias?, key_padding_mask?, attention_bias?,
 //!   past_key?, past_value?; num_heads, unidirectional, scale, mask_filter_value)`: query
 //!   `[B, S, D]` with key/value `[B, L, D]` (projected here by `bias`) or `[B, N, L, h]`
@@ -62,6 +65,7 @@ const MASK_FILTER_VALUE: f32 = -10000.0;
 /// Registers the expansions (every opset of the contrib domain).
 pub fn register(r: &mut Registry) {
     r.register_expansion(MS_DOMAIN, "Attention", 1..=i64::MAX, attention);
+    r.register_expansion(MS_DOMAIN, "QAttention", 1..=i64::MAX, quantized_attention);
     r.register_expansion(MS_DOMAIN, "MultiHeadAttention", 1..=i64::MAX, multi_head_attention);
     r.register_expansion(MS_DOMAIN, "GroupQueryAttention", 1..=i64::MAX, group_query_attention);
     r.register_expansion("", "Attention", 23..=LATEST_OPSET, onnx_attention);
@@ -257,9 +261,6 @@ fn per_head(n: usize, parts: usize, what: &str) -> Result<usize, OpError> {
 }
 
 fn attention(e: &mut Expansion<'_>) -> Result<(), OpError> {
-    require_attr(e, "do_rotary", 0)?;
-    require_attr(e, "past_present_share_buffer", 0)?;
-    let num_heads = positive_attr(e, "num_heads")?;
     let dtype = float_dtype(e, 0)?;
     let sizes: Vec<usize> = match e.attrs().ints("qkv_hidden_sizes")? {
         Some(s) if !s.is_empty() => s
@@ -270,13 +271,73 @@ fn attention(e: &mut Expansion<'_>) -> Result<(), OpError> {
             .ok_or_else(|| {
                 OpError::attr("qkv_hidden_sizes", format!("must be 3 positive sizes, got {s:?}"))
             })?,
-        _ => {
-            let total = fixed_dim(e, 1, -1).ok_or_else(|| {
-                OpError::Unsupported("Attention with weights of unknown width".into())
-            })?;
-            vec![per_head(total, 3, "the weights' width")?; 3]
-        }
+        _ => equal_thirds(e)?,
     };
+    let input = e.input_name(0)?.to_string();
+    let weights = e.input_name(1)?.to_string();
+    let projected = op0(e, "MatMul", &[&input, &weights]);
+    let projected = super::contrib_activation::add_optional(e, &projected, 2);
+    let places = Places {
+        mask: 3,
+        past: 4,
+        bias: Some(5),
+    };
+    attention_of_projection(e, &projected, &sizes, places, dtype)
+}
+
+/// `QAttention(input, weight, bias, input_scale, weight_scale, mask_index?, input_zero_point?,
+/// weight_zero_point?, past?)`: `Attention` of the integer product
+/// `float(MatMulInteger(input, weight)) · input_scale · weight_scale + bias`.
+fn quantized_attention(e: &mut Expansion<'_>) -> Result<(), OpError> {
+    let dtype = float_dtype(e, 3)?;
+    let sizes = equal_thirds(e)?;
+    let name = |e: &Expansion<'_>, i: usize| e.input_names().get(i).cloned().unwrap_or_default();
+    let (input, weights) = (e.input_name(0)?.to_string(), e.input_name(1)?.to_string());
+    let (input_zero, weight_zero) = (name(e, 6), name(e, 7));
+    let product = op0(e, "MatMulInteger", &[&input, &weights, &input_zero, &weight_zero]);
+    let to = attrs([("to", Attribute::Int(dtype.onnx_code().into()))]);
+    let product = op(e, "Cast", to, &[&product]);
+    let (input_scale, weight_scale) = (e.input_name(3)?.to_string(), e.input_name(4)?.to_string());
+    let scale = op0(e, "Mul", &[&input_scale, &weight_scale]);
+    let scaled = op0(e, "Mul", &[&product, &scale]);
+    let bias = e.input_name(2)?.to_string();
+    let projected = op0(e, "Add", &[&scaled, &bias]);
+    let places = Places {
+        mask: 5,
+        past: 8,
+        bias: None,
+    };
+    attention_of_projection(e, &projected, &sizes, places, dtype)
+}
+
+/// The query, key and value widths of packed weights (input 1) split in three equal parts.
+fn equal_thirds(e: &Expansion<'_>) -> Result<Vec<usize>, OpError> {
+    let total = fixed_dim(e, 1, -1).ok_or_else(|| {
+        OpError::Unsupported(format!("{} with weights of unknown width", e.op_type()))
+    })?;
+    Ok(vec![per_head(total, 3, "the weights' width")?; 3])
+}
+
+/// Where the `Attention` family's optional inputs are.
+#[derive(Debug, Clone, Copy)]
+struct Places {
+    mask: usize,
+    past: usize,
+    /// The additive attention bias, if the operator has one.
+    bias: Option<usize>,
+}
+
+/// `Attention` after the packed projection `projected` (`[B, S, q + k + v]`, widths `sizes`).
+fn attention_of_projection(
+    e: &mut Expansion<'_>,
+    projected: &str,
+    sizes: &[usize],
+    places: Places,
+    dtype: DType,
+) -> Result<(), OpError> {
+    require_attr(e, "do_rotary", 0)?;
+    require_attr(e, "past_present_share_buffer", 0)?;
+    let num_heads = positive_attr(e, "num_heads")?;
     if sizes[0] != sizes[1] {
         return Err(OpError::attr(
             "qkv_hidden_sizes",
@@ -285,15 +346,11 @@ fn attention(e: &mut Expansion<'_>) -> Result<(), OpError> {
     }
     let head_size = per_head(sizes[0], num_heads, "the query size")?;
     let value_head_size = per_head(sizes[2], num_heads, "the value size")?;
-    let input = e.input_name(0)?.to_string();
-    let weights = e.input_name(1)?.to_string();
-    let projected = op0(e, "MatMul", &[&input, &weights]);
-    let projected = super::contrib_activation::add_optional(e, &projected, 2);
-    let parts = split(e, &projected, -1, &sizes.iter().map(|&n| n as i64).collect::<Vec<_>>());
+    let parts = split(e, projected, -1, &sizes.iter().map(|&n| n as i64).collect::<Vec<_>>());
     let q = heads(e, &parts[0], num_heads, head_size);
     let mut k = heads(e, &parts[1], num_heads, head_size);
     let mut v = heads(e, &parts[2], num_heads, value_head_size);
-    if let Some(past) = optional_input(e, 4) {
+    if let Some(past) = optional_input(e, places.past) {
         let axis0 = attrs([("axis", Attribute::Int(0))]);
         let (first, second) = (int(e, 0), int(e, 1));
         let past_k = op(e, "Gather", axis0.clone(), &[&past, &first]);
@@ -311,12 +368,13 @@ fn attention(e: &mut Expansion<'_>) -> Result<(), OpError> {
             &[&present],
         );
     }
-    let bias = attention_bias(e, &q, &k, 3, 5, fixed_dim(e, 0, 0))?;
+    let batch = fixed_dim(e, 0, 0);
+    let bias = attention_bias(e, &q, &k, places.mask, places.bias, batch, dtype)?;
     let sdpa = Sdpa {
         groups: 1,
         kv_heads: num_heads,
         head_size,
-        value_head_size: head_size,
+        value_head_size,
         scale: scale_attr(e, head_size)?,
         softcap: 0.0,
         dtype,
@@ -335,10 +393,10 @@ fn attention_bias(
     q: &str,
     k: &str,
     mask_input: usize,
-    bias_input: usize,
+    bias_input: Option<usize>,
     batch: Option<usize>,
+    dtype: DType,
 ) -> Result<Option<String>, OpError> {
-    let dtype = float_dtype(e, 0)?;
     let filter = f64::from(e.attrs().float_or("mask_filter_value", MASK_FILTER_VALUE)?);
     let causal = e.attrs().int_or("unidirectional", 0)? != 0;
     let mut valid = None;
@@ -357,7 +415,7 @@ fn attention_bias(
         }
     }
     let mut bias = valid.map(|v| additive_mask(e, &v, filter, dtype));
-    if let Some(extra) = optional_input(e, bias_input) {
+    if let Some(extra) = bias_input.and_then(|i| optional_input(e, i)) {
         bias = Some(match bias {
             Some(b) => op0(e, "Add", &[&b, &extra]),
             None => extra,
@@ -448,7 +506,7 @@ fn multi_head_attention(e: &mut Expansion<'_>) -> Result<(), OpError> {
     let (present_key, present_value) = (optional_output(e, 1), optional_output(e, 2));
     let k = append(e, past_key.as_deref(), &k, present_key.as_deref());
     let v = append(e, past_value.as_deref(), &v, present_value.as_deref());
-    let bias = attention_bias(e, &q, &k, 4, 5, fixed_dim(e, 0, 0))?;
+    let bias = attention_bias(e, &q, &k, 4, Some(5), fixed_dim(e, 0, 0), dtype)?;
     let sdpa = Sdpa {
         groups: 1,
         kv_heads: num_heads,

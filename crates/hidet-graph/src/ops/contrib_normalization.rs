@@ -13,7 +13,9 @@
 //!   segment_embedding?, gamma, beta, mask?, position_ids?; epsilon, mask_index_type)` →
 //!   `LayerNormalization(word[ids] + position[position_ids or 0..S] + segment[segment_ids])`,
 //!   with the mask index (the sum of each mask row, `int32`, zeros without a mask) and the sum
-//!   of the embeddings as the other outputs;
+//!   of the embeddings as the other outputs; `QEmbedLayerNormalization` (ONNX Runtime's dynamic
+//!   quantization of it: the five tables quantized, their scales and zero points as inputs
+//!   8–12 and 13–17, no position ids) the same of the dequantized tables;
 //!
 //! and ONNX's own `RMSNormalization(X, scale; axis, epsilon, stash_type)` (opset 23), the same
 //! computation as `SimplifiedLayerNormalization`.
@@ -47,6 +49,12 @@ pub fn register(r: &mut Registry) {
         skip_layer_norm,
     );
     r.register_expansion(MS_DOMAIN, "EmbedLayerNormalization", 1..=i64::MAX, embed_layer_norm);
+    r.register_expansion(
+        MS_DOMAIN,
+        "QEmbedLayerNormalization",
+        1..=i64::MAX,
+        quantized_embed_layer_norm,
+    );
 }
 
 fn layer_norm_before_17(e: &mut Expansion<'_>) -> Result<(), OpError> {
@@ -186,16 +194,51 @@ fn skip_layer_norm(e: &mut Expansion<'_>) -> Result<(), OpError> {
 }
 
 fn embed_layer_norm(e: &mut Expansion<'_>) -> Result<(), OpError> {
+    let [word, position, gamma, beta] = [2, 3, 5, 6].map(|i| e.input_name(i).map(str::to_string));
+    let tables = [word?, position?, gamma?, beta?];
+    let segment_table = optional_input(e, 4);
+    embed_from_tables(e, tables, segment_table, optional_input(e, 8))
+}
+
+/// `QEmbedLayerNormalization(input_ids, segment_ids?, word, position, segment?, gamma, beta,
+/// mask?, word_scale, position_scale, segment_scale?, gamma_scale, beta_scale, word_zero,
+/// position_zero, segment_zero?, gamma_zero, beta_zero)` (ONNX Runtime's dynamic quantization
+/// of `EmbedLayerNormalization`): the same of the dequantized tables.
+fn quantized_embed_layer_norm(e: &mut Expansion<'_>) -> Result<(), OpError> {
+    let dequantized = |e: &mut Expansion<'_>, i: usize| -> Result<String, OpError> {
+        let q = e.input_name(i)?.to_string();
+        let scale = e.input_name(i + 6)?.to_string();
+        let zero = e.input_names().get(i + 11).cloned().unwrap_or_default();
+        Ok(op0(e, "DequantizeLinear", &[&q, &scale, &zero]))
+    };
+    let tables = [
+        dequantized(e, 2)?,
+        dequantized(e, 3)?,
+        dequantized(e, 5)?,
+        dequantized(e, 6)?,
+    ];
+    let segment_table = match optional_input(e, 4) {
+        Some(_) => Some(dequantized(e, 4)?),
+        None => None,
+    };
+    embed_from_tables(e, tables, segment_table, None)
+}
+
+/// `EmbedLayerNormalization` of the node's ids (input 0), segment ids (input 1) and mask
+/// (input 7) with the float `[word, position, gamma, beta]` tables, the segment table and the
+/// position ids given.
+fn embed_from_tables(
+    e: &mut Expansion<'_>,
+    [word_table, position_table, gamma, beta]: [String; 4],
+    segment_table: Option<String>,
+    position_ids: Option<String>,
+) -> Result<(), OpError> {
     let ids = e.input_name(0)?.to_string();
-    let word_table = e.input_name(2)?.to_string();
-    let position_table = e.input_name(3)?.to_string();
-    let gamma = e.input_name(5)?.to_string();
-    let beta = e.input_name(6)?.to_string();
     let gather = |e: &mut Expansion<'_>, table: &str, indices: &str| {
         op(e, "Gather", attrs([("axis", Attribute::Int(0))]), &[table, indices])
     };
     let words = gather(e, &word_table, &ids);
-    let positions = match optional_input(e, 8) {
+    let positions = match position_ids {
         Some(position_ids) => gather(e, &position_table, &position_ids),
         None => {
             let length = dim(e, &ids, 1);
@@ -205,8 +248,7 @@ fn embed_layer_norm(e: &mut Expansion<'_>) -> Result<(), OpError> {
         }
     };
     let mut sum = op0(e, "Add", &[&words, &positions]);
-    if let (Some(segment_ids), Some(segment_table)) = (optional_input(e, 1), optional_input(e, 4))
-    {
+    if let (Some(segment_ids), Some(segment_table)) = (optional_input(e, 1), segment_table) {
         let segments = gather(e, &segment_table, &segment_ids);
         sum = op0(e, "Add", &[&sum, &segments]);
     }
