@@ -182,7 +182,7 @@ fn additive_mask(e: &mut Expansion<'_>, valid: &str, filter: f64, dtype: DType) 
 struct Sdpa {
     /// Query heads per key/value head.
     groups: usize,
-    /// Key/value heads, and the channels of a query and of a value head (read when
+    /// Key/value heads, and the channels of a query and of a value head (read only when
     /// `groups > 1`).
     kv_heads: usize,
     head_size: usize,
@@ -370,16 +370,28 @@ fn attention_of_projection(
     }
     let batch = fixed_dim(e, 0, 0);
     let bias = attention_bias(e, &q, &k, places.mask, places.bias, batch, dtype)?;
+    attend_into_output(e, [&q, &k, &v], bias.as_deref(), head_size, dtype)
+}
+
+/// Ungrouped attention of heads `[q, k, v]` with `bias`, its heads side by side into the
+/// node's first output.
+fn attend_into_output(
+    e: &mut Expansion<'_>,
+    [q, k, v]: [&str; 3],
+    bias: Option<&str>,
+    head_size: usize,
+    dtype: DType,
+) -> Result<(), OpError> {
     let sdpa = Sdpa {
         groups: 1,
-        kv_heads: num_heads,
+        kv_heads: 0,
         head_size,
-        value_head_size,
+        value_head_size: 0,
         scale: scale_attr(e, head_size)?,
         softcap: 0.0,
         dtype,
     };
-    let context = sdpa.apply(e, &q, &k, &v, bias.as_deref());
+    let context = sdpa.apply(e, q, k, v, bias);
     let output = first_output(e)?;
     merge_heads_into(e, &context, &output);
     Ok(())
@@ -507,19 +519,7 @@ fn multi_head_attention(e: &mut Expansion<'_>) -> Result<(), OpError> {
     let k = append(e, past_key.as_deref(), &k, present_key.as_deref());
     let v = append(e, past_value.as_deref(), &v, present_value.as_deref());
     let bias = attention_bias(e, &q, &k, 4, Some(5), fixed_dim(e, 0, 0), dtype)?;
-    let sdpa = Sdpa {
-        groups: 1,
-        kv_heads: num_heads,
-        head_size,
-        value_head_size: head_size,
-        scale: scale_attr(e, head_size)?,
-        softcap: 0.0,
-        dtype,
-    };
-    let context = sdpa.apply(e, &q, &k, &v, bias.as_deref());
-    let output = first_output(e)?;
-    merge_heads_into(e, &context, &output);
-    Ok(())
+    attend_into_output(e, [&q, &k, &v], bias.as_deref(), head_size, dtype)
 }
 
 fn group_query_attention(e: &mut Expansion<'_>) -> Result<(), OpError> {

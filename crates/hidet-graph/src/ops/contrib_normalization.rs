@@ -176,6 +176,14 @@ fn skip_layer_norm(e: &mut Expansion<'_>) -> Result<(), OpError> {
         return rms_into(e, &sum, &gamma, &[-1], epsilon, &output, inv_std.as_deref());
     }
     let beta = optional_input(e, 3).unwrap_or_default();
+    let statistics = [mean.as_deref().unwrap_or(""), inv_std.as_deref().unwrap_or("")];
+    layer_norm_into(e, [&sum, &gamma, &beta], epsilon, [&output, statistics[0], statistics[1]]);
+    Ok(())
+}
+
+/// `LayerNormalization(x, gamma, beta)` over the last axis into `outputs` (the normalized
+/// value, the mean and the inverse deviation; `""` for those not wanted).
+fn layer_norm_into(e: &mut Expansion<'_>, inputs: [&str; 3], epsilon: f32, outputs: [&str; 3]) {
     op_into(
         e,
         "LayerNormalization",
@@ -183,14 +191,9 @@ fn skip_layer_norm(e: &mut Expansion<'_>) -> Result<(), OpError> {
             ("axis", Attribute::Int(-1)),
             ("epsilon", Attribute::Float(epsilon)),
         ]),
-        &[&sum, &gamma, &beta],
-        &[
-            &output,
-            mean.as_deref().unwrap_or(""),
-            inv_std.as_deref().unwrap_or(""),
-        ],
+        &inputs,
+        &outputs,
     );
-    Ok(())
 }
 
 fn embed_layer_norm(e: &mut Expansion<'_>) -> Result<(), OpError> {
@@ -257,16 +260,7 @@ fn embed_from_tables(
     }
     let epsilon = e.attrs().float_or("epsilon", EMBED_EPSILON)?;
     let output = first_output(e)?;
-    op_into(
-        e,
-        "LayerNormalization",
-        attrs([
-            ("axis", Attribute::Int(-1)),
-            ("epsilon", Attribute::Float(epsilon)),
-        ]),
-        &[&sum, &gamma, &beta],
-        &[&output],
-    );
+    layer_norm_into(e, [&sum, &gamma, &beta], epsilon, [&output, "", ""]);
     if let Some(mask_index) = optional_output(e, 1) {
         let int32 = Attribute::Int(DType::I32.onnx_code().into());
         match optional_input(e, 7) {
