@@ -543,3 +543,22 @@ def test_quantized_embed_layer_normalization():
     node = helper.make_node("QEmbedLayerNormalization", inputs, ["y", "mask_index"], domain=MS,
                             epsilon=1e-5)
     check([node], feeds, ["y", "mask_index"], init)
+
+
+@pytest.mark.parametrize("mode, indices, axis", [("linear", True, -2), ("linear", False, -2),
+                                                 ("circular", True, 2), ("linear", True, 1)])
+def test_tensor_scatter(mode, indices, axis):
+    batch, heads, slots, h = 2, 3, 9, 5
+    past = f32(batch, heads, slots, h)
+    if axis == 1:
+        past = f32(batch, slots, heads, h)
+        update = f32(batch, 4, heads, h)
+    else:
+        update = f32(batch, heads, 4, h)
+    feeds = {"past": past, "update": update}
+    inputs = ["past", "update"]
+    if indices:
+        feeds["at"] = np.array([3, 7] if mode == "circular" else [0, 5], np.int64)
+        inputs.append("at")
+    node = helper.make_node("TensorScatter", inputs, ["y"], mode=mode, axis=axis)
+    check([node], feeds, ["y"], opset=24)

@@ -13,7 +13,8 @@ use crate::operator::{OpContext, OpError, Operator};
 /// Opsets 23–28 changed the operators hidet runs only by new element types and attributes
 /// that are handled where they matter (`DequantizeLinear`'s `output_dtype`, `SpaceToDepth`'s
 /// `mode`, `Cast`'s `round_mode` for float8) and added `Attention`, `RMSNormalization`,
-/// `RotaryEmbedding`, `Swish` and `SwiGLU` (expansions) besides operators hidet does not run.
+/// `RotaryEmbedding`, `Swish`, `SwiGLU` and `TensorScatter` (expansions) besides operators
+/// hidet does not run.
 pub const LATEST_OPSET: i64 = 28;
 
 /// Constructor of an operator from a node.

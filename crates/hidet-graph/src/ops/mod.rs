@@ -31,6 +31,7 @@ families! {
     contrib_rotary,
     contrib_attention,
     contrib_matmul,
+    tensor_scatter,
     unary,
     clip,
     prelu,
