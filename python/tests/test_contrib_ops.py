@@ -562,3 +562,61 @@ def test_tensor_scatter(mode, indices, axis):
         inputs.append("at")
     node = helper.make_node("TensorScatter", inputs, ["y"], mode=mode, axis=axis)
     check([node], feeds, ["y"], opset=24)
+
+
+@pytest.mark.parametrize("rotary", [False, True])
+def test_group_query_attention_generates_a_padded_batch(rotary):
+    """A prefill of two right-padded rows, then two decode steps, each engine fed its own
+    presents: a row's new keys go right after its own past, so the outputs stay ONNX
+    Runtime's at every step."""
+    heads, kv_heads, h = 4, 2, 16
+    attrs = {"num_heads": heads, "kv_num_heads": kv_heads}
+    inputs = ["q", "k", "v", "pk", "pv", "seqlens_k", "total"]
+    extra_init = []
+    if rotary:
+        angles = np.arange(32)[:, None] / (100.0 ** (np.arange(h // 2) / (h // 2)))
+        extra_init = [numpy_helper.from_array(np.cos(angles).astype(np.float32), "cos"),
+                      numpy_helper.from_array(np.sin(angles).astype(np.float32), "sin")]
+        inputs += ["cos", "sin"]
+        attrs["do_rotary"] = 1
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("GroupQueryAttention", inputs, ["y", "present_k", "present_v"],
+                          domain=MS, **attrs)],
+        "gqa",
+        [helper.make_tensor_value_info("q", f, [2, "S", heads * h]),
+         helper.make_tensor_value_info("k", f, [2, "S", kv_heads * h]),
+         helper.make_tensor_value_info("v", f, [2, "S", kv_heads * h]),
+         helper.make_tensor_value_info("pk", f, [2, kv_heads, "P", h]),
+         helper.make_tensor_value_info("pv", f, [2, kv_heads, "P", h]),
+         helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, [2]),
+         helper.make_tensor_value_info("total", TensorProto.INT32, [1])],
+        [helper.make_empty_tensor_value_info(n) for n in ["y", "present_k", "present_v"]],
+        extra_init,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    model.ir_version = 8
+    model = model.SerializeToString()
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    compiled = hidet_rs.compile(model, threads=2)
+    lengths = np.array([5, 3])
+    past = {name: np.zeros((2, kv_heads, 0, h), np.float32) for name in ("pk", "pv")}
+    theirs, ours = dict(past), dict(past)
+    for step, seq in enumerate([5, 1, 1]):
+        total = 5 + step
+        feeds = {"q": f32(2, seq, heads * h), "k": f32(2, seq, kv_heads * h),
+                 "v": f32(2, seq, kv_heads * h),
+                 "seqlens_k": (lengths + step - 1).astype(np.int32),
+                 "total": np.array([total], np.int32)}
+        want = session.run(None, {**feeds, **theirs})
+        got = compiled.run({**feeds, **ours})
+        valid_rows = slice(None) if step else slice(0, 3)
+        err = np.abs(got[0][:, valid_rows] - want[0][:, valid_rows]).max()
+        assert err <= 1e-4 * np.abs(want[0]).max(), f"step {step}: {err}"
+        theirs = {"pk": want[1], "pv": want[2]}
+        ours = {"pk": got[1], "pv": got[2]}
+        for b, n in enumerate(lengths + step):
+            np.testing.assert_allclose(got[1][b, :, :n], want[1][b, :, :n], rtol=1e-5, atol=1e-6)

@@ -27,9 +27,9 @@
 //!   key/value head `n / (num_heads / kv_num_heads)`), the new keys appended to `past_*`
 //!   (`[B, Nk, P, h]`) as `present_*`. Row `b` holds `seqlens_k[b] + 1` valid tokens; its
 //!   queries sit at positions `past_b + s` with `past_b = seqlens_k[b] + 1 − S` (0 for the
-//!   first prompt, `S = total_sequence_length`), which also place the rotary embedding. Rows
-//!   whose past is shorter than `P` (a padded batch) get the right attention, but their new
-//!   keys are stored after all `P` past slots rather than right after their own past. With
+//!   first prompt, `S = total_sequence_length`), which also place the rotary embedding; a
+//!   row's new keys are stored right after its own past (a padded batch's shorter rows leave
+//!   unused slots at the end of `present_*`, as ONNX Runtime does). With
 //!   `local_window_size = W > 0` a query sees only the `W` latest keys, itself included; with
 //!   `sliding_window_cache = 1` the past holds the `P` latest keys (of positions
 //!   `past_b − P .. past_b`, those below 0 unused) and the present keeps the last `P` of the past
@@ -606,39 +606,64 @@ fn group_query_attention(e: &mut Expansion<'_>) -> Result<(), OpError> {
         }
         (k, v)
     } else {
-        (
-            append(e, past_key.as_deref(), &k, present_key.as_deref()),
-            append(e, past_value.as_deref(), &v, present_value.as_deref()),
-        )
+        // Row `b`'s new keys follow its own past: present slot `t` holds past slot `t` below
+        // `past_b`, new key `t − past_b` up to `past_b + S` (at `P + t − past_b` of the
+        // concatenation), and past slot `t` (unused) after — the identity for full rows.
+        let k = append(e, past_key.as_deref(), &k, None);
+        let v = append(e, past_value.as_deref(), &v, None);
+        let slots = dim(e, &k, 2);
+        let t = range(e, &slots);
+        let past_column = unsqueeze(e, &past_lengths, &[1]);
+        let after_past = op0(e, "GreaterOrEqual", &[&t, &past_column]);
+        let new_end = op0(e, "Add", &[&past_column, &length]);
+        let before_end = op0(e, "Less", &[&t, &new_end]);
+        let is_new = op0(e, "And", &[&after_past, &before_end]);
+        let shift = op0(e, "Sub", &[&past_slots, &past_column]);
+        let from_new = op0(e, "Add", &[&t, &shift]);
+        let source = op0(e, "Where", &[&is_new, &from_new, &t]);
+        let source = reshape(e, &source, &[0, 1, -1, 1]);
+        let mut placed = Vec::with_capacity(2);
+        for (all, present) in [(&k, &present_key), (&v, &present_value)] {
+            let shape = op0(e, "Shape", &[all]);
+            let index = op0(e, "Expand", &[&source, &shape]);
+            let gather = attrs([("axis", Attribute::Int(2))]);
+            let inputs = [all.as_str(), index.as_str()];
+            placed.push(match present {
+                Some(present) => {
+                    op_into(e, "GatherElements", gather, &inputs, &[present]);
+                    present.clone()
+                }
+                None => op(e, "GatherElements", gather, &inputs),
+            });
+        }
+        let v = placed.pop().expect("two values placed");
+        (placed.pop().expect("two values placed"), v)
     };
 
-    // Key `j` of row `b` sits at position `past_b + j − P` — among the new keys, and in a
-    // sliding cache (valid from position 0) — or at `j` in a past filled from the start (valid
-    // below the row's past length).
+    // Key `t` sits at position `t`, or at `past_b + t − P` in a sliding cache (whose slots
+    // below position 0 are unused).
     let slots = dim(e, &k, 2);
     let keys = range(e, &slots);
-    let past_column = unsqueeze(e, &past_lengths, &[1]);
-    let from_new = op0(e, "Sub", &[&keys, &past_slots]);
-    let shifted_positions = op0(e, "Add", &[&past_column, &from_new]);
     let (key_positions, stored) = if sliding_cache {
+        let past_column = unsqueeze(e, &past_lengths, &[1]);
+        let from_new = op0(e, "Sub", &[&keys, &past_slots]);
+        let shifted = op0(e, "Add", &[&past_column, &from_new]);
         let zero = int(e, 0);
-        let stored = op0(e, "GreaterOrEqual", &[&shifted_positions, &zero]);
-        (shifted_positions, stored)
+        let stored = op0(e, "GreaterOrEqual", &[&shifted, &zero]);
+        (shifted, Some(stored))
     } else {
-        let in_past = op0(e, "Less", &[&keys, &past_slots]);
-        let key_positions = op0(e, "Where", &[&in_past, &keys, &shifted_positions]);
-        let filled = op0(e, "Less", &[&keys, &past_column]);
-        let not_in_past = op0(e, "Not", &[&in_past]);
-        (key_positions, op0(e, "Or", &[&filled, &not_in_past]))
+        (unsqueeze(e, &keys, &[0]), None)
     };
     let key_positions = unsqueeze(e, &key_positions, &[1]);
-    let stored = unsqueeze(e, &stored, &[1]);
     let query_column = unsqueeze(e, &query_positions, &[2]);
     let causal = op0(e, "LessOrEqual", &[&key_positions, &query_column]);
     let lengths = unsqueeze(e, &valid_lengths, &[1, 2]);
     let in_row = op0(e, "Less", &[&key_positions, &lengths]);
     let mut valid = op0(e, "And", &[&causal, &in_row]);
-    valid = op0(e, "And", &[&valid, &stored]);
+    if let Some(stored) = stored {
+        let stored = unsqueeze(e, &stored, &[1]);
+        valid = op0(e, "And", &[&valid, &stored]);
+    }
     let window = e.attrs().int_or("local_window_size", -1)?;
     if window > 0 {
         let reach = op0(e, "Sub", &[&query_column, &key_positions]);
