@@ -16,10 +16,8 @@ use crate::expansion::Expansion;
 use crate::operator::OpError;
 use crate::registry::Registry;
 
-/// The contrib domain.
-const MS_DOMAIN: &str = "com.microsoft";
-/// The default-domain opset the expansions emit at.
-const OPSET: i64 = 13;
+use super::contrib_util::{op, op_into, MS_DOMAIN};
+
 
 /// Registers the expansions (every opset of the contrib domain).
 pub fn register(r: &mut Registry) {
@@ -51,13 +49,7 @@ fn dequantize_along(
     let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
     let mut attrs = Attributes::new();
     attrs.insert("axis", Attribute::Int(axis));
-    Ok(emit_value(e, "DequantizeLinear", attrs, &inputs))
-}
-
-fn emit_value(e: &mut Expansion<'_>, op: &str, attrs: Attributes, inputs: &[&str]) -> String {
-    let out = e.fresh(op);
-    e.emit_in("", op, OPSET, attrs, inputs, &[&out]);
-    out
+    Ok(op(e, "DequantizeLinear", attrs, &inputs))
 }
 
 /// `QuantizeLinear(value, scale, zero)` into the node's output.
@@ -70,10 +62,9 @@ fn quantize_into_output(
     let output = e.output_names().first().cloned().unwrap_or_default();
     let scale = e.input_name(scale)?.to_string();
     let zero = e.input_names().get(zero).cloned().unwrap_or_default();
-    e.emit_in(
-        "",
+    op_into(
+        e,
         "QuantizeLinear",
-        OPSET,
         Attributes::new(),
         &[value, &scale, &zero],
         &[&output],
@@ -82,10 +73,10 @@ fn quantize_into_output(
 }
 
 fn binary(e: &mut Expansion<'_>) -> Result<(), OpError> {
-    let op = if e.op_type() == "QLinearAdd" { "Add" } else { "Mul" };
+    let arithmetic = if e.op_type() == "QLinearAdd" { "Add" } else { "Mul" };
     let a = dequantize(e, 0, 1, 2)?;
     let b = dequantize(e, 3, 4, 5)?;
-    let sum = emit_value(e, op, Attributes::new(), &[&a, &b]);
+    let sum = op(e, arithmetic, Attributes::new(), &[&a, &b]);
     quantize_into_output(e, &sum, 6, 7)
 }
 
@@ -96,7 +87,7 @@ fn pool(e: &mut Expansion<'_>) -> Result<(), OpError> {
         ));
     }
     let x = dequantize(e, 0, 1, 2)?;
-    let pooled = emit_value(e, "GlobalAveragePool", Attributes::new(), &[&x]);
+    let pooled = op(e, "GlobalAveragePool", Attributes::new(), &[&x]);
     quantize_into_output(e, &pooled, 3, 4)
 }
 
@@ -114,19 +105,19 @@ fn gemm(e: &mut Expansion<'_>) -> Result<(), OpError> {
     if e.input(6).is_some() {
         // The int32 bias has the scale of the product, sa·sb, and zero point 0.
         let (sa, sb) = (e.input_name(1)?.to_string(), e.input_name(4)?.to_string());
-        let scale = emit_value(e, "Mul", Attributes::new(), &[&sa, &sb]);
+        let scale = op(e, "Mul", Attributes::new(), &[&sa, &sb]);
         let c = e.input_name(6)?.to_string();
         let mut along = Attributes::new();
         along.insert("axis", Attribute::Int(0));
-        inputs.push(emit_value(e, "DequantizeLinear", along, &[&c, &scale]));
+        inputs.push(op(e, "DequantizeLinear", along, &[&c, &scale]));
     }
     let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
     if e.input(7).is_some() {
-        let product = emit_value(e, "Gemm", attrs, &inputs);
+        let product = op(e, "Gemm", attrs, &inputs);
         quantize_into_output(e, &product, 7, 8)
     } else {
         let output = e.output_names().first().cloned().unwrap_or_default();
-        e.emit_in("", "Gemm", OPSET, attrs, &inputs, &[&output]);
+        op_into(e, "Gemm", attrs, &inputs, &[&output]);
         Ok(())
     }
 }
