@@ -385,6 +385,36 @@ def test_matmul_nbits(bits, zero_points, bias):
     check([node], {"a": f32(2, 3, k)}, ["y"], init)
 
 
+@pytest.mark.parametrize("form", ["rows", "float_zero_points", "identity_g_idx", "act_order",
+                                  "one_token"])
+def test_matmul_nbits_4bit_forms(form):
+    """4-bit weights, read as stored on the CPU (`hidet::Int4Linear`): more rows than one
+    chunk of the kernel, a depth that is not a multiple of the block, columns past a panel,
+    float zero points, a `g_idx` that is the identity (read as stored) and one that is not
+    (GPTQ's act-order: decoded when the graph is built)."""
+    k, n, block = 100, 37, 32
+    blocks = -(-k // block)
+    q = RNG.integers(0, 16, (n, blocks * block))
+    init = {"w": pack_nbits(q, 4).reshape(n, blocks, block // 2),
+            "scales": f32(n * blocks, scale=0.1)}
+    inputs = ["a", "w", "scales", "", ""]
+    if form == "float_zero_points":
+        init["zp"] = RNG.uniform(0, 15, n * blocks).astype(np.float32)
+        inputs[3] = "zp"
+    if form in ("identity_g_idx", "act_order"):
+        g_idx = np.arange(k, dtype=np.int32) // block
+        if form == "act_order":
+            g_idx = RNG.permutation(g_idx).astype(np.int32)
+        init["g_idx"] = g_idx
+        inputs[4] = "g_idx"
+    while inputs[-1] == "":
+        inputs.pop()
+    node = helper.make_node("MatMulNBits", inputs, ["y"], domain=MS, K=k, N=n, bits=4,
+                            block_size=block, accuracy_level=0)
+    rows = (1, 1) if form == "one_token" else (2, 35)
+    check([node], {"a": f32(*rows, k)}, ["y"], init)
+
+
 def test_integer_products_to_float():
     k, n = 19, 11
     feeds = {

@@ -37,10 +37,14 @@ use hidet_ir::function::{Function, IRModule, Target};
 use crate::module::CompiledModule;
 use crate::options::BuildOptions;
 use crate::signature::ParamKind;
+use crate::templates::int4_linear::Int4LinearSchedule;
 use crate::templates::integer_linear::IntegerLinearSchedule;
 use crate::templates::integer_matmul::IntegerMatmulSchedule;
 use crate::templates::matmul::MatmulSchedule;
-use anchor::{integer_linear_kernel, integer_matmul_kernel, matmul_kernel, TemplateOutcome};
+use anchor::{
+    int4_linear_kernel, integer_linear_kernel, integer_matmul_kernel, matmul_kernel,
+    TemplateOutcome,
+};
 pub use arena::CpuArena;
 use kernel_memo::{KernelMemo, Lowered, LoweringKey};
 
@@ -413,7 +417,15 @@ impl CpuBackend {
             &IntegerMatmulSchedule::for_target(target, threads),
         ) {
             TemplateOutcome::NotApplicable => {
-                integer_linear_kernel(task, &IntegerLinearSchedule::for_target(target, threads))
+                match integer_linear_kernel(
+                    task,
+                    &IntegerLinearSchedule::for_target(target, threads),
+                ) {
+                    TemplateOutcome::NotApplicable => {
+                        int4_linear_kernel(task, &Int4LinearSchedule::for_target(target, threads))
+                    }
+                    outcome => outcome,
+                }
             }
             outcome => outcome,
         };

@@ -10,8 +10,12 @@ use hidet_ir::compute::{tensor_shape, ComputeDef, ComputeNode};
 use hidet_ir::expr::{BinaryOp, Expr, ExprKind, Var};
 use hidet_ir::function::Function;
 
+use crate::graph_ops::int4_linear::OP_TYPE as INT4_LINEAR;
 use crate::graph_ops::integer_linear::OP_TYPE as INTEGER_LINEAR;
 use crate::graph_ops::integer_matmul::OP_TYPE as INTEGER_MATMUL;
+use crate::templates::int4_linear::{
+    int4_linear, Int4LinearSchedule, Int4LinearShape, WORD_DEPTHS,
+};
 use crate::templates::integer_linear::{integer_linear, IntegerLinearSchedule, IntegerLinearShape};
 use crate::templates::integer_matmul::{integer_matmul, IntegerMatmulSchedule, IntegerMatmulShape};
 use crate::templates::matmul::{
@@ -351,12 +355,13 @@ fn static_shapes(vars: &[Var]) -> Option<Vec<Vec<i64>>> {
         .collect()
 }
 
-/// `task` fused into `template`, a kernel of two operands of rank `operand_rank` and an
-/// output, or the reason it is refused (with `what`, the template's name, when the template
-/// itself failed).
-fn fuse_two_operands(
+/// `task` fused into `template`, a kernel of `operands` operands (rank `operand_rank` where
+/// two are one tensor) and an output, or the reason it is refused (with `what`, the template's
+/// name, when the template itself failed).
+fn fuse_operands(
     task: &FusedTask,
     template: Result<Function, crate::error::TemplateError>,
+    operands: usize,
     operand_rank: usize,
     what: &str,
 ) -> TemplateOutcome {
@@ -364,11 +369,17 @@ fn fuse_two_operands(
         Ok(f) => f,
         Err(e) => return TemplateOutcome::Refused(format!("{what} template: {e}")),
     };
-    let [first, second, output] = template.params.as_slice() else {
-        return TemplateOutcome::Refused(format!("the {what} template does not take 3 parameters"));
+    let Some((output, inputs)) = template.params.split_last() else {
+        return TemplateOutcome::Refused(format!("the {what} template takes no parameters"));
     };
+    if inputs.len() != operands {
+        return TemplateOutcome::Refused(format!(
+            "the {what} template does not take {} parameters",
+            operands + 1
+        ));
+    }
     let params = TemplateParams {
-        operands: &[first.clone(), second.clone()],
+        operands: inputs,
         output,
         operand_rank,
         stored: &[],
@@ -398,7 +409,7 @@ pub fn integer_matmul_kernel(
     };
     let template = IntegerMatmulShape::new(*batch, *m, *n, *k)
         .and_then(|shape| integer_matmul(&task.name, &shape, schedule));
-    fuse_two_operands(task, template, 3, "integer product")
+    fuse_operands(task, template, 2, 3, "integer product")
 }
 
 /// The integer linear template's kernel of `task` when its anchor is `hidet::IntegerLinear`
@@ -425,5 +436,31 @@ pub fn integer_linear_kernel(
         k: *k,
     };
     let template = integer_linear(&task.name, &shape, schedule);
-    fuse_two_operands(task, template, 2, "integer linear")
+    fuse_operands(task, template, 2, 2, "integer linear")
+}
+
+/// The 4-bit linear template's kernel of `task` when its anchor is `hidet::Int4Linear`
+/// ([`crate::graph_ops::int4_linear`]), with its prologue (the activations as rows) and its
+/// epilogue (a bias, an activation function) fused; see [`TemplateOutcome`].
+pub fn int4_linear_kernel(task: &FusedTask, schedule: &Int4LinearSchedule) -> TemplateOutcome {
+    let Some(anchor) = task.anchor.as_ref().filter(|a| a.op_type == INT4_LINEAR) else {
+        return TemplateOutcome::NotApplicable;
+    };
+    let inputs = static_shapes(&anchor.def.inputs);
+    let outputs = static_shapes(&anchor.def.outputs);
+    let (Some([x, w, _, _]), Some([out])) = (inputs.as_deref(), outputs.as_deref()) else {
+        return TemplateOutcome::Refused("Int4Linear takes (X, W, S, Z) of static shapes".into());
+    };
+    let ([rows, k], [_, n], [_, _, groups, _, _]) = (x.as_slice(), out.as_slice(), w.as_slice())
+    else {
+        return TemplateOutcome::Refused(format!("Int4Linear of shapes {x:?} and {w:?}"));
+    };
+    let shape = Int4LinearShape {
+        rows: *rows,
+        n: *n,
+        k: *k,
+        block_size: groups * WORD_DEPTHS,
+    };
+    let template = int4_linear(&task.name, &shape, schedule);
+    fuse_operands(task, template, 4, 2, "4-bit linear")
 }

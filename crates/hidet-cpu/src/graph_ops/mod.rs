@@ -10,7 +10,9 @@
 //! - [`column_panels`]: a constant matrix stored as panels of a few columns;
 //! - [`integer_matmul`]: an 8-bit product accumulated in 32 bits (quantized convolutions);
 //! - [`integer_linear`]: the same for activations by a weight stored in panels (quantized
-//!   matrix products).
+//!   matrix products);
+//! - [`int4_linear`]: `float32` activations by a weight quantized to 4 bits in blocks
+//!   (ONNX Runtime's `MatMulNBits`), read as stored.
 
 use std::sync::OnceLock;
 
@@ -19,12 +21,13 @@ use hidet_graph::Registry;
 pub mod column_panels;
 pub mod depthwise_nhwc;
 pub mod im2col;
+pub mod int4_linear;
 pub mod integer_linear;
 pub mod integer_matmul;
 pub mod offset_gather;
 
-/// The domain of the CPU backend's internal operators.
-pub const HIDET_DOMAIN: &str = "hidet";
+/// The domain of the CPU backend's internal operators (hidet's own domain).
+pub use hidet_graph::ops::HIDET_DOMAIN;
 
 /// Every built-in operator ([`Registry::global`]) and the CPU backend's internal ones: the
 /// registry the CPU graph passes build nodes from. Built once.
@@ -46,6 +49,7 @@ pub fn register_internal(r: &mut Registry) {
     column_panels::register(r);
     integer_matmul::register(r);
     integer_linear::register(r);
+    int4_linear::register(r);
 }
 
 /// Test helper: builds the internal operator `domain::op` as the graph builder would.

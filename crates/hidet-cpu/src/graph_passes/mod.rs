@@ -5,6 +5,7 @@
 //! every pass, on a graph bound to concrete input shapes
 //! ([`hidet_graph::compiled::Backend::graph_passes`]).
 
+mod block_quantized_products;
 mod channels_last;
 mod conv_implicit_gemm;
 mod conv_winograd;
@@ -12,6 +13,7 @@ mod panel_weights;
 mod quantized_products;
 mod separable_pool;
 
+pub use block_quantized_products::BlockQuantizedProducts;
 pub use channels_last::{DepthwiseChannelsLast, SinkTransposes};
 pub use conv_implicit_gemm::{ConvToImplicitGemm, FEW_CHANNELS};
 pub use conv_winograd::{ConvWinograd, WINOGRAD_MIN_CHANNEL_HARMONIC, WINOGRAD_MIN_TILES};
@@ -22,8 +24,8 @@ pub use separable_pool::SeparablePool;
 use std::sync::Arc;
 
 use hidet_graph::passes::{
-    simplification_passes, CommonSubexpressionElimination, DeadCodeElimination, DerivedConstants,
-    FlattenBatchedMatMul, GraphPass, SimplifyChains,
+    simplification_passes, CommonSubexpressionElimination, DeadCodeElimination, DecodeBlockWeights,
+    DerivedConstants, FlattenBatchedMatMul, GraphPass, SimplifyChains,
 };
 
 use crate::graph_ops::column_panels::PANEL_WIDTH;
@@ -73,7 +75,8 @@ pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
 }
 
 /// The CPU backend's graph passes, in order, for `options`: quantized convolutions as 8-bit
-/// products, the target-neutral simplifications of `hidet-graph`, the CPU rewrites, then the target-neutral cleanup with the weight panels
+/// products, the target-neutral simplifications of `hidet-graph`, products by block-quantized
+/// weights read as stored, the CPU rewrites, then the target-neutral cleanup with the weight panels
 /// stored before the last dead-code elimination. New CPU passes are added here.
 pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
     // Conv of DequantizeLinear operands → an 8-bit product with 32-bit accumulation; before
@@ -83,7 +86,15 @@ pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
     // Again, for the integer operators (QLinearConv, MatMulInteger, …) whose shapes only
     // constant folding made static (a transformer's computed Reshape targets).
     passes.push(Box::new(QuantizedProducts));
-    passes.extend::<[Box<dyn GraphPass>; 10]>([
+    passes.extend::<[Box<dyn GraphPass>; 12]>([
+        // MatMul by 4-bit block-quantized constant weights (MatMulNBits) → hidet::Int4Linear,
+        // reading the blocks as stored; after folding, which makes the activations' shapes
+        // static.
+        Box::new(BlockQuantizedProducts {
+            derived: options.derived.clone(),
+        }),
+        // The block-quantized weights nothing reads as stored → dense constants.
+        Box::new(DecodeBlockWeights),
         // Static f32 depthwise Conv (any batch) → hidet::DepthwiseConvNhwc between transposes.
         Box::new(DepthwiseChannelsLast),
         // Static f32 3×3 stride-1 Conv (any batch) with a constant weight → Winograd's three

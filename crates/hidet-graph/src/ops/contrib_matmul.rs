@@ -5,8 +5,11 @@
 //!   holds `N` rows of `K` weights quantized to `bits` (2, 4 or 8) in blocks of `block_size`
 //!   along `K`, low bits first, each block with its scale and zero point (packed like the
 //!   weights when `uint8`, default `2^(bits−1)`); `g_idx` assigns each `k` to a block. The
-//!   weights are dequantized when the graph is built (they must be initializers) into an
-//!   `[K, N]` constant of `A`'s type: `A · W + bias`.
+//!   weights must be initializers. For `float32` `A` they stay stored as they are, read
+//!   through `hidet::DequantizeBlocks` (`A · DequantizeBlocks(B, scales, zero points) + bias`,
+//!   the zero points unpacked to one float per block); with a `g_idx` that is not the identity,
+//!   or another `A` type, they are dequantized when the graph is built into an `[K, N]`
+//!   constant of `A`'s type.
 //! - `MatMulIntegerToFloat(A, B, a_scale, b_scale, a_zero_point?, b_zero_point?, bias?)` →
 //!   `float(MatMulInteger(A, B, a_zero_point, b_zero_point)) · a_scale · b_scale + bias`;
 //! - `DynamicQuantizeMatMul(A, B, b_scale, b_zero_point?, bias?)` → the same with `A`
@@ -20,6 +23,8 @@ use crate::registry::Registry;
 use crate::tensor::Tensor;
 
 use super::contrib_activation::add_optional;
+use super::dequantize_blocks::{BlockLayout, OP_TYPE as DEQUANTIZE_BLOCKS};
+use super::HIDET_DOMAIN;
 use super::contrib_util::{
     attrs, first_output, float_dtype, op, op0, op_into, optional_input, positive_attr, MS_DOMAIN,
 };
@@ -38,72 +43,6 @@ fn stored<'a>(e: &Expansion<'a>, i: usize, what: &str) -> Result<&'a Tensor, OpE
     })
 }
 
-/// The layout of `MatMulNBits`' quantized weights.
-#[derive(Debug, Clone, Copy)]
-struct NBits {
-    k: usize,
-    n: usize,
-    bits: usize,
-    block_size: usize,
-}
-
-impl NBits {
-    fn blocks(&self) -> usize {
-        self.k.div_ceil(self.block_size)
-    }
-
-    fn blob_bytes(&self) -> usize {
-        self.block_size * self.bits / 8
-    }
-
-    /// Value `index` of a row of `bits`-bit values packed low bits first into `bytes`.
-    fn unpack(&self, bytes: &[u8], index: usize) -> u8 {
-        let bit = index * self.bits;
-        let mask = ((1u16 << self.bits) - 1) as u8;
-        (bytes[bit / 8] >> (bit % 8)) & mask
-    }
-
-    /// The dequantized `[K, N]` weights (row-major, `f32`).
-    fn dequantize(
-        &self,
-        weights: &[u8],
-        scales: &[f64],
-        zeros: &Zeros,
-        groups: Option<&[i64]>,
-    ) -> Result<Vec<f32>, OpError> {
-        let (blocks, blob) = (self.blocks(), self.blob_bytes());
-        let zero_row_bytes = (blocks * self.bits).div_ceil(8);
-        let default_zero = f64::from(1u32 << (self.bits - 1));
-        let mut out = vec![0f32; self.k * self.n];
-        for col in 0..self.n {
-            let row = &weights[col * blocks * blob..(col + 1) * blocks * blob];
-            for kk in 0..self.k {
-                let (block, within) = (kk / self.block_size, kk % self.block_size);
-                let group = match groups {
-                    Some(g) => usize::try_from(g[kk])
-                        .ok()
-                        .filter(|&g| g < blocks)
-                        .ok_or_else(|| {
-                            OpError::Invalid(format!("g_idx[{kk}] = {} is not a block", g[kk]))
-                        })?,
-                    None => block,
-                };
-                let q = self.unpack(&row[block * blob..(block + 1) * blob], within);
-                let zero = match zeros {
-                    Zeros::Default => default_zero,
-                    Zeros::Packed(z) => f64::from(
-                        self.unpack(&z[col * zero_row_bytes..(col + 1) * zero_row_bytes], group),
-                    ),
-                    Zeros::Float(z) => z[col * blocks + group],
-                };
-                out[kk * self.n + col] =
-                    ((f64::from(q) - zero) * scales[col * blocks + group]) as f32;
-            }
-        }
-        Ok(out)
-    }
-}
-
 /// `MatMulNBits`' zero points.
 enum Zeros {
     Default,
@@ -111,33 +50,69 @@ enum Zeros {
     Float(Vec<f64>),
 }
 
+impl Zeros {
+    /// The zero point of each of the `n · blocks` blocks of `layout`, row by row.
+    fn per_block(&self, layout: &BlockLayout, n: usize) -> Vec<f32> {
+        let blocks = layout.blocks();
+        let row_bytes = (blocks * layout.bits).div_ceil(8);
+        match self {
+            Zeros::Default => vec![(1u32 << (layout.bits - 1)) as f32; n * blocks],
+            Zeros::Packed(z) => (0..n * blocks)
+                .map(|i| {
+                    let (row, block) = (i / blocks, i % blocks);
+                    let bytes = &z[row * row_bytes..(row + 1) * row_bytes];
+                    f32::from(layout.unpack(bytes, block))
+                })
+                .collect(),
+            Zeros::Float(z) => z.iter().map(|&v| v as f32).collect(),
+        }
+    }
+}
+
+/// The dequantized `[K, N]` weights (row-major, `f32`) when `groups` assigns each `k` to a block
+/// of its own choosing (`g_idx`): `(q − zero) · scale` of the block.
+fn dequantize_grouped(
+    layout: &BlockLayout,
+    n: usize,
+    weights: &[u8],
+    scales: &[f64],
+    zeros: &[f32],
+    groups: &[i64],
+) -> Result<Vec<f32>, OpError> {
+    let (blocks, blob) = (layout.blocks(), layout.blob_bytes());
+    let mut out = vec![0f32; layout.k * n];
+    for col in 0..n {
+        let row = &weights[col * blocks * blob..(col + 1) * blocks * blob];
+        for kk in 0..layout.k {
+            let (block, within) = (kk / layout.block_size, kk % layout.block_size);
+            let group = usize::try_from(groups[kk])
+                .ok()
+                .filter(|&g| g < blocks)
+                .ok_or_else(|| {
+                    OpError::Invalid(format!("g_idx[{kk}] = {} is not a block", groups[kk]))
+                })?;
+            let q = layout.unpack(&row[block * blob..(block + 1) * blob], within);
+            let b = col * blocks + group;
+            out[kk * n + col] = ((f64::from(q) - f64::from(zeros[b])) * scales[b]) as f32;
+        }
+    }
+    Ok(out)
+}
+
 fn matmul_nbits(e: &mut Expansion<'_>) -> Result<(), OpError> {
-    let layout = NBits {
-        k: positive_attr(e, "K")?,
-        n: positive_attr(e, "N")?,
-        bits: usize::try_from(e.attrs().int_or("bits", 4)?).unwrap_or(0),
-        block_size: positive_attr(e, "block_size")?,
-    };
-    if ![2, 4, 8].contains(&layout.bits) {
-        return Err(OpError::Unsupported(format!(
-            "MatMulNBits with bits = {}",
-            layout.bits
-        )));
+    let bits = usize::try_from(e.attrs().int_or("bits", 4)?).unwrap_or(0);
+    if ![2, 4, 8].contains(&bits) {
+        return Err(OpError::Unsupported(format!("MatMulNBits with bits = {bits}")));
     }
-    if layout.blob_bytes() == 0 || !(layout.block_size * layout.bits).is_multiple_of(8) {
-        return Err(OpError::attr(
-            "block_size",
-            format!("{} does not fill whole bytes", layout.block_size),
-        ));
-    }
+    let layout = BlockLayout::new(positive_attr(e, "K")?, bits, positive_attr(e, "block_size")?)?;
+    let n = positive_attr(e, "N")?;
     let dtype = float_dtype(e, 0)?;
     let weights = stored(e, 1, "weight")?;
-    let expected = layout.n * layout.blocks() * layout.blob_bytes();
+    let expected = n * layout.blocks() * layout.blob_bytes();
     if weights.dtype() != DType::U8 || weights.numel() != expected {
         return Err(OpError::Shape(format!(
-            "MatMulNBits' weights must be {expected} uint8 bytes (N = {}, K = {}, bits = {}, \
+            "MatMulNBits' weights must be {expected} uint8 bytes (N = {n}, K = {}, bits = {}, \
              block_size = {}), got {} {:?}",
-            layout.n,
             layout.k,
             layout.bits,
             layout.block_size,
@@ -146,10 +121,10 @@ fn matmul_nbits(e: &mut Expansion<'_>) -> Result<(), OpError> {
         )));
     }
     let scales = stored(e, 2, "scales")?.to_f64_vec();
-    if scales.len() != layout.n * layout.blocks() {
+    if scales.len() != n * layout.blocks() {
         return Err(OpError::Shape(format!(
             "MatMulNBits' scales must have N·blocks = {} entries, got {}",
-            layout.n * layout.blocks(),
+            n * layout.blocks(),
             scales.len()
         )));
     }
@@ -158,7 +133,7 @@ fn matmul_nbits(e: &mut Expansion<'_>) -> Result<(), OpError> {
         Some(_) => {
             let z = stored(e, 3, "zero points")?;
             if z.dtype() == DType::U8 {
-                let want = layout.n * (layout.blocks() * layout.bits).div_ceil(8);
+                let want = n * (layout.blocks() * layout.bits).div_ceil(8);
                 if z.numel() != want {
                     return Err(OpError::Shape(format!(
                         "MatMulNBits' packed zero points must have {want} bytes, got {}",
@@ -177,6 +152,7 @@ fn matmul_nbits(e: &mut Expansion<'_>) -> Result<(), OpError> {
             }
         }
     };
+    let zeros = zeros.per_block(&layout, n);
     let groups = match optional_input(e, 4) {
         None => None,
         Some(_) => {
@@ -188,13 +164,40 @@ fn matmul_nbits(e: &mut Expansion<'_>) -> Result<(), OpError> {
                     g.len()
                 )));
             }
-            Some(g)
+            // The identity assignment (each k in its own position's block) is no assignment.
+            let identity = g
+                .iter()
+                .enumerate()
+                .all(|(kk, &b)| usize::try_from(b) == Ok(kk / layout.block_size));
+            (!identity).then_some(g)
         }
     };
-    let dense = layout.dequantize(weights.as_slice::<u8>()?, &scales, &zeros, groups.as_deref())?;
-    let dense = Tensor::new(vec![layout.k, layout.n], dense)?;
-    let dense = if dtype == DType::F32 { dense } else { dense.cast(dtype) };
-    let w = e.constant(dense);
+    let w = match groups {
+        // The blocks as stored, read by the kernels (or decoded by a backend's pass).
+        None if dtype == DType::F32 => {
+            let shape = vec![n, layout.blocks(), layout.blob_bytes()];
+            let q = e.constant(weights.reshape(shape)?);
+            let s = scales.iter().map(|&v| v as f32).collect();
+            let s = e.constant(Tensor::new(vec![n, layout.blocks()], s)?);
+            let z = e.constant(Tensor::new(vec![n, layout.blocks()], zeros)?);
+            let out = e.fresh(DEQUANTIZE_BLOCKS);
+            e.emit_in(HIDET_DOMAIN, DEQUANTIZE_BLOCKS, 1, layout.attrs(), &[&q, &s, &z], &[&out]);
+            out
+        }
+        groups => {
+            let dense = match groups {
+                Some(g) => {
+                    dequantize_grouped(&layout, n, weights.as_slice::<u8>()?, &scales, &zeros, &g)?
+                }
+                None => {
+                    let s: Vec<f32> = scales.iter().map(|&v| v as f32).collect();
+                    layout.decode(weights.as_slice::<u8>()?, &s, &zeros, n)
+                }
+            };
+            let dense = Tensor::new(vec![layout.k, n], dense)?;
+            e.constant(if dtype == DType::F32 { dense } else { dense.cast(dtype) })
+        }
+    };
     let a = e.input_name(0)?.to_string();
     let output = first_output(e)?;
     match optional_input(e, 5) {

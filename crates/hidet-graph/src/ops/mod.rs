@@ -12,6 +12,9 @@ pub mod compute_util;
 pub mod contrib_util;
 pub mod window_compute;
 
+/// The domain of hidet's own operators, which expansions and passes build (not an ONNX domain).
+pub const HIDET_DOMAIN: &str = "hidet";
+
 macro_rules! families {
     ($($family:ident),* $(,)?) => {
         $(pub mod $family;)*
@@ -31,6 +34,7 @@ families! {
     contrib_rotary,
     contrib_attention,
     contrib_matmul,
+    dequantize_blocks,
     tensor_scatter,
     unary,
     clip,

@@ -14,6 +14,7 @@ mod conv_transpose_matmul;
 mod conv_transpose_phases;
 mod cse;
 mod dce;
+mod decode_blocks;
 mod derived_constants;
 mod dynamic_quantize;
 mod einsum_matmul;
@@ -35,6 +36,7 @@ pub use conv_transpose_matmul::ConvTransposeAsMatMul;
 pub use conv_transpose_phases::ConvTransposeAsPhases;
 pub use cse::{CommonSubexpressionElimination, MAX_DEDUP_ELEMENTS};
 pub use dce::DeadCodeElimination;
+pub use decode_blocks::DecodeBlockWeights;
 pub use derived_constants::DerivedConstants;
 pub use dynamic_quantize::DynamicQuantizeAsKernels;
 pub use einsum_matmul::EinsumAsMatMul;
@@ -121,10 +123,13 @@ pub fn simplification_passes() -> Vec<Box<dyn GraphPass>> {
     ]
 }
 
-/// The last target-neutral passes, in order: deduplication, batched products flattened, the
+/// The last target-neutral passes, in order: block-quantized weights decoded, deduplication, batched products flattened, the
 /// chains that creates merged, dead nodes removed.
 pub fn cleanup_passes() -> Vec<Box<dyn GraphPass>> {
     vec![
+        // Weights stored as quantized blocks (`MatMulNBits`) → dense constants; before the
+        // batched products are flattened, which looks for constant weights.
+        Box::new(DecodeBlockWeights),
         // Structurally identical nodes (and equal small constants) merged.
         Box::new(CommonSubexpressionElimination),
         // MatMul of a batched input by a constant 2-D weight → 2-D MatMul between Reshapes;
