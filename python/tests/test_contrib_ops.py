@@ -415,6 +415,27 @@ def test_matmul_nbits_4bit_forms(form):
     check([node], {"a": f32(*rows, k)}, ["y"], init)
 
 
+def test_matmul_nbits_model_saved_dense(tmp_path):
+    """A model with `MatMulNBits` written by `save_onnx` holds the weights dense in standard
+    operators (hidet keeps them as blocks in its own operator): ONNX Runtime runs the file and
+    agrees with the original model."""
+    k, n, block = 48, 20, 16
+    q = RNG.integers(0, 16, (n, k))
+    init = {"w": pack_nbits(q, 4).reshape(n, k // block, block // 2),
+            "scales": f32(n * (k // block), scale=0.1)}
+    node = helper.make_node("MatMulNBits", ["a", "w", "scales"], ["y"], domain=MS, K=k, N=n,
+                            bits=4, block_size=block, accuracy_level=0)
+    feeds = {"a": f32(3, k)}
+    model = build([node], feeds, ["y"], init)
+    path = tmp_path / "dense.onnx"
+    hidet_rs.load(model).save_onnx(path)
+    saved = onnx.load(str(path))
+    assert {nd.domain for nd in saved.graph.node} == {""}, [nd.op_type for nd in saved.graph.node]
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    want = ort_outputs(model, feeds, ["y"])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
 def test_integer_products_to_float():
     k, n = 19, 11
     feeds = {

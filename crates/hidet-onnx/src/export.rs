@@ -1,14 +1,18 @@
 //! hidet [`Graph`] → ModelProto: the inverse of [`crate::import`] for graphs of plain tensor
 //! operators, so a model hidet built (a zoo model) can be run by other runtimes.
 //!
-//! Every node is written as it is in the graph (op type, domain, attributes, value names);
-//! initializers are written with their data in `raw_data`. Not written: subgraph attributes
+//! Every node is written as it is in the graph (op type, domain, attributes, value names), but
+//! weights kept as quantized blocks (`hidet::DequantizeBlocks`, what ONNX Runtime's
+//! `MatMulNBits` expands to) are written dense; initializers are written with their data in
+//! `raw_data`. Not written: subgraph attributes
 //! (If, Loop, Scan, SequenceMap) and models whose protobuf would exceed the format's 2 GiB
 //! limit (which would need external data); each is an [`OnnxError::Unsupported`] naming the
 //! node.
 
 use std::path::Path;
 
+use hidet_graph::ops::HIDET_DOMAIN;
+use hidet_graph::passes::{DeadCodeElimination, DecodeBlockWeights, GraphPass};
 use hidet_graph::{Attribute, DType, Dim, Tensor, TensorType, ValueKind};
 use prost::Message;
 
@@ -26,6 +30,13 @@ const PROTOBUF_LIMIT: usize = i32::MAX as usize;
 
 /// The `ModelProto` of `model`: its graph, opsets, IR version and producer.
 pub fn model_to_proto(model: &OnnxModel) -> Result<ModelProto, OnnxError> {
+    // Weights an expansion kept as quantized blocks (hidet's own operator) are written dense,
+    // without the blocks they replace.
+    let mut graph = model.graph.clone();
+    if graph.nodes().iter().any(|n| n.domain == HIDET_DOMAIN) {
+        graph = DecodeBlockWeights.run(graph).map_err(OnnxError::Graph)?;
+        graph = DeadCodeElimination.run(graph).map_err(OnnxError::Graph)?;
+    }
     Ok(ModelProto {
         ir_version: Some(model.ir_version),
         opset_import: model
@@ -38,7 +49,7 @@ pub fn model_to_proto(model: &OnnxModel) -> Result<ModelProto, OnnxError> {
             .collect(),
         producer_name: Some(model.producer.clone()),
         producer_version: Some(env!("CARGO_PKG_VERSION").to_string()),
-        graph: Some(graph_to_proto(&model.graph)?),
+        graph: Some(graph_to_proto(&graph)?),
         ..Default::default()
     })
 }
