@@ -415,6 +415,42 @@ def test_matmul_nbits_4bit_forms(form):
     check([node], {"a": f32(*rows, k)}, ["y"], init)
 
 
+@pytest.mark.parametrize("dtype, zero_points", [(TensorProto.INT4, False),
+                                               (TensorProto.UINT4, True)])
+def test_qdq_int4_blocked_product(dtype, zero_points):
+    """The QDQ form of 4-bit weights (ONNX Runtime's quantizer with QDQ output, opset 21):
+    `MatMul(A, DequantizeLinear(x int4/uint4 [K, N], scale [K/bs, N], zero?; axis 0,
+    block_size))`, read as stored on the CPU."""
+    k, n, block = 72, 29, 16
+    blocks = -(-k // block)
+    lo, hi = (-8, 8) if dtype == TensorProto.INT4 else (0, 16)
+    values = RNG.integers(lo, hi, (k, n))
+    x = helper.make_tensor("x", dtype, [k, n], values.flatten().tolist())
+    inits = [x, numpy_helper.from_array(np.abs(f32(blocks, n, scale=0.1)) + 0.01, "scale")]
+    inputs = ["x", "scale"]
+    if zero_points:
+        zp = RNG.integers(lo, hi, (blocks, n))
+        inits.append(helper.make_tensor("zero", dtype, [blocks, n], zp.flatten().tolist()))
+        inputs.append("zero")
+    nodes = [
+        helper.make_node("DequantizeLinear", inputs, ["w"], axis=0, block_size=block),
+        helper.make_node("MatMul", ["a", "w"], ["y"]),
+    ]
+    feeds = {"a": f32(2, 5, k)}
+    graph = helper.make_graph(
+        nodes, "qdq_int4",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 5, k])],
+        [helper.make_empty_tensor_value_info("y")], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    model = model.SerializeToString()
+    want = ort_outputs(model, feeds, ["y"])
+    for device in DEVICES:
+        got = hidet_rs.compile(model, threads=2, device=device).run(feeds)
+        err = float(np.abs(got[0].astype(np.float64) - want[0]).max()) / np.abs(want[0]).max()
+        assert err <= 1e-5, f"{device}: max relative error {err:.2e}"
+
+
 def test_matmul_nbits_model_saved_dense(tmp_path):
     """A model with `MatMulNBits` written by `save_onnx` holds the weights dense in standard
     operators (hidet keeps them as blocks in its own operator): ONNX Runtime runs the file and

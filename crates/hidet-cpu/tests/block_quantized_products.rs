@@ -20,13 +20,16 @@ use hidet_graph::{
     TensorType,
 };
 
-/// One product: `A` of `a_shape` (last axis `k`) times `k × n` weights in blocks of `block`.
+/// One product: `A` of `a_shape` (last axis `k`) times `k × n` weights in blocks of `block`,
+/// by `hidet::DequantizeBlocks` (`qdq: None`) or by a blocked `DequantizeLinear` of `int4`
+/// (`Some(true)`) or `uint4` (`Some(false)`) weights with zero points.
 #[derive(Clone, Copy, Debug)]
 struct Case {
     a_shape: &'static [usize],
     n: usize,
     block: usize,
     bias_relu: bool,
+    qdq: Option<bool>,
 }
 
 fn dequantize_node(k: usize, block: usize) -> NodeSpec {
@@ -63,10 +66,36 @@ fn check(seed: u64, case: Case) {
 
     let mut g = GraphBuilder::new("int4_product");
     g.input("a", TensorType::fixed(DType::F32, case.a_shape));
-    g.initializer("q", Tensor::new(vec![n, blocks, blob], q).unwrap());
-    g.initializer("scales", Tensor::new(vec![n, blocks], scales).unwrap());
-    g.initializer("zeros", Tensor::new(vec![n, blocks], zeros).unwrap());
-    g.node(dequantize_node(k, block));
+    match case.qdq {
+        None => {
+            g.initializer("q", Tensor::new(vec![n, blocks, blob], q).unwrap());
+            g.initializer("scales", Tensor::new(vec![n, blocks], scales).unwrap());
+            g.initializer("zeros", Tensor::new(vec![n, blocks], zeros).unwrap());
+            g.node(dequantize_node(k, block));
+        }
+        Some(signed) => {
+            let (dtype, offset) = if signed {
+                (DType::I4, 8)
+            } else {
+                (DType::U4, 0)
+            };
+            let int4 = |values: Vec<i64>, shape: Vec<usize>| {
+                let shifted = values.into_iter().map(|v| v - offset).collect();
+                Tensor::new(shape, shifted).unwrap().cast(dtype)
+            };
+            let x = (0..k * n).map(|_| (rng.next_u64() % 16) as i64).collect();
+            let z = zeros.iter().map(|&v| v as i64).collect();
+            g.initializer("x", int4(x, vec![k, n]));
+            g.initializer("scale", Tensor::new(vec![blocks, n], scales).unwrap());
+            g.initializer("zero", int4(z, vec![blocks, n]));
+            let mut attrs = Attributes::new();
+            attrs.insert("axis", Attribute::Int(0));
+            attrs.insert("block_size", Attribute::Int(block as i64));
+            let mut dq = node("DequantizeLinear", &["x", "scale", "zero"], "w", attrs);
+            dq.opset = 21;
+            g.node(dq);
+        }
+    }
     if case.bias_relu {
         g.initializer("bias", Tensor::new(vec![n], rng.vec_f32(n)).unwrap());
         g.node(node("MatMul", &["a", "w"], "product", Attributes::new()));
@@ -87,7 +116,9 @@ fn check(seed: u64, case: Case) {
         .map(|n| n.op_type.as_str())
         .collect();
     assert!(
-        ops.contains(&"Int4Linear") && !ops.contains(&"DequantizeBlocks"),
+        ops.contains(&"Int4Linear")
+            && !ops.contains(&"DequantizeBlocks")
+            && !ops.contains(&"DequantizeLinear"),
         "{case:?}: the product is not read as stored: {ops:?}"
     );
     for target in codegen_targets().iter().filter(|t| runs_here(t)) {
@@ -140,6 +171,7 @@ fn one_token_with_a_partial_last_block_and_ragged_columns() {
         n: 37,
         block: 32,
         bias_relu: false,
+        qdq: None,
     };
     check(1, case);
 }
@@ -151,6 +183,7 @@ fn rows_of_a_rank_three_activation_with_bias_and_relu() {
         n: 50,
         block: 16,
         bias_relu: true,
+        qdq: None,
     };
     check(2, case);
 }
@@ -162,6 +195,7 @@ fn more_rows_than_one_chunk() {
         n: 33,
         block: 64,
         bias_relu: false,
+        qdq: None,
     };
     check(3, case);
 }
@@ -174,6 +208,21 @@ fn blocks_longer_than_the_depth_and_the_longest_blocks() {
             n: 20,
             block,
             bias_relu: false,
+            qdq: None,
+        };
+        check(seed, case);
+    }
+}
+
+#[test]
+fn blocked_dequantize_linear_of_int4_and_uint4_weights() {
+    for (seed, signed, a_shape) in [(6, true, &[3usize, 88][..]), (7, false, &[1, 1, 40][..])] {
+        let case = Case {
+            a_shape,
+            n: 19,
+            block: 16,
+            bias_relu: signed,
+            qdq: Some(signed),
         };
         check(seed, case);
     }

@@ -127,7 +127,11 @@ impl Operator for Int4Linear {
             let (p, j) = (n / WIDTH, n % WIDTH);
             let word = ((p * blocks + kk / bs) * (bs / 8) + kk % bs / 8) * WIDTH + j;
             let byte = w[word * 4 + kk % 8 / 2];
-            let q = if kk.is_multiple_of(2) { byte & 15 } else { byte >> 4 };
+            let q = if kk.is_multiple_of(2) {
+                byte & 15
+            } else {
+                byte >> 4
+            };
             let b = (p * blocks + kk / bs) * WIDTH + j;
             (f32::from(q) - z[b]) * s[b]
         };

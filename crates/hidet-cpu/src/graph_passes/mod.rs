@@ -81,15 +81,22 @@ pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
 pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
     // Conv of DequantizeLinear operands → an 8-bit product with 32-bit accumulation; before
     // constant folding turns the weight's DequantizeLinear into floats.
-    let mut passes: Vec<Box<dyn GraphPass>> = vec![Box::new(QuantizedProducts)];
+    // MatMul by a blocked DequantizeLinear of int4 weights → hidet::Int4Linear, also before
+    // constant folding.
+    let mut passes: Vec<Box<dyn GraphPass>> = vec![
+        Box::new(QuantizedProducts),
+        Box::new(BlockQuantizedProducts {
+            derived: options.derived.clone(),
+        }),
+    ];
     passes.extend(simplification_passes());
     // Again, for the integer operators (QLinearConv, MatMulInteger, …) whose shapes only
     // constant folding made static (a transformer's computed Reshape targets).
     passes.push(Box::new(QuantizedProducts));
     passes.extend::<[Box<dyn GraphPass>; 12]>([
-        // MatMul by 4-bit block-quantized constant weights (MatMulNBits) → hidet::Int4Linear,
-        // reading the blocks as stored; after folding, which makes the activations' shapes
-        // static.
+        // MatMul by 4-bit block-quantized constant weights (MatMulNBits, QDQ int4) →
+        // hidet::Int4Linear, reading the blocks as stored; again after folding, which makes
+        // the activations' shapes static.
         Box::new(BlockQuantizedProducts {
             derived: options.derived.clone(),
         }),
