@@ -14,8 +14,10 @@
 //! that stays in L1 (a vector of words per eight depths, each depth's values shifted and masked
 //! out of it, converted, `(q − z) · s`: each weight exactly the float its dense form holds), then
 //! every register tile of `MR` rows of the chunk adds that block's contribution to its sums,
-//! kept between blocks in a `rows × 16` partial tile. A tile of few rows (a decoder's one token)
-//! splits the depth over independent accumulators to hide the multiply-add latency. The chunk's
+//! kept between blocks in a `rows × 16` partial tile. A tile of few rows splits the depth over
+//! independent accumulators to hide the multiply-add latency. A product of one row (a decoder's
+//! token) skips the buffer: each depth's `q − z` is converted in registers and multiplied into
+//! the accumulators, and the block's sum is scaled once (`Σ x·(q − z)·s = s·Σ x·(q − z)`). The chunk's
 //! sums then go to `C` row by row, contiguous, where an epilogue is fused. So the weights are read
 //! from memory once per chunk, at a quarter of a byte per multiply-add of a one-token product,
 //! an eighth of what their dense form costs.
@@ -206,11 +208,16 @@ impl Plan {
             });
         });
         let (full, tail) = (self.s.k / self.s.block_size, self.s.k % self.s.block_size);
-        fb.for_range("b", full, |fb, b| {
-            self.block(fb, panel, &b, row0, rows, self.s.block_size);
-        });
+        let block = |fb: &mut FunctionBuilder, b: &Expr, len: i64| {
+            if rows == 1 {
+                self.block_one_row(fb, panel, b, row0, len);
+            } else {
+                self.block(fb, panel, b, row0, rows, len);
+            }
+        };
+        fb.for_range("b", full, |fb, b| block(fb, &b, self.s.block_size));
         if tail > 0 {
-            self.block(fb, panel, &Expr::int(full), row0, rows, tail);
+            block(fb, &Expr::int(full), tail);
         }
         let n0 = panel * width;
         let at = |r: &Expr, col: Expr| vec![row0 + r, col];
@@ -276,6 +283,74 @@ impl Plan {
         });
         if edge > 0 {
             self.tile(fb, row0, &Expr::int(tiles * self.mr), edge, &k0, len);
+        }
+    }
+
+    /// Block `b` (`len` depths) of the panel times the one row `row0`, without the buffer:
+    /// each depth's `q − z` converted in registers and multiplied into accumulators split over
+    /// the depths, their sum scaled once per block (a decoder's token: no later row reads the
+    /// dequantized block, so half the work per weight).
+    fn block_one_row(
+        &self,
+        fb: &mut FunctionBuilder,
+        panel: &Expr,
+        b: &Expr,
+        row0: &Expr,
+        len: i64,
+    ) {
+        let (lanes, vecs) = (self.lanes, self.vecs);
+        let f32v = DataType::vector(ScalarType::F32, lanes);
+        let i32v = DataType::vector(ScalarType::I32, lanes);
+        let load = |dtype: DataType, element: Expr| {
+            Expr::call(Intrinsic::VectorLoad { dtype }, vec![element.address()])
+        };
+        let param_at =
+            |t: &Var, v: i64| t.at([panel.clone(), b.clone(), Expr::int(v * i64::from(lanes))]);
+        let zeros: Vec<Expr> = (0..vecs)
+            .map(|v| fb.var("z", load(f32v, param_at(&self.zeros, v))).expr())
+            .collect();
+        let sets = (CHAINS / vecs).clamp(1, 4);
+        let acc = fb.register_tensor("acc", f32v, row_major([sets, vecs]));
+        for set in 0..sets {
+            for v in 0..vecs {
+                fb.store(&acc, [Expr::int(set), Expr::int(v)], Expr::zero(f32v));
+            }
+        }
+        let k0 = b * self.s.block_size;
+        let mask = Expr::int(15).cast(DataType::I32).broadcast(lanes);
+        let group = |fb: &mut FunctionBuilder, g: Expr, depths: i64| {
+            for v in 0..vecs {
+                let col = Expr::int(v * i64::from(lanes));
+                let at = [panel.clone(), b.clone(), g.clone(), col, Expr::int(0)];
+                let words = fb.var("words", load(i32v, self.w.at(at))).expr();
+                for t in 0..depths {
+                    let shift = Expr::int(4 * t).cast(DataType::I32).broadcast(lanes);
+                    let q = ((words.clone() >> shift) & mask.clone()).cast(f32v);
+                    let x = self
+                        .x
+                        .at([row0.clone(), &k0 + &g * WORD_DEPTHS + t])
+                        .broadcast(lanes);
+                    let at = [Expr::int(t % sets), Expr::int(v)];
+                    let sum = x.fma(q - zeros[v as usize].clone(), acc.at(at.clone()));
+                    fb.store(&acc, at, sum);
+                }
+            }
+        };
+        fb.for_range("g", len / WORD_DEPTHS, |fb, g| group(fb, g, WORD_DEPTHS));
+        if len % WORD_DEPTHS > 0 {
+            group(fb, Expr::int(len / WORD_DEPTHS), len % WORD_DEPTHS);
+        }
+        for v in 0..vecs {
+            let total = (0..sets)
+                .map(|set| acc.at([Expr::int(set), Expr::int(v)]))
+                .reduce(|a, b| a + b)
+                .expect("at least one set of accumulators");
+            let at = self
+                .partial
+                .at([Expr::int(0), Expr::int(v * i64::from(lanes))]);
+            let scale = load(f32v, param_at(&self.scales, v));
+            let sum = total.fma(scale, load(f32v, at.clone()));
+            fb.call(Intrinsic::VectorStore, vec![at.address(), sum]);
         }
     }
 
