@@ -16,8 +16,10 @@
 //! every register tile of `MR` rows of the chunk adds that block's contribution to its sums,
 //! kept between blocks in a `rows × 16` partial tile. A tile of few rows splits the depth over
 //! independent accumulators to hide the multiply-add latency. A product of one row (a decoder's
-//! token) skips the buffer: each depth's `q − z` is converted in registers and multiplied into
-//! the accumulators, and the block's sum is scaled once (`Σ x·(q − z)·s = s·Σ x·(q − z)`). The chunk's
+//! token) skips the buffer: each depth's `q` is converted in registers and multiplied into the
+//! accumulators (four vector operations per 16 weights), and each block's sum is corrected and
+//! scaled once, `Σ x·(q − z)·s = s·(Σ x·q − z·Σ x)`, with the row's sum over each block computed
+//! once per thread. The chunk's
 //! sums then go to `C` row by row, contiguous, where an epilogue is fused. So the weights are read
 //! from memory once per chunk, at a quarter of a byte per multiply-add of a one-token product,
 //! an eighth of what their dense form costs.
@@ -119,6 +121,8 @@ struct Plan {
     block: Var,
     /// The chunk's sums, `[ROW_CHUNK, 16]`.
     partial: Var,
+    /// For a product of one row, the sum of the row over each block, `[B]`.
+    block_sums: Option<Var>,
 }
 
 /// The kernel `name(X: f32[R, K], W: u8[⌈N/16⌉, B, bs/8, 16, 4], S: f32[⌈N/16⌉, B, 16],
@@ -165,7 +169,23 @@ pub fn int4_linear(
             DataType::F32,
             row_major([ROW_CHUNK.min(s.rows), INT4_PANEL_WIDTH]),
         );
+        // One row: its sum over each block, once per thread (every task reads the same row).
+        let blocks = ceil_div(s.k, s.block_size);
+        let block_sums = (s.rows == 1).then(|| {
+            let sums = fb.register_tensor("block_sums", DataType::F32, row_major([blocks]));
+            fb.for_range("b", blocks, |fb, b| {
+                let sum = fb.var("sum", Expr::zero(DataType::F32));
+                let k0 = &b * s.block_size;
+                let len = Expr::int(s.block_size).min(Expr::int(s.k) - &k0);
+                fb.for_range("kk", len, |fb, kk| {
+                    fb.assign(&sum, sum.expr() + x.at([Expr::int(0), &k0 + &kk]));
+                });
+                fb.store(&sums, [b], sum.expr());
+            });
+            sums
+        });
         let plan = Plan {
+            block_sums,
             s,
             lanes: schedule.lanes,
             vecs: INT4_PANEL_WIDTH / i64::from(schedule.lanes),
@@ -287,9 +307,9 @@ impl Plan {
     }
 
     /// Block `b` (`len` depths) of the panel times the one row `row0`, without the buffer:
-    /// each depth's `q − z` converted in registers and multiplied into accumulators split over
-    /// the depths, their sum scaled once per block (a decoder's token: no later row reads the
-    /// dequantized block, so half the work per weight).
+    /// each depth's `q` converted in registers and multiplied into accumulators split over the
+    /// depths, their sum corrected by the zero point times the row's block sum and scaled once
+    /// per block (a decoder's token: no later row reads the dequantized block).
     fn block_one_row(
         &self,
         fb: &mut FunctionBuilder,
@@ -306,9 +326,6 @@ impl Plan {
         };
         let param_at =
             |t: &Var, v: i64| t.at([panel.clone(), b.clone(), Expr::int(v * i64::from(lanes))]);
-        let zeros: Vec<Expr> = (0..vecs)
-            .map(|v| fb.var("z", load(f32v, param_at(&self.zeros, v))).expr())
-            .collect();
         let sets = (CHAINS / vecs).clamp(1, 4);
         let acc = fb.register_tensor("acc", f32v, row_major([sets, vecs]));
         for set in 0..sets {
@@ -324,14 +341,15 @@ impl Plan {
                 let at = [panel.clone(), b.clone(), g.clone(), col, Expr::int(0)];
                 let words = fb.var("words", load(i32v, self.w.at(at))).expr();
                 for t in 0..depths {
-                    let shift = Expr::int(4 * t).cast(DataType::I32).broadcast(lanes);
-                    let q = ((words.clone() >> shift) & mask.clone()).cast(f32v);
-                    let x = self
-                        .x
-                        .at([row0.clone(), &k0 + &g * WORD_DEPTHS + t])
-                        .broadcast(lanes);
+                    let shifted = if t == 0 {
+                        words.clone()
+                    } else {
+                        words.clone() >> Expr::int(4 * t).cast(DataType::I32).broadcast(lanes)
+                    };
+                    let q = (shifted & mask.clone()).cast(f32v);
+                    let x = self.x.at([row0.clone(), &k0 + &g * WORD_DEPTHS + t]);
                     let at = [Expr::int(t % sets), Expr::int(v)];
-                    let sum = x.fma(q - zeros[v as usize].clone(), acc.at(at.clone()));
+                    let sum = x.broadcast(lanes).fma(q, acc.at(at.clone()));
                     fb.store(&acc, at, sum);
                 }
             }
@@ -340,16 +358,25 @@ impl Plan {
         if len % WORD_DEPTHS > 0 {
             group(fb, Expr::int(len / WORD_DEPTHS), len % WORD_DEPTHS);
         }
+        let row_sum = self
+            .block_sums
+            .as_ref()
+            .expect("a one-row product has its block sums")
+            .at([b.clone()])
+            .broadcast(lanes);
         for v in 0..vecs {
             let total = (0..sets)
                 .map(|set| acc.at([Expr::int(set), Expr::int(v)]))
                 .reduce(|a, b| a + b)
                 .expect("at least one set of accumulators");
+            // Σ x·(q − z) = Σ x·q − z·Σ x, then scaled.
+            let zero = load(f32v, param_at(&self.zeros, v));
+            let centered = total - zero * row_sum.clone();
             let at = self
                 .partial
                 .at([Expr::int(0), Expr::int(v * i64::from(lanes))]);
             let scale = load(f32v, param_at(&self.scales, v));
-            let sum = total.fma(scale, load(f32v, at.clone()));
+            let sum = centered.fma(scale, load(f32v, at.clone()));
             fb.call(Intrinsic::VectorStore, vec![at.address(), sum]);
         }
     }
