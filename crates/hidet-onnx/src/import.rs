@@ -43,6 +43,9 @@ pub fn load_model(path: &Path) -> Result<OnnxModel, OnnxError> {
         source: e,
     })?;
     let proto = decode_model(&bytes)?;
+    // The decoded protobuf holds its own copy of the weights: the file's bytes go before the
+    // tensors are made, so the three are never alive together.
+    drop(bytes);
     let base = path.parent().unwrap_or(Path::new("."));
     import_model(&proto, Some(base), Registry::global())
 }
