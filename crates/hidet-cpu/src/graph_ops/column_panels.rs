@@ -14,7 +14,7 @@
 //! A matrix-product kernel reads the panels in place, row after row, where it would
 //! otherwise copy (pack) the operand on every call.
 
-use crate::graph_ops::HIDET_DOMAIN;
+use crate::graph_ops::{count_attr, HIDET_DOMAIN};
 use hidet_graph::dtype::DType;
 use hidet_graph::fusion::StoredLayout;
 use hidet_graph::operator::{
@@ -52,11 +52,7 @@ pub fn register(r: &mut Registry) {
         OP_TYPE,
         1..=LATEST_OPSET,
         |c: &OpContext<'_>| {
-            let columns = c.attrs.req_int("columns")?;
-            let columns = usize::try_from(columns)
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| OpError::attr("columns", format!("must be >= 1, got {columns}")))?;
+            let columns = count_attr(c, "columns")?;
             let width = c.attrs.int_or("width", PANEL_WIDTH as i64)?;
             let width = usize::try_from(width)
                 .ok()

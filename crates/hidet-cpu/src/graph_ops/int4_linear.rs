@@ -11,7 +11,7 @@
 //! `Y[r, n] = Σ_{k<K} X[r, k] · ((q(k, n) − Z[p, k / bs, j]) · S[p, k / bs, j])` with
 //! `p = n / 16`, `j = n % 16`. Its kernel is [`crate::templates::int4_linear`].
 
-use crate::graph_ops::HIDET_DOMAIN;
+use crate::graph_ops::{count_attr, HIDET_DOMAIN};
 use crate::templates::int4_linear::INT4_PANEL_WIDTH;
 use hidet_graph::dtype::DType;
 use hidet_graph::operator::{
@@ -44,11 +44,7 @@ pub fn register(r: &mut Registry) {
         OP_TYPE,
         1..=LATEST_OPSET,
         |c: &OpContext<'_>| {
-            let columns = c.attrs.int_or("columns", 0)?;
-            let columns = usize::try_from(columns)
-                .ok()
-                .filter(|&n| n >= 1)
-                .ok_or_else(|| OpError::attr("columns", format!("must be >= 1, got {columns}")))?;
+            let columns = count_attr(c, "columns")?;
             Ok(Box::new(Int4Linear { columns }))
         },
     );

@@ -9,7 +9,7 @@
 //! entries of `W` past `N` or `K` are never part of the result. Its kernel is
 //! [`crate::templates::integer_linear`].
 
-use crate::graph_ops::HIDET_DOMAIN;
+use crate::graph_ops::{count_attr, HIDET_DOMAIN};
 use crate::templates::integer_linear::LINEAR_PANEL_WIDTH;
 use crate::templates::integer_matmul::padded_depth;
 use hidet_graph::dtype::DType;
@@ -40,11 +40,7 @@ pub fn register(r: &mut Registry) {
         OP_TYPE,
         1..=LATEST_OPSET,
         |c: &OpContext<'_>| {
-            let columns = c.attrs.int_or("columns", 0)?;
-            let columns = usize::try_from(columns)
-                .ok()
-                .filter(|&n| n >= 1)
-                .ok_or_else(|| OpError::attr("columns", format!("must be >= 1, got {columns}")))?;
+            let columns = count_attr(c, "columns")?;
             Ok(Box::new(IntegerLinear { columns }))
         },
     );

@@ -29,6 +29,19 @@ pub mod offset_gather;
 /// The domain of the CPU backend's internal operators (hidet's own domain).
 pub use hidet_graph::ops::HIDET_DOMAIN;
 
+/// The integer attribute `name` of a node being built: a count of at least 1 (an error when it
+/// is absent or smaller).
+pub(crate) fn count_attr(
+    c: &hidet_graph::OpContext<'_>,
+    name: &str,
+) -> Result<usize, hidet_graph::OpError> {
+    let v = c.attrs.req_int(name)?;
+    usize::try_from(v)
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| hidet_graph::OpError::attr(name, format!("must be >= 1, got {v}")))
+}
+
 /// Every built-in operator ([`Registry::global`]) and the CPU backend's internal ones: the
 /// registry the CPU graph passes build nodes from. Built once.
 pub fn registry() -> &'static Registry {
