@@ -9,13 +9,12 @@
 //! (depths past `K` never read); `S` and `Z` `[⌈N/16⌉, B, 16]`, each block's scales and zero
 //! points per panel column (zero past `N`).
 //!
-//! Threads share out (group of `G` column panels, chunk of up to [`ROW_CHUNK`] rows) tasks
-//! ([`Int4LinearSchedule::group`]). For a task and each block of `bs` depths, the group's block
-//! is dequantized once into a buffer of `bs × 16G` floats that stays in L1 (a vector of words per
-//! eight depths, each depth's values shifted and masked out of it, converted, `(q − z) · s`: each
-//! weight exactly the float its dense form holds), then every register tile of `MR × 16G` of the
-//! chunk adds that block's contribution to its sums, kept between blocks in a `rows × 16G`
-//! partial tile. A tile of few rows splits the depth over
+//! Threads share out (column panel, chunk of up to [`ROW_CHUNK`] rows) tasks. For a task and each
+//! block of `bs` depths, the panel's block is dequantized once into a buffer of `bs × 16` floats
+//! that stays in L1 (a vector of words per eight depths, each depth's values shifted and masked
+//! out of it, converted, `(q − z) · s`: each weight exactly the float its dense form holds), then
+//! every register tile of `MR` rows of the chunk adds that block's contribution to its sums,
+//! kept between blocks in a `rows × 16` partial tile. A tile of few rows splits the depth over
 //! independent accumulators to hide the multiply-add latency. A product of one row (a decoder's
 //! token) skips the buffer: each depth's `q` is converted in registers and multiplied into the
 //! accumulators (four vector operations per 16 weights), and each block's sum is corrected and
@@ -46,10 +45,6 @@ pub const MAX_BLOCK_SIZE: i64 = 256;
 /// multiply-add times the ports that issue them).
 const CHAINS: i64 = 8;
 
-/// Accumulators of a register tile of several rows: 12 vectors leave registers for the weights
-/// and the broadcast row value even with 16 vector registers (AVX2).
-const TILE_ACCUMULATORS: i64 = 12;
-
 /// The sizes of one product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Int4LinearShape {
@@ -63,32 +58,31 @@ pub struct Int4LinearShape {
     pub block_size: i64,
 }
 
-/// The vector width, panels per task and thread count of one instantiation.
+/// The register tile and thread count of one instantiation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Int4LinearSchedule {
     /// `float32` lanes per vector of the multiply-adds: 4, 8 or 16.
     pub lanes: u16,
-    /// Column panels a task covers side by side (1 or 2): the register tile is `16 · group`
-    /// columns wide, as many rows as [`TILE_ACCUMULATORS`] vectors allow.
-    pub group: i64,
+    /// Rows of `X` per register tile.
+    pub mr: i64,
     pub threads: i64,
 }
 
 impl Int4LinearSchedule {
-    /// The level-0 choice for `target`: the widest vectors, and two panels per task with
-    /// 16-lane vectors (a 6 × 32 tile, 8 loads per 12 multiply-adds, where one panel's 12 × 16
-    /// tile needs 13), else one.
+    /// The level-0 choice for `target`: the widest vectors, and `MR` rows so that the tile's
+    /// `MR × 16 / lanes` accumulators are [`CHAINS`].
     pub fn for_target(target: &CpuTarget, threads: i64) -> Self {
         let lanes = target.f32_lanes().clamp(4, 16);
+        let vecs = INT4_PANEL_WIDTH / i64::from(lanes);
         Int4LinearSchedule {
             lanes,
-            group: if lanes == 16 { 2 } else { 1 },
+            mr: (CHAINS / vecs).max(1),
             threads: threads.max(1),
         }
     }
 
     fn validate(&self, shape: &Int4LinearShape) -> Result<(), TemplateError> {
-        if !matches!(self.lanes, 4 | 8 | 16) || !(1..=2).contains(&self.group) || self.threads < 1 {
+        if !matches!(self.lanes, 4 | 8 | 16) || self.mr < 1 || self.threads < 1 {
             return Err(TemplateError::InvalidSchedule(format!(
                 "{self:?} for the 4-bit linear product"
             )));
@@ -117,14 +111,7 @@ fn ceil_div(a: i64, b: i64) -> i64 {
 struct Plan {
     s: Int4LinearShape,
     lanes: u16,
-    /// Panels a task group holds (the schedule's), and panels this plan covers (fewer for
-    /// the last group when the panels do not divide into groups).
-    stride: i64,
-    group: i64,
-    /// Vectors per panel, and across the plan's panels.
-    per_panel: i64,
     vecs: i64,
-    /// Rows per register tile.
     mr: i64,
     x: Var,
     w: Var,
@@ -168,19 +155,19 @@ pub fn int4_linear(
     let c = fb.tensor_param("C", DataType::F32, [s.rows, s.n]);
     let chunks = ceil_div(s.rows, ROW_CHUNK);
     let last_chunk_rows = s.rows - (chunks - 1) * ROW_CHUNK;
-    let stride = schedule.group;
-    let groups = ceil_div(panels, stride);
-    let last_group = panels - (groups - 1) * stride;
-    let tasks = groups * chunks;
+    let tasks = panels * chunks;
     let per_thread = ceil_div(tasks, schedule.threads);
     let busy = ceil_div(tasks, per_thread);
     fb.for_range_with("t", busy, LoopKind::Parallel, |fb, t| {
-        let width = INT4_PANEL_WIDTH * stride;
-        let block = fb.register_tensor("block", DataType::F32, row_major([s.block_size, width]));
+        let block = fb.register_tensor(
+            "block",
+            DataType::F32,
+            row_major([s.block_size, INT4_PANEL_WIDTH]),
+        );
         let partial = fb.register_tensor(
             "partial",
             DataType::F32,
-            row_major([ROW_CHUNK.min(s.rows), width]),
+            row_major([ROW_CHUNK.min(s.rows), INT4_PANEL_WIDTH]),
         );
         // One row: its sum over each block, once per thread (every task reads the same row).
         let blocks = ceil_div(s.k, s.block_size);
@@ -197,48 +184,32 @@ pub fn int4_linear(
             });
             sums
         });
-        let per_panel = INT4_PANEL_WIDTH / i64::from(schedule.lanes);
-        let plan = |group: i64| Plan {
-            block_sums: block_sums.clone(),
+        let plan = Plan {
+            block_sums,
             s,
             lanes: schedule.lanes,
-            stride,
-            group,
-            per_panel,
-            vecs: per_panel * group,
-            mr: (TILE_ACCUMULATORS / (per_panel * group)).max(1),
+            vecs: INT4_PANEL_WIDTH / i64::from(schedule.lanes),
+            mr: schedule.mr,
             x: x.clone(),
             w: w.clone(),
             scales: scales.clone(),
             zeros: zeros.clone(),
-            block: block.clone(),
-            partial: partial.clone(),
+            block,
+            partial,
         };
-        let (full, last) = (plan(stride), plan(last_group));
         fb.for_range("item", per_thread, |fb, item| {
             let task = &t * per_thread + &item;
             fb.if_then(task.lt(tasks), |fb| {
-                let grp = &task / chunks;
+                let panel = &task / chunks;
                 let chunk = &task % chunks;
                 let row0 = &chunk * ROW_CHUNK;
-                let rows_of = |fb: &mut FunctionBuilder, plan: &Plan| {
-                    if chunks == 1 {
-                        plan.chunk(fb, &c, &grp, &row0, s.rows);
-                    } else {
-                        fb.if_then_else(
-                            chunk.lt(chunks - 1),
-                            |fb| plan.chunk(fb, &c, &grp, &row0, ROW_CHUNK),
-                            |fb| plan.chunk(fb, &c, &grp, &row0, last_chunk_rows),
-                        );
-                    }
-                };
-                if last_group == stride {
-                    rows_of(fb, &full);
+                if chunks == 1 {
+                    plan.chunk(fb, &c, &panel, &row0, s.rows);
                 } else {
                     fb.if_then_else(
-                        grp.lt(groups - 1),
-                        |fb| rows_of(fb, &full),
-                        |fb| rows_of(fb, &last),
+                        chunk.lt(chunks - 1),
+                        |fb| plan.chunk(fb, &c, &panel, &row0, ROW_CHUNK),
+                        |fb| plan.chunk(fb, &c, &panel, &row0, last_chunk_rows),
                     );
                 }
             });
@@ -248,17 +219,9 @@ pub fn int4_linear(
 }
 
 impl Plan {
-    /// The panel and first column within it of vector `v` of task group `grp`'s columns.
-    fn vector_at(&self, grp: &Expr, v: i64) -> (Expr, Expr) {
-        let panel = grp * self.stride + v / self.per_panel;
-        let col = Expr::int(v % self.per_panel * i64::from(self.lanes));
-        (panel, col)
-    }
-
-    /// `rows` rows from `row0` of the plan's panels of task group `grp`: every block, then the
-    /// stores of `C`.
-    fn chunk(&self, fb: &mut FunctionBuilder, c: &Var, grp: &Expr, row0: &Expr, rows: i64) {
-        let width = INT4_PANEL_WIDTH * self.group;
+    /// `rows` rows from `row0` of column panel `panel`: every block, then the stores of `C`.
+    fn chunk(&self, fb: &mut FunctionBuilder, c: &Var, panel: &Expr, row0: &Expr, rows: i64) {
+        let width = INT4_PANEL_WIDTH;
         fb.for_range("r", rows, |fb, r| {
             fb.for_range_with("col", width, LoopKind::Vectorize, |fb, col| {
                 fb.store(&self.partial, [r.clone(), col], Expr::zero(DataType::F32));
@@ -267,16 +230,16 @@ impl Plan {
         let (full, tail) = (self.s.k / self.s.block_size, self.s.k % self.s.block_size);
         let block = |fb: &mut FunctionBuilder, b: &Expr, len: i64| {
             if rows == 1 {
-                self.block_one_row(fb, grp, b, row0, len);
+                self.block_one_row(fb, panel, b, row0, len);
             } else {
-                self.block(fb, grp, b, row0, rows, len);
+                self.block(fb, panel, b, row0, rows, len);
             }
         };
         fb.for_range("b", full, |fb, b| block(fb, &b, self.s.block_size));
         if tail > 0 {
             block(fb, &Expr::int(full), tail);
         }
-        let n0 = grp * (INT4_PANEL_WIDTH * self.stride);
+        let n0 = panel * width;
         let at = |r: &Expr, col: Expr| vec![row0 + r, col];
         store_tile(
             fb,
@@ -294,7 +257,7 @@ impl Plan {
     fn block(
         &self,
         fb: &mut FunctionBuilder,
-        grp: &Expr,
+        panel: &Expr,
         b: &Expr,
         row0: &Expr,
         rows: i64,
@@ -311,7 +274,7 @@ impl Plan {
         // Eight depths per word: groups of eight rows of the block, the last one padded.
         fb.for_range("g", ceil_div(len, WORD_DEPTHS), |fb, g| {
             for v in 0..self.vecs {
-                let (panel, col) = self.vector_at(grp, v);
+                let col = Expr::int(v * i64::from(lanes));
                 let at = [
                     panel.clone(),
                     b.clone(),
@@ -323,11 +286,10 @@ impl Plan {
                 let param = |t: &Var| load(f32v, t.at([panel.clone(), b.clone(), col.clone()]));
                 let (z, s) = (param(&self.zeros), param(&self.scales));
                 let (z, s) = (fb.var("z", z).expr(), fb.var("s", s).expr());
-                let column = Expr::int(v * i64::from(lanes));
                 for t in 0..WORD_DEPTHS {
                     let shift = Expr::int(4 * t).cast(DataType::I32).broadcast(lanes);
                     let q = ((words.clone() >> shift) & mask.clone()).cast(f32v);
-                    let at = self.block.at([&g * WORD_DEPTHS + t, column.clone()]);
+                    let at = self.block.at([&g * WORD_DEPTHS + t, col.clone()]);
                     fb.call(
                         Intrinsic::VectorStore,
                         vec![at.address(), (q - z.clone()) * s.clone()],
@@ -348,17 +310,22 @@ impl Plan {
     /// each depth's `q` converted in registers and multiplied into accumulators split over the
     /// depths, their sum corrected by the zero point times the row's block sum and scaled once
     /// per block (a decoder's token: no later row reads the dequantized block).
-    fn block_one_row(&self, fb: &mut FunctionBuilder, grp: &Expr, b: &Expr, row0: &Expr, len: i64) {
+    fn block_one_row(
+        &self,
+        fb: &mut FunctionBuilder,
+        panel: &Expr,
+        b: &Expr,
+        row0: &Expr,
+        len: i64,
+    ) {
         let (lanes, vecs) = (self.lanes, self.vecs);
         let f32v = DataType::vector(ScalarType::F32, lanes);
         let i32v = DataType::vector(ScalarType::I32, lanes);
         let load = |dtype: DataType, element: Expr| {
             Expr::call(Intrinsic::VectorLoad { dtype }, vec![element.address()])
         };
-        let param_at = |t: &Var, v: i64| {
-            let (panel, col) = self.vector_at(grp, v);
-            t.at([panel, b.clone(), col])
-        };
+        let param_at =
+            |t: &Var, v: i64| t.at([panel.clone(), b.clone(), Expr::int(v * i64::from(lanes))]);
         let sets = (CHAINS / vecs).clamp(1, 4);
         let acc = fb.register_tensor("acc", f32v, row_major([sets, vecs]));
         for set in 0..sets {
@@ -370,8 +337,8 @@ impl Plan {
         let mask = Expr::int(15).cast(DataType::I32).broadcast(lanes);
         let group = |fb: &mut FunctionBuilder, g: Expr, depths: i64| {
             for v in 0..vecs {
-                let (panel, col) = self.vector_at(grp, v);
-                let at = [panel, b.clone(), g.clone(), col, Expr::int(0)];
+                let col = Expr::int(v * i64::from(lanes));
+                let at = [panel.clone(), b.clone(), g.clone(), col, Expr::int(0)];
                 let words = fb.var("words", load(i32v, self.w.at(at))).expr();
                 for t in 0..depths {
                     let shifted = if t == 0 {
