@@ -108,7 +108,11 @@ fn matmul_nbits(e: &mut Expansion<'_>) -> Result<(), OpError> {
     let n = positive_attr(e, "N")?;
     let dtype = float_dtype(e, 0)?;
     let weights = stored(e, 1, "weight")?;
-    let expected = n * layout.blocks() * layout.blob_bytes();
+    // Sizes come from the file's attributes: checked, so that no product wraps into a match.
+    let expected = n
+        .checked_mul(layout.blocks())
+        .and_then(|v| v.checked_mul(layout.blob_bytes()))
+        .ok_or_else(|| OpError::attr("N", format!("N = {n} and K = {} overflow", layout.k)))?;
     if weights.dtype() != DType::U8 || weights.numel() != expected {
         return Err(OpError::Shape(format!(
             "MatMulNBits' weights must be {expected} uint8 bytes (N = {n}, K = {}, bits = {}, \
