@@ -21,6 +21,7 @@ use hidet_graph::operator::{
     arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
 };
 use hidet_graph::ops::common::check_dtype;
+use hidet_graph::ops::common::typed_input;
 use hidet_graph::ops::compute_util::{grid_def, input, placeholders};
 use hidet_graph::registry::{Registry, LATEST_OPSET};
 use hidet_graph::shape::{Dim, TensorType};
@@ -144,10 +145,7 @@ impl Operator for ColumnPanels {
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         let p = arg(inputs, 0)?;
-        let values = p.as_slice::<f32>().map_err(|_| OpError::DType {
-            index: 0,
-            dtype: p.dtype(),
-        })?;
+        let values = typed_input::<f32>(p, 0)?;
         let (batch, k) = self.rows(p.shape())?;
         let n = self.columns;
         let matrix = n.div_ceil(self.width) * k * self.width;

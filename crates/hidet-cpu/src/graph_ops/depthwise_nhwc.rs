@@ -23,6 +23,7 @@ use hidet_graph::operator::{
     arg, infer_arg, opt_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
 };
 use hidet_graph::ops::common::check_dtype;
+use hidet_graph::ops::common::typed_input;
 use hidet_graph::ops::compute_util::{dims, finish, input, opt_input, placeholders};
 use hidet_graph::ops::window_compute::{clamp_into_input, fits_i32, guarded, window_read};
 use hidet_graph::registry::{Registry, LATEST_OPSET};
@@ -127,19 +128,10 @@ impl Operator for DepthwiseConvNhwc {
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
         let b = opt_arg(inputs, 2);
-        let xv = x.as_slice::<f32>().map_err(|_| OpError::DType {
-            index: 0,
-            dtype: x.dtype(),
-        })?;
-        let wv = w.as_slice::<f32>().map_err(|_| OpError::DType {
-            index: 1,
-            dtype: w.dtype(),
-        })?;
+        let xv = typed_input::<f32>(x, 0)?;
+        let wv = typed_input::<f32>(w, 1)?;
         let bv = match b {
-            Some(b) => Some(b.as_slice::<f32>().map_err(|_| OpError::DType {
-                index: 2,
-                dtype: b.dtype(),
-            })?),
+            Some(b) => Some(typed_input::<f32>(b, 2)?),
             None => None,
         };
         let (g, channels) = self.geometry(x.shape(), w.shape(), b.map(Tensor::shape))?;

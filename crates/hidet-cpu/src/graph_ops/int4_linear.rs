@@ -17,7 +17,7 @@ use hidet_graph::dtype::DType;
 use hidet_graph::operator::{
     arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
 };
-use hidet_graph::ops::common::check_dtype;
+use hidet_graph::ops::common::{check_dtype, typed_input};
 use hidet_graph::ops::compute_util::{dims, finish, input, placeholders};
 use hidet_graph::registry::{Registry, LATEST_OPSET};
 use hidet_graph::shape::{Dim, TensorType};
@@ -81,14 +81,6 @@ impl Int4Linear {
     }
 }
 
-/// The values of input `index`, a tensor of `T`.
-fn values<T: hidet_graph::tensor::Element>(t: &Tensor, index: usize) -> Result<&[T], OpError> {
-    t.as_slice::<T>().map_err(|_| OpError::DType {
-        index,
-        dtype: t.dtype(),
-    })
-}
-
 impl Operator for Int4Linear {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
         let x = infer_arg(inputs, 0)?;
@@ -115,9 +107,12 @@ impl Operator for Int4Linear {
             arg(inputs, 3)?,
         ];
         let (rows, k, bs) = self.sizes(args.map(|t| t.shape()))?;
-        let x = values::<f32>(args[0], 0)?;
-        let w = values::<u8>(args[1], 1)?;
-        let (s, z) = (values::<f32>(args[2], 2)?, values::<f32>(args[3], 3)?);
+        let x = typed_input::<f32>(args[0], 0)?;
+        let w = typed_input::<u8>(args[1], 1)?;
+        let (s, z) = (
+            typed_input::<f32>(args[2], 2)?,
+            typed_input::<f32>(args[3], 3)?,
+        );
         let blocks = k.div_ceil(bs);
         let weight = |kk: usize, n: usize| {
             let (p, j) = (n / WIDTH, n % WIDTH);

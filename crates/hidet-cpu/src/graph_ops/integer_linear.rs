@@ -17,6 +17,7 @@ use hidet_graph::operator::{
     arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
 };
 use hidet_graph::ops::common::check_dtype;
+use hidet_graph::ops::common::typed_input;
 use hidet_graph::ops::compute_util::{dims, finish, input, placeholders};
 use hidet_graph::registry::{Registry, LATEST_OPSET};
 use hidet_graph::shape::{Dim, TensorType};
@@ -94,14 +95,8 @@ impl Operator for IntegerLinear {
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
         let (rows, k) = self.sizes(x.shape(), w.shape())?;
-        let xv = x.as_slice::<u8>().map_err(|_| OpError::DType {
-            index: 0,
-            dtype: x.dtype(),
-        })?;
-        let wv = w.as_slice::<i8>().map_err(|_| OpError::DType {
-            index: 1,
-            dtype: w.dtype(),
-        })?;
+        let xv = typed_input::<u8>(x, 0)?;
+        let wv = typed_input::<i8>(w, 1)?;
         let width = LINEAR_PANEL_WIDTH as usize;
         let groups = w.shape()[1];
         let weight = |n: usize, k: usize| {

@@ -15,6 +15,7 @@ use hidet_graph::operator::{
     arg, infer_arg, ComputeDef, ComputeInput, InferInput, OpContext, OpError, Operator,
 };
 use hidet_graph::ops::common::check_dtype;
+use hidet_graph::ops::common::typed_input;
 use hidet_graph::ops::compute_util::{dims, finish, input, placeholders};
 use hidet_graph::registry::{Registry, LATEST_OPSET};
 use hidet_graph::shape::{Dim, TensorType};
@@ -77,14 +78,8 @@ impl Operator for IntegerMatMul {
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         let (a, x) = (arg(inputs, 0)?, arg(inputs, 1)?);
         let (b, m, n, k) = sizes(a.shape(), x.shape())?;
-        let av = a.as_slice::<i8>().map_err(|_| OpError::DType {
-            index: 0,
-            dtype: a.dtype(),
-        })?;
-        let xv = x.as_slice::<u8>().map_err(|_| OpError::DType {
-            index: 1,
-            dtype: x.dtype(),
-        })?;
+        let av = typed_input::<i8>(a, 0)?;
+        let xv = typed_input::<u8>(x, 1)?;
         let kp = a.shape()[1];
         let mut y = Vec::with_capacity(b * m * n);
         for bi in 0..b {

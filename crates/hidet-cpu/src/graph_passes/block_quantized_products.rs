@@ -211,20 +211,17 @@ impl BlockQuantizedProducts {
         let (w, s, z) = match &p.weights {
             Weights::Blocks { q, scales, zeros } => {
                 let (layout, blocks, blob) = (p.layout, p.layout.blocks(), p.layout.blob_bytes());
-                let q_bytes = q.as_slice::<u8>().ok();
-                let value = |kk: usize, col: usize| {
-                    let at = (col * blocks + kk / layout.block_size) * blob;
-                    let bytes = q_bytes.map_or(&[][..], |q| &q[at..at + blob]);
-                    layout.unpack(bytes, kk % layout.block_size)
-                };
                 let per_block = |t: &Tensor| {
                     let v = t.as_slice::<f32>().ok()?;
                     block_panels(p, |col, b| v[col * blocks + b])
                 };
                 (
                     derive("weight-panels", &[q], &|| {
-                        q_bytes?;
-                        weight_panels(p, value)
+                        let q = q.as_slice::<u8>().ok()?;
+                        weight_panels(p, |kk, col| {
+                            let at = (col * blocks + kk / layout.block_size) * blob;
+                            layout.unpack(&q[at..at + blob], kk % layout.block_size)
+                        })
                     })?,
                     derive("scale-panels", &[scales], &|| per_block(scales))?,
                     derive("zero-point-panels", &[zeros], &|| per_block(zeros))?,

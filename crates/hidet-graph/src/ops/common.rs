@@ -53,6 +53,15 @@ pub fn check_dtype(index: usize, dtype: DType, accept: fn(DType) -> bool) -> Res
     }
 }
 
+/// The elements of input `index`, `t`, as `T`; `Err(OpError::DType)` when `t` holds another
+/// type.
+pub fn typed_input<T: crate::tensor::Element>(t: &Tensor, index: usize) -> Result<&[T], OpError> {
+    t.as_slice::<T>().map_err(|_| OpError::DType {
+        index,
+        dtype: t.dtype(),
+    })
+}
+
 /// Every dtype.
 pub fn any(_: DType) -> bool {
     true

@@ -15,6 +15,7 @@
 //! the stored blocks in its kernels (the CPU's `hidet::Int4Linear`) or decodes them into a dense
 //! constant with [`crate::passes::DecodeBlockWeights`].
 
+use crate::ops::common::typed_input;
 use crate::attribute::Attribute;
 use crate::dtype::DType;
 use crate::operator::{
@@ -153,14 +154,6 @@ pub fn register(r: &mut Registry) {
     });
 }
 
-/// The values of input `index`, a `float32` tensor.
-fn f32_values(t: &Tensor, index: usize) -> Result<&[f32], OpError> {
-    t.as_slice::<f32>().map_err(|_| OpError::DType {
-        index,
-        dtype: t.dtype(),
-    })
-}
-
 impl Operator for DequantizeBlocks {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
         let q = infer_arg(inputs, 0)?;
@@ -183,13 +176,10 @@ impl Operator for DequantizeBlocks {
         let n = self
             .layout
             .rows(q.shape(), scales.shape(), zeros.shape())?;
-        let bytes = q.as_slice::<u8>().map_err(|_| OpError::DType {
-            index: 0,
-            dtype: q.dtype(),
-        })?;
+        let bytes = typed_input::<u8>(q, 0)?;
         let dense = self
             .layout
-            .decode(bytes, f32_values(scales, 1)?, f32_values(zeros, 2)?, n);
+            .decode(bytes, typed_input::<f32>(scales, 1)?, typed_input::<f32>(zeros, 2)?, n);
         Ok(vec![Tensor::new(vec![self.layout.k, n], dense)?])
     }
 

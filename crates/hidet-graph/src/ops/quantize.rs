@@ -8,6 +8,7 @@
 //! element-wise kernels) for f32 data quantized to 8- or 16-bit integers with a scale and zero
 //! point per tensor or per axis; blocked and float8 quantization run on the host.
 
+use crate::ops::common::typed_input;
 use crate::dtype::DType;
 use crate::kernels::broadcast::{broadcast_offsets, broadcast_shapes};
 use crate::kernels::gemm::gemm_rows;
@@ -474,10 +475,7 @@ impl Operator for DynamicQuantize {
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         let x = arg(inputs, 0)?;
-        let xv = x.as_slice::<f32>().map_err(|_| OpError::DType {
-            index: 0,
-            dtype: x.dtype(),
-        })?;
+        let xv = typed_input::<f32>(x, 0)?;
         let lo = xv.iter().fold(0f32, |a, &b| a.min(b)) as f64;
         let hi = xv.iter().fold(0f32, |a, &b| a.max(b)) as f64;
         let scale = ((hi - lo) / 255.0) as f32 as f64;

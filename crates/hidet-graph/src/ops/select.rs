@@ -1,6 +1,7 @@
 //! Data-dependent selection: NonZero (coordinates of non-zero elements) and Compress
 //! (slices along an axis where a boolean condition holds).
 
+use crate::ops::common::typed_input;
 use crate::dtype::DType;
 use crate::kernels::movement::{alloc, offsets, strides, take, try_for_each_index};
 use crate::operator::{arg, infer_arg, InferInput, OpError, Operator};
@@ -116,10 +117,7 @@ impl Operator for Compress {
                 c.shape()
             )));
         }
-        let cond = c.as_slice::<bool>().map_err(|_| OpError::DType {
-            index: 1,
-            dtype: c.dtype(),
-        })?;
+        let cond = typed_input::<bool>(c, 1)?;
         let (x, axis) = match self.axis {
             Some(a) => (x.clone(), norm_axis(a, x.rank())?),
             None => (x.reshape(vec![x.numel()])?, 0),
