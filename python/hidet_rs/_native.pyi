@@ -77,7 +77,7 @@ class CompiledModel:
         """Compiles (and tunes) for these input shapes now."""
     def report(self, shapes: Sequence[Sequence[int]]) -> Dict[str, object]:
         """kernels, host_steps, inputs_in_place, outputs_in_place, constant_bytes, shared_constant_bytes,
-        intermediate_bytes, compile_seconds."""
+        held_constant_bytes, intermediate_bytes, compile_seconds."""
     def save(self, path: Union[str, "os.PathLike[str]"]) -> int:
         """Saves every compiled set of input shapes (kernels' machine code, weights, the CPU
         features needed) to one file that `load_compiled` runs without a C compiler; returns

@@ -521,8 +521,9 @@ impl PyCompiledModel {
     /// What compiling for `shapes` produced: a dict with `kernels`, `host_steps` (list of
     /// (node, op type)), `inputs_in_place`, `outputs_in_place`, `constant_bytes` (this
     /// shape's own constants), `shared_constant_bytes` (constants shared with the model's
-    /// other input shapes), `intermediate_bytes` and `compile_seconds`. Compiles first if
-    /// needed.
+    /// other input shapes), `held_constant_bytes` (constants kernels read where the model
+    /// holds them, without a copy), `intermediate_bytes` and `compile_seconds`. Compiles first
+    /// if needed.
     fn report<'py>(
         &self,
         py: Python<'py>,
@@ -544,6 +545,7 @@ impl PyCompiledModel {
         dict.set_item("outputs_in_place", report.outputs_in_place)?;
         dict.set_item("constant_bytes", report.constant_bytes)?;
         dict.set_item("shared_constant_bytes", report.shared_constant_bytes)?;
+        dict.set_item("held_constant_bytes", report.held_constant_bytes)?;
         dict.set_item("intermediate_bytes", report.intermediate_bytes)?;
         dict.set_item("compile_seconds", report.compile_time.as_secs_f64())?;
         Ok(dict)

@@ -272,11 +272,13 @@ fn symbolic_shapes_share_their_weights_and_keep_the_recent_graphs() {
         assert_close(&f32s(&got[0].1), &want[0].1.to_f64_vec(), "shared weights");
         let report = model.compiled(&[vec![batch, 64]]).unwrap().report().clone();
         let (own, pooled) = (report.constant_bytes, report.shared_constant_bytes);
-        // The packed weight lies in the model's pool, once for every batch.
+        // The packed weight lies in the model's pool, once for every batch, and kernels read
+        // it where the pool holds it (no arena copy on the CPU).
         assert!(
             pooled >= 64 * 96 * 4 && own < 64 * 96 * 4,
             "own {own}, shared {pooled}"
         );
+        assert!(report.held_constant_bytes >= pooled, "{report:?}");
         assert_eq!(*shared.get_or_insert(pooled), pooled);
     }
     // Two graphs kept: the two used last (batch 11 and 5; 3 was used before them).
@@ -292,9 +294,10 @@ fn symbolic_shapes_share_their_weights_and_keep_the_recent_graphs() {
     let path = dir.path().join("sym_dense.hidet");
     model.save(&path).unwrap();
     let loaded = LoadedModel::load(&path, backend(dir.path(), true)).unwrap();
-    // Loaded, the two graphs share the weights again.
+    // Loaded, the two graphs share the weights again, read where they were loaded.
     for g in loaded.graphs() {
         assert_eq!(Some(g.report().shared_constant_bytes), shared);
+        assert!(g.report().held_constant_bytes >= 64 * 96 * 4);
     }
     for batch in [5usize, 11] {
         let inputs = vec![("x".to_string(), random(&mut rng, &[batch, 64]))];
@@ -302,6 +305,44 @@ fn symbolic_shapes_share_their_weights_and_keep_the_recent_graphs() {
         let want = run_reference(&graph, &inputs).unwrap();
         assert_close(&f32s(&got[0].1), &want[0].1.to_f64_vec(), "loaded");
     }
+}
+
+/// The CPU's kernels read every constant where its tensor lies: nothing is copied into a
+/// constant arena, for a model compiled here and for one loaded from a saved file, and the
+/// results match the reference.
+#[test]
+fn static_constants_are_read_where_they_lie() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(23);
+    let mut g = GraphBuilder::new("held");
+    g.input("x", TensorType::fixed(DType::F32, &[70, 97]));
+    g.initializer("c", random(&mut rng, &[70, 97]));
+    g.initializer("d", random(&mut rng, &[97]));
+    g.node(node("Mul", &["x", "c"], "xc", Attributes::new()));
+    g.node(node("Add", &["xc", "d"], "y", Attributes::new()));
+    g.output("y");
+    let graph = g.build(Registry::global()).unwrap();
+    let inputs = vec![("x".to_string(), random(&mut rng, &[70, 97]))];
+    let want = run_reference(&graph, &inputs).unwrap();
+    let model = CompiledModel::new(
+        graph.clone(),
+        backend(dir.path(), true),
+        CompileOptions::default(),
+    );
+    let got = model.run(&inputs).unwrap();
+    assert_close(&f32s(&got[0].1), &want[0].1.to_f64_vec(), "compiled");
+    let report = model.compiled(&[vec![70, 97]]).unwrap().report().clone();
+    assert!(report.constant_bytes >= (70 * 97 + 97) * 4, "{report:?}");
+    assert_eq!(report.held_constant_bytes, report.constant_bytes);
+
+    let path = dir.path().join("held.hidet");
+    model.save(&path).unwrap();
+    let loaded = LoadedModel::load(&path, backend(dir.path(), true)).unwrap();
+    for g in loaded.graphs() {
+        assert_eq!(g.report().held_constant_bytes, report.constant_bytes);
+    }
+    let got = loaded.run(&inputs).unwrap();
+    assert_close(&f32s(&got[0].1), &want[0].1.to_f64_vec(), "loaded");
 }
 
 /// An interpolation feeding a product (a GridSample reads 4 pixels and its grid several times

@@ -472,5 +472,7 @@ fn symbolic_batches_share_the_uploaded_weights() {
             report.constant_bytes,
             report.shared_constant_bytes
         );
+        // Device memory: every constant is uploaded, none read where the host holds it.
+        assert_eq!(report.held_constant_bytes, 0);
     }
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::backend::{
     ArgAddress, Backend, BackendError, CompileOptions, CompileProgress, ModuleReport, OutputSlot,
 };
-use super::constant_pool::{ConstantPool, Placement, SharedConstants};
+use super::constant_pool::{place_constants, ConstantPool, Placement, SharedConstants};
 use super::plan::{plan_memory, BufferRequest, ALIGN};
 use super::{concat_in_place, slice_in_place};
 use crate::dtype::DType;
@@ -57,13 +57,16 @@ pub enum CompiledError {
 }
 
 /// Where a value lives while a compiled graph runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub(super) enum Loc {
     /// In the constant arena at this offset.
     Const(usize),
     /// In the model's shared constant arena at this offset ([`ConstantPool`]). Never saved:
     /// saving moves such constants into the saved graph's own arena.
     Shared(usize),
+    /// Read where the constant tensor of this root value (in `const_tensors`) lies, at the
+    /// backend's [`Backend::host_address`] of it: no copy. Never saved, like `Shared`.
+    Held(usize),
     /// In the run arena at this offset.
     Run(usize),
     /// In a host slot of the run state (data-dependent shape).
@@ -166,11 +169,16 @@ pub struct CompileReport {
     pub intermediate_bytes: usize,
     /// What the run buffers would take without reuse.
     pub unplanned_bytes: usize,
-    /// Bytes of the constant arena.
+    /// Bytes of this graph's own constants: its constant arena, and those kernels read in
+    /// place ([`Backend::host_address`]).
     pub constant_bytes: usize,
     /// Bytes of the constants this graph reads from its model's shared pool (one copy for
     /// every set of input shapes the model is compiled for; not in `constant_bytes`).
     pub shared_constant_bytes: usize,
+    /// Bytes of the constants (own or shared) that kernels read where their tensors lie,
+    /// without a copy ([`Backend::host_address`]): a weight of the model is then in memory
+    /// once, however many graphs read it.
+    pub held_constant_bytes: usize,
     /// Wall time of the whole compilation.
     pub compile_time: Duration,
     pub module: ModuleReport,
@@ -576,19 +584,25 @@ impl<B: Backend> CompiledGraph<B> {
             .filter_map(|&r| spec.values[r].constant.as_ref().map(|t| (r, t)))
             .filter(|(_, t)| !t.dtype().is_string())
             .collect();
-        let (placements, shared) = match pool {
-            Some(pool) => {
-                let tensors: Vec<&Tensor> = byte_constants.iter().map(|(_, t)| *t).collect();
-                pool.share(&backend, &tensors)?
+        let tensors: Vec<&Tensor> = byte_constants.iter().map(|(_, t)| *t).collect();
+        let (placements, shared) = place_constants(backend.as_ref(), pool, &tensors)?;
+        let mut placed: HashMap<usize, Placement> = HashMap::new();
+        for ((r, t), placement) in byte_constants.iter().zip(placements) {
+            match &placement {
+                Placement::Shared(_, pooled) => {
+                    report.shared_constant_bytes += pooled.size_in_bytes()
+                }
+                Placement::Pooled(pooled) => {
+                    report.shared_constant_bytes += pooled.size_in_bytes();
+                    report.held_constant_bytes += pooled.size_in_bytes();
+                }
+                Placement::Held(_) => {
+                    report.constant_bytes += t.size_in_bytes();
+                    report.held_constant_bytes += t.size_in_bytes();
+                }
+                Placement::Own => {}
             }
-            None => (Vec::new(), None),
-        };
-        let mut placed: HashMap<usize, (usize, Tensor)> = HashMap::new();
-        for ((r, _), placement) in byte_constants.iter().zip(placements) {
-            if let Placement::Shared(offset, pooled) = placement {
-                report.shared_constant_bytes += pooled.size_in_bytes();
-                placed.insert(*r, (offset, pooled));
-            }
+            placed.insert(*r, placement);
         }
         let mut root_loc: HashMap<usize, Loc> = HashMap::new();
         for r in roots {
@@ -597,9 +611,12 @@ impl<B: Backend> CompiledGraph<B> {
                 // Strings have no byte encoding: host steps read them from `const_tensors`.
                 const_tensors.insert(ValueId(r), t.clone());
                 Loc::Const(0)
-            } else if let Some((offset, pooled)) = placed.remove(&r) {
-                const_tensors.insert(ValueId(r), pooled);
-                Loc::Shared(offset)
+            } else if let Some(Placement::Shared(offset, pooled)) = placed.get(&r) {
+                const_tensors.insert(ValueId(r), pooled.clone());
+                Loc::Shared(*offset)
+            } else if let Some(Placement::Held(held) | Placement::Pooled(held)) = placed.get(&r) {
+                const_tensors.insert(ValueId(r), held.clone());
+                Loc::Held(r)
             } else if let Some(t) = &info.constant {
                 let offset = const_bytes;
                 const_bytes += t.size_in_bytes().div_ceil(ALIGN).max(1) * ALIGN;
@@ -631,7 +648,7 @@ impl<B: Backend> CompiledGraph<B> {
         }
         // Aliases of constants are constants too (for host reads).
         for (i, slot) in values.iter().enumerate() {
-            if let (Loc::Const(_) | Loc::Shared(_), Some(t)) =
+            if let (Loc::Const(_) | Loc::Shared(_) | Loc::Held(_), Some(t)) =
                 (slot.loc, const_tensors.get(&ValueId(root[i])))
             {
                 let t = t.clone();
@@ -656,7 +673,7 @@ impl<B: Backend> CompiledGraph<B> {
             .collect();
         report.intermediate_bytes = plan.arena_bytes;
         report.unplanned_bytes = plan.unplanned_bytes;
-        report.constant_bytes = const_bytes;
+        report.constant_bytes += const_bytes;
         report.compile_time = start.elapsed();
         Ok(CompiledGraph {
             backend,
@@ -711,6 +728,16 @@ impl<B: Backend> CompiledGraph<B> {
                 let address = match slot.loc {
                     Loc::Const(o) if !written => cbase + o as u64,
                     Loc::Shared(o) if !written && self.shared.is_some() => sbase + o as u64,
+                    Loc::Held(root) if !written => self
+                        .const_tensors
+                        .get(&ValueId(root))
+                        .and_then(|t| self.backend.host_address(t))
+                        .ok_or_else(|| {
+                            BackendError::Memory(format!(
+                                "constant `{}` cannot be read in place",
+                                slot.name
+                            ))
+                        })?,
                     Loc::Run(o) => rbase + o as u64,
                     other => {
                         return Err(BackendError::Launch {
@@ -966,7 +993,7 @@ impl<B: Backend> CompiledGraph<B> {
             }
         }
         match slot.loc {
-            Loc::Const(_) | Loc::Shared(_) => self
+            Loc::Const(_) | Loc::Shared(_) | Loc::Held(_) => self
                 .const_tensors
                 .get(&v)
                 .cloned()
@@ -1055,7 +1082,7 @@ impl<B: Backend> CompiledGraph<B> {
                     .into())
                 }
                 (Loc::Host(h), _) => state.host[h] = Some(t.clone()),
-                (Loc::Const(_) | Loc::Shared(_) | Loc::Unused, _) => {}
+                (Loc::Const(_) | Loc::Shared(_) | Loc::Held(_) | Loc::Unused, _) => {}
             }
         }
         Ok(())

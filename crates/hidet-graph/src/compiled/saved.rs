@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::artifact::{ArtifactReader, ArtifactWriter, BlobId};
 use super::backend::{Backend, ModuleReport};
-use super::constant_pool::{ConstantPool, Placement};
+use super::constant_pool::{place_constants, ConstantPool, Placement};
 use super::graph::{Bound, CompileReport, CompiledError, CompiledGraph, HostStep, Loc, Step};
 use super::graph::{StepInfo, ValueSlot};
 use super::model::CompiledModel;
@@ -437,25 +437,27 @@ impl<B: Backend> CompiledGraph<B> {
             .map(|(v, t)| Ok((v.0, SavedTensor::save(t, blobs)?)))
             .collect::<Result<_, CompiledError>>()?;
         const_tensors.sort_by_key(|(v, _)| *v);
-        // Constants read from the model's shared pool are stored in the saved graph's own
-        // arena, after the ones already there.
+        // Constants read from the model's shared pool or in place are stored in the saved
+        // graph's own arena, after the ones already there.
         let mut const_bytes = self.const_bytes;
         let mut const_layout: Vec<(usize, usize)> =
             self.const_layout.iter().map(|(v, o)| (v.0, *o)).collect();
-        let mut moved: HashMap<usize, usize> = HashMap::new();
+        let mut moved: HashMap<Loc, usize> = HashMap::new();
         let mut values = Vec::with_capacity(self.values.len());
         for (i, v) in self.values.iter().enumerate() {
             let loc = match v.loc {
-                Loc::Shared(o) => Loc::Const(*moved.entry(o).or_insert_with(|| {
-                    let offset = const_bytes;
-                    let bytes = v
-                        .shape
-                        .as_deref()
-                        .map_or(0, |s| s.iter().product::<usize>() * v.dtype.size_in_bytes());
-                    const_bytes += bytes.div_ceil(ALIGN).max(1) * ALIGN;
-                    const_layout.push((i, offset));
-                    offset
-                })),
+                Loc::Shared(_) | Loc::Held(_) => {
+                    Loc::Const(*moved.entry(v.loc).or_insert_with(|| {
+                        let offset = const_bytes;
+                        let bytes = v
+                            .shape
+                            .as_deref()
+                            .map_or(0, |s| s.iter().product::<usize>() * v.dtype.size_in_bytes());
+                        const_bytes += bytes.div_ceil(ALIGN).max(1) * ALIGN;
+                        const_layout.push((i, offset));
+                        offset
+                    }))
+                }
                 other => other,
             };
             values.push(SavedValue {
@@ -582,11 +584,16 @@ impl<B: Backend> CompiledGraph<B> {
                 })
             })
             .collect::<Result<Vec<Tensor>, _>>()?;
-        let (placements, shared) = pool.share(&backend, &laid_out.iter().collect::<Vec<_>>())?;
+        let (placements, shared) = place_constants(
+            backend.as_ref(),
+            Some(pool),
+            &laid_out.iter().collect::<Vec<_>>(),
+        )?;
         // The constants not shared are laid out again, without the shared ones' gaps.
         let mut moved: HashMap<usize, Loc> = HashMap::new();
         let mut const_layout = Vec::new();
         let (mut const_bytes, mut shared_constant_bytes) = (0usize, 0usize);
+        let (mut held_bytes, mut own_held_bytes) = (0usize, 0usize);
         for (((v, offset), t), placement) in
             saved.const_layout.iter().zip(&laid_out).zip(placements)
         {
@@ -595,6 +602,17 @@ impl<B: Backend> CompiledGraph<B> {
                     shared_constant_bytes += pooled.size_in_bytes();
                     const_tensors.insert(ValueId(*v), pooled);
                     Loc::Shared(at)
+                }
+                Placement::Pooled(pooled) => {
+                    shared_constant_bytes += pooled.size_in_bytes();
+                    held_bytes += pooled.size_in_bytes();
+                    const_tensors.insert(ValueId(*v), pooled);
+                    Loc::Held(*v)
+                }
+                Placement::Held(held) => {
+                    held_bytes += held.size_in_bytes();
+                    own_held_bytes += held.size_in_bytes();
+                    Loc::Held(*v)
                 }
                 Placement::Own => {
                     let at = const_bytes;
@@ -634,8 +652,9 @@ impl<B: Backend> CompiledGraph<B> {
             unplanned_bytes: r.unplanned_bytes,
             partition: r.partition.clone(),
             intermediate_bytes: saved.run_bytes,
-            constant_bytes: const_bytes,
+            constant_bytes: const_bytes + own_held_bytes,
             shared_constant_bytes,
+            held_constant_bytes: held_bytes,
             inputs_in_place: saved.bound_inputs.len(),
             outputs_in_place: saved.bound_outputs.len(),
             compile_time: start.elapsed(),
@@ -714,11 +733,11 @@ fn check_structure(g: &SavedGraph) -> Result<(), String> {
         match v.loc {
             Loc::Run(o) => within(o, g.run_bytes)?,
             Loc::Const(o) if v.dtype != DType::String => within(o, g.const_bytes)?,
-            Loc::Shared(_) => {
+            Loc::Shared(_) | Loc::Held(_) => {
                 return Err(format!(
-                "value #{i} `{}` lies in a shared constant arena, which saved graphs do not have",
-                v.name
-            ))
+                    "value #{i} `{}` lies outside the saved graph's constant arena",
+                    v.name
+                ))
             }
             Loc::Host(h) if h >= g.host_slots => {
                 return Err(format!(

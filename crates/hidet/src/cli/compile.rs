@@ -286,6 +286,7 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
             "unplanned_bytes": report.unplanned_bytes,
             "constant_bytes": report.constant_bytes,
             "shared_constant_bytes": report.shared_constant_bytes,
+            "held_constant_bytes": report.held_constant_bytes,
             "emit_source": args.emit_source.as_ref().map(|p| p.display().to_string()),
             "output": args.output.as_ref().map(|p| p.display().to_string()),
         });
@@ -319,14 +320,17 @@ pub fn run(args: &CompileArgs) -> Result<(), CliError> {
         mib(report.intermediate_bytes),
         mib(report.unplanned_bytes),
         mib(report.constant_bytes + report.shared_constant_bytes),
-        if report.shared_constant_bytes > 0 {
-            format!(
-                " ({:.2} MiB shared with the model's other input shapes)",
-                mib(report.shared_constant_bytes)
-            )
-        } else {
-            String::new()
-        }
+        [
+            (report.held_constant_bytes, "read where the model holds them, no copy"),
+            (
+                report.shared_constant_bytes,
+                "shared with the model's other input shapes",
+            ),
+        ]
+        .iter()
+        .filter(|(bytes, _)| *bytes > 0)
+        .map(|(bytes, what)| format!(" ({:.2} MiB {what})", mib(*bytes)))
+        .collect::<String>()
     );
     if !report.host_steps.is_empty() {
         let ops: Vec<String> = report
