@@ -216,7 +216,20 @@ fn parse_threads(text: &str) -> Result<usize, String> {
     }
 }
 
+/// Lets a closed pipe end the process quietly, as it does other command-line tools
+/// (`hidet info MODEL | head`): Rust ignores `SIGPIPE`, which turns every later `println!`
+/// into a panic.
+fn exit_quietly_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: restores the default disposition of one signal before any thread is started;
+    // `signal` with `SIG_DFL` installs no handler code and touches no Rust state.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    exit_quietly_on_closed_pipe();
     let args = Args::parse();
     if let Err(e) = hidet_cpu::CpuTarget::try_host() {
         eprintln!("error: {e}");

@@ -558,3 +558,28 @@ fn compile_for_cuda_without_a_gpu_fills_the_kernel_cache() {
         "{distinct} of {kernels}"
     );
 }
+
+/// A reader that has gone (`hidet ops | head -1`) ends the tool quietly: no panic message,
+/// killed by `SIGPIPE` like any other command-line tool.
+#[cfg(unix)]
+#[test]
+fn a_closed_pipe_ends_the_tool_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = Command::new(env!("CARGO_BIN_EXE_hidet"))
+        .arg("ops")
+        .stdout(writer)
+        .output()
+        .unwrap();
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    // SIGPIPE is signal 13 on every Unix this runs on.
+    assert_eq!(
+        o.status.signal(),
+        Some(13),
+        "{:?}: {}",
+        o.status,
+        stderr(&o)
+    );
+}
