@@ -87,6 +87,35 @@ impl<T> std::ops::Deref for Buffer<T> {
     }
 }
 
+/// One 64-byte, 64-aligned line of [`Buffer::aligned_copy`] storage.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct CacheLine([u8; 64]);
+
+/// The bytes a buffer is copied into by [`Buffer::aligned_copy`]: read only through the
+/// buffer's pointer, freed with it.
+struct AlignedLines(#[allow(dead_code)] Vec<CacheLine>);
+
+impl<T: Copy + Send + Sync + 'static> Buffer<T> {
+    /// A copy of `elements` whose first element starts a 64-byte cache line, so a kernel's
+    /// vector loads along it straddle no more lines than they must (kernels read constants
+    /// where they lie). Element types are plain data of alignment at most 64.
+    pub fn aligned_copy(elements: &[T]) -> Buffer<T> {
+        const { assert!(std::mem::align_of::<T>() <= 64) };
+        let bytes = std::mem::size_of_val(elements);
+        let mut lines = vec![CacheLine([0; 64]); bytes.div_ceil(64)];
+        let dst = lines.as_mut_ptr().cast::<u8>();
+        // SAFETY: `lines` holds at least `bytes` writable bytes, `elements` exactly `bytes`
+        // readable ones (plain `Copy` data), and the two allocations are distinct.
+        unsafe { std::ptr::copy_nonoverlapping(elements.as_ptr().cast::<u8>(), dst, bytes) };
+        let ptr = dst.cast::<T>().cast_const();
+        // SAFETY: `ptr` is 64-aligned (so aligned for `T`), points to `elements.len()`
+        // initialized elements (the bytes just copied from valid ones), and the vector that
+        // owns them moves into the owner without moving its heap storage; nothing writes it.
+        unsafe { Buffer::external(ptr, elements.len(), Box::new(AlignedLines(lines))) }
+    }
+}
+
 impl<T: Clone> Clone for Buffer<T> {
     /// An owned copy of the elements.
     fn clone(&self) -> Buffer<T> {
@@ -118,6 +147,18 @@ mod tests {
         fn drop(&mut self) {
             self.1.store(true, Ordering::SeqCst);
         }
+    }
+
+    #[test]
+    fn an_aligned_copy_starts_a_cache_line_and_holds_the_elements() {
+        for len in [0usize, 1, 3, 17, 1000] {
+            let v: Vec<f64> = (0..len).map(|i| i as f64 * 0.5 - 3.0).collect();
+            let b = Buffer::aligned_copy(&v[..]);
+            assert_eq!(b.as_ptr() as usize % 64, 0, "len {len}");
+            assert_eq!(&*b, &v[..]);
+        }
+        let bytes: Vec<u8> = (0..77).collect();
+        assert_eq!(&*Buffer::aligned_copy(&bytes[..]), &bytes[..]);
     }
 
     #[test]

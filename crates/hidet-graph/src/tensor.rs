@@ -538,6 +538,19 @@ impl Tensor {
         })
     }
 
+    /// The tensor with its first element at the start of a 64-byte cache line: itself when
+    /// it is, else a copy ([`Buffer::aligned_copy`]). For constants a pass derives for hot
+    /// kernel loops (packed weight panels), which kernels read where they lie.
+    pub fn aligned(self) -> Tensor {
+        crate::dispatch_all!(self.dtype(), T => match T::unwrap(&self.data) {
+            Some(v) if !(v.as_ptr() as usize).is_multiple_of(64) => Tensor {
+                shape: self.shape.clone(),
+                data: T::wrap(Arc::new(Buffer::aligned_copy(&v[..]))),
+            },
+            _ => self,
+        })
+    }
+
     /// Whether `self` and `other` share their storage (so hold the same elements).
     pub fn same_storage(&self, other: &Tensor) -> bool {
         self.storage_address() == other.storage_address()
@@ -713,6 +726,16 @@ impl fmt::Debug for Tensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_aligned_tensor_starts_a_cache_line_and_keeps_its_elements() {
+        let t = Tensor::new(vec![3, 7], (0..21).map(|i| i as f32 - 4.5).collect()).unwrap();
+        let a = t.clone().aligned();
+        assert_eq!(a.as_slice::<f32>().unwrap().as_ptr() as usize % 64, 0);
+        assert_eq!(a, t);
+        // Already aligned: the same storage, no copy.
+        assert!(a.clone().aligned().same_storage(&a));
+    }
 
     #[test]
     fn le_bytes_round_trip_for_every_dtype_with_bytes() {

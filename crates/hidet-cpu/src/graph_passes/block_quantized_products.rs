@@ -198,9 +198,10 @@ impl BlockQuantizedProducts {
         let x = rw.add_op("Reshape", Attributes::new(), &[p.a, shape])?;
         let derive = |what: &str, sources: &[&Tensor], f: &dyn Fn() -> Option<Tensor>| {
             let label = format!("int4-{what}:{}:{}", p.layout.k, p.layout.block_size);
+            let aligned = || f().map(Tensor::aligned);
             let value = match &self.derived {
-                Some(derived) => derived.get_or_derive(&label, sources, f),
-                None => f(),
+                Some(derived) => derived.get_or_derive(&label, sources, aligned),
+                None => aligned(),
             };
             value.ok_or_else(|| GraphError::Node {
                 node: p.node.clone(),

@@ -164,12 +164,15 @@ impl Plan {
     /// remembered in `derived` when given.
     fn panels(&self, rw: &Rewriter, derived: Option<&DerivedConstants>) -> Option<Tensor> {
         let w = rw.constant(self.matrix.value())?;
-        let derive = || match self.matrix {
-            Matrix::AsStored(_) => to_panels(w, self.width),
-            Matrix::Transposed(_) => match *w.shape() {
-                [rows, cols] => to_panels(&transposed(w, rows, cols).ok()?, self.width),
-                _ => None,
-            },
+        let derive = || {
+            let panels = match self.matrix {
+                Matrix::AsStored(_) => to_panels(w, self.width),
+                Matrix::Transposed(_) => match *w.shape() {
+                    [rows, cols] => to_panels(&transposed(w, rows, cols).ok()?, self.width),
+                    _ => None,
+                },
+            };
+            panels.map(Tensor::aligned)
         };
         match derived {
             Some(memo) => {
