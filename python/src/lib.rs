@@ -600,7 +600,11 @@ fn compile(
         return compile_model(py, &model.get().model, options);
     }
     let model = load_source(py, source)?;
-    compile_model(py, &model, options)
+    let compiled = compile_model(py, &model, options);
+    // The model as imported goes now: with it, the weights a fixed-shape model repacked.
+    drop(model);
+    hidet::return_freed_memory();
+    compiled
 }
 
 /// Loads a compiled model saved by `CompiledModel.save` (or `hidet compile -o`) from `path`,

@@ -685,6 +685,12 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    /// Forgets the packed weights kept for later compilations (they keep the model's
+    /// original weights alive; the compiled graphs hold the packed ones they read).
+    fn forget_compilation_memos(&self) {
+        self.derived.clear();
+    }
+
     fn alloc(&self, bytes: usize) -> Result<CpuArena, BackendError> {
         CpuArena::new(bytes)
     }

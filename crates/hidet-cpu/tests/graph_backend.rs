@@ -345,6 +345,30 @@ fn static_constants_are_read_where_they_lie() {
     assert_close(&f32s(&got[0].1), &want[0].1.to_f64_vec(), "loaded");
 }
 
+/// A compiled model made fixed keeps its compiled graph and drops its source graph and the
+/// backend's packed-weight memo: the original weight is freed once the caller's graph goes,
+/// and the fixed model still runs, saves and loads.
+#[test]
+fn a_fixed_model_runs_without_its_source_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(29);
+    let (graph, x, r, w, b) = dense_block(&mut rng);
+    let want = dense_block_f64(&x, &r, &w, &b);
+    let inputs = vec![("x".to_string(), x), ("r".to_string(), r)];
+    let model = CompiledModel::new(graph, backend(dir.path(), true), CompileOptions::default());
+    model.compiled(&[vec![M, K], vec![M, N]]).unwrap();
+    assert!(w.storage_holders() > 1, "the source graph holds the weight");
+    let fixed = model.into_fixed().unwrap();
+    assert_eq!(w.storage_holders(), 1, "only the packed copy is left");
+    let got = fixed.run(&inputs).unwrap();
+    assert_close(&f32s(&got[0].1), &want, "fixed");
+    let path = dir.path().join("fixed.hidet");
+    assert_eq!(fixed.save(&path).unwrap(), 1);
+    let loaded = LoadedModel::load(&path, backend(dir.path(), true)).unwrap();
+    let got = loaded.run(&inputs).unwrap();
+    assert_close(&f32s(&got[0].1), &want, "saved fixed");
+}
+
 /// An interpolation feeding a product (a GridSample reads 4 pixels and its grid several times
 /// per element) is stored by its own kernel rather than recomputed inside the product's
 /// packing; a cheap producer (Relu) stays the product's prologue. Both match the reference.

@@ -551,6 +551,15 @@ impl Tensor {
         })
     }
 
+    /// How many tensors share this one's storage, itself included (clones and views of it,
+    /// wherever they are held: a graph, a compiled model, a memo).
+    pub fn storage_holders(&self) -> usize {
+        crate::dispatch_all!(self.dtype(), T => match T::unwrap(&self.data) {
+            Some(v) => Arc::strong_count(v),
+            None => unreachable!("dtype() reports the stored variant"),
+        })
+    }
+
     /// Whether `self` and `other` share their storage (so hold the same elements).
     pub fn same_storage(&self, other: &Tensor) -> bool {
         self.storage_address() == other.storage_address()

@@ -42,6 +42,11 @@
 //! [`Tensor::from_external`], which keeps an owner handle alive as long as the tensor (the
 //! Python package does this for every C-contiguous array).
 //!
+//! Weights are read by the CPU kernels where the model holds them, never copied; the ones
+//! the compiler repacks (matrix panels, 4-bit blocks) exist twice while the [`Model`] they
+//! came from is alive. A CPU model whose inputs all have fixed shapes is compiled once and
+//! keeps no source graph, so dropping its [`Model`] frees the weights it repacked.
+//!
 //! # Saved models
 //! [`CompiledModel::save`] writes a compiled model to one file and [`CompiledModel::load`]
 //! runs it without compiling anything (no C compiler needed on that machine).
@@ -332,7 +337,16 @@ impl Model {
                     ignore_cache: options.retune,
                     ..CpuTuning::default()
                 };
-                Compiled::Cpu(pipeline::compile_tuned(&self.onnx, opts, tuning))
+                let model = pipeline::compile_tuned(&self.onnx, opts, tuning);
+                match static_shapes(&self.inputs()) {
+                    // Fixed shapes compile once: the source graph, and the weights only it
+                    // holds (those repacked for the kernels), are not needed any more.
+                    Some(shapes) => {
+                        model.compiled(&shapes)?;
+                        Compiled::Fixed(model.into_fixed()?)
+                    }
+                    None => Compiled::Cpu(model),
+                }
             }
             Device::CudaSim => Compiled::CudaSim(pipeline::compile_sim(
                 &self.onnx,
@@ -356,6 +370,7 @@ impl Model {
         if let Some(shapes) = compiled.static_shapes() {
             compiled.prepare(&shapes)?;
         }
+        return_freed_memory();
         Ok(compiled)
     }
 }
@@ -369,12 +384,40 @@ pub struct CompiledModel {
     outputs: Arc<[TensorInfo]>,
 }
 
+/// Hands heap memory the process has freed back to the system, so its resident size is
+/// what it still holds: glibc otherwise keeps freed blocks below its mmap threshold (which
+/// rises as large blocks are freed) for later allocations. [`Model::compile`] calls it; call
+/// it again after dropping the [`Model`] of a compiled model of fixed input shapes, whose
+/// repacked weights that frees. Does nothing where the C library is not glibc.
+pub fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` has no preconditions; it only releases free heap pages.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// The input shapes when every input is a tensor of fixed shape.
+fn static_shapes(inputs: &[TensorInfo]) -> Option<Vec<Vec<usize>>> {
+    inputs
+        .iter()
+        .map(|i| {
+            if i.kind != ValueKind::Tensor {
+                return None;
+            }
+            i.shape.as_ref()?.iter().map(Dim::fixed).collect()
+        })
+        .collect()
+}
+
 /// The per-shape compiled model of one device.
 #[derive(Debug)]
 enum Compiled {
     Cpu(CpuModel),
     CudaSim(SimModel),
     Cuda(GpuModel),
+    /// CPU, inputs of fixed shapes: compiled once, without its source graph.
+    Fixed(LoadedCpuModel),
     /// Loaded from a saved model: runs the saved shapes only, compiles nothing.
     Saved(LoadedCpuModel),
 }
@@ -400,15 +443,7 @@ impl CompiledModel {
 
     /// The input shapes when every input is a tensor of fixed shape.
     fn static_shapes(&self) -> Option<Vec<Vec<usize>>> {
-        self.inputs
-            .iter()
-            .map(|i| {
-                if i.kind != ValueKind::Tensor {
-                    return None;
-                }
-                i.shape.as_ref()?.iter().map(Dim::fixed).collect()
-            })
-            .collect()
+        static_shapes(&self.inputs)
     }
 
     /// Compiles for `shapes` (one per input, in input order) now, so the first run with
@@ -422,7 +457,7 @@ impl CompiledModel {
             Compiled::Cpu(m) => m.compiled(shapes).map(drop)?,
             Compiled::CudaSim(m) => m.compiled(shapes).map(drop)?,
             Compiled::Cuda(m) => m.compiled(shapes).map(drop)?,
-            Compiled::Saved(m) => m.compiled(shapes).map(drop)?,
+            Compiled::Fixed(m) | Compiled::Saved(m) => m.compiled(shapes).map(drop)?,
         }
         Ok(())
     }
@@ -437,7 +472,7 @@ impl CompiledModel {
             Compiled::Cpu(m) => m.compiled(shapes)?.report().clone(),
             Compiled::CudaSim(m) => m.compiled(shapes)?.report().clone(),
             Compiled::Cuda(m) => m.compiled(shapes)?.report().clone(),
-            Compiled::Saved(m) => m.compiled(shapes)?.report().clone(),
+            Compiled::Fixed(m) | Compiled::Saved(m) => m.compiled(shapes)?.report().clone(),
         })
     }
 
@@ -463,6 +498,7 @@ impl CompiledModel {
     pub fn save(&self, path: impl AsRef<Path>) -> Result<usize, Error> {
         let saved = match &*self.inner {
             Compiled::Cpu(m) => m.save(path.as_ref())?,
+            Compiled::Fixed(m) => m.save(path.as_ref())?,
             Compiled::CudaSim(_) | Compiled::Cuda(_) => {
                 return Err(Error::InvalidOption(
                     "only models compiled for the CPU can be saved".into(),
@@ -567,7 +603,9 @@ impl CompiledModel {
             Compiled::Cpu(m) => pipeline::run_data(m, &data)?,
             Compiled::CudaSim(m) => pipeline::run_data(m, &data)?,
             Compiled::Cuda(m) => pipeline::run_data(m, &data)?,
-            Compiled::Saved(m) => m.run_data(&data).map_err(|e| Error::Pipeline(e.into()))?,
+            Compiled::Fixed(m) | Compiled::Saved(m) => {
+                m.run_data(&data).map_err(|e| Error::Pipeline(e.into()))?
+            }
         };
         outputs
             .into_iter()
@@ -585,11 +623,14 @@ impl CompiledModel {
     }
 
     /// The underlying per-shape compiled model (launch lists, profiles, reports), when the
-    /// model was compiled for the CPU.
+    /// model was compiled for the CPU with symbolic input dimensions (one of fixed input
+    /// shapes keeps only its compiled graph, see [`CompiledModel::report`]).
     pub fn as_cpu_model(&self) -> Option<&CpuModel> {
         match &*self.inner {
             Compiled::Cpu(m) => Some(m),
-            Compiled::CudaSim(_) | Compiled::Cuda(_) | Compiled::Saved(_) => None,
+            Compiled::CudaSim(_) | Compiled::Cuda(_) | Compiled::Fixed(_) | Compiled::Saved(_) => {
+                None
+            }
         }
     }
 }

@@ -16,5 +16,6 @@ pub use hidet_graph as graph;
 pub use hidet_onnx as onnx;
 
 pub use api::{
-    CompiledModel, DType, Device, Dim, Error, Model, Options, Tensor, TensorInfo, TuneLevel,
+    return_freed_memory, CompiledModel, DType, Device, Dim, Error, Model, Options, Tensor,
+    TensorInfo, TuneLevel,
 };

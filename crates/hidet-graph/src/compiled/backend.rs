@@ -203,6 +203,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// Called when no graph will be compiled with this backend any more
+    /// ([`crate::compiled::CompiledModel::into_fixed`]): drops what it remembers only for
+    /// later compilations (constants derived from the model's weights, which keep those
+    /// weights alive). The default remembers nothing.
+    fn forget_compilation_memos(&self) {}
+
     /// A zero-filled arena of `bytes` bytes, aligned for any element type (64 bytes).
     fn alloc(&self, bytes: usize) -> Result<Self::Arena, BackendError>;
 

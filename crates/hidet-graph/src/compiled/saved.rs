@@ -820,43 +820,47 @@ impl<B: Backend> CompiledModel<B> {
     /// when nothing is compiled yet, when the backend cannot save its modules, or when a host
     /// step cannot be saved.
     pub fn save(&self, path: &Path) -> Result<usize, CompiledError> {
-        let compiled = self.compiled_graphs()?;
-        if compiled.is_empty() {
+        self.clone_fixed()?.save(path)
+    }
+
+    /// The graphs compiled so far as a model that compiles nothing more ([`LoadedModel`]):
+    /// it runs their input shapes only and holds no source graph, so once `self` is dropped
+    /// the weights the graph passes replaced (packed into panels) are freed; the backend
+    /// forgets what it remembered for later compilations
+    /// ([`Backend::forget_compilation_memos`]). Meant for a model with fixed input shapes,
+    /// compiled once. Fails when nothing is compiled yet.
+    pub fn into_fixed(self) -> Result<LoadedModel<B>, CompiledError> {
+        let fixed = self.clone_fixed()?;
+        self.backend().forget_compilation_memos();
+        Ok(fixed)
+    }
+
+    fn clone_fixed(&self) -> Result<LoadedModel<B>, CompiledError> {
+        let graphs = self.compiled_graphs()?;
+        if graphs.is_empty() {
             return Err(CompiledError::Saved(
                 "nothing is compiled yet: compile the model for at least one set of input shapes \
                  before saving it"
                     .into(),
             ));
         }
-        let mut blobs = ArtifactWriter::new();
-        let graphs = compiled
-            .iter()
-            .map(|g| g.save(&mut blobs))
-            .collect::<Result<Vec<_>, _>>()?;
         let graph = self.graph();
-        let model = SavedModel {
-            writer: format!("hidet-graph {}", env!("CARGO_PKG_VERSION")),
-            backend: self.backend().name().to_string(),
+        let decls = |ids: &[ValueId]| ids.iter().map(|v| SavedDecl::of(graph, *v)).collect();
+        let inputs: Vec<SavedDecl> = decls(graph.inputs());
+        Ok(LoadedModel {
             name: graph.name.clone(),
-            inputs: graph
-                .inputs()
-                .iter()
-                .map(|v| SavedDecl::of(graph, *v))
-                .collect(),
-            outputs: graph
-                .outputs()
-                .iter()
-                .map(|v| SavedDecl::of(graph, *v))
-                .collect(),
+            input_dims: inputs.iter().map(SavedDecl::dims).collect(),
+            inputs,
+            outputs: decls(graph.outputs()),
+            graph_shapes: graphs.iter().map(|g| g.input_shapes()).collect(),
             graphs,
-        };
-        blobs.write(path, &model)?;
-        Ok(compiled.len())
+        })
     }
 }
 
-/// A saved model loaded for running (see the module docs): its compiled graphs, one per
-/// saved set of input shapes. `Send + Sync`, like [`CompiledModel`].
+/// A model that runs a fixed set of compiled graphs, one per set of input shapes, and
+/// compiles nothing: a saved model loaded for running (see the module docs), or a compiled
+/// model made fixed ([`CompiledModel::into_fixed`]). `Send + Sync`, like [`CompiledModel`].
 pub struct LoadedModel<B: Backend> {
     name: String,
     inputs: Vec<SavedDecl>,
@@ -916,6 +920,29 @@ impl<B: Backend> LoadedModel<B> {
             graph_shapes: graphs.iter().map(|g| g.input_shapes()).collect(),
             graphs,
         })
+    }
+
+    /// Saves the model's graphs to `path`, as [`CompiledModel::save`] does; returns how many
+    /// were saved. Fails when the backend cannot save a module (a module loaded from a saved
+    /// file is not saved again) or a host step cannot be saved.
+    pub fn save(&self, path: &Path) -> Result<usize, CompiledError> {
+        let mut blobs = ArtifactWriter::new();
+        let graphs = self
+            .graphs
+            .iter()
+            .map(|g| g.save(&mut blobs))
+            .collect::<Result<Vec<_>, _>>()?;
+        let backend = self.graphs.first().map_or("", |g| g.backend.name());
+        let model = SavedModel {
+            writer: format!("hidet-graph {}", env!("CARGO_PKG_VERSION")),
+            backend: backend.to_string(),
+            name: self.name.clone(),
+            inputs: self.inputs.clone(),
+            outputs: self.outputs.clone(),
+            graphs,
+        };
+        blobs.write(path, &model)?;
+        Ok(self.graphs.len())
     }
 
     /// The model's name.

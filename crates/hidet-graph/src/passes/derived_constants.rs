@@ -66,6 +66,14 @@ impl DerivedConstants {
         Some(value)
     }
 
+    /// Forgets every derived constant (and the sources it kept alive); later calls derive
+    /// again.
+    pub fn clear(&self) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.clear();
+        }
+    }
+
     /// How many derived constants are remembered.
     pub fn len(&self) -> usize {
         self.entries.lock().map_or(0, |e| e.len())
