@@ -479,7 +479,10 @@ def test_integer_products_to_float():
         "x": f32(3, 4, k),
     }
     init = {
-        "b": RNG.integers(-128, 128, (k, n)).astype(np.int8),
+        # Weights in [-64, 64): ONNX Runtime's AVX2 uint8 x int8 kernel adds products in
+        # pairs with 16-bit saturation (255·127·2 overflows), so on a host without AVX-512
+        # VNNI its output is wrong for full-range weights; hidet's is exact either way.
+        "b": RNG.integers(-64, 64, (k, n)).astype(np.int8),
         "a_scale": np.array(0.02, np.float32),
         "b_scale": np.abs(f32(n, scale=0.01)) + 0.001,
         "a_zero": np.array(131, np.uint8),
@@ -600,7 +603,8 @@ def test_quantized_attention():
         "mask": np.array([5, 3], np.int32),
     }
     init = {
-        "w": RNG.integers(-128, 128, (hidden, 3 * hidden)).astype(np.int8),
+        # In [-64, 64): see test_integer_products_to_float (ONNX Runtime saturates on AVX2).
+        "w": RNG.integers(-64, 64, (hidden, 3 * hidden)).astype(np.int8),
         "b": f32(3 * hidden),
         "xs": np.array(0.01, np.float32),
         "ws": np.array(0.003, np.float32),
