@@ -10,7 +10,7 @@
 //! or not (SSE, AVX2, NEON).
 //!
 //! # Contract (f32, round-to-nearest, no `-ffast-math`)
-//! | helper | method | error bound asserted by `tests/c_math.rs` (measured max, GCC 12, AVX-512) |
+//! | helper | method | error bound asserted by `tests/integration/c_math.rs` (measured max, GCC 12, AVX-512) |
 //! |---|---|---|
 //! | `hidet_exp_f32` | Cody–Waite `x = n·ln2 + r`, degree-6 minimax `e^r`, `2^n` applied in two exact steps | ≤ 2 ulp (0.97) |
 //! | `hidet_log_f32` | `x = 2^k·m`, `m ∈ [√½, √2)`, `log1p(m-1) = 2·atanh(s)` with a minimax odd series in `s = f/(2+f)` | ≤ 2 ulp (0.85) |

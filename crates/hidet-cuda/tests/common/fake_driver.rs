@@ -39,13 +39,16 @@ pub fn build(dir: &Path, c_source: &str) -> bool {
 }
 
 /// Runs `test` of this test binary in a child process that loads the stand-in in `dir`;
-/// fails unless the child passes and printed `child checked`.
+/// fails unless the child passes and printed `child checked`. `test` is the test's module
+/// path followed by its name (`concat!(module_path!(), "::name")`); the path's first
+/// segment, the test binary's crate, is not part of a test's name.
 pub fn run_child(test: &str, dir: &Path) {
     run_child_with(test, dir, &[]);
 }
 
 /// [`run_child`] with extra environment variables for the child.
 pub fn run_child_with(test: &str, dir: &Path, env: &[(&str, &str)]) {
+    let test = test.split_once("::").map_or(test, |(_, name)| name);
     let output = Command::new(std::env::current_exe().unwrap())
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env("LD_LIBRARY_PATH", dir)
