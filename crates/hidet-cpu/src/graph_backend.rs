@@ -361,6 +361,12 @@ impl CpuBackend {
         }
     }
 
+    /// The constants this backend's graph passes derived (packed weights), remembered for
+    /// its later compilations; each derivation once however many input shapes use it.
+    pub fn derived_constants(&self) -> &DerivedConstants {
+        &self.derived
+    }
+
     /// The tasks this backend remembers having lowered ([`kernel_memo`]).
     pub fn memo(&self) -> &KernelMemo {
         &self.memo

@@ -565,6 +565,29 @@ impl Tensor {
         self.storage_address() == other.storage_address()
     }
 
+    /// Whether `self` and `other` have the same dtype, shape and elements, floats compared
+    /// by their bits (so `-0.0` differs from `0.0`, and a NaN equals the same NaN): whether
+    /// one can stand for the other as a constant. `==` compares floats as numbers.
+    pub fn bitwise_eq(&self, other: &Tensor) -> bool {
+        fn bits<T: Copy, B: PartialEq>(a: &[T], b: &[T], f: impl Fn(T) -> B) -> bool {
+            a.iter().zip(b).all(|(x, y)| f(*x) == f(*y))
+        }
+        if self.dtype() != other.dtype() || self.shape != other.shape {
+            return false;
+        }
+        if self.same_storage(other) {
+            return true;
+        }
+        match (&self.data, &other.data) {
+            (TensorData::F32(a), TensorData::F32(b)) => bits(a, b, f32::to_bits),
+            (TensorData::F64(a), TensorData::F64(b)) => bits(a, b, f64::to_bits),
+            (TensorData::F16(a), TensorData::F16(b)) => bits(a, b, f16::to_bits),
+            (TensorData::BF16(a), TensorData::BF16(b)) => bits(a, b, bf16::to_bits),
+            // Integers, booleans, strings and the 8-bit floats (compared by their bits).
+            _ => self == other,
+        }
+    }
+
     /// The shared storage.
     pub fn data(&self) -> &TensorData {
         &self.data

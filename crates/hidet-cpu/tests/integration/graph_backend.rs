@@ -12,8 +12,8 @@ use hidet_graph::compiled::{CompileOptions, CompiledGraph, CompiledModel, HostSt
 use hidet_graph::fusion::HostReason;
 use hidet_graph::passes::run_passes;
 use hidet_graph::{
-    run_reference, Attribute, Attributes, DType, Dim, Graph, GraphBuilder, Registry, Tensor,
-    TensorType,
+    run_reference, Attribute, Attributes, DType, Dim, Graph, GraphBuilder, NodeSpec, Registry,
+    Tensor, TensorType,
 };
 
 /// `graph` compiled for `shapes` with a kernel cache in `dir`, with or without the matmul
@@ -304,6 +304,54 @@ fn symbolic_shapes_share_their_weights_and_keep_the_recent_graphs() {
         let got = loaded.run(&inputs).unwrap();
         let want = run_reference(&graph, &inputs).unwrap();
         assert_close(&f32s(&got[0].1), &want[0].1.to_f64_vec(), "loaded");
+    }
+}
+
+/// A weight that every compilation derives again before packing it (a `Gemm`'s `transB`
+/// weight, transposed by the graph passes into new storage each time) is packed once per
+/// model: the packed panels are found again by the transposed weight's content, and the
+/// backend remembers no more derivations after the first batch than before it.
+#[test]
+fn weights_derived_again_for_each_shape_are_packed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(23);
+    let mut g = GraphBuilder::new("sym_gemm_t");
+    g.input(
+        "x",
+        TensorType {
+            dtype: DType::F32,
+            shape: Some(vec![Dim::Symbol(Arc::from("B")), Dim::Fixed(64)]),
+        },
+    );
+    g.initializer("w", random(&mut rng, &[96, 64]));
+    g.initializer("b", random(&mut rng, &[96]));
+    let mut trans_b = Attributes::new();
+    trans_b.insert("transB", Attribute::Int(1));
+    g.node(NodeSpec {
+        name: "gemm".into(),
+        domain: String::new(),
+        op_type: "Gemm".into(),
+        opset: 17,
+        attrs: trans_b,
+        inputs: vec!["x".into(), "w".into(), "b".into()],
+        outputs: vec!["y".into()],
+    });
+    g.output("y");
+    let graph = g.build(Registry::global()).unwrap();
+    let model = CompiledModel::new(
+        graph.clone(),
+        backend(dir.path(), true),
+        CompileOptions::default(),
+    );
+    let mut remembered = None;
+    for batch in [3usize, 7, 11, 5] {
+        let inputs = vec![("x".to_string(), random(&mut rng, &[batch, 64]))];
+        let got = model.run(&inputs).unwrap();
+        let want = run_reference(&graph, &inputs).unwrap();
+        assert_close(&f32s(&got[0].1), &want[0].1.to_f64_vec(), "gemm transB");
+        let now = model.backend().derived_constants().len();
+        assert!(now >= 1, "the weight is packed");
+        assert_eq!(*remembered.get_or_insert(now), now, "batch {batch}");
     }
 }
 

@@ -76,12 +76,12 @@ pub(super) struct SharedConstants<B: Backend> {
 
 impl<B: Backend> SharedConstants<B> {
     /// The offset (`None`: read in place) and pooled copy of a constant equal to `t` (dtype,
-    /// shape and every element), if the pool holds one.
+    /// shape and every element's bits, [`Tensor::bitwise_eq`]), if the pool holds one.
     fn find(&self, t: &Tensor) -> Option<(Option<usize>, Tensor)> {
         self.entries
             .get(&(t.dtype(), t.shape().to_vec()))?
             .iter()
-            .find(|(_, pooled)| pooled.same_storage(t) || pooled == t)
+            .find(|(_, pooled)| pooled.bitwise_eq(t))
             .cloned()
     }
 }
@@ -168,10 +168,7 @@ impl<B: Backend> ConstantPool<B> {
                 continue;
             }
             let same = entries.entry((t.dtype(), t.shape().to_vec())).or_default();
-            if same
-                .iter()
-                .any(|(_, pooled)| pooled.same_storage(t) || pooled == *t)
-            {
+            if same.iter().any(|(_, pooled)| pooled.bitwise_eq(t)) {
                 continue;
             }
             bytes += t.size_in_bytes();

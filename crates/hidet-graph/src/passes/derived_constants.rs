@@ -9,59 +9,106 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use crate::dtype::DType;
 use crate::tensor::Tensor;
 
 /// Derived constants by what they were derived from. `Send + Sync`: passes on several
 /// threads may share one.
 ///
-/// Sources are identified by their storage ([`Tensor::storage_address`]), not compared by
-/// content: an entry keeps its sources alive, so a source's address cannot be reused by
-/// another tensor while the entry exists. A derivation is found again when a pass derives
-/// from the same initializer (shared by every binding of a model's graph), not from an equal
-/// copy.
+/// A derivation is found again from the same sources: the same storage (an initializer
+/// shared by every binding of a model's graph), or, failing that, sources of the same dtype,
+/// shape and bits ([`Tensor::bitwise_eq`]) — a constant that an earlier pass of this
+/// compilation derived again (a `Gemm` weight transposed, a batch normalization folded into
+/// a convolution's weight), equal to the one an earlier compilation derived. An entry keeps
+/// its sources alive, so a source's address cannot be reused by another tensor while the
+/// entry exists; a derivation found by content adds no entry (its fresh sources are not
+/// kept).
 #[derive(Debug, Default)]
 pub struct DerivedConstants {
-    entries: Mutex<HashMap<Key, Entry>>,
+    memo: Mutex<Memo>,
 }
 
 /// What a derivation is: its label (what it computes, with every parameter it depends on)
 /// and the storage addresses of its sources.
 type Key = (String, Vec<usize>);
 
+/// A label and the dtype and shape of each source: the derivations whose sources may be
+/// equal in content to a lookup's.
+type Kind = (String, Vec<(DType, Vec<usize>)>);
+
+#[derive(Debug, Default)]
+struct Memo {
+    entries: Vec<Entry>,
+    by_storage: HashMap<Key, usize>,
+    by_kind: HashMap<Kind, Vec<usize>>,
+}
+
 #[derive(Debug)]
 struct Entry {
-    /// Kept alive so that their addresses identify them (see [`DerivedConstants`]).
-    _sources: Vec<Tensor>,
+    /// Kept alive so that their addresses identify them, and compared with a lookup's
+    /// sources when the addresses differ.
+    sources: Vec<Tensor>,
     value: Tensor,
+}
+
+impl Memo {
+    /// The entry derived by `label` from `sources`: same storage, else same content.
+    fn find(&self, label: &str, sources: &[&Tensor]) -> Option<&Entry> {
+        let key = storage_key(label, sources);
+        if let Some(&i) = self.by_storage.get(&key) {
+            return Some(&self.entries[i]);
+        }
+        self.by_kind
+            .get(&kind(label, sources))?
+            .iter()
+            .map(|&i| &self.entries[i])
+            .find(|e| e.sources.iter().zip(sources).all(|(a, b)| a.bitwise_eq(b)))
+    }
+}
+
+fn storage_key(label: &str, sources: &[&Tensor]) -> Key {
+    (
+        label.to_string(),
+        sources.iter().map(|t| t.storage_address()).collect(),
+    )
+}
+
+fn kind(label: &str, sources: &[&Tensor]) -> Kind {
+    (
+        label.to_string(),
+        sources
+            .iter()
+            .map(|t| (t.dtype(), t.shape().to_vec()))
+            .collect(),
+    )
 }
 
 impl DerivedConstants {
     /// The constant `label` derives from `sources`: remembered from an earlier call with the
-    /// same label and the same source tensors (same storage), else `derive()`'s result,
-    /// remembered when it is `Some`. `label` must name everything besides the sources that
-    /// the result depends on (a width, a transposition).
+    /// same label and the same sources (same storage, or same dtype, shape and bits), else
+    /// `derive()`'s result, remembered when it is `Some`. `label` must name everything
+    /// besides the sources that the result depends on (a width, a transposition).
     pub fn get_or_derive(
         &self,
         label: &str,
         sources: &[&Tensor],
         derive: impl FnOnce() -> Option<Tensor>,
     ) -> Option<Tensor> {
-        let key = (
-            label.to_string(),
-            sources.iter().map(|t| t.storage_address()).collect(),
-        );
-        if let Some(entry) = self.entries.lock().ok()?.get(&key) {
+        if let Some(entry) = self.memo.lock().ok()?.find(label, sources) {
             return Some(entry.value.clone());
         }
         let value = derive()?;
-        if let Ok(mut entries) = self.entries.lock() {
-            entries.insert(
-                key,
-                Entry {
-                    _sources: sources.iter().map(|t| (*t).clone()).collect(),
-                    value: value.clone(),
-                },
-            );
+        if let Ok(mut memo) = self.memo.lock() {
+            let i = memo.entries.len();
+            memo.entries.push(Entry {
+                sources: sources.iter().map(|t| (*t).clone()).collect(),
+                value: value.clone(),
+            });
+            memo.by_storage.insert(storage_key(label, sources), i);
+            memo.by_kind
+                .entry(kind(label, sources))
+                .or_default()
+                .push(i);
         }
         Some(value)
     }
@@ -69,14 +116,14 @@ impl DerivedConstants {
     /// Forgets every derived constant (and the sources it kept alive); later calls derive
     /// again.
     pub fn clear(&self) {
-        if let Ok(mut entries) = self.entries.lock() {
-            entries.clear();
+        if let Ok(mut memo) = self.memo.lock() {
+            *memo = Memo::default();
         }
     }
 
     /// How many derived constants are remembered.
     pub fn len(&self) -> usize {
-        self.entries.lock().map_or(0, |e| e.len())
+        self.memo.lock().map_or(0, |m| m.entries.len())
     }
 
     /// Whether none is.
@@ -93,10 +140,10 @@ mod tests {
     fn derives_once_per_source_storage_and_label() {
         let memo = DerivedConstants::default();
         let w = Tensor::new(vec![2, 3], vec![1f32, 2., 3., 4., 5., 6.]).unwrap();
-        let mut calls = 0;
-        let mut derive = |label: &str, t: &Tensor| {
+        let calls = std::cell::Cell::new(0);
+        let derive = |label: &str, t: &Tensor| {
             memo.get_or_derive(label, &[t], || {
-                calls += 1;
+                calls.set(calls.get() + 1);
                 Some(Tensor::new(vec![3], vec![t.numel() as f32; 3]).unwrap())
             })
             .unwrap()
@@ -104,12 +151,21 @@ mod tests {
         let first = derive("sum", &w);
         let again = derive("sum", &w.clone());
         assert!(first.same_storage(&again));
-        // An equal copy in other storage, or another label, derives again.
+        // An equal copy in other storage finds the derivation without a new entry; another
+        // label, or sources differing in one bit (-0.0 for 0.0), derives again.
         let copy = Tensor::new(vec![2, 3], vec![1f32, 2., 3., 4., 5., 6.]).unwrap();
-        derive("sum", &copy);
+        assert!(derive("sum", &copy).same_storage(&first));
+        assert_eq!((calls.get(), memo.len()), (1, 1));
         derive("other", &w);
-        assert_eq!(calls, 3);
-        assert_eq!(memo.len(), 3);
+        let zero = Tensor::new(vec![2], vec![0f32, 1.]).unwrap();
+        let negative_zero = Tensor::new(vec![2], vec![-0f32, 1.]).unwrap();
+        let a = derive("sum", &zero);
+        let b = derive("sum", &negative_zero);
+        assert!(!a.same_storage(&b));
+        let reshaped = Tensor::new(vec![3, 2], vec![1f32, 2., 3., 4., 5., 6.]).unwrap();
+        derive("sum", &reshaped);
+        assert_eq!(calls.get(), 5);
+        assert_eq!(memo.len(), 5);
     }
 
     #[test]
