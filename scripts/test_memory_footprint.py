@@ -65,6 +65,24 @@ class MemoryFootprintTest(unittest.TestCase):
                 self.assertGreater(steady, 1)
                 self.assertGreaterEqual(peak, steady)
 
+    def test_a_sweep_reports_each_value_for_both_peers(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "dense.onnx"
+            dense(path)
+            out = subprocess.run(
+                [sys.executable, str(SCRIPTS / "memory_footprint.py"), "--model", str(path),
+                 "--sweep", "batch=1,4,2"],
+                check=True, capture_output=True, text=True,
+            ).stdout
+            self.assertIn("| batch=1 MiB | batch=4 MiB | batch=2 MiB | peak MiB |", out)
+            rows = [line for line in out.splitlines() if "dense.onnx" in line]
+            self.assertEqual([r.split("|")[2].strip() for r in rows], ["hidet", "ORT"])
+            for row in rows:
+                cells = [int(c) for c in row.strip("|").split("|")[2:]]
+                self.assertEqual(len(cells), 4)
+                self.assertTrue(all(c > 1 for c in cells), row)
+                self.assertGreaterEqual(cells[3], max(cells[:3]), row)
+
 
 if __name__ == "__main__":
     unittest.main()
