@@ -697,6 +697,26 @@ impl Backend for CpuBackend {
         self.derived.clear();
     }
 
+    /// Weights stored as right-operand panels (`MatMul(x, W)`): rebuilt from their panels.
+    fn defer_rebuildable_initializers(
+        &self,
+        source: &hidet_graph::Graph,
+    ) -> Vec<(hidet_graph::graph::ValueId, Tensor)> {
+        use crate::graph_ops::column_panels::{from_panels, PANEL_WIDTH};
+        let label = crate::graph_passes::panels_label(PANEL_WIDTH, false);
+        source
+            .initializers()
+            .filter_map(|(id, w)| {
+                let columns = *w.shape().last()?;
+                let rebuild = move |panels: &Tensor| {
+                    from_panels(panels, columns)
+                        .expect("the panels were derived from a weight of this shape")
+                };
+                Some((id, self.derived.defer_source(&label, w, rebuild)?))
+            })
+            .collect()
+    }
+
     fn alloc(&self, bytes: usize) -> Result<CpuArena, BackendError> {
         CpuArena::new(bytes)
     }

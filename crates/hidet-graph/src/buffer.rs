@@ -3,9 +3,11 @@
 
 use std::fmt;
 use std::ptr::NonNull;
+use std::sync::OnceLock;
 
-/// Immutable elements: owned, or borrowed from a caller for as long as its owner handle
-/// lives (see [`Buffer::external`]). Dereferences to `[T]`.
+/// Immutable elements: owned, borrowed from a caller for as long as its owner handle lives
+/// (see [`Buffer::external`]), or computed when first read (see [`Buffer::deferred`]).
+/// Dereferences to `[T]`.
 pub struct Buffer<T> {
     repr: Repr<T>,
 }
@@ -17,6 +19,11 @@ enum Repr<T> {
         len: usize,
         /// Keeps the memory alive; dropped with the buffer.
         _owner: Box<dyn Send + Sync>,
+    },
+    Deferred {
+        len: usize,
+        elements: OnceLock<Vec<T>>,
+        make: Box<dyn Fn() -> Vec<T> + Send + Sync>,
     },
 }
 
@@ -46,6 +53,37 @@ impl<T> Buffer<T> {
         }
     }
 
+    /// A buffer of `len` elements that `make` computes when they are first read (and that
+    /// are kept from then on): a constant held only in case it is needed again, whose
+    /// memory is spent only then. `make` must return `len` elements, the same every call.
+    pub fn deferred(len: usize, make: Box<dyn Fn() -> Vec<T> + Send + Sync>) -> Buffer<T> {
+        Buffer {
+            repr: Repr::Deferred {
+                len,
+                elements: OnceLock::new(),
+                make,
+            },
+        }
+    }
+
+    /// Whether the elements are deferred ([`Buffer::deferred`]) and not computed yet.
+    pub fn is_deferred(&self) -> bool {
+        matches!(&self.repr, Repr::Deferred { elements, .. } if elements.get().is_none())
+    }
+
+    /// The number of elements (without computing deferred ones).
+    pub fn len(&self) -> usize {
+        match &self.repr {
+            Repr::Owned(v) => v.len(),
+            Repr::External { len, .. } | Repr::Deferred { len, .. } => *len,
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Whether the elements are the caller's memory (see [`Buffer::external`]).
     pub fn is_external(&self) -> bool {
         matches!(self.repr, Repr::External { .. })
@@ -59,6 +97,7 @@ impl<T> Buffer<T> {
         match self.repr {
             Repr::Owned(v) => v,
             Repr::External { .. } => self.to_vec(),
+            Repr::Deferred { elements, make, .. } => elements.into_inner().unwrap_or_else(make),
         }
     }
 }
@@ -83,6 +122,15 @@ impl<T> std::ops::Deref for Buffer<T> {
             Repr::External { ptr, len, .. } => unsafe {
                 std::slice::from_raw_parts(ptr.as_ptr(), *len)
             },
+            Repr::Deferred {
+                len,
+                elements,
+                make,
+            } => {
+                let elements = elements.get_or_init(make);
+                assert_eq!(elements.len(), *len, "a deferred buffer's elements");
+                elements
+            }
         }
     }
 }
@@ -182,5 +230,27 @@ mod tests {
         // SAFETY: no elements are read through a zero-length view.
         let empty = unsafe { Buffer::<f32>::external(std::ptr::null(), 0, Box::new(())) };
         assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn a_deferred_buffer_computes_its_elements_once_when_first_read() {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&calls);
+        let b = Buffer::deferred(
+            3,
+            Box::new(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                vec![1i32, 2, 3]
+            }),
+        );
+        assert!(b.is_deferred());
+        assert_eq!((b.len(), calls.load(Ordering::SeqCst)), (3, 0));
+        assert_eq!(&*b, &[1, 2, 3]);
+        assert_eq!(&*b, &[1, 2, 3]);
+        assert!(!b.is_deferred());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(b.into_vec(), vec![1, 2, 3]);
+        let unread = Buffer::deferred(2, Box::new(|| vec![7u8, 8]));
+        assert_eq!(unread.into_vec(), vec![7, 8]);
     }
 }

@@ -1076,6 +1076,26 @@ impl Graph {
         id
     }
 
+    /// Replaces the tensor of initializer `id` (and the shape-inference copy of it) by
+    /// `tensor`, which must have the same dtype and shape (the same elements, in another
+    /// storage); returns whether it did (`false`: `id` is no initializer, or the type differs).
+    pub fn replace_initializer(&mut self, id: ValueId, tensor: Tensor) -> bool {
+        let Some(v) = self.values.get_mut(id.0) else {
+            return false;
+        };
+        let Some(old) = &v.initializer else {
+            return false;
+        };
+        if old.dtype() != tensor.dtype() || old.shape() != tensor.shape() {
+            return false;
+        }
+        if v.known.as_ref().is_some_and(|k| k.same_storage(old)) {
+            v.known = Some(tensor.clone());
+        }
+        v.initializer = Some(tensor);
+        true
+    }
+
     /// Drops the tensors of initializers that no node reads and no graph output names, so
     /// [`Graph::initializers`] lists only weights the graph still needs. Use lists must be
     /// current (they are after [`Graph::with_nodes`]).

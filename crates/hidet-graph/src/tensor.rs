@@ -411,6 +411,28 @@ impl Tensor {
         Tensor::from_data(shape, T::wrap(Arc::new(Buffer::from(data))))
     }
 
+    /// A tensor whose elements `make` computes when they are first read ([`Buffer::deferred`]):
+    /// a constant kept only in case it is read again. Fails if the shape overflows; `make`
+    /// must return as many elements as `shape` holds, the same every call.
+    pub fn deferred<T: Element>(
+        shape: Vec<usize>,
+        make: impl Fn() -> Vec<T> + Send + Sync + 'static,
+    ) -> Result<Tensor, TensorError> {
+        let len = checked_numel(&shape).ok_or_else(|| TensorError::TooLarge(shape.clone()))?;
+        Ok(Tensor {
+            shape,
+            data: T::wrap(Arc::new(Buffer::deferred(len, Box::new(make)))),
+        })
+    }
+
+    /// Whether the elements are deferred ([`Tensor::deferred`]) and not computed yet.
+    pub fn is_deferred(&self) -> bool {
+        crate::dispatch_all!(self.dtype(), T => match T::unwrap(&self.data) {
+            Some(v) => v.is_deferred(),
+            None => unreachable!("dtype() reports the stored variant"),
+        })
+    }
+
     /// Builds a tensor from shared storage; fails if the element count does not match.
     pub fn from_data(shape: Vec<usize>, data: TensorData) -> Result<Tensor, TensorError> {
         let expected = checked_numel(&shape).ok_or_else(|| TensorError::TooLarge(shape.clone()))?;

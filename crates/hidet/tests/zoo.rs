@@ -291,7 +291,7 @@ fn compile_applies_the_graph_passes_to_the_imported_graph() {
         histogram(&optimized)
     );
     assert_ne!(histogram(&optimized), histogram(&model.graph));
-    assert_eq!(histogram(compiled.graph()), histogram(&model.graph));
+    assert_eq!(histogram(&compiled.graph()), histogram(&model.graph));
     assert!(model.graph.nodes().iter().any(|n| n.op_type == "Conv"));
 }
 

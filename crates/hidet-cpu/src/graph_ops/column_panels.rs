@@ -96,6 +96,31 @@ pub fn to_panels(b: &Tensor, width: usize) -> Option<Tensor> {
     Tensor::new(shape, data).ok()
 }
 
+/// The matrix (or batch of matrices) of `columns` columns that [`to_panels`] stored as
+/// `panels` (`[P, K, W]` or `[L, P, K, W]`, `P = ⌈columns / W⌉`): its elements, bit for bit,
+/// row-major. `None` if `panels` is not `f32` of such a shape.
+pub fn from_panels(panels: &Tensor, columns: usize) -> Option<Vec<f32>> {
+    let (batch, p, k, width) = match *panels.shape() {
+        [p, k, w] => (1, p, k, w),
+        [l, p, k, w] => (l, p, k, w),
+        _ => return None,
+    };
+    if width == 0 || p != columns.div_ceil(width) {
+        return None;
+    }
+    let data = panels.as_slice::<f32>().ok()?;
+    let matrix = p * k * width;
+    let mut out = Vec::with_capacity(batch * k * columns);
+    for l in 0..batch {
+        for row in 0..k {
+            for j in 0..columns {
+                out.push(data[l * matrix + ((j / width) * k + row) * width + j % width]);
+            }
+        }
+    }
+    Some(out)
+}
+
 impl ColumnPanels {
     /// The batch (if `P` is a batch of panels) and `K` for panels of shape `ps`, after
     /// checking them against `columns`.

@@ -17,6 +17,7 @@ pub use block_quantized_products::BlockQuantizedProducts;
 pub use channels_last::{DepthwiseChannelsLast, SinkTransposes};
 pub use conv_implicit_gemm::{ConvToImplicitGemm, FEW_CHANNELS};
 pub use conv_winograd::{ConvWinograd, WINOGRAD_MIN_CHANNEL_HARMONIC, WINOGRAD_MIN_TILES};
+pub(crate) use panel_weights::panels_label;
 pub use panel_weights::PanelConstantWeights;
 pub use quantized_products::QuantizedProducts;
 pub use separable_pool::SeparablePool;

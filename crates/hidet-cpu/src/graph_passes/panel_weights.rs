@@ -131,6 +131,12 @@ impl GraphPass for PanelConstantWeights {
     }
 }
 
+/// The [`DerivedConstants`] label of the panels `width` columns wide of a constant matrix
+/// (of its transpose when `transposed`).
+pub(crate) fn panels_label(width: usize, transposed: bool) -> String {
+    format!("column-panels width={width} transposed={transposed}")
+}
+
 /// The panels replacing one operand of a product.
 struct Plan {
     /// The left operand is replaced (by the transpose of the panels' matrix).
@@ -177,8 +183,7 @@ impl Plan {
         match derived {
             Some(memo) => {
                 let transposed = matches!(self.matrix, Matrix::Transposed(_));
-                let label = format!("column-panels width={} transposed={transposed}", self.width);
-                memo.get_or_derive(&label, &[w], derive)
+                memo.get_or_derive(&panels_label(self.width, transposed), &[w], derive)
             }
             None => derive(),
         }

@@ -355,6 +355,91 @@ fn weights_derived_again_for_each_shape_are_packed_once() {
     }
 }
 
+/// `x[B, 64] · w[64, 40]` with a symbolic batch, plus, when `also_folded`, `ReduceSum(w)` over
+/// its rows added to the product (a second reader of `w` that constant folding evaluates).
+fn symbolic_product(rng: &mut Rng, also_folded: bool) -> Graph {
+    let mut g = GraphBuilder::new("sym_product");
+    g.input(
+        "x",
+        TensorType {
+            dtype: DType::F32,
+            shape: Some(vec![Dim::Symbol(Arc::from("B")), Dim::Fixed(64)]),
+        },
+    );
+    g.initializer("w", random(rng, &[64, 40]));
+    if also_folded {
+        g.initializer("axes", Tensor::new(vec![1], vec![0i64]).unwrap());
+        g.node(node("MatMul", &["x", "w"], "xw", Attributes::new()));
+        g.node(node(
+            "ReduceSum",
+            &["w", "axes"],
+            "colsum",
+            Attributes::new(),
+        ));
+        g.node(node("Add", &["xw", "colsum"], "y", Attributes::new()));
+    } else {
+        g.node(node("MatMul", &["x", "w"], "y", Attributes::new()));
+    }
+    g.output("y");
+    g.build(Registry::global()).unwrap()
+}
+
+/// A model with symbolic inputs keeps its source graph for later shapes, but not the weights
+/// it packed: after the first compilation the source graph holds a deferred stand-in for
+/// each weight stored as panels (rebuilt from the panels if a later compilation reads it),
+/// and the original is freed.
+#[test]
+fn packed_weights_of_a_symbolic_model_are_held_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(29);
+    let graph = symbolic_product(&mut rng, false);
+    let original = graph.initializers().next().unwrap().1.clone();
+    let model = CompiledModel::new(
+        graph.clone(),
+        backend(dir.path(), true),
+        CompileOptions::default(),
+    );
+    let weight = |m: &CompiledModel<CpuBackend>| m.graph().initializers().next().unwrap().1.clone();
+    assert!(!weight(&model).is_deferred());
+    for batch in [3usize, 9, 1] {
+        let inputs = vec![("x".to_string(), random(&mut rng, &[batch, 64]))];
+        let got = model.run(&inputs).unwrap();
+        let want = run_reference(&graph, &inputs).unwrap();
+        assert_close(&f32s(&got[0].1), &want[0].1.to_f64_vec(), "deferred weight");
+        assert!(
+            weight(&model).is_deferred(),
+            "batch {batch}: not read again"
+        );
+    }
+    // Only this test holds the original now: not the model's graph, memo or compiled graphs.
+    drop(graph);
+    assert_eq!(original.storage_holders(), 1);
+    // Rebuilt from the panels, bit for bit.
+    assert!(weight(&model).bitwise_eq(&original));
+    assert!(!weight(&model).is_deferred());
+}
+
+/// A weight both packed and read by another node (here folded with its column sums): the
+/// next compilation reads the deferred stand-in, which is rebuilt from the panels, and the
+/// results stay those of the reference.
+#[test]
+fn a_deferred_weight_read_again_is_rebuilt_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(31);
+    let graph = symbolic_product(&mut rng, true);
+    let model = CompiledModel::new(
+        graph.clone(),
+        backend(dir.path(), true),
+        CompileOptions::default(),
+    );
+    for batch in [2usize, 5, 7] {
+        let inputs = vec![("x".to_string(), random(&mut rng, &[batch, 64]))];
+        let got = model.run(&inputs).unwrap();
+        let want = run_reference(&graph, &inputs).unwrap();
+        assert_close(&f32s(&got[0].1), &want[0].1.to_f64_vec(), "rebuilt weight");
+    }
+}
+
 /// The CPU's kernels read every constant where its tensor lies: nothing is copied into a
 /// constant arena, for a model compiled here and for one loaded from a saved file, and the
 /// results match the reference.

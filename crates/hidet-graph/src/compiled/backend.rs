@@ -209,6 +209,21 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// weights alive). The default remembers nothing.
     fn forget_compilation_memos(&self) {}
 
+    /// Called after a model with symbolic inputs compiled a set of shapes: the initializers
+    /// of its source graph (`source`) that this backend can rebuild from what it derived from
+    /// them (a weight from its packed panels), each as `(value, tensor)` with a tensor of the
+    /// same elements computed only when read ([`Tensor::deferred`]). The model puts them in
+    /// its source graph, so the originals are freed unless something else holds them; a
+    /// later compilation that finds the derivation remembered reads none of them. The
+    /// default rebuilds nothing.
+    fn defer_rebuildable_initializers(
+        &self,
+        source: &crate::graph::Graph,
+    ) -> Vec<(crate::graph::ValueId, Tensor)> {
+        let _ = source;
+        Vec::new()
+    }
+
     /// A zero-filled arena of `bytes` bytes, aligned for any element type (64 bytes).
     fn alloc(&self, bytes: usize) -> Result<Self::Arena, BackendError>;
 

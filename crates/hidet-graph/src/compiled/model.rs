@@ -7,7 +7,7 @@
 //! keeps the ones used most recently.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use super::backend::{Backend, BackendError, CompileOptions};
 use super::constant_pool::ConstantPool;
@@ -34,7 +34,10 @@ type ShapeCache<B> = HashMap<Vec<Vec<usize>>, (u64, Arc<CompiledGraph<B>>)>;
 /// shapes (when any dimension is symbolic), applies the backend's graph passes
 /// ([`Backend::graph_passes`]) and compiles the result.
 pub struct CompiledModel<B: Backend> {
-    graph: Graph,
+    /// The source graph; its rebuildable weights are replaced by deferred tensors once a
+    /// compilation has derived what the backend rebuilds them from
+    /// ([`Backend::defer_rebuildable_initializers`]).
+    graph: RwLock<Arc<Graph>>,
     backend: Arc<B>,
     opts: CompileOptions,
     cache: Mutex<ShapeCache<B>>,
@@ -46,7 +49,7 @@ pub struct CompiledModel<B: Backend> {
 impl<B: Backend> std::fmt::Debug for CompiledModel<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CompiledModel")
-            .field("graph", &self.graph.name)
+            .field("graph", &self.graph().name)
             .field("backend", &self.backend)
             .finish_non_exhaustive()
     }
@@ -57,7 +60,7 @@ impl<B: Backend> CompiledModel<B> {
     /// through the backend's graph passes: every compilation applies them.
     pub fn new(graph: Graph, backend: B, opts: CompileOptions) -> CompiledModel<B> {
         CompiledModel {
-            graph,
+            graph: RwLock::new(Arc::new(graph)),
             backend: Arc::new(backend),
             opts,
             cache: Mutex::new(HashMap::new()),
@@ -67,8 +70,11 @@ impl<B: Backend> CompiledModel<B> {
     }
 
     /// The graph as given to [`CompiledModel::new`].
-    pub fn graph(&self) -> &Graph {
-        &self.graph
+    pub fn graph(&self) -> Arc<Graph> {
+        match self.graph.read() {
+            Ok(g) => Arc::clone(&g),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
     }
 
     /// The backend every graph is compiled for.
@@ -95,14 +101,15 @@ impl<B: Backend> CompiledModel<B> {
     /// then rewritten by the backend's graph passes. An error names the input and the
     /// dimension when `shapes` contradict the graph.
     pub fn optimized_graph(&self, shapes: &[Vec<usize>]) -> Result<Graph, CompiledError> {
-        let bound = if self.graph.has_static_inputs() {
-            self.graph.check_input_shapes(shapes)?;
-            self.graph.clone()
+        let graph = self.graph();
+        let bound = if graph.has_static_inputs() {
+            graph.check_input_shapes(shapes)?;
+            (*graph).clone()
         } else {
-            self.graph.with_input_shapes(shapes, Registry::global())?
+            graph.with_input_shapes(shapes, Registry::global())?
         };
         Ok(run_passes(bound, &self.backend.graph_passes())
-            .map_err(|e| self.graph.bind_error(shapes, e))?)
+            .map_err(|e| graph.bind_error(shapes, e))?)
     }
 
     /// The compiled graph for `shapes` (one per runtime input, in input order; see
@@ -123,7 +130,8 @@ impl<B: Backend> CompiledModel<B> {
             *used = tick;
             return Ok(Arc::clone(c));
         }
-        let pool = (!self.graph.has_static_inputs()).then_some(&self.pool);
+        let symbolic = !self.graph().has_static_inputs();
+        let pool = symbolic.then_some(&self.pool);
         let compiled = Arc::new(CompiledGraph::compile_pooled(
             &self.optimized_graph(shapes)?,
             shapes,
@@ -131,6 +139,9 @@ impl<B: Backend> CompiledModel<B> {
             &self.opts,
             pool,
         )?);
+        if symbolic {
+            self.defer_rebuildable_initializers();
+        }
         let kept = self.opts.kept_shapes.unwrap_or(MAX_SHAPE_SIGNATURES).max(1);
         while cache.len() >= kept {
             let oldest = cache
@@ -163,6 +174,25 @@ impl<B: Backend> CompiledModel<B> {
         self.compiled_for(inputs)?.run_data(inputs)
     }
 
+    /// Puts the backend's deferred stand-ins for the source graph's rebuildable weights
+    /// ([`Backend::defer_rebuildable_initializers`]) in the source graph, so the originals
+    /// are freed unless something else holds them. Called with the compile cache locked
+    /// (compilations serialized); runs reading the graph meanwhile keep the one they read.
+    fn defer_rebuildable_initializers(&self) {
+        let Ok(mut graph) = self.graph.write() else {
+            return;
+        };
+        let swaps = self.backend.defer_rebuildable_initializers(&graph);
+        if swaps.is_empty() {
+            return;
+        }
+        let mut deferred = (**graph).clone();
+        for (id, tensor) in swaps {
+            deferred.replace_initializer(id, tensor);
+        }
+        *graph = Arc::new(deferred);
+    }
+
     /// Checks `inputs` against the graph's declared inputs and returns the compiled graph
     /// that [`CompiledModel::run_data`] runs them with (compiled now if not cached), so a
     /// caller can read its [`CompiledGraph::report`] for the shapes of a run.
@@ -170,13 +200,13 @@ impl<B: Backend> CompiledModel<B> {
         &self,
         inputs: &[(String, Datum)],
     ) -> Result<Arc<CompiledGraph<B>>, CompiledError> {
-        check_input_data(&self.graph, inputs)?;
-        let shapes: Vec<Vec<usize>> = self
-            .graph
+        let graph = self.graph();
+        check_input_data(&graph, inputs)?;
+        let shapes: Vec<Vec<usize>> = graph
             .inputs()
             .iter()
             .map(|id| {
-                let name = &self.graph.value(*id).name;
+                let name = &graph.value(*id).name;
                 inputs
                     .iter()
                     .find(|(n, _)| n == name)

@@ -845,6 +845,7 @@ impl<B: Backend> CompiledModel<B> {
             ));
         }
         let graph = self.graph();
+        let graph = &*graph;
         let decls = |ids: &[ValueId]| ids.iter().map(|v| SavedDecl::of(graph, *v)).collect();
         let inputs: Vec<SavedDecl> = decls(graph.inputs());
         Ok(LoadedModel {

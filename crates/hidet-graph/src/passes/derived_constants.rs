@@ -62,6 +62,9 @@ impl Memo {
             .get(&kind(label, sources))?
             .iter()
             .map(|&i| &self.entries[i])
+            // Deferred sources are not computed just to be compared: at worst the constant
+            // is derived again.
+            .filter(|e| !e.sources.iter().any(Tensor::is_deferred))
             .find(|e| e.sources.iter().zip(sources).all(|(a, b)| a.bitwise_eq(b)))
     }
 }
@@ -111,6 +114,31 @@ impl DerivedConstants {
                 .push(i);
         }
         Some(value)
+    }
+
+    /// For the derivation `label` made from `source` alone (same storage): a tensor equal to
+    /// `source` whose elements `rebuild` computes from the derived constant when first read
+    /// ([`Tensor::deferred`]), which the derivation then keeps instead of `source` (found
+    /// again through it by storage). `None` when no such derivation is remembered or
+    /// `source` is deferred already. `rebuild` must return `source`'s elements exactly.
+    pub fn defer_source(
+        &self,
+        label: &str,
+        source: &Tensor,
+        rebuild: impl Fn(&Tensor) -> Vec<f32> + Send + Sync + 'static,
+    ) -> Option<Tensor> {
+        if source.is_deferred() || source.dtype() != DType::F32 {
+            return None;
+        }
+        let mut memo = self.memo.lock().ok()?;
+        let old_key = storage_key(label, &[source]);
+        let i = *memo.by_storage.get(&old_key)?;
+        let value = memo.entries[i].value.clone();
+        let deferred = Tensor::deferred(source.shape().to_vec(), move || rebuild(&value)).ok()?;
+        memo.by_storage.remove(&old_key);
+        memo.by_storage.insert(storage_key(label, &[&deferred]), i);
+        memo.entries[i].sources = vec![deferred.clone()];
+        Some(deferred)
     }
 
     /// Forgets every derived constant (and the sources it kept alive); later calls derive
