@@ -69,7 +69,9 @@ impl<B: Backend> CompiledModel<B> {
         }
     }
 
-    /// The graph as given to [`CompiledModel::new`].
+    /// The graph as given to [`CompiledModel::new`], except that weights the backend can
+    /// rebuild may be deferred stand-ins holding the same elements
+    /// ([`Backend::defer_rebuildable_initializers`]).
     pub fn graph(&self) -> Arc<Graph> {
         match self.graph.read() {
             Ok(g) => Arc::clone(&g),
