@@ -69,6 +69,13 @@ pub fn register(r: &mut Registry) {
     );
 }
 
+/// Where element `(l, row, j)` of a batch of `[K, N]` matrices lies in their panels
+/// `width` columns wide, each matrix's panels taking `matrix` elements: the one layout
+/// [`to_panels`] writes and [`from_panels`] reads.
+fn panel_index(l: usize, row: usize, j: usize, k: usize, width: usize, matrix: usize) -> usize {
+    l * matrix + ((j / width) * k + row) * width + j % width
+}
+
 /// `b` as panels `[⌈N / width⌉, K, width]` (a batch `[L, K, N]` as `[L, ⌈N / width⌉, K,
 /// width]`), padded with zeros; `None` unless `b` is an `f32` matrix `[K, N]` or batch of
 /// matrices `[L, K, N]` and `width` is in `1..=MAX_PANEL_WIDTH`.
@@ -87,7 +94,7 @@ pub fn to_panels(b: &Tensor, width: usize) -> Option<Tensor> {
     let mut data = vec![0f32; batch.unwrap_or(1) * matrix];
     for (i, v) in values.iter().enumerate() {
         let (l, row, j) = (i / (k * n).max(1), i / n.max(1) % k.max(1), i % n.max(1));
-        data[l * matrix + ((j / width) * k + row) * width + j % width] = *v;
+        data[panel_index(l, row, j, k, width, matrix)] = *v;
     }
     let shape = match batch {
         Some(l) => vec![l, panels, k, width],
@@ -114,7 +121,7 @@ pub fn from_panels(panels: &Tensor, columns: usize) -> Option<Vec<f32>> {
     for l in 0..batch {
         for row in 0..k {
             for j in 0..columns {
-                out.push(data[l * matrix + ((j / width) * k + row) * width + j % width]);
+                out.push(data[panel_index(l, row, j, k, width, matrix)]);
             }
         }
     }

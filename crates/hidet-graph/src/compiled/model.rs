@@ -190,7 +190,8 @@ impl<B: Backend> CompiledModel<B> {
         }
         let mut deferred = (**graph).clone();
         for (id, tensor) in swaps {
-            deferred.replace_initializer(id, tensor);
+            let replaced = deferred.replace_initializer(id, tensor);
+            debug_assert!(replaced, "a stand-in has its initializer's dtype and shape");
         }
         *graph = Arc::new(deferred);
     }
