@@ -703,7 +703,11 @@ impl Backend for CpuBackend {
         source: &hidet_graph::Graph,
     ) -> Vec<(hidet_graph::graph::ValueId, Tensor)> {
         use crate::graph_ops::column_panels::{from_panels, PANEL_WIDTH};
-        let label = crate::graph_passes::panels_label(PANEL_WIDTH, false);
+        use crate::graph_passes::panels_label;
+        let (as_stored, transposed) = (
+            panels_label(PANEL_WIDTH, false),
+            panels_label(PANEL_WIDTH, true),
+        );
         source
             .initializers()
             .filter_map(|(id, w)| {
@@ -712,7 +716,23 @@ impl Backend for CpuBackend {
                     from_panels(panels, columns)
                         .expect("the panels were derived from a weight of this shape")
                 };
-                Some((id, self.derived.defer_source(&label, w, rebuild)?))
+                if let Some(deferred) = self.derived.defer_source(&as_stored, w, rebuild) {
+                    return Some((id, deferred));
+                }
+                // Panels of `wᵀ` (`[K, N]` of a weight stored `[N, K]`): rebuilt, then
+                // transposed back.
+                let [n, k] = *w.shape() else {
+                    return None;
+                };
+                let rebuild_transposed = move |panels: &Tensor| {
+                    let w_t = from_panels(panels, n)
+                        .expect("the panels were derived from the transpose of this weight");
+                    (0..n * k).map(|i| w_t[(i % k) * n + i / k]).collect()
+                };
+                let deferred = self
+                    .derived
+                    .defer_source(&transposed, w, rebuild_transposed)?;
+                Some((id, deferred))
             })
             .collect()
     }

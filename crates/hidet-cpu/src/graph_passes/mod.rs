@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use hidet_graph::passes::{
     simplification_passes, CommonSubexpressionElimination, DeadCodeElimination, DecodeBlockWeights,
-    DerivedConstants, FlattenBatchedMatMul, GraphPass, SimplifyChains,
+    DerivedConstants, FlattenBatchedMatMul, GemmWeights, GraphPass, SimplifyChains,
 };
 
 use crate::graph_ops::column_panels::PANEL_WIDTH;
@@ -90,7 +90,9 @@ pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
             derived: options.derived.clone(),
         }),
     ];
-    passes.extend(simplification_passes());
+    // Gemm weights stored transposed stay as stored: the panels below are packed from them
+    // directly, so the model holds no transposed copy.
+    passes.extend(simplification_passes(GemmWeights::AsStored));
     // Again, for the integer operators (QLinearConv, MatMulInteger, …) whose shapes only
     // constant folding made static (a transformer's computed Reshape targets).
     passes.push(Box::new(QuantizedProducts));

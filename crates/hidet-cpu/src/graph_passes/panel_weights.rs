@@ -42,7 +42,8 @@ use hidet_graph::Attribute;
 /// module docs), [`PANEL_WIDTH`] columns wide for a right operand. A constant left operand
 /// may be given transposed, `Transpose(Wᵀ)` (as the implicit-GEMM pass stores convolution
 /// weights); it becomes `Transpose(ColumnPanels(panels of Wᵀ))`, its rows read from panels of
-/// `left_panel_rows` rows. A batched product (rank 3) with a constant right operand
+/// `left_panel_rows` rows. A constant right operand may be given transposed too (a `Gemm`
+/// weight stored `[N, K]`): its panels are packed from the stored matrix directly. A batched product (rank 3) with a constant right operand
 /// `[L, K, N]` stores each of its matrices as panels (a batched left operand is kept).
 #[derive(Clone, Debug)]
 pub struct PanelConstantWeights {
@@ -150,7 +151,8 @@ struct Plan {
 }
 
 /// Where the panels' matrix comes from: a constant as it is (a right operand, or the stored
-/// `Wᵀ` of a left operand given as `Transpose(Wᵀ)`), or a constant left operand `W`, transposed.
+/// `Wᵀ` of a left operand given as `Transpose(Wᵀ)`), or a constant transposed (a left
+/// operand `W`, or the stored `Wᵀ` of a right operand given as `Transpose(Wᵀ)`).
 enum Matrix {
     AsStored(ValueId),
     Transposed(ValueId),
@@ -216,6 +218,21 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId, left_rows: usize) -> Option<Plan>
             matrix: Matrix::AsStored(b),
         });
     }
+    // A right operand `W` given as `Transpose(Wᵀ)` (a `Gemm` weight stored transposed).
+    if is_matrix(a) {
+        if let Some(w_t) = transposed_constant(rw, b) {
+            let [n, k] = *rw.constant(w_t)?.shape() else {
+                return None;
+            };
+            wide(&[k, n]).then_some(())?;
+            return Some(Plan {
+                left: false,
+                columns: n,
+                width: PANEL_WIDTH,
+                matrix: Matrix::Transposed(w_t),
+            });
+        }
+    }
     if !is_matrix(b) {
         return None;
     }
@@ -226,14 +243,7 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId, left_rows: usize) -> Option<Plan>
             _ => return None,
         },
         None => {
-            let (p, _) = g.value(a).producer?;
-            let node = &g.nodes()[p.0];
-            let perm = node.attrs.ints("perm").ok()?;
-            let swaps = perm.is_none_or(|p| *p == [1, 0]);
-            if node.op_type != "Transpose" || !node.domain.is_empty() || !swaps {
-                return None;
-            }
-            let stored = node.inputs.first().copied().flatten()?;
+            let stored = transposed_constant(rw, a)?;
             match *rw.constant(stored)?.shape() {
                 [rows, cols] => (Matrix::AsStored(stored), [rows, cols]),
                 _ => return None,
@@ -247,4 +257,19 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId, left_rows: usize) -> Option<Plan>
         width: left_rows,
         matrix,
     })
+}
+
+/// The constant matrix `Wᵀ` when `v` is `Transpose(Wᵀ)` (a default-domain transpose of a
+/// rank-2 constant, its axes swapped).
+fn transposed_constant(rw: &Rewriter, v: ValueId) -> Option<ValueId> {
+    let g = rw.graph();
+    let (p, _) = g.value(v).producer?;
+    let node = &g.nodes()[p.0];
+    let perm = node.attrs.ints("perm").ok()?;
+    let swaps = perm.is_none_or(|p| *p == [1, 0]);
+    if node.op_type != "Transpose" || !node.domain.is_empty() || !swaps {
+        return None;
+    }
+    let stored = node.inputs.first().copied().flatten()?;
+    (rw.constant(stored)?.shape().len() == 2).then_some(stored)
 }

@@ -307,12 +307,12 @@ fn symbolic_shapes_share_their_weights_and_keep_the_recent_graphs() {
     }
 }
 
-/// A weight that every compilation derives again before packing it (a `Gemm`'s `transB`
-/// weight, transposed by the graph passes into new storage each time) is packed once per
-/// model: the packed panels are found again by the transposed weight's content, and the
-/// backend remembers no more derivations after the first batch than before it.
+/// A `Gemm` weight stored transposed (`transB`, `[N, K]`) is packed into panels straight from
+/// the stored matrix, once per model: no transposed copy is made, the backend remembers no
+/// more derivations after the first batch than after the last, and the model's source graph
+/// holds a deferred stand-in in its place (rebuilt, transposed back, bit for bit).
 #[test]
-fn weights_derived_again_for_each_shape_are_packed_once() {
+fn a_gemm_weight_stored_transposed_is_packed_once_and_held_once() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng::new(23);
     let mut g = GraphBuilder::new("sym_gemm_t");
@@ -323,7 +323,8 @@ fn weights_derived_again_for_each_shape_are_packed_once() {
             shape: Some(vec![Dim::Symbol(Arc::from("B")), Dim::Fixed(64)]),
         },
     );
-    g.initializer("w", random(&mut rng, &[96, 64]));
+    let original = random(&mut rng, &[96, 64]);
+    g.initializer("w", original.clone());
     g.initializer("b", random(&mut rng, &[96]));
     let mut trans_b = Attributes::new();
     trans_b.insert("transB", Attribute::Int(1));
@@ -343,6 +344,14 @@ fn weights_derived_again_for_each_shape_are_packed_once() {
         backend(dir.path(), true),
         CompileOptions::default(),
     );
+    let weight = |m: &CompiledModel<CpuBackend>| {
+        let g = m.graph();
+        let (_, w) = g
+            .initializers()
+            .find(|(_, w)| w.shape() == [96, 64])
+            .unwrap();
+        w.clone()
+    };
     let mut remembered = None;
     for batch in [3usize, 7, 11, 5] {
         let inputs = vec![("x".to_string(), random(&mut rng, &[batch, 64]))];
@@ -350,9 +359,14 @@ fn weights_derived_again_for_each_shape_are_packed_once() {
         let want = run_reference(&graph, &inputs).unwrap();
         assert_close(&f32s(&got[0].1), &want[0].1.to_f64_vec(), "gemm transB");
         let now = model.backend().derived_constants().len();
-        assert!(now >= 1, "the weight is packed");
+        assert_eq!(now, 1, "batch {batch}: only the panels are derived");
         assert_eq!(*remembered.get_or_insert(now), now, "batch {batch}");
+        assert!(weight(&model).is_deferred(), "batch {batch}");
     }
+    // Only this test holds the original now: not the model's graph, memo or compiled graphs.
+    drop(graph);
+    assert_eq!(original.storage_holders(), 1);
+    assert!(weight(&model).bitwise_eq(&original));
 }
 
 /// `x[B, 64] · w[64, 40]` with a symbolic batch, plus, when `also_folded`, `ReduceSum(w)` over

@@ -43,7 +43,7 @@ pub use einsum_matmul::EinsumAsMatMul;
 pub use pool_after_pointwise::PoolAfterPointwise;
 pub use recurrent_steps::{RecurrentAsSteps, MAX_UNROLLED_STEPS};
 pub use resize_by_axis::ResizeByAxis;
-pub use resolve_variants::{FlattenBatchedMatMul, GemmToMatMul};
+pub use resolve_variants::{FlattenBatchedMatMul, GemmToMatMul, GemmWeights};
 pub use rewrite::Rewriter;
 pub use scatter_as_gather::{ScatterAsGather, MAX_SCATTER_PREFIXES};
 pub use simplify::{exact_cast, SimplifyChains};
@@ -65,15 +65,16 @@ pub trait GraphPass {
 /// here; a backend's rewrites (the CPU's convolution forms and weight panels) live in the
 /// backend's crate.
 pub fn default_passes() -> Vec<Box<dyn GraphPass>> {
-    let mut passes = simplification_passes();
+    let mut passes = simplification_passes(GemmWeights::Transposed);
     passes.extend(cleanup_passes());
     passes
 }
 
 /// The first target-neutral passes, in order: folding, simplification and the rewrites that
 /// resolve operator variants and fold normalizations into weights. A backend runs its own
-/// rewrites after these, then [`cleanup_passes`].
-pub fn simplification_passes() -> Vec<Box<dyn GraphPass>> {
+/// rewrites after these, then [`cleanup_passes`]; `gemm_weights` says whether constant `Gemm`
+/// weights stored transposed are transposed ahead of time or left for the backend to read.
+pub fn simplification_passes(gemm_weights: GemmWeights) -> Vec<Box<dyn GraphPass>> {
     vec![
         // RNN / GRU / LSTM → one input product per direction, then per step a recurrent
         // product and the gates as elementwise operators; before folding, which turns the
@@ -96,9 +97,12 @@ pub fn simplification_passes() -> Vec<Box<dyn GraphPass>> {
         // STFT of a real signal with constant framing and window → the frames gathered and
         // one product with the windowed transform's basis: a matrix kernel, not the host.
         Box::new(StftAsProduct),
-        // Gemm → MatMul (+ Add), constant weights pre-transposed and pre-scaled; before BN
-        // folding so a BN after a Gemm folds into the MatMul weights.
-        Box::new(GemmToMatMul),
+        // Gemm → MatMul (+ Add), constant weights pre-scaled and (per `gemm_weights`)
+        // pre-transposed; before BN folding so a BN after a Gemm folds into the MatMul
+        // weights.
+        Box::new(GemmToMatMul {
+            weights: gemm_weights,
+        }),
         // Inference BatchNormalization → folded into Conv / MatMul weights, or Mul + Add.
         Box::new(BatchNormFolding),
         // Conv 1×1 (fewer output channels) of an AveragePool → the pooling of the

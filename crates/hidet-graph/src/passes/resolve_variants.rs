@@ -8,12 +8,30 @@ use crate::passes::GraphPass;
 use crate::tensor::Tensor;
 
 /// `Gemm(A, B, C?; alpha, beta, transA, transB)` (opset 7+, float, 2-D operands) →
-/// `MatMul(A', B')` (+ `Add` of the bias): a constant `B` is transposed and scaled by `alpha`
-/// ahead of time (a new initializer); otherwise `Transpose` and `Mul` nodes do it. A constant
-/// `C` is scaled by `beta` ahead of time, otherwise by a `Mul` node; `beta = 0` drops `C`.
-/// Folding `alpha` into `B` rounds differently from scaling the product (one rounding of
-/// `alpha * b` per weight).
-pub struct GemmToMatMul;
+/// `MatMul(A', B')` (+ `Add` of the bias). A constant `B` is read as it is when it needs
+/// neither transposition nor scaling; with `alpha ≠ 1` it is transposed (if `transB`) and
+/// scaled ahead of time (a new initializer); with `alpha = 1` and `transB` it is transposed
+/// ahead of time as well, unless [`GemmToMatMul::weights`] is [`GemmWeights::AsStored`]. A
+/// runtime `B` goes through `Transpose` and `Mul` nodes. A constant `C` is scaled by `beta`
+/// ahead of time, otherwise by a `Mul` node; `beta = 0` drops `C`. Folding `alpha` into `B`
+/// rounds differently from scaling the product (one rounding of `alpha * b` per weight).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GemmToMatMul {
+    /// How a constant `transB` weight (with `alpha = 1`) reaches the product.
+    pub weights: GemmWeights,
+}
+
+/// How [`GemmToMatMul`] gives its product a constant weight stored transposed (`transB`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GemmWeights {
+    /// Transposed into a new initializer: the product reads a constant `[K, N]`.
+    #[default]
+    Transposed,
+    /// Read as stored, through a `Transpose` node of the initializer: for a backend that
+    /// repacks constant operands read through a transpose anyway, so the model holds no
+    /// transposed copy.
+    AsStored,
+}
 
 impl GraphPass for GemmToMatMul {
     fn name(&self) -> &'static str {
@@ -32,7 +50,7 @@ impl GraphPass for GemmToMatMul {
                 continue;
             };
             rw.focus(n);
-            if let Some(out) = resolve_gemm(&mut rw, n)? {
+            if let Some(out) = resolve_gemm(&mut rw, n, self.weights)? {
                 rw.replace(y, out);
                 rw.remove_node(n);
             }
@@ -47,7 +65,11 @@ fn scalar(dtype: DType, v: f64) -> Tensor {
 }
 
 /// The rewritten value of Gemm node `n`, or `None` when it does not apply.
-fn resolve_gemm(rw: &mut Rewriter, n: NodeId) -> Result<Option<ValueId>, GraphError> {
+fn resolve_gemm(
+    rw: &mut Rewriter,
+    n: NodeId,
+    weights: GemmWeights,
+) -> Result<Option<ValueId>, GraphError> {
     let g = rw.graph();
     let node = g.nodes()[n.0].clone();
     let attr_f = |name: &str| node.attrs.float_or(name, 1.0).ok();
@@ -82,6 +104,8 @@ fn resolve_gemm(rw: &mut Rewriter, n: NodeId) -> Result<Option<ValueId>, GraphEr
     let a2 = if ta != 0 { transpose(rw, a)? } else { a };
     let mut scaled = false;
     let b2 = match rw.constant(b).cloned() {
+        Some(_) if alpha == 1.0 && tb == 0 => b,
+        Some(_) if alpha == 1.0 && weights == GemmWeights::AsStored => transpose(rw, b)?,
         Some(bt) => {
             let (k, m) = (bt.shape()[0], bt.shape()[1]);
             let v = bt.to_f64_vec();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use hidet_graph::passes::{
     exact_cast, BatchNormFolding, CommonSubexpressionElimination, ConstantFolding, ConvDeadTaps,
     ConvPaddingRegions, ConvTransposeAsMatMul, ConvTransposeAsPhases, DeadCodeElimination,
-    EinsumAsMatMul, FlattenBatchedMatMul, GemmToMatMul, GraphPass, PoolAfterPointwise,
+    EinsumAsMatMul, FlattenBatchedMatMul, GemmToMatMul, GemmWeights, GraphPass, PoolAfterPointwise,
     ResizeByAxis, SimplifyChains,
 };
 use hidet_graph::{Attribute, Attributes, DType, Dim, GraphBuilder, Tensor, TensorType};
@@ -890,7 +890,7 @@ mod resolve {
         b.output("y2");
         b.output("y3");
         let before = b.build(registry()).unwrap();
-        let after = run_then_dce(&GemmToMatMul, before.clone());
+        let after = run_then_dce(&GemmToMatMul::default(), before.clone());
         assert_eq!(count(&after, "Gemm"), 0);
         assert_eq!(count(&after, "MatMul"), 3);
         // y1: constant weight pre-transposed: one Transpose (of a) + MatMul + Add.
@@ -905,6 +905,49 @@ mod resolve {
             ("c".to_string(), rng.f32s(&[m, n])),
         ];
         assert_same_outputs(&before, &after, &inputs, 1e-5);
+    }
+
+    /// A constant weight that needs no scaling: read as stored when not transposed; when
+    /// transposed, through a `Transpose` node with [`GemmWeights::AsStored`], else as a new
+    /// transposed initializer.
+    #[test]
+    fn gemm_weights_needing_no_scaling_are_not_copied() {
+        let mut rng = Rng::new(42);
+        let (m, k, n) = (6, 9, 5);
+        let mut b = GraphBuilder::new("g");
+        b.input("a", f32_input(&[m, k]));
+        b.initializer("w_t", rng.f32s(&[n, k]));
+        b.initializer("w", rng.f32s(&[k, n]));
+        let gemm = |ins: &[&str], out: &str, trans_b: i64| {
+            node(
+                "Gemm",
+                13,
+                ins,
+                &[out],
+                attrs(vec![("transB", Attribute::Int(trans_b))]),
+            )
+        };
+        b.node(gemm(&["a", "w_t"], "y1", 1));
+        b.node(gemm(&["a", "w"], "y2", 0));
+        b.output("y1");
+        b.output("y2");
+        let before = b.build(registry()).unwrap();
+        let inputs = vec![("a".to_string(), rng.f32s(&[m, k]))];
+        let stored = |g: &hidet_graph::Graph, name: &str| {
+            let w = before
+                .initializers()
+                .find(|(id, _)| before.value(*id).name == name);
+            let w = w.unwrap().1;
+            g.initializers().any(|(_, t)| t.same_storage(w))
+        };
+        for (weights, transposes) in [(GemmWeights::AsStored, 1), (GemmWeights::Transposed, 0)] {
+            let after = run_then_dce(&GemmToMatMul { weights }, before.clone());
+            assert_eq!(count(&after, "Transpose"), transposes, "{weights:?}");
+            assert_eq!(after.initializers().count(), 2, "{weights:?}");
+            assert!(stored(&after, "w"), "{weights:?}: w read as stored");
+            assert_eq!(stored(&after, "w_t"), transposes == 1, "{weights:?}");
+            assert_same_outputs(&before, &after, &inputs, 1e-6);
+        }
     }
 
     /// A batched input times a constant 2-D weight becomes a 2-D MatMul between Reshapes; two
