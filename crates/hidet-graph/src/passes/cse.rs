@@ -23,7 +23,8 @@ const NONDETERMINISTIC: &[&str] = &[
 /// Merges nodes that compute the same thing: equal domain, op type, opset, attributes
 /// (compared structurally, tensors by content) and inputs (after earlier merges) → the first
 /// one stays and readers of the others read its outputs. Small initializers with equal dtype,
-/// shape and elements are merged first, so nodes reading equal constants merge too.
+/// shape and elements are merged first, so nodes reading equal constants merge too
+/// ([deferred](crate::Tensor::is_deferred) ones excepted: they are not rebuilt to be compared).
 ///
 /// Not merged: nodes holding subgraphs, random generators, and a node whose removal would
 /// change which value a graph output names (see [`Rewriter::replaceable`]).
@@ -38,9 +39,14 @@ impl GraphPass for CommonSubexpressionElimination {
         let mut rw = Rewriter::new(graph);
         // Only initializers sharing a dtype and shape with another can be equal: the others
         // are not serialized (hashing every small weight's elements took most of the pass).
+        // Deferred ones (weights a backend keeps only in its own form) are not rebuilt to be
+        // compared: at worst two equal weights stay apart.
         let mut by_shape: HashMap<(crate::DType, Vec<usize>), Vec<ValueId>> = HashMap::new();
         for (v, t) in rw.graph().initializers() {
-            if t.numel() <= MAX_DEDUP_ELEMENTS && !rw.graph().outputs().contains(&v) {
+            if t.numel() <= MAX_DEDUP_ELEMENTS
+                && !t.is_deferred()
+                && !rw.graph().outputs().contains(&v)
+            {
                 by_shape
                     .entry((t.dtype(), t.shape().to_vec()))
                     .or_default()
