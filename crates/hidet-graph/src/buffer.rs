@@ -71,6 +71,11 @@ impl<T> Buffer<T> {
         matches!(&self.repr, Repr::Deferred { elements, .. } if elements.get().is_none())
     }
 
+    /// Whether the elements were deferred ([`Buffer::deferred`]) and have been computed since.
+    pub fn is_rebuilt(&self) -> bool {
+        matches!(&self.repr, Repr::Deferred { elements, .. } if elements.get().is_some())
+    }
+
     /// The number of elements (without computing deferred ones).
     pub fn len(&self) -> usize {
         match &self.repr {

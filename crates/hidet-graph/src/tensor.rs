@@ -433,6 +433,15 @@ impl Tensor {
         })
     }
 
+    /// Whether the elements were deferred ([`Tensor::deferred`]) and have been computed since
+    /// (something read them).
+    pub fn is_rebuilt(&self) -> bool {
+        crate::dispatch_all!(self.dtype(), T => match T::unwrap(&self.data) {
+            Some(v) => v.is_rebuilt(),
+            None => unreachable!("dtype() reports the stored variant"),
+        })
+    }
+
     /// Builds a tensor from shared storage; fails if the element count does not match.
     pub fn from_data(shape: Vec<usize>, data: TensorData) -> Result<Tensor, TensorError> {
         let expected = checked_numel(&shape).ok_or_else(|| TensorError::TooLarge(shape.clone()))?;

@@ -119,15 +119,17 @@ impl DerivedConstants {
     /// For the derivation `label` made from `source` alone (same storage): a tensor equal to
     /// `source` whose elements `rebuild` computes from the derived constant when first read
     /// ([`Tensor::deferred`]), which the derivation then keeps instead of `source` (found
-    /// again through it by storage). `None` when no such derivation is remembered or
-    /// `source` is deferred already. `rebuild` must return `source`'s elements exactly.
+    /// again through it by storage). `None` when no such derivation is remembered, or
+    /// `source` is deferred already, or is a stand-in that was rebuilt (a later compilation
+    /// read it: it would be rebuilt again every time). `rebuild` must return `source`'s
+    /// elements exactly.
     pub fn defer_source(
         &self,
         label: &str,
         source: &Tensor,
         rebuild: impl Fn(&Tensor) -> Vec<f32> + Send + Sync + 'static,
     ) -> Option<Tensor> {
-        if source.is_deferred() || source.dtype() != DType::F32 {
+        if source.is_deferred() || source.is_rebuilt() || source.dtype() != DType::F32 {
             return None;
         }
         let mut memo = self.memo.lock().ok()?;
