@@ -27,9 +27,9 @@ pub enum GemmWeights {
     /// Transposed into a new initializer: the product reads a constant `[K, N]`.
     #[default]
     Transposed,
-    /// Read as stored, through a `Transpose` node of the initializer: for a backend that
-    /// repacks constant operands read through a transpose anyway, so the model holds no
-    /// transposed copy.
+    /// Read as stored, through a `Transpose` node of the initializer, when it is `f32`
+    /// (others are transposed ahead of time): for a backend that repacks `f32` constant
+    /// operands read through a transpose anyway, so the model holds no transposed copy.
     AsStored,
 }
 
@@ -105,7 +105,9 @@ fn resolve_gemm(
     let mut scaled = false;
     let b2 = match rw.constant(b).cloned() {
         Some(_) if alpha == 1.0 && tb == 0 => b,
-        Some(_) if alpha == 1.0 && weights == GemmWeights::AsStored => transpose(rw, b)?,
+        Some(_) if alpha == 1.0 && weights == GemmWeights::AsStored && dtype == DType::F32 => {
+            transpose(rw, b)?
+        }
         Some(bt) => {
             let (k, m) = (bt.shape()[0], bt.shape()[1]);
             let v = bt.to_f64_vec();
