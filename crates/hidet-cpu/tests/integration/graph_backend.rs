@@ -344,14 +344,7 @@ fn a_gemm_weight_stored_transposed_is_packed_once_and_held_once() {
         backend(dir.path(), true),
         CompileOptions::default(),
     );
-    let weight = |m: &CompiledModel<CpuBackend>| {
-        let g = m.graph();
-        let (_, w) = g
-            .initializers()
-            .find(|(_, w)| w.shape() == [96, 64])
-            .unwrap();
-        w.clone()
-    };
+    let weight = |m: &CompiledModel<CpuBackend>| initializer_of_shape(m, &[96, 64]);
     let mut remembered = None;
     for batch in [3usize, 7, 11, 5] {
         let inputs = vec![("x".to_string(), random(&mut rng, &[batch, 64]))];
@@ -367,6 +360,17 @@ fn a_gemm_weight_stored_transposed_is_packed_once_and_held_once() {
     drop(graph);
     assert_eq!(original.storage_holders(), 1);
     assert!(weight(&model).bitwise_eq(&original));
+}
+
+/// The initializer of `shape` in `model`'s source graph (as it holds it now: the original or
+/// a deferred stand-in).
+fn initializer_of_shape(model: &CompiledModel<CpuBackend>, shape: &[usize]) -> Tensor {
+    let graph = model.graph();
+    let (_, w) = graph
+        .initializers()
+        .find(|(_, w)| w.shape() == shape)
+        .expect("the test graph has an initializer of this shape");
+    w.clone()
 }
 
 /// `x[B, 64] · w[64, 40]` with a symbolic batch, plus, when `also_folded`, `ReduceSum(w)` over
@@ -447,14 +451,7 @@ fn a_deferred_weight_read_again_is_rebuilt_exactly() {
         backend(dir.path(), true),
         CompileOptions::default(),
     );
-    let weight = |m: &CompiledModel<CpuBackend>| {
-        let g = m.graph();
-        let (_, w) = g
-            .initializers()
-            .find(|(_, w)| w.shape() == [64, 40])
-            .unwrap();
-        w.clone()
-    };
+    let weight = |m: &CompiledModel<CpuBackend>| initializer_of_shape(m, &[64, 40]);
     let mut stand_in: Option<Tensor> = None;
     for batch in [2usize, 5, 7, 3] {
         let inputs = vec![("x".to_string(), random(&mut rng, &[batch, 64]))];

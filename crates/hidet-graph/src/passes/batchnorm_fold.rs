@@ -15,7 +15,8 @@ use crate::tensor::Tensor;
 /// dtype):
 /// - `Conv(x, W, bias?)` → BN, the Conv read only by the BN, `W` and `bias` constant:
 ///   one `Conv(x, W * a[oc], bias * a + b)`;
-/// - `MatMul(x, W)` → BN on a 2-D output `[M, N]`, `W` a constant `[K, N]`, the MatMul read
+/// - `MatMul(x, W)` → BN on a 2-D output `[M, N]`, `W` a constant `[K, N]` (or
+///   `Transpose(Wᵀ)` of a constant `[N, K]`, kept in that form), the MatMul read
 ///   only by the BN: `MatMul(x, W * a[n]) + b`; with an `Add` of a constant bias (`[N]`,
 ///   `[1, N]` or one element) in between, also read only by the next node, the bias becomes
 ///   `bias * a + b`;
@@ -213,10 +214,17 @@ fn absorb_matmul(
     };
     let n = bn.a.len();
     let out_rank = node.outputs[0].and_then(|o| rw.graph().value(o).ty.rank());
-    let Some(wt) = rw.constant(*w).cloned() else {
-        return Ok(None);
+    // The weight as stored: `W` (`[K, N]`), or `Wᵀ` (`[N, K]`) read through a `Transpose`.
+    let (wt, stored_transposed) = match rw.constant(*w) {
+        Some(wt) => (wt.clone(), false),
+        None => match transposed_constant(rw, *w) {
+            Some(wt) => (wt, true),
+            None => return Ok(None),
+        },
     };
-    if out_rank != Some(2) || wt.rank() != 2 || wt.shape()[1] != n || wt.dtype() != bn.dtype {
+    let out_axis = usize::from(!stored_transposed);
+    if out_rank != Some(2) || wt.rank() != 2 || wt.shape()[out_axis] != n || wt.dtype() != bn.dtype
+    {
         return Ok(None);
     }
     let bias_v: Vec<f64> = match bias {
@@ -233,16 +241,23 @@ fn absorb_matmul(
             }
         }
     };
+    let k = wt.numel() / n.max(1);
+    let channel = |i: usize| if stored_transposed { i / k } else { i % n };
     let wv: Vec<f64> = wt
         .to_f64_vec()
         .iter()
         .enumerate()
-        .map(|(i, &v)| v * bn.a[i % n])
+        .map(|(i, &v)| v * bn.a[channel(i)])
         .collect();
     let bv: Vec<f64> = (0..n).map(|i| bias_v[i] * bn.a[i] + bn.b[i]).collect();
     let w2 = tensor(bn.dtype, wt.shape().to_vec(), wv)?;
     let b2 = tensor(bn.dtype, vec![n], bv)?;
-    let w2 = rw.add_constant("bn_folded_weight", w2);
+    let mut w2 = rw.add_constant("bn_folded_weight", w2);
+    if stored_transposed {
+        let mut perm = Attributes::new();
+        perm.insert("perm", crate::Attribute::Ints(vec![1, 0]));
+        w2 = rw.add_op("Transpose", perm, &[w2])?;
+    }
     let b2 = rw.add_constant("bn_folded_bias", b2);
     let mm = rw.add_node(
         "MatMul",
@@ -254,6 +269,20 @@ fn absorb_matmul(
     let out = rw.add_op("Add", Attributes::new(), &[mm[0], b2])?;
     rw.remove_node(m);
     Ok(Some(out))
+}
+
+/// The rank-2 constant `Wᵀ` when `v` is `Transpose(Wᵀ)` with its axes swapped.
+fn transposed_constant(rw: &Rewriter, v: ValueId) -> Option<Tensor> {
+    let g = rw.graph();
+    let (p, _) = g.value(v).producer?;
+    let node = &g.nodes()[p.0];
+    let perm = node.attrs.ints("perm").ok()?;
+    let swaps = perm.is_none_or(|p| *p == [1, 0]);
+    if node.op_type != "Transpose" || !node.domain.is_empty() || !swaps {
+        return None;
+    }
+    let stored = rw.constant(node.inputs.first().copied().flatten()?)?;
+    (stored.rank() == 2).then(|| stored.clone())
 }
 
 /// `x * a + b` with per-channel constants shaped `[C, 1, …, 1]`.

@@ -757,6 +757,42 @@ mod batchnorm {
         assert_same_outputs(&before, &after, &inputs, 1e-5);
     }
 
+    /// A `transB` Gemm followed by BN, with the weight left as stored
+    /// (`GemmWeights::AsStored`): the BN scales the stored rows, and the weight stays a
+    /// `Transpose` of a constant.
+    #[test]
+    fn bn_after_a_gemm_weight_read_as_stored_folds_into_its_rows() {
+        let mut rng = Rng::new(33);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[3, 11]));
+        b.initializer("w_t", rng.f32s(&[6, 11]));
+        b.initializer("bias", rng.f32s(&[6]));
+        let p = bn_params(&mut b, &mut rng, 6, "a");
+        b.node(node(
+            "Gemm",
+            13,
+            &["x", "w_t", "bias"],
+            &["g"],
+            attrs(vec![("transB", Attribute::Int(1))]),
+        ));
+        b.node(bn("g", &p, "y"));
+        b.output("y");
+        let before = build(b);
+        let gemm = GemmToMatMul {
+            weights: GemmWeights::AsStored,
+        };
+        let after = run_then_dce(&BatchNormFolding, gemm.run(before.clone()).unwrap());
+        assert_eq!(ops(&after), vec!["Transpose", "MatMul", "Add"]);
+        let transposed = &after.nodes()[0];
+        let stored = after.value(transposed.inputs[0].unwrap());
+        assert_eq!(
+            stored.initializer.as_ref().map(|t| t.shape().to_vec()),
+            Some(vec![6, 11])
+        );
+        let inputs = vec![("x".to_string(), rng.f32s(&[3, 11]))];
+        assert_same_outputs(&before, &after, &inputs, 1e-5);
+    }
+
     /// Training mode is not touched.
     #[test]
     fn training_mode_is_kept() {
