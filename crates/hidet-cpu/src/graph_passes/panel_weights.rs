@@ -220,7 +220,7 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId, left_rows: usize) -> Option<Plan>
     }
     // A right operand `W` given as `Transpose(Wᵀ)` (a `Gemm` weight stored transposed).
     if is_matrix(a) {
-        if let Some(w_t) = transposed_constant(rw, b) {
+        if let Some(w_t) = rw.transposed_constant(b) {
             let [n, k] = *rw.constant(w_t)?.shape() else {
                 return None;
             };
@@ -243,7 +243,7 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId, left_rows: usize) -> Option<Plan>
             _ => return None,
         },
         None => {
-            let stored = transposed_constant(rw, a)?;
+            let stored = rw.transposed_constant(a)?;
             match *rw.constant(stored)?.shape() {
                 [rows, cols] => (Matrix::AsStored(stored), [rows, cols]),
                 _ => return None,
@@ -257,19 +257,4 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId, left_rows: usize) -> Option<Plan>
         width: left_rows,
         matrix,
     })
-}
-
-/// The constant matrix `Wᵀ` when `v` is `Transpose(Wᵀ)` (a default-domain transpose of a
-/// rank-2 constant, its axes swapped).
-fn transposed_constant(rw: &Rewriter, v: ValueId) -> Option<ValueId> {
-    let g = rw.graph();
-    let (p, _) = g.value(v).producer?;
-    let node = &g.nodes()[p.0];
-    let perm = node.attrs.ints("perm").ok()?;
-    let swaps = perm.is_none_or(|p| *p == [1, 0]);
-    if node.op_type != "Transpose" || !node.domain.is_empty() || !swaps {
-        return None;
-    }
-    let stored = node.inputs.first().copied().flatten()?;
-    (rw.constant(stored)?.shape().len() == 2).then_some(stored)
 }

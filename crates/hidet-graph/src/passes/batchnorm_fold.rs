@@ -217,8 +217,8 @@ fn absorb_matmul(
     // The weight as stored: `W` (`[K, N]`), or `Wᵀ` (`[N, K]`) read through a `Transpose`.
     let (wt, stored_transposed) = match rw.constant(*w) {
         Some(wt) => (wt.clone(), false),
-        None => match transposed_constant(rw, *w) {
-            Some(wt) => (wt, true),
+        None => match rw.transposed_constant(*w).and_then(|s| rw.constant(s)) {
+            Some(wt) => (wt.clone(), true),
             None => return Ok(None),
         },
     };
@@ -269,20 +269,6 @@ fn absorb_matmul(
     let out = rw.add_op("Add", Attributes::new(), &[mm[0], b2])?;
     rw.remove_node(m);
     Ok(Some(out))
-}
-
-/// The rank-2 constant `Wᵀ` when `v` is `Transpose(Wᵀ)` with its axes swapped.
-fn transposed_constant(rw: &Rewriter, v: ValueId) -> Option<Tensor> {
-    let g = rw.graph();
-    let (p, _) = g.value(v).producer?;
-    let node = &g.nodes()[p.0];
-    let perm = node.attrs.ints("perm").ok()?;
-    let swaps = perm.is_none_or(|p| *p == [1, 0]);
-    if node.op_type != "Transpose" || !node.domain.is_empty() || !swaps {
-        return None;
-    }
-    let stored = rw.constant(node.inputs.first().copied().flatten()?)?;
-    (stored.rank() == 2).then(|| stored.clone())
 }
 
 /// `x * a + b` with per-channel constants shaped `[C, 1, …, 1]`.

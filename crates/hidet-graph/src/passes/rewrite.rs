@@ -94,6 +94,20 @@ impl Rewriter {
         constant_of(&self.graph, v)
     }
 
+    /// The rank-2 constant `Wᵀ` when `v` is `Transpose(Wᵀ)` (a default-domain transpose that
+    /// swaps the two axes): a matrix read through a transpose of how it is stored.
+    pub fn transposed_constant(&self, v: ValueId) -> Option<ValueId> {
+        let (p, _) = self.graph.value(v).producer?;
+        let node = &self.graph.nodes()[p.0];
+        let perm = node.attrs.ints("perm").ok()?;
+        let swaps = perm.is_none_or(|p| *p == [1, 0]);
+        if node.op_type != "Transpose" || !node.domain.is_empty() || !swaps {
+            return None;
+        }
+        let stored = node.inputs.first().copied().flatten()?;
+        (self.constant(stored)?.rank() == 2).then_some(stored)
+    }
+
     /// Adds a constant initializer; `hint` names it (a unique suffix is appended).
     pub fn add_constant(&mut self, hint: &str, tensor: Tensor) -> ValueId {
         let name = self.fresh(hint);
