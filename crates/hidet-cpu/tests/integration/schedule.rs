@@ -96,6 +96,56 @@ fn transposes_and_reshapes_as_index_arithmetic() {
     check_all(&[transpose, reshape], 2);
 }
 
+/// A transpose moving the input's contiguous axis outward runs that axis just outside the
+/// innermost loop (in blocks of the innermost when it is long), and still computes the
+/// transpose: channels-last to channels-first images with rows longer than a block and not a
+/// multiple of it, a 2-D transpose, and a fused add reading one operand transposed.
+#[test]
+fn transposed_reads_run_their_contiguous_axis_inside() {
+    let x = tensor_input("x", DataType::F32, [3, 5, 150, 19]);
+    let (t, t_node) = grid("t", DataType::F32, [3, 19, 5, 150], |i| {
+        x.at([i[0].clone(), i[2].clone(), i[3].clone(), i[1].clone()])
+    });
+    let images = def(vec![x], vec![(t.clone(), t_node)], vec![t]);
+    let m = tensor_input("m", DataType::F32, [301, 70]);
+    let (mt, mt_node) = grid("mt", DataType::F32, [70, 301], |i| {
+        m.at([i[1].clone(), i[0].clone()])
+    });
+    let matrix = def(vec![m], vec![(mt.clone(), mt_node)], vec![mt]);
+    let a = tensor_input("a", DataType::F32, [6, 9, 33]);
+    let b = tensor_input("b", DataType::F32, [6, 33, 9]);
+    let (s, s_node) = grid("s", DataType::F32, [6, 9, 33], |i| {
+        a.at(i.to_vec()) + b.at([i[0].clone(), i[2].clone(), i[1].clone()])
+    });
+    let fused = def(vec![a, b], vec![(s.clone(), s_node)], vec![s]);
+    for (d, axis_extent) in [(&images, 19), (&matrix, 70)] {
+        let f = schedule(d, "transpose", CpuTarget::host(), 2).expect("schedules");
+        let mut around_vector_loop = Vec::new();
+        f.body.visit(&mut |st| {
+            if let Stmt::For { extent, body, .. } = st {
+                let mut direct = false;
+                body.visit(&mut |inner| {
+                    direct |= matches!(
+                        inner,
+                        Stmt::For {
+                            kind: LoopKind::Vectorize,
+                            ..
+                        }
+                    );
+                });
+                if direct {
+                    around_vector_loop.push(extent.as_int());
+                }
+            }
+        });
+        assert!(
+            around_vector_loop.contains(&Some(axis_extent)),
+            "the input's contiguous axis ({axis_extent}) loops around the vectorized one: {around_vector_loop:?}"
+        );
+    }
+    check_all(&[images, matrix, fused], 3);
+}
+
 #[test]
 fn casts_comparisons_and_integer_ops() {
     let x = tensor_input("x", DataType::F32, [9, 13]);
