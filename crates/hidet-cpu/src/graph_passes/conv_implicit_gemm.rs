@@ -32,7 +32,12 @@
 //! read any of these, through element-wise operators and residual adds, except those that
 //! read a convolution that is channels-last only for being direct (its product
 //! is stored back channels-first by its own kernel). The transposes then cancel with their
-//! neighbours', so a whole late stage runs channels-last.
+//! neighbours', so a whole late stage runs channels-last. A direct convolution whose input is
+//! itself such a channels-last product (through element-wise operators; for a grouped one,
+//! with at least 16 channels per group) gathers that product in place, its window read
+//! channel-innermost: `OffsetGather(Transpose(X, to_last), …)`, the transpose cancelling with
+//! the producer's, so no channels-first copy is made for it (Inception-V3's first three
+//! convolutions, RegNet's stem and its strided shortcut).
 //!
 //! The weight is stored transposed (`[C·∏k, OC]`) so that the matrix product, which packs
 //! its left operand in panels of a few output channels, reads it in memory order; the
@@ -91,6 +96,9 @@ impl GraphPass for ConvToImplicitGemm {
     fn run(&self, graph: Graph) -> Result<Graph, GraphError> {
         let mut rw = Rewriter::with_registry(graph, crate::graph_ops::registry());
         let mut channels_last = HashSet::new();
+        // Every convolution whose product has the pixels as rows (channels-last), whatever
+        // the reason: a direct convolution reading one gathers it in place.
+        let mut pixel_rows = HashSet::new();
         for i in 0..rw.graph().nodes().len() {
             let Some(mut plan) = plan(&rw, NodeId(i)) else {
                 continue;
@@ -100,6 +108,12 @@ impl GraphPass for ConvToImplicitGemm {
             if plan.group != 1 {
                 plan.direct = grouped_direct(&plan);
                 plan.channels_last = plan.direct;
+                if plan.direct {
+                    plan.input_channels_last = plan.channels / plan.group
+                        >= GROUPED_CHANNELS_LAST_MIN_CHANNELS
+                        && channels_last_source(g, plan.x, &pixel_rows);
+                    pixel_rows.insert(plan.y);
+                }
                 rw.focus(NodeId(i));
                 let out = rewrite(&mut rw, &plan)?;
                 rw.replace(plan.y, out);
@@ -114,8 +128,14 @@ impl GraphPass for ConvToImplicitGemm {
                     && channels_last_source(g, plan.x, &channels_last));
             plan.direct = short_direct || window_direct(&plan.geometry);
             plan.channels_last = other_reason || plan.direct;
+            if plan.direct {
+                plan.input_channels_last = channels_last_source(g, plan.x, &pixel_rows);
+            }
             if other_reason {
                 channels_last.insert(plan.y);
+            }
+            if plan.channels_last {
+                pixel_rows.insert(plan.y);
             }
             rw.focus(NodeId(i));
             let out = rewrite(&mut rw, &plan)?;
@@ -127,6 +147,7 @@ impl GraphPass for ConvToImplicitGemm {
 }
 
 /// What one applicable convolution node reads and computes.
+#[derive(Clone)]
 struct Plan {
     node: String,
     x: ValueId,
@@ -144,6 +165,9 @@ struct Plan {
     /// Run it as a direct convolution ([`ConvToImplicitGemm::short_direct`] or
     /// [`window_direct`]; implies `channels_last`).
     direct: bool,
+    /// For a direct convolution: its input is a `to_first` transpose of channels-last data
+    /// (see [`channels_last_source`]), so it gathers the channels-last data in place.
+    input_channels_last: bool,
 }
 
 /// The plan for node `n`, when the rewrite applies to it: a statically shaped convolution
@@ -166,6 +190,7 @@ fn plan(rw: &Rewriter, n: NodeId) -> Option<Plan> {
         geometry: conv.geometry,
         channels_last: false,
         direct: false,
+        input_channels_last: false,
     })
 }
 
@@ -206,7 +231,7 @@ const SHORT_DEPTH: usize = 320;
 /// as rows, gathered by `hidet::OffsetGather` (see `window_offsets`), the matrix product
 /// broadcasts the im2col elements where they are in the input, each address two table reads
 /// (the CPU backend's in-place `A`), rather than packing `K` rows of columns that few output
-/// channels would reuse. A padded input is first padded into memory (see `padded_input`).
+/// channels would reuse. A padded input is first padded into memory (see `direct_input`).
 /// Measured on the paper's models with AVX2: faster for Inception-V3's first three
 /// convolutions (`K` = 27, 288 and 288 padded; 32, 32 and 64 channels) and ResNet-50's padded
 /// stem (147, 64 channels).
@@ -245,18 +270,45 @@ fn is_padded(g: &Geometry) -> bool {
     g.pads_begin.iter().chain(&g.pads_end).any(|&p| p != 0)
 }
 
-/// For a padded direct convolution: the input zero-padded by a `Pad` node hinted
-/// [`FusionHints::materialize`] (stored once, so the convolution's loads need no guards), and the
-/// geometry of the same convolution over it without padding.
-fn padded_input(rw: &mut Rewriter, p: &Plan) -> Result<(ValueId, Geometry), GraphError> {
+/// The input a direct convolution gathers from, and the geometry of the convolution over it:
+/// `p.x` as it is, or (for [`Plan::input_channels_last`]) `Transpose(p.x, to_last)`, which
+/// cancels with the `to_first` transpose it reads; when the convolution is padded, that
+/// zero-padded by a `Pad` node hinted [`FusionHints::materialize`] (stored once, so the
+/// convolution's loads need no guards), with the geometry of the same convolution over it
+/// without padding.
+fn direct_input(rw: &mut Rewriter, p: &Plan) -> Result<(ValueId, Geometry), GraphError> {
     let g = &p.geometry;
-    let mut pads = vec![0i64; 2];
-    pads.extend(g.pads_begin.iter().map(|&v| v as i64));
-    pads.extend([0, 0]);
-    pads.extend(g.pads_end.iter().map(|&v| v as i64));
+    let spatial = g.input.len();
+    let x = if p.input_channels_last {
+        rw.add_op("Transpose", perm_attrs(to_last(spatial + 2)), &[p.x])?
+    } else {
+        p.x
+    };
+    if !is_padded(g) {
+        return Ok((x, g.clone()));
+    }
+    let as_i64 = |v: &[usize]| v.iter().map(|&d| d as i64).collect::<Vec<i64>>();
+    let pads: Vec<i64> = if p.input_channels_last {
+        [
+            vec![0],
+            as_i64(&g.pads_begin),
+            vec![0, 0],
+            as_i64(&g.pads_end),
+            vec![0],
+        ]
+        .concat()
+    } else {
+        [
+            vec![0, 0],
+            as_i64(&g.pads_begin),
+            vec![0, 0],
+            as_i64(&g.pads_end),
+        ]
+        .concat()
+    };
     let pads = Tensor::new(vec![pads.len()], pads).map_err(|e| node_error(p, e))?;
     let pads = rw.add_constant("conv_pads", pads);
-    let x = materialized_pad(rw, p.x, pads)?;
+    let x = materialized_pad(rw, x, pads)?;
     Ok((x, unpadded_geometry(g)))
 }
 
@@ -292,29 +344,81 @@ pub(super) fn materialized_pad(
     Ok(padded)
 }
 
+/// `p` reading its input channels-last (its weight's rows then ordered as the window's
+/// elements, [`channels_innermost`]) or not.
+fn with_input_layout(p: &Plan, channels_last: bool) -> Result<Plan, GraphError> {
+    let weight = if channels_last {
+        channels_innermost(&p.weight).map_err(|e| node_error(p, e))?
+    } else {
+        p.weight.clone()
+    };
+    Ok(Plan {
+        weight,
+        input_channels_last: channels_last,
+        ..p.clone()
+    })
+}
+
+/// A convolution weight `[OC, Cg, k…]` with each output channel's window reordered to `(k…,
+/// c)`, the channel innermost: `[OC, ∏k·Cg]`.
+fn channels_innermost(weight: &Tensor) -> Result<Tensor, hidet_graph::tensor::TensorError> {
+    let shape = weight.shape();
+    let (out_ch, channels) = (shape[0], shape[1]);
+    let window: usize = shape[2..].iter().product();
+    let permuted = grouped_transposed(weight, out_ch, channels, window)?;
+    permuted.reshape(vec![out_ch, window * channels])
+}
+
 /// The offset tables of a direct convolution's pixels-as-rows operand over an unpadded
-/// geometry `g` of a `[batch, channels, d…]` input (see [`crate::graph_ops::offset_gather`]): the
-/// flat offset of each output pixel's window origin, row-major over the image and the
-/// output, and of each window element `(c, k…)` from the origin, row-major over the channel
-/// and the kernel position (the row order of `Im2Col`); both read off [`Geometry::offsets`]
-/// (kernel position 0 for the pixels, output position 0 for the window). `None` when an
-/// offset does not fit `i32`.
-fn window_offsets(g: &Geometry, batch: usize, channels: usize) -> Option<(Vec<i32>, Vec<i32>)> {
+/// geometry `g` of a `[batch, channels, d…]` input, or of a `[batch, d…, channels]` one when
+/// `channels_last` (see [`crate::graph_ops::offset_gather`]): the flat offset of each output
+/// pixel's window origin, row-major over the image and the output, and of each window
+/// element from the origin: row-major over `(c, k…)`, the channel then the kernel position
+/// (the row order of `Im2Col`), for a channels-first input; over `(group, k…, c)` for a
+/// channels-last one (`groups` dividing `channels`), so that each pixel's window in a group
+/// is read in memory order (the weight's rows in the same order, [`channels_innermost`]). Both read off [`Geometry::offsets`] (kernel
+/// position 0 for the pixels, output position 0 for the window). `None` when an offset does
+/// not fit `i32`.
+fn window_offsets(
+    g: &Geometry,
+    batch: usize,
+    channels: usize,
+    groups: usize,
+    channels_last: bool,
+) -> Option<(Vec<i32>, Vec<i32>)> {
     let plane = g.input_size();
     let image = plane.checked_mul(channels)?;
     i32::try_from(image.checked_mul(batch)?).ok()?;
+    // Strides of a spatial position and of a channel in the input.
+    let (position, channel) = if channels_last {
+        (channels, 1)
+    } else {
+        (1, plane)
+    };
     let offsets = g.offsets().ok()?;
     let (nk, no) = (g.kernel_size(), g.output_size());
     let pixels = (0..batch)
-        .flat_map(|n| offsets[..no].iter().map(move |&o| n * image + o))
+        .flat_map(|n| offsets[..no].iter().map(move |&o| n * image + o * position))
         .map(|o| i32::try_from(o).ok());
     let pixels = pixels.collect::<Option<Vec<i32>>>()?;
-    let origin: Vec<usize> = (0..nk).map(|k| offsets[k * no]).collect();
-    let window = (0..channels)
-        .flat_map(|c| origin.iter().map(move |&o| c * plane + o))
-        .map(|o| i32::try_from(o).ok())
-        .collect::<Option<Vec<i32>>>()?;
-    Some((pixels, window))
+    let origin: Vec<usize> = (0..nk).map(|k| offsets[k * no] * position).collect();
+    let window: Vec<usize> = if channels_last {
+        let per_group = channels / groups;
+        let origin = &origin;
+        (0..groups)
+            .flat_map(|g| {
+                origin.iter().flat_map(move |&o| {
+                    (g * per_group..(g + 1) * per_group).map(move |c| o + c * channel)
+                })
+            })
+            .collect()
+    } else {
+        (0..channels)
+            .flat_map(|c| origin.iter().map(move |&o| c * channel + o))
+            .collect()
+    };
+    let window = window.into_iter().map(|o| i32::try_from(o).ok());
+    Some((pixels, window.collect::<Option<Vec<i32>>>()?))
 }
 
 /// Adds the implicit-GEMM nodes of `p`; returns the value that replaces the convolution's
@@ -336,13 +440,18 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         return grouped_direct_product(rw, p);
     }
     if p.direct {
+        let offsets = window_offsets(
+            &unpadded_geometry(g),
+            p.batch,
+            p.channels,
+            1,
+            p.input_channels_last,
+        );
+        // Im2Col (below, offsets beyond i32) reads channels-first data.
+        let p = &with_input_layout(p, p.input_channels_last && offsets.is_some())?;
         let wmat_t = stored_weight(rw, p)?;
-        let (x, unpadded) = if is_padded(g) {
-            padded_input(rw, p)?
-        } else {
-            (p.x, g.clone())
-        };
-        let rows = match window_offsets(&unpadded, p.batch, p.channels) {
+        let (x, unpadded) = direct_input(rw, p)?;
+        let rows = match offsets {
             Some((pixels, window)) => {
                 let pixels =
                     Tensor::new(vec![pixels.len()], pixels).map_err(|e| node_error(p, e))?;
@@ -445,6 +554,13 @@ fn columns(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
 const GROUPED_DIRECT_MIN_CHANNELS: usize = 16;
 const GROUPED_STRIDED_DIRECT_MIN_CHANNELS: usize = 4;
 
+/// Input channels per group from which a grouped direct convolution gathers a channels-last
+/// input in place (a 64-byte line of them): with fewer, each group's gather would use a
+/// part of every line it reads, and the other groups, later products of the batch, read the
+/// line again. Measured on RegNet-Y-400MF (8-channel groups, batch 8, AVX2, 2 threads): its
+/// four strided grouped convolutions 4.2 ms reading channels-first, 6.5–8.1 ms in place.
+const GROUPED_CHANNELS_LAST_MIN_CHANNELS: usize = 16;
+
 /// Whether a grouped convolution (not depthwise) runs as a direct one, a product batched over
 /// its groups with the pixels as rows (see [`grouped_direct_product`]), rather than as the
 /// channels-first product of each image's group ([`grouped_product`]): its window rows are at
@@ -466,7 +582,14 @@ fn grouped_direct(p: &Plan) -> bool {
     };
     window_direct(&p.geometry)
         && group_out >= min_channels
-        && window_offsets(&unpadded_geometry(&p.geometry), p.batch, p.channels).is_some()
+        && window_offsets(
+            &unpadded_geometry(&p.geometry),
+            p.batch,
+            p.channels,
+            p.group,
+            false,
+        )
+        .is_some()
 }
 
 /// A grouped direct convolution ([`grouped_direct`]): the input padded into memory, the
@@ -475,15 +598,18 @@ fn grouped_direct(p: &Plan) -> bool {
 /// group's transposed weight, `[G, C/G·∏k, OC/G]`; the product `[G, N·∏o, OC/G]` is
 /// transposed to the channels-last `[N·∏o, OC]` and finished as the ungrouped direct ones.
 fn grouped_direct_product(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
+    let p = &with_input_layout(p, p.input_channels_last)?;
     let out_ch = p.weight.shape()[0];
     let (groups, group_out) = (p.group, out_ch / p.group);
     let depth = p.weight.numel() / out_ch;
-    let (x, unpadded) = if is_padded(&p.geometry) {
-        padded_input(rw, p)?
-    } else {
-        (p.x, p.geometry.clone())
-    };
-    let Some((pixels, window)) = window_offsets(&unpadded, p.batch, p.channels) else {
+    let (x, unpadded) = direct_input(rw, p)?;
+    let Some((pixels, window)) = window_offsets(
+        &unpadded,
+        p.batch,
+        p.channels,
+        groups,
+        p.input_channels_last,
+    ) else {
         return Err(GraphError::Node {
             node: p.node.clone(),
             op_type: "Conv".into(),

@@ -300,3 +300,88 @@ fn depthwise_convolutions_run_channels_last_at_any_batch() {
     // A channel multiplier of 2 is a grouped product instead.
     check(15, Case::plain(2, 8, 9, 16, 3, 1, 1).grouped(8), "Im2Col");
 }
+
+/// A direct convolution whose input is another convolution's channels-last product (through
+/// a ReLU) gathers that product in place, its window read channel-innermost: ungrouped
+/// (padded 3×3, a strided 1×1 with few channels, an unpadded 5×5) and grouped with 16
+/// channels per group, each checked against the reference executor on the imported graph.
+#[test]
+fn direct_convolutions_gather_a_channels_last_input_in_place() {
+    let first = Case::plain(2, 3, 19, 32, 3, 1, 1);
+    let seconds = [
+        Case::plain(2, 32, 19, 24, 3, 2, 1),
+        Case::plain(2, 32, 19, 48, 1, 2, 0),
+        Case::plain(2, 32, 19, 40, 5, 1, 0),
+        Case::plain(2, 32, 19, 32, 3, 1, 1).grouped(2),
+    ];
+    for (seed, second) in (40..).zip(seconds) {
+        let mut rng = Rng::new(seed);
+        let ints = |v: &[usize]| Attribute::Ints(v.iter().map(|&d| d as i64).collect());
+        let conv_attrs = |case: &Case| {
+            let mut attrs = Attributes::new();
+            attrs.insert("kernel_shape", ints(&case.kernel));
+            attrs.insert("strides", ints(&case.stride));
+            attrs.insert("pads", ints(&case.pads));
+            attrs.insert("group", Attribute::Int(case.group as i64));
+            attrs
+        };
+        let x = random(&mut rng, &[first.n, first.c, first.h, first.w]);
+        let mut g = GraphBuilder::new("chain");
+        g.input(
+            "x",
+            TensorType::fixed(DType::F32, &[first.n, first.c, first.h, first.w]),
+        );
+        g.initializer("w1", random(&mut rng, &[first.oc, first.c, 3, 3]));
+        g.initializer("b1", random(&mut rng, &[first.oc]));
+        let cg = second.c / second.group;
+        let [kh, kw] = second.kernel;
+        g.initializer("w2", random(&mut rng, &[second.oc, cg, kh, kw]));
+        g.initializer("b2", random(&mut rng, &[second.oc]));
+        g.node(node("Conv", &["x", "w1", "b1"], "c1", conv_attrs(&first)));
+        g.node(node("Relu", &["c1"], "r1", Attributes::new()));
+        g.node(node("Conv", &["r1", "w2", "b2"], "y", conv_attrs(&second)));
+        g.output("y");
+        let graph = g.build(Registry::global()).unwrap();
+        let inputs = vec![("x".to_string(), x)];
+        let want = run_reference(&graph, &inputs).unwrap().remove(0).1;
+
+        let passed = run_passes(graph.clone(), &default_passes()).unwrap();
+        let gathers: Vec<_> = passed
+            .nodes()
+            .iter()
+            .filter(|n| n.op_type == "OffsetGather")
+            .collect();
+        assert_eq!(gathers.len(), 2, "{second:?}: two direct convolutions");
+        let source = gathers[1].inputs[0].expect("the gathered input");
+        let shape = passed.value(source).ty.fixed_shape().unwrap();
+        assert_eq!(
+            shape.last(),
+            Some(&first.oc),
+            "{second:?}: the second convolution gathers channels-last data, {shape:?}"
+        );
+        assert!(
+            !passed.nodes().iter().any(|n| n.op_type == "Transpose"
+                && n.inputs[0].is_some_and(|i| passed.value(i).users.len() > 1)),
+            "{second:?}: no transposed copy beside the in-place read"
+        );
+
+        let target = CpuTarget::detected();
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Arc::new(cpu_backend_for(dir.path(), true, target));
+        let shapes = [vec![first.n, first.c, first.h, first.w]];
+        let compiled =
+            CompiledGraph::compile(&passed, &shapes, backend, &CompileOptions::default()).unwrap();
+        assert_eq!(compiled.report().host_nodes(), 0);
+        let got = compiled.run(&inputs).unwrap().remove(0).1;
+        let (got, want) = (got.to_f64_vec(), want.to_f64_vec());
+        assert_eq!(got.len(), want.len());
+        let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        assert!(scale > 0.0, "{second:?}: an all-zero reference");
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * scale,
+                "{second:?}[{i}]: {a} vs {b} (scale {scale})"
+            );
+        }
+    }
+}
