@@ -787,8 +787,9 @@ impl Linear {
 
     /// Replaces a pair `m·c·(x / c) + m·(x % c)` (`c > 0`) by `m·x`, or more generally
     /// `m·c·(x / (d·c)) + m·((x / d) % c)` (`c, d > 0`, the outer two digits of a row-major
-    /// unravel of `x`) by `m·(x / d)`; whether one was found. Both are exact for floor
-    /// semantics, since `x / (d·c) = (x / d) / c`.
+    /// unravel of `x`) by `m·(x / d)`, or `m·c·((y % (k·c)) / c) + m·(y % c)` (the inner two
+    /// digits) by `m·(y % (k·c))`; whether one was found. All are exact for floor
+    /// semantics, since `x / (d·c) = (x / d) / c` and `(y % (k·c)) % c = y % c`.
     fn recombine_one(&mut self) -> Option<bool> {
         for i in 0..self.terms.len() {
             let (div, a) = &self.terms[i];
@@ -801,6 +802,10 @@ impl Linear {
                     return None;
                 }
                 if y == x && c == outer {
+                    return Some((j, x.clone(), *coeff));
+                }
+                // `x = y % m` with `c | m`: `y % c = x % c`, the inner digits of an unravel.
+                if c == outer && as_mod(x).is_some_and(|(z, m)| z == y && m % c == 0) {
                     return Some((j, x.clone(), *coeff));
                 }
                 let (z, d) = as_div(y)?;
@@ -1191,6 +1196,38 @@ mod tests {
         // Without the matching modulo term, nothing is recombined.
         let partial = &n.expr() / 56 * 56 + &n.expr() % 28;
         assert_eq!(simplify_expr(&partial, &r), partial);
+    }
+
+    /// The inner two digits of an unravel, `((f % 49) / 7)·7 + f % 7` (a pixel's row and
+    /// column in a 7×7 image whose images are folded into a product's columns), recombine
+    /// into `f % 49`; with a modulus that 7 does not divide, nothing is recombined.
+    #[test]
+    fn inner_digits_of_an_unravel_recombine() {
+        let f = Var::new("f", DataType::I32);
+        let x = f.expr();
+        let ranges = VarRanges::new();
+        let at = |e: &Expr, v: i64| eval(e, &HashMap::from([(f.clone(), v)]));
+        let e = (&x / 49) * 21560 + ((&x % 49) / 7) * 7 + &x % 7;
+        let s = simplify_expr(&e, &ranges);
+        let mut divisions = 0;
+        s.visit(&mut |n| {
+            divisions += usize::from(matches!(
+                n.kind(),
+                ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, _, _)
+            ))
+        });
+        assert_eq!(
+            divisions, 2,
+            "{s:?}: one division and one modulo by 49 left"
+        );
+        for v in [0, 6, 7, 48, 49, 50, 97, 98, 9_999, -1, -50] {
+            assert_eq!(at(&s, v), at(&e, v), "{s:?} at {v}");
+        }
+        let kept = ((&x % 50) / 7) * 7 + &x % 7;
+        let s = simplify_expr(&kept, &ranges);
+        for v in [0, 6, 7, 49, 50, 57, 9_999, -8] {
+            assert_eq!(at(&s, v), at(&kept, v), "{s:?} at {v}");
+        }
     }
 
     /// A row-major unravel of a flat offset `f = a + b` (opaque terms, as the two table

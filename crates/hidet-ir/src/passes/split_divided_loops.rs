@@ -105,10 +105,19 @@ fn divided_row(body: &Stmt, var: &Var) -> Option<(Expr, i64)> {
     }
     let rows: Vec<(Expr, i64)> = found.rows.into_iter().collect::<Option<_>>()?;
     let offset = rows.first()?.0.clone();
-    let row = rows.iter().map(|(_, w)| *w).min()?;
+    // The row is the narrowest division the flat offsets keep: indices that divide more
+    // finely (a 7×7 image's row and column, `(x % 49) / 7` and `x % 7`) recombine in the
+    // flat offset (`x % 49`) and are divisions within the row.
+    let row = match found.flat_rows.iter().min() {
+        Some(&w) => w,
+        None => rows.iter().map(|(_, w)| *w).min()?,
+    };
     // Divisions by multiples of the row (an image plane `w·h` beside its rows `w`) are
-    // divisions of the row index: `(a + j) / (k·w) = ((a + j) / w) / k`.
-    let fits = rows.iter().all(|(a, w)| *a == offset && w % row == 0);
+    // divisions of the row index: `(a + j) / (k·w) = ((a + j) / w) / k`; divisions by a
+    // divisor of the row are divisions of the column within the row.
+    let fits = rows
+        .iter()
+        .all(|(a, w)| *a == offset && (w % row == 0 || row % w == 0));
     (fits && row >= MIN_ROW).then_some((offset, row))
 }
 
@@ -120,6 +129,8 @@ struct Divisions {
     rows: Vec<Option<(Expr, i64)>>,
     /// Whether some tensor access's flat offset divides the variable.
     gathers: bool,
+    /// The divisors of `(a + var)` that the gathering accesses' flat offsets keep.
+    flat_rows: Vec<i64>,
     /// Whether some gathering access of 4- or 8-byte elements steps through a row by more
     /// than one element (a strided convolution's `(a + var) % w` scaled by its stride): cut
     /// at rows, its reads would stay strided, and the gather is the better code.
@@ -131,9 +142,13 @@ impl Divisions {
         match e.kind() {
             // `((a + var) / w) op k`: once the inner division is a row index, the outer one
             // is free of `var`; only the inner one counts.
+            // `((a + var) % w) / k` likewise divides the column within a row.
             ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, num, den)
                 if den.as_int().is_some_and(|k| k > 0)
-                    && matches!(num.kind(), ExprKind::Binary(BinaryOp::Div, _, _)) =>
+                    && matches!(
+                        num.kind(),
+                        ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, _, _)
+                    ) =>
             {
                 self.expr(num, var)
             }
@@ -163,6 +178,8 @@ impl Divisions {
             // Narrow elements have no hardware gather: a strided segment read beats one
             // whose every address divides.
             self.strided |= t.dtype.bytes() >= 4 && steps_by_more_than_one(&offset, var);
+            self.flat_rows
+                .extend(flat.rows.iter().flatten().map(|(_, w)| *w));
         }
         let before = self.rows.len();
         for i in indices {
@@ -370,6 +387,24 @@ impl Replacement<'_> {
     fn expr(&self, e: &Expr) -> Expr {
         match e.kind() {
             ExprKind::Var(v) if v == self.var => return self.j.clone(),
+            // A divisor of the row: with `x = row·q + r`, `x / d = (row / d)·q + r / d` and
+            // `x % d = r % d`.
+            ExprKind::Binary(op @ (BinaryOp::Div | BinaryOp::Mod), num, den)
+                if den
+                    .as_int()
+                    .is_some_and(|d| d > 0 && d < self.row && self.row % d == 0)
+                    && offset_of(num, self.var).as_ref() == Some(self.offset) =>
+            {
+                let d = den.as_int().unwrap_or(1);
+                let ty = den.dtype().unwrap_or(DataType::I32);
+                let int = |v: i64| Expr::int_of(v, ty);
+                return match op {
+                    BinaryOp::Div => {
+                        self.quotient.clone() * int(self.row / d) + self.remainder.clone() / int(d)
+                    }
+                    _ => self.remainder.clone() % int(d),
+                };
+            }
             ExprKind::Binary(op @ (BinaryOp::Div | BinaryOp::Mod), num, den)
                 if den.as_int().is_some_and(|d| d > 0 && d % self.row == 0)
                     && offset_of(num, self.var).as_ref() == Some(self.offset) =>

@@ -275,3 +275,95 @@ fn a_loop_inside_one_row_keeps_its_constant_extent() {
         assert_eq!(run(&lowered, base, n, width), want, "base={base}");
     }
 }
+
+/// `out[p*n + j] = x[(c / 49), 1, (c % 49) / 7, c % 7]` with `c = base + p*n + j`, `j`
+/// vectorized: the columns of a product over `[8, 3, 7, 7]` images folded into its columns
+/// (each image's 49 pixels contiguous). The indices divide `c` by 7, the flat offset only by
+/// 49: the loop is cut at images, and within one every flat offset is affine in the lane.
+fn folded_images(n: i64) -> Function {
+    let mut fb = FunctionBuilder::cpu_kernel("pack_folded");
+    let base = fb.param("base", DataType::I32);
+    let x = fb.tensor_param("x", DataType::I32, [8i64, 3, 7, 7]);
+    let out = fb.tensor_param("out", DataType::I32, [PANELS * n]);
+    let base = base.expr();
+    fb.for_range("p", PANELS, |fb, p| {
+        fb.for_range_with("j", n, LoopKind::Vectorize, |fb, j| {
+            let c = &base + &p * n + &j;
+            let value = x.at([&c / 49, Expr::int(1), (&c % 49) / 7, &c % 7]);
+            fb.store(&out, [&p * n + &j], value);
+        });
+    });
+    fb.finish()
+}
+
+/// Whether some read in a vectorized loop has a flat offset (as the codegen simplifies it)
+/// that divides the loop's variable.
+fn flat_offsets_divide_the_lane(s: &Stmt) -> bool {
+    let mut found = false;
+    s.visit(&mut |s| {
+        let Stmt::For {
+            var,
+            kind: LoopKind::Vectorize,
+            body,
+            ..
+        } = s
+        else {
+            return;
+        };
+        body.visit(&mut |inner| {
+            for e in inner.exprs() {
+                e.visit(&mut |x| {
+                    let ExprKind::TensorElement { tensor, indices } = x.kind() else {
+                        return;
+                    };
+                    let Some(t) = tensor.ty().as_tensor() else {
+                        return;
+                    };
+                    let offset = hidet_ir::passes::simplify_expr(
+                        &t.layout.offset(indices),
+                        &hidet_ir::passes::VarRanges::new(),
+                    );
+                    offset.visit(&mut |y| {
+                        if let ExprKind::Binary(BinaryOp::Div | BinaryOp::Mod, num, _) = y.kind() {
+                            num.visit(&mut |z| found |= z.as_var() == Some(var));
+                        }
+                    });
+                });
+            }
+        });
+    });
+    found
+}
+
+#[test]
+fn images_folded_into_columns_are_cut_at_images_not_at_their_rows() {
+    let image: Vec<i64> = (0..8 * 3 * 49).map(|i| i * 5 + 1).collect();
+    for n in [16, 8, 64] {
+        let original = folded_images(n);
+        let lowered = lower_function(original.clone()).unwrap();
+        assert_eq!(segment_loops(&lowered.body), 1, "n={n}:\n{lowered}");
+        assert!(
+            !flat_offsets_divide_the_lane(&lowered.body),
+            "n={n}: a read still gathers:\n{lowered}"
+        );
+        for base in [0, 3, 40, 48, 49, 70] {
+            let want: Vec<i64> = (0..PANELS * n)
+                .map(|i| {
+                    let c = base + i;
+                    image[((c / 49 * 3 + 1) * 49 + c % 49) as usize]
+                })
+                .collect();
+            for (f, what) in [(&original, "original"), (&lowered, "split")] {
+                let args = vec![
+                    Arg::Scalar(Scalar::Int(base)),
+                    Arg::Buffer(Buffer::from_i64(DataType::I32, &image)),
+                    Arg::Buffer(Buffer::from_i64(
+                        DataType::I32,
+                        &vec![-1; (PANELS * n) as usize],
+                    )),
+                ];
+                assert_eq!(last_buffer(f, args), want, "{what} n={n} base={base}");
+            }
+        }
+    }
+}
