@@ -558,7 +558,8 @@ const GROUPED_STRIDED_DIRECT_MIN_CHANNELS: usize = 4;
 /// input in place (a 64-byte line of them): with fewer, each group's gather would use a
 /// part of every line it reads, and the other groups, later products of the batch, read the
 /// line again. Measured on RegNet-Y-400MF (8-channel groups, batch 8, AVX2, 2 threads): its
-/// four strided grouped convolutions 4.2 ms reading channels-first, 6.5–8.1 ms in place.
+/// first grouped convolution 2.3 ms reading channels-first, 7.4 ms in place (window
+/// channel-innermost), more than the 1.0 ms its producer's channels-first store costs.
 const GROUPED_CHANNELS_LAST_MIN_CHANNELS: usize = 16;
 
 /// Whether a grouped convolution (not depthwise) runs as a direct one, a product batched over
