@@ -32,9 +32,14 @@ fn kernel(n: i64, row: i64, width: i64) -> Function {
 
 fn run(f: &Function, base: i64, n: i64, width: i64) -> Vec<i64> {
     let image: Vec<i64> = (0..64 * width).map(|i| i * 7 + 3).collect();
+    run_on(f, base, &image, n)
+}
+
+/// Runs a pack kernel of `PANELS` panels of `n` over `image` from `base`; returns its output.
+fn run_on(f: &Function, base: i64, image: &[i64], n: i64) -> Vec<i64> {
     let args = vec![
         Arg::Scalar(Scalar::Int(base)),
-        Arg::Buffer(Buffer::from_i64(DataType::I32, &image)),
+        Arg::Buffer(Buffer::from_i64(DataType::I32, image)),
         Arg::Buffer(Buffer::from_i64(
             DataType::I32,
             &vec![-1; (PANELS * n) as usize],
@@ -354,15 +359,7 @@ fn images_folded_into_columns_are_cut_at_images_not_at_their_rows() {
                 })
                 .collect();
             for (f, what) in [(&original, "original"), (&lowered, "split")] {
-                let args = vec![
-                    Arg::Scalar(Scalar::Int(base)),
-                    Arg::Buffer(Buffer::from_i64(DataType::I32, &image)),
-                    Arg::Buffer(Buffer::from_i64(
-                        DataType::I32,
-                        &vec![-1; (PANELS * n) as usize],
-                    )),
-                ];
-                assert_eq!(last_buffer(f, args), want, "{what} n={n} base={base}");
+                assert_eq!(run_on(f, base, &image, n), want, "{what} n={n} base={base}");
             }
         }
     }
