@@ -38,7 +38,7 @@ use crate::module::CompiledModule;
 use crate::options::BuildOptions;
 use crate::signature::ParamKind;
 use crate::templates::int4_linear::Int4LinearSchedule;
-use crate::templates::integer_linear::IntegerLinearSchedule;
+use crate::templates::integer_linear::{depth_group_for, IntegerLinearSchedule};
 use crate::templates::integer_matmul::IntegerMatmulSchedule;
 use crate::templates::matmul::MatmulSchedule;
 use anchor::{
@@ -57,12 +57,17 @@ use kernel_memo::{KernelMemo, Lowered, LoweringKey};
 /// gathered pixels are read in place through offset tables (`hidet::OffsetGather`), one
 /// table read per element and column panel, so its output channels need not fit one register
 /// tile (measured on AVX2: ResNet-50's 64-channel stem 2.2 → 1.4 ms and Inception-V3's 147²
-/// convolutions 3.6 + 5.6 → 2.3 + 4.7 ms against their im2col products).
+/// convolutions 3.6 + 5.6 → 2.3 + 4.7 ms against their im2col products). The 8-bit linear
+/// products' weight panels are grouped for the target's multiply-add
+/// ([`depth_group_for`]: pairs without VNNI).
 pub fn pass_options(target: &crate::CpuTarget) -> PassOptions {
     let rows = MatmulSchedule::for_target(target, 1).mr;
+    let defaults = PassOptions::default();
     PassOptions {
-        left_panel_rows: usize::try_from(rows).unwrap_or(PassOptions::default().left_panel_rows),
-        ..PassOptions::default()
+        left_panel_rows: usize::try_from(rows).unwrap_or(defaults.left_panel_rows),
+        integer_depth_group: usize::try_from(depth_group_for(target))
+            .unwrap_or(defaults.integer_depth_group),
+        ..defaults
     }
 }
 

@@ -176,6 +176,14 @@ pub enum Intrinsic {
     /// four-way multiply-add of an 8-bit product. CPU only: x86 VNNI (`vpdpbusd`) where the
     /// target has it, else exact 16-bit multiply-adds. Returns `i32` × `lanes`.
     DotU8I8 { lanes: u16 },
+    /// `dot_i16i8(acc, a, b)` on `lanes` 32-bit lanes: `a` an `i32 × lanes` vector whose lanes
+    /// each hold two signed 16-bit values (little-endian), `b` an `i8 × 2·lanes` vector: lane
+    /// `l` of the result is `acc[l] + i16(a[l] low half) · b[2l] + i16(a[l] high half) ·
+    /// b[2l+1]`, wrapping on `i32` overflow. The two-way multiply-add of an 8-bit product whose
+    /// unsigned operand was widened to 16 bits ahead: on x86 the bytes of `b` sign-extended
+    /// (`vpmovsxbw`) into one 16-bit multiply-add (`vpmaddwd`), which the emulation of
+    /// [`Intrinsic::DotU8I8`] without VNNI needs two of. CPU only. Returns `i32` × `lanes`.
+    DotI16I8 { lanes: u16 },
     /// A call to a device/internal function of the same module, by name,
     /// returning `ret`.
     Function { name: String, ret: Type },
@@ -191,7 +199,9 @@ impl Intrinsic {
                 Some(Type::Data(d)) => Type::Data(d.element()),
                 _ => Type::Void,
             },
-            Intrinsic::DotU8I8 { lanes } => Type::Data(DataType::vector(ScalarType::I32, *lanes)),
+            Intrinsic::DotU8I8 { lanes } | Intrinsic::DotI16I8 { lanes } => {
+                Type::Data(DataType::vector(ScalarType::I32, *lanes))
+            }
             Intrinsic::Function { ret, .. } => ret.clone(),
             Intrinsic::VectorStore
             | Intrinsic::Mma { .. }
@@ -232,6 +242,7 @@ impl fmt::Display for Intrinsic {
             Intrinsic::CpAsyncCommit => f.write_str("cp_async_commit"),
             Intrinsic::CpAsyncWait { n } => write!(f, "cp_async_wait<{n}>"),
             Intrinsic::DotU8I8 { lanes } => write!(f, "dot_u8i8<{lanes}>"),
+            Intrinsic::DotI16I8 { lanes } => write!(f, "dot_i16i8<{lanes}>"),
             Intrinsic::Function { name, .. } => f.write_str(name),
         }
     }

@@ -1144,12 +1144,17 @@ impl<'f> Checker<'f> {
                 (3, &[0, 1])
             }
             Intrinsic::CpAsyncCommit | Intrinsic::CpAsyncWait { .. } => (0, &[]),
-            Intrinsic::DotU8I8 { lanes } => {
+            Intrinsic::DotU8I8 { lanes } | Intrinsic::DotI16I8 { lanes } => {
                 if self.place == Place::CudaDevice {
                     return Err(self.not_available(format!("the CPU intrinsic `{intrinsic}`")));
                 }
-                let want = DataType::vector(ScalarType::I32, *lanes);
+                let words = DataType::vector(ScalarType::I32, *lanes);
+                let bytes = DataType::vector(ScalarType::I8, lanes.saturating_mul(2));
                 for (i, a) in args.iter().enumerate() {
+                    let want = match intrinsic {
+                        Intrinsic::DotI16I8 { .. } if i == 2 => bytes,
+                        _ => words,
+                    };
                     if a.ty() != Type::Data(want) {
                         return Err(Problem::WrongType {
                             expr: self.show(a),

@@ -424,16 +424,18 @@ pub fn integer_linear_kernel(
     };
     let inputs = static_shapes(&anchor.def.inputs);
     let outputs = static_shapes(&anchor.def.outputs);
-    let (Some([x, _]), Some([out])) = (inputs.as_deref(), outputs.as_deref()) else {
+    let (Some([x, w]), Some([out])) = (inputs.as_deref(), outputs.as_deref()) else {
         return TemplateOutcome::Refused("IntegerLinear takes (X, W) of static shapes".into());
     };
-    let ([rows, k], [_, n]) = (x.as_slice(), out.as_slice()) else {
-        return TemplateOutcome::Refused(format!("IntegerLinear of shape {x:?}"));
+    let ([rows, k], [_, n], [_, _, _, depth_group]) = (x.as_slice(), out.as_slice(), w.as_slice())
+    else {
+        return TemplateOutcome::Refused(format!("IntegerLinear of shapes {x:?} and {w:?}"));
     };
     let shape = IntegerLinearShape {
         rows: *rows,
         n: *n,
         k: *k,
+        depth_group: *depth_group,
     };
     let template = integer_linear(&task.name, &shape, schedule);
     fuse_operands(task, template, 2, 2, "integer linear")

@@ -56,16 +56,21 @@ pub struct PassOptions {
     /// Where constants derived from weights are remembered across one model's compilations
     /// for different input shapes ([`PanelConstantWeights::derived`]); `None`: nowhere.
     pub derived: Option<Arc<DerivedConstants>>,
+    /// Consecutive `k` of a column side by side in the 8-bit linear products' weight panels
+    /// ([`QuantizedProducts::depth_group`]): 4 or 2.
+    pub integer_depth_group: usize,
 }
 
 impl Default for PassOptions {
-    /// [`FEW_CHANNELS`], 16-row panels ([`PANEL_WIDTH`]) and Winograd convolutions.
+    /// [`FEW_CHANNELS`], 16-row panels ([`PANEL_WIDTH`]), Winograd convolutions and 8-bit
+    /// weight panels in groups of four `k`.
     fn default() -> Self {
         PassOptions {
             direct_conv_max_channels: FEW_CHANNELS,
             left_panel_rows: PANEL_WIDTH,
             winograd: true,
             derived: None,
+            integer_depth_group: 4,
         }
     }
 }
@@ -85,7 +90,9 @@ pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
     // MatMul by a blocked DequantizeLinear of int4 weights → hidet::Int4Linear, also before
     // constant folding.
     let mut passes: Vec<Box<dyn GraphPass>> = vec![
-        Box::new(QuantizedProducts),
+        Box::new(QuantizedProducts {
+            depth_group: options.integer_depth_group,
+        }),
         Box::new(BlockQuantizedProducts {
             derived: options.derived.clone(),
         }),
@@ -95,7 +102,9 @@ pub fn passes_for(options: &PassOptions) -> Vec<Box<dyn GraphPass>> {
     passes.extend(simplification_passes(GemmWeights::AsStored));
     // Again, for the integer operators (QLinearConv, MatMulInteger, …) whose shapes only
     // constant folding made static (a transformer's computed Reshape targets).
-    passes.push(Box::new(QuantizedProducts));
+    passes.push(Box::new(QuantizedProducts {
+        depth_group: options.integer_depth_group,
+    }));
     passes.extend::<[Box<dyn GraphPass>; 12]>([
         // MatMul by 4-bit block-quantized constant weights (MatMulNBits, QDQ int4) →
         // hidet::Int4Linear, reading the blocks as stored; again after folding, which makes

@@ -34,7 +34,7 @@
 //! and a per-tensor or per-output-channel scale, and activations of `int8` or `uint8` with a
 //! constant per-tensor scale and zero point. Others keep their float form.
 
-use crate::graph_ops::integer_linear::{panel_shape, OP_TYPE as INTEGER_LINEAR};
+use crate::graph_ops::integer_linear::{panel_offset, panel_shape, OP_TYPE as INTEGER_LINEAR};
 use crate::graph_ops::integer_matmul::OP_TYPE as INTEGER_MATMUL;
 use crate::graph_ops::HIDET_DOMAIN;
 use crate::templates::integer_matmul::padded_depth;
@@ -49,8 +49,19 @@ use hidet_graph::{Attribute, FusionHints};
 
 /// Rewrites convolutions and matrix products of dequantized operands into 8-bit products (see
 /// the module docs).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QuantizedProducts;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuantizedProducts {
+    /// Consecutive `k` of a column side by side in `hidet::IntegerLinear`'s weight panels: 4
+    /// or 2 ([`crate::templates::integer_linear::depth_group_for`] of the target).
+    pub depth_group: usize,
+}
+
+impl Default for QuantizedProducts {
+    /// Groups of four `k`.
+    fn default() -> Self {
+        QuantizedProducts { depth_group: 4 }
+    }
+}
 
 impl GraphPass for QuantizedProducts {
     fn name(&self) -> &'static str {
@@ -61,7 +72,7 @@ impl GraphPass for QuantizedProducts {
         Rewriter::with_registry(graph, crate::graph_ops::registry()).replace_each(
             plan,
             |p| p.y,
-            rewrite,
+            |rw, p| rewrite(rw, p, self.depth_group),
         )
     }
 }
@@ -575,7 +586,9 @@ fn padded(
 }
 
 /// Adds the integer product of `p`; returns the value that replaces the product's output.
-fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
+/// Rewrites the product `p`, `hidet::IntegerLinear`'s weight panels in groups of
+/// `depth_group` `k`.
+fn rewrite(rw: &mut Rewriter, p: &Plan, depth_group: usize) -> Result<ValueId, GraphError> {
     // The activations as unsigned bytes, and their zero point.
     let u = if p.signed {
         let wide = rw.add_cast(p.xq, DType::I32)?;
@@ -622,19 +635,21 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
         Form::MatMul { rows, .. } => {
             let shape = rw.add_shape(&[*rows, depth]);
             let x = rw.add_op("Reshape", Attributes::new(), &[u, shape])?;
-            // The weight as panels of LINEAR_PANEL_WIDTH columns, four k of a column together.
-            let shape = panel_shape(out_ch, depth);
-            let (width, groups) = (shape[2], shape[1]);
+            // The weight as panels of LINEAR_PANEL_WIDTH columns, `depth_group` k of a column
+            // together.
+            let shape = panel_shape(out_ch, depth, depth_group);
+            let groups = shape[1];
             let mut w = vec![0i8; shape.iter().product()];
             for (n, row) in p.weight.chunks(depth).enumerate() {
                 for (k, &v) in row.iter().enumerate() {
-                    w[(((n / width) * groups + k / 4) * width + n % width) * 4 + k % 4] = v;
+                    w[panel_offset(n, k, groups, depth_group)] = v;
                 }
             }
             let w = Tensor::new(shape, w).map_err(|e| node_error(p, e))?;
             let w = rw.add_constant("quantized_weight_panels", w);
             let mut attrs = Attributes::new();
             attrs.insert("columns", Attribute::Int(out_ch as i64));
+            attrs.insert("depth_group", Attribute::Int(depth_group as i64));
             let y = rw.add_domain_op(HIDET_DOMAIN, INTEGER_LINEAR, attrs, &[x, w])?;
             (y, vec![out_ch])
         }

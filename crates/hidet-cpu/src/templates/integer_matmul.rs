@@ -290,13 +290,23 @@ pub(super) fn accumulate(
     operands: impl Fn(Expr) -> (Expr, Expr),
 ) {
     let lanes = acc.ty().as_tensor().map_or(1, |t| t.dtype.lanes);
+    accumulate_with(fb, Intrinsic::DotU8I8 { lanes }, acc, r, vectors, operands);
+}
+
+/// `acc[r][v] = dot(acc[r][v], a, b)` for each vector `vectors[v]`, where `operands` gives
+/// `(a, b)` from that vector and `dot` is a multiply-add intrinsic (`dot_u8i8`, `dot_i16i8`).
+pub(super) fn accumulate_with(
+    fb: &mut FunctionBuilder,
+    dot: Intrinsic,
+    acc: &Var,
+    r: i64,
+    vectors: &[Expr],
+    operands: impl Fn(Expr) -> (Expr, Expr),
+) {
     for (v, vector) in vectors.iter().enumerate() {
         let at = [Expr::int(r), Expr::int(v as i64)];
-        let (unsigned, signed) = operands(vector.clone());
-        let sum = Expr::call(
-            Intrinsic::DotU8I8 { lanes },
-            vec![acc.at(at.clone()), unsigned, signed],
-        );
+        let (a, b) = operands(vector.clone());
+        let sum = Expr::call(dot.clone(), vec![acc.at(at.clone()), a, b]);
         fb.store(acc, at, sum);
     }
 }

@@ -184,9 +184,41 @@ fn integer_matmul_definitions_agree_with_eval() {
     check(
         "IntegerLinear",
         &[("columns", Attribute::Int(37))],
-        &[bytes(&[9, 10], 6), w],
+        &[bytes(&[9, 10], 6), w.clone()],
         0.0,
     );
+    // The same bytes as 6 groups of 2.
+    let pairs = Tensor::new(vec![2, 6, 32, 2], w.as_slice::<i8>().unwrap().to_vec()).unwrap();
+    check(
+        "IntegerLinear",
+        &[
+            ("columns", Attribute::Int(37)),
+            ("depth_group", Attribute::Int(2)),
+        ],
+        &[bytes(&[9, 10], 6), pairs],
+        0.0,
+    );
+}
+
+#[test]
+fn integer_linear_refuses_other_depth_groups_and_mismatched_panels() {
+    let attrs = [
+        ("columns", Attribute::Int(37)),
+        ("depth_group", Attribute::Int(3)),
+    ];
+    let err = build_registered(registry(), HIDET_DOMAIN, "IntegerLinear", 1, &attrs, 2, 1)
+        .expect_err("a depth group of 3 is refused");
+    assert!(err.to_string().contains("depth_group"), "{err}");
+    // Panels in groups of 4 given to a node that reads pairs.
+    let attrs = [
+        ("columns", Attribute::Int(37)),
+        ("depth_group", Attribute::Int(2)),
+    ];
+    let op = build_registered(registry(), HIDET_DOMAIN, "IntegerLinear", 1, &attrs, 2, 1).unwrap();
+    let w = Tensor::new(vec![2, 3, 32, 4], vec![1i8; 2 * 3 * 32 * 4]).unwrap();
+    let x = bytes(&[9, 10], 6);
+    let err = op.eval(&[Some(&x), Some(&w)]).unwrap_err();
+    assert!(err.to_string().contains("groups of 2"), "{err}");
 }
 
 #[test]

@@ -57,10 +57,11 @@ fn product(batch: usize, m: usize, n: usize, k: usize, seed: u64) -> Vec<i32> {
     )
 }
 
-/// `IntegerLinear` of `[rows, k]` activations by a `[n, k]` weight in panels, on every path.
-fn linear(rows: usize, n: usize, k: usize, seed: u64) -> Vec<i32> {
+/// `IntegerLinear` of `[rows, k]` activations by a `[n, k]` weight in panels of
+/// `depth_group` consecutive `k`, on every path.
+fn linear(rows: usize, n: usize, k: usize, depth_group: usize, seed: u64) -> Vec<i32> {
     let mut rng = Rng::new(seed);
-    let shape = panel_shape(n, k);
+    let shape = panel_shape(n, k, depth_group);
     // Entries past `n` and `k` hold values too: the product must ignore them.
     let w: Vec<i8> = (0..shape.iter().product::<usize>())
         .map(|_| rng.next_u64() as u8 as i8)
@@ -71,6 +72,7 @@ fn linear(rows: usize, n: usize, k: usize, seed: u64) -> Vec<i32> {
     g.initializer("w", Tensor::new(shape, w).unwrap());
     let mut attrs = Attributes::new();
     attrs.insert("columns", Attribute::Int(n as i64));
+    attrs.insert("depth_group", Attribute::Int(depth_group as i64));
     g.node(NodeSpec {
         name: "product".into(),
         domain: HIDET_DOMAIN.into(),
@@ -82,7 +84,8 @@ fn linear(rows: usize, n: usize, k: usize, seed: u64) -> Vec<i32> {
     });
     g.output("y");
     let x = Tensor::new(vec![rows, k], x).unwrap();
-    on_every_path(g, x, "IntegerLinear", &format!("{rows}×{n}×{k}"))
+    let what = format!("{rows}×{n}×{k} in depth groups of {depth_group}");
+    on_every_path(g, x, "IntegerLinear", &what)
 }
 
 /// Compiles `g` (one input `x`, one `int32` output) for every instruction path this machine
@@ -153,12 +156,35 @@ fn integer_products_are_exact_on_every_instruction_path() {
 #[test]
 fn integer_linear_products_are_exact_on_every_instruction_path() {
     // Rows and columns multiples of no tile, one row (a decoder's token), depths not a
-    // multiple of 4.
+    // multiple of 4; weights in groups of four k (VNNI's) and pairs (16-bit multiply-adds'),
+    // each on every path, so each layout meets every register tile.
     for (i, &(rows, n, k)) in [(13, 45, 147), (1, 70, 64), (7, 33, 9), (30, 97, 1150)]
         .iter()
         .enumerate()
     {
-        let want = linear(rows, n, k, 200 + i as u64);
-        assert!(want.iter().any(|&v| v.unsigned_abs() > 1000) || k < 16);
+        let quads = linear(rows, n, k, 4, 200 + i as u64);
+        assert!(quads.iter().any(|&v| v.unsigned_abs() > 1000) || k < 16);
+        let pairs = linear(rows, n, k, 2, 300 + i as u64);
+        assert!(pairs.iter().any(|&v| v.unsigned_abs() > 1000) || k < 16);
+    }
+}
+
+/// The graph passes store 8-bit linear weights in groups of four `k` where one instruction
+/// multiplies four byte pairs per lane for the schedule's vectors (VNNI), in pairs elsewhere.
+#[test]
+fn weight_panels_are_grouped_for_the_targets_multiply_add() {
+    use hidet_cpu::graph_backend::pass_options;
+    let detected = CpuTarget::detected();
+    for (list, group) in [
+        ("sse2", 2),
+        ("avx2,fma", 2),
+        ("avx2,fma,avxvnni", 4),
+        ("avx512f,avx512bw,avx512dq,avx512vl", 2),
+        ("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni", 4),
+    ] {
+        let target = detected
+            .with_features(CpuFeatures::parse(list).unwrap())
+            .unwrap();
+        assert_eq!(pass_options(&target).integer_depth_group, group, "{list}");
     }
 }
