@@ -155,12 +155,18 @@ fn integer_products_are_exact_on_every_instruction_path() {
 
 #[test]
 fn integer_linear_products_are_exact_on_every_instruction_path() {
-    // Rows and columns multiples of no tile, one row (a decoder's token), depths not a
-    // multiple of 4; weights in groups of four k (VNNI's) and pairs (16-bit multiply-adds'),
-    // each on every path, so each layout meets every register tile.
-    for (i, &(rows, n, k)) in [(13, 45, 147), (1, 70, 64), (7, 33, 9), (30, 97, 1150)]
-        .iter()
-        .enumerate()
+    // Rows and columns multiples of no tile, one and two rows (tiles cut to the rows),
+    // depths not a multiple of 4; weights in groups of four k (VNNI's) and pairs (16-bit
+    // multiply-adds'), each on every path, so each layout meets every register tile.
+    for (i, &(rows, n, k)) in [
+        (13, 45, 147),
+        (1, 70, 64),
+        (2, 61, 37),
+        (7, 33, 9),
+        (30, 97, 1150),
+    ]
+    .iter()
+    .enumerate()
     {
         let quads = linear(rows, n, k, 4, 200 + i as u64);
         assert!(quads.iter().any(|&v| v.unsigned_abs() > 1000) || k < 16);
