@@ -777,6 +777,22 @@ impl Dialect for CDialect {
                 });
                 Ok(format!("{name}({acc}, {a}, {b})"))
             }
+            Intrinsic::DotI16 { lanes } => {
+                let [acc, a, b] = args else {
+                    return Err(Unsupported::new("dot_i16 with other than 3 arguments"));
+                };
+                let vty = self.value_type(DataType::vector(ScalarType::I32, *lanes), uses)?;
+                let name = format!("hidet_dot_i16_{lanes}");
+                let body = dot_i16_body(*lanes, &vty);
+                uses.require_helper(&name, || {
+                    format!(
+                        "/* acc + two-way i16 x i16 products per 32-bit lane */\n\
+                         #if defined(__x86_64__)\n#include <immintrin.h>\n#endif\n\
+                         static inline {vty} {name}({vty} acc, {vty} a, {vty} b) {{\n{body}}}"
+                    )
+                });
+                Ok(format!("{name}({acc}, {a}, {b})"))
+            }
             other => Err(Unsupported::new(format!("the intrinsic {other}"))),
         }
     }
@@ -869,6 +885,28 @@ fn dot_i16i8_body(lanes: u16, vty: &str) -> String {
         "#if {guard}\n    \
          {m} wide = {p}_cvtepi8_epi16(({half})b);\n    \
          return ({vty}){p}_add_epi32(({m})acc, {p}_madd_epi16(({m})a, wide));\n\
+         #else\n{portable}#endif\n"
+    )
+}
+
+/// The body of the `dot_i16` helper on `lanes` 32-bit lanes of vector type `vty`: one
+/// `vpmaddwd` on AVX2 (8 lanes) or AVX-512BW (16 lanes), else a per-lane loop.
+fn dot_i16_body(lanes: u16, vty: &str) -> String {
+    let portable = format!(
+        "    {vty} r;\n    for (int l = 0; l < {lanes}; ++l) {{\n        \
+         uint32_t ua = (uint32_t)a[l], ub = (uint32_t)b[l];\n        \
+         uint32_t lo = (uint32_t)((int32_t)(int16_t)(uint16_t)ua * (int32_t)(int16_t)(uint16_t)ub);\n        \
+         uint32_t hi = (uint32_t)((int32_t)(int16_t)(uint16_t)(ua >> 16) * (int32_t)(int16_t)(uint16_t)(ub >> 16));\n        \
+         r[l] = (int32_t)((uint32_t)acc[l] + lo + hi);\n    }}\n    return r;\n"
+    );
+    let (guard, p, m) = match lanes {
+        16 => ("defined(__AVX512BW__)", "_mm512", "__m512i"),
+        8 => ("defined(__AVX2__)", "_mm256", "__m256i"),
+        _ => return portable,
+    };
+    format!(
+        "#if {guard}\n    \
+         return ({vty}){p}_add_epi32(({m})acc, {p}_madd_epi16(({m})a, ({m})b));\n\
          #else\n{portable}#endif\n"
     )
 }

@@ -967,7 +967,7 @@ impl Dialect for CudaDialect {
             Intrinsic::CpAsyncWait { n } => Ok(format!(
                 "asm volatile(\"cp.async.wait_group {n};\\n\" ::: \"memory\")"
             )),
-            Intrinsic::DotU8I8 { .. } | Intrinsic::DotI16I8 { .. } => {
+            Intrinsic::DotU8I8 { .. } | Intrinsic::DotI16I8 { .. } | Intrinsic::DotI16 { .. } => {
                 Err(Unsupported::new(format!("the CPU intrinsic {intrinsic}")))
             }
             Intrinsic::Function { name, .. } => Err(Unsupported::new(format!(

@@ -184,6 +184,12 @@ pub enum Intrinsic {
     /// (`vpmovsxbw`) into one 16-bit multiply-add (`vpmaddwd`), which the emulation of
     /// [`Intrinsic::DotU8I8`] without VNNI needs two of. CPU only. Returns `i32` × `lanes`.
     DotI16I8 { lanes: u16 },
+    /// `dot_i16(acc, a, b)` on vectors of `lanes` 32-bit integers, each lane of `a` and `b`
+    /// holding two signed 16-bit values (little-endian): lane `l` of the result is `acc[l] +
+    /// i16(a[l] low)·i16(b[l] low) + i16(a[l] high)·i16(b[l] high)`, wrapping on `i32`
+    /// overflow. The multiply-add of an 8-bit product whose operands were both widened to 16
+    /// bits ahead (`vpmaddwd` on x86). CPU only. Returns `i32` × `lanes`.
+    DotI16 { lanes: u16 },
     /// A call to a device/internal function of the same module, by name,
     /// returning `ret`.
     Function { name: String, ret: Type },
@@ -199,9 +205,9 @@ impl Intrinsic {
                 Some(Type::Data(d)) => Type::Data(d.element()),
                 _ => Type::Void,
             },
-            Intrinsic::DotU8I8 { lanes } | Intrinsic::DotI16I8 { lanes } => {
-                Type::Data(DataType::vector(ScalarType::I32, *lanes))
-            }
+            Intrinsic::DotU8I8 { lanes }
+            | Intrinsic::DotI16I8 { lanes }
+            | Intrinsic::DotI16 { lanes } => Type::Data(DataType::vector(ScalarType::I32, *lanes)),
             Intrinsic::Function { ret, .. } => ret.clone(),
             Intrinsic::VectorStore
             | Intrinsic::Mma { .. }
@@ -243,6 +249,7 @@ impl fmt::Display for Intrinsic {
             Intrinsic::CpAsyncWait { n } => write!(f, "cp_async_wait<{n}>"),
             Intrinsic::DotU8I8 { lanes } => write!(f, "dot_u8i8<{lanes}>"),
             Intrinsic::DotI16I8 { lanes } => write!(f, "dot_i16i8<{lanes}>"),
+            Intrinsic::DotI16 { lanes } => write!(f, "dot_i16<{lanes}>"),
             Intrinsic::Function { name, .. } => f.write_str(name),
         }
     }

@@ -1144,7 +1144,9 @@ impl<'f> Checker<'f> {
                 (3, &[0, 1])
             }
             Intrinsic::CpAsyncCommit | Intrinsic::CpAsyncWait { .. } => (0, &[]),
-            Intrinsic::DotU8I8 { lanes } | Intrinsic::DotI16I8 { lanes } => {
+            Intrinsic::DotU8I8 { lanes }
+            | Intrinsic::DotI16I8 { lanes }
+            | Intrinsic::DotI16 { lanes } => {
                 if self.place == Place::CudaDevice {
                     return Err(self.not_available(format!("the CPU intrinsic `{intrinsic}`")));
                 }

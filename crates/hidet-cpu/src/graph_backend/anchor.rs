@@ -6,7 +6,8 @@ use hidet_graph::fusion::{
     fuse_into_template, matmul_sizes, AnchorInfo, AnchorOperand, FusedTask, OperandLayout,
     TemplateParams,
 };
-use hidet_ir::compute::{tensor_shape, ComputeDef, ComputeNode};
+use hidet_ir::compute::{tensor_dtype, tensor_shape, ComputeDef, ComputeNode};
+use hidet_ir::dtype::DataType;
 use hidet_ir::expr::{BinaryOp, Expr, ExprKind, Var};
 use hidet_ir::function::Function;
 
@@ -407,7 +408,9 @@ pub fn integer_matmul_kernel(
     let ([m, _], [batch, k, n]) = (a.as_slice(), x.as_slice()) else {
         return TemplateOutcome::Refused(format!("IntegerMatMul of shapes {a:?} and {x:?}"));
     };
+    let widened = tensor_dtype(&anchor.def.inputs[0]) == Some(DataType::I16);
     let template = IntegerMatmulShape::new(*batch, *m, *n, *k)
+        .map(|shape| if widened { shape.widened() } else { shape })
         .and_then(|shape| integer_matmul(&task.name, &shape, schedule));
     fuse_operands(task, template, 2, 3, "integer product")
 }

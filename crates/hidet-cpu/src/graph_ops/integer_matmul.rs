@@ -5,8 +5,10 @@
 //! `IntegerMatMul(A, X)` with `A` of `int8` `[M, Kp]` and `X` of `uint8` `[B, K, N]`, where `Kp`
 //! is `K` rounded up to a multiple of 4 (the template reads `A` four columns at a time;
 //! columns from `K` on are never part of the result), gives `int32` `[B, M, N]`:
-//! `Y[b, m, n] = Σ_{k<K} A[m, k] · X[b, k, n]`, wrapping on `int32` overflow. Its kernel is the
-//! integer-product template ([`crate::templates::integer_matmul`]).
+//! `Y[b, m, n] = Σ_{k<K} A[m, k] · X[b, k, n]`, wrapping on `int32` overflow. `A` may also be
+//! `int16` (8-bit weights widened ahead, for a target without VNNI: the template multiplies
+//! pairs of 16-bit values, see [`crate::templates::integer_matmul`]). Its kernel is the
+//! integer-product template.
 
 use crate::graph_ops::HIDET_DOMAIN;
 use crate::templates::integer_matmul::padded_depth;
@@ -60,7 +62,7 @@ fn sizes(a: &[usize], x: &[usize]) -> Result<(usize, usize, usize, usize), OpErr
 impl Operator for IntegerMatMul {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
         let (a, x) = (infer_arg(inputs, 0)?, infer_arg(inputs, 1)?);
-        check_dtype(0, a.ty.dtype, |d| d == DType::I8)?;
+        check_dtype(0, a.ty.dtype, |d| matches!(d, DType::I8 | DType::I16))?;
         check_dtype(1, x.ty.dtype, |d| d == DType::U8)?;
         let shape = match (a.ty.fixed_shape(), x.ty.fixed_shape()) {
             (Some(a), Some(x)) => {
@@ -78,7 +80,13 @@ impl Operator for IntegerMatMul {
     fn eval(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         let (a, x) = (arg(inputs, 0)?, arg(inputs, 1)?);
         let (b, m, n, k) = sizes(a.shape(), x.shape())?;
-        let av = typed_input::<i8>(a, 0)?;
+        let av: Vec<i64> = match a.dtype() {
+            DType::I16 => typed_input::<i16>(a, 0)?
+                .iter()
+                .map(|&v| v.into())
+                .collect(),
+            _ => typed_input::<i8>(a, 0)?.iter().map(|&v| v.into()).collect(),
+        };
         let xv = typed_input::<u8>(x, 1)?;
         let kp = a.shape()[1];
         let mut y = Vec::with_capacity(b * m * n);
@@ -86,9 +94,7 @@ impl Operator for IntegerMatMul {
             for mi in 0..m {
                 for ni in 0..n {
                     let sum: i64 = (0..k)
-                        .map(|ki| {
-                            i64::from(av[mi * kp + ki]) * i64::from(xv[(bi * k + ki) * n + ni])
-                        })
+                        .map(|ki| av[mi * kp + ki] * i64::from(xv[(bi * k + ki) * n + ni]))
                         .sum();
                     // Wrapping, as the kernel's 32-bit accumulators.
                     y.push(sum as i32);
@@ -101,7 +107,7 @@ impl Operator for IntegerMatMul {
     /// `Y[b, m, n] = Σ_{k<K} i32(A[m, k]) · i32(X[b, k, n])`.
     fn compute(&self, inputs: &[Option<ComputeInput<'_>>]) -> Result<Option<ComputeDef>, OpError> {
         let (a, x) = (input(inputs, 0)?, input(inputs, 1)?);
-        check_dtype(0, a.dtype, |d| d == DType::I8)?;
+        check_dtype(0, a.dtype, |d| matches!(d, DType::I8 | DType::I16))?;
         check_dtype(1, x.dtype, |d| d == DType::U8)?;
         let (b, m, n, k) = sizes(a.shape, x.shape)?;
         let vars = placeholders(inputs);

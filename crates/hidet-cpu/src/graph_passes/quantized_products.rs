@@ -8,7 +8,8 @@
 //!     X = Transpose(Reshape(hidet::Im2Col(Pad(u, zu)), [K, N, ∏o]), [1, 0, 2])   [N, K, ∏o]
 //!     u = xq as uint8 (int8 shifted by 128: Cast(Add(Cast(xq, int32), 128), uint8)), zu = zx (+128)
 //!     Pad(u, zu): u padded with zu (stored once), for a padded convolution
-//!     A = wq as [OC, K] (K = C·∏k), rows padded with zeros to a multiple of 4 columns
+//!     A = wq as [OC, K] (K = C·∏k), rows padded with zeros to a multiple of 4 columns,
+//!         int8, or int16 for a target without VNNI (the template multiplies 16-bit pairs)
 //!     corr[oc] = zu · Σ_k wq[oc, k],  scale[oc] = sx · sw[oc]
 //! ```
 //!
@@ -587,7 +588,7 @@ fn padded(
 
 /// Adds the integer product of `p`; returns the value that replaces the product's output.
 /// Rewrites the product `p`, `hidet::IntegerLinear`'s weight panels in groups of
-/// `depth_group` `k`.
+/// `depth_group` `k` (and `hidet::IntegerMatMul`'s weight widened to `int16` for pairs).
 fn rewrite(rw: &mut Rewriter, p: &Plan, depth_group: usize) -> Result<ValueId, GraphError> {
     // The activations as unsigned bytes, and their zero point.
     let u = if p.signed {
@@ -621,13 +622,19 @@ fn rewrite(rw: &mut Rewriter, p: &Plan, depth_group: usize) -> Result<ValueId, G
             let shape = rw.add_shape(&shape);
             let col = rw.add_op("Reshape", Attributes::new(), &[col, shape])?;
             let x = rw.add_op("Transpose", perm(vec![1, 0, 2]), &[col])?;
-            // The weight as [OC, Kp] bytes.
+            // The weight as [OC, Kp] bytes, or widened to 16 bits when products go by pairs.
             let kp = padded_depth(depth as i64) as usize;
             let mut a = vec![0i8; out_ch * kp];
             for (oc, row) in p.weight.chunks(depth).enumerate() {
                 a[oc * kp..oc * kp + depth].copy_from_slice(row);
             }
-            let a = Tensor::new(vec![out_ch, kp], a).map_err(|e| node_error(p, e))?;
+            let a = if depth_group == 2 {
+                let wide: Vec<i16> = a.iter().map(|&v| i16::from(v)).collect();
+                Tensor::new(vec![out_ch, kp], wide)
+            } else {
+                Tensor::new(vec![out_ch, kp], a)
+            };
+            let a = a.map_err(|e| node_error(p, e))?;
             let a = rw.add_constant("quantized_weight", a);
             let y = rw.add_domain_op(HIDET_DOMAIN, INTEGER_MATMUL, Attributes::new(), &[a, x])?;
             (y, vec![out_ch, 1])

@@ -19,7 +19,7 @@
 use crate::error::TemplateError;
 use crate::target::CpuTarget;
 use crate::templates::integer_matmul::{
-    accumulate_with, broadcast_word, padded_depth, spill, store_tile, zero_tile,
+    accumulate, broadcast_word, padded_depth, spill, store_tile, zero_tile,
 };
 use hidet_ir::prelude::*;
 
@@ -259,7 +259,7 @@ pub fn integer_linear(
                                 let word = broadcast_word(at, lanes);
                                 // The row's word times each weight vector.
                                 let operands = |w| (word.clone(), w);
-                                accumulate_with(fb, dot.clone(), &acc, r, &weights, operands);
+                                accumulate(fb, dot.clone(), &acc, r, &weights, operands);
                             }
                         });
                         spill(fb, &acc, &tile, mr, vecs, lanes);

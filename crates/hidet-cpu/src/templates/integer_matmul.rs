@@ -12,6 +12,12 @@
 //! [`Intrinsic::DotU8I8`] (`vpdpbusd` with VNNI, 16-bit multiply-adds without). Rows past
 //! `M` read the last row and are not stored; the tile goes through a small buffer to the
 //! scalar stores of `C` that an epilogue is fused into.
+//!
+//! With `A` widened to `int16` ahead (a target without VNNI: see
+//! [`crate::templates::integer_linear::depth_group_for`]), `k` goes by pairs instead: the
+//! tile's `X` is packed as `[K/2][NR][2]` values zero-extended to 16 bits, each row's two
+//! weights are one 32-bit broadcast, and the multiply-add is [`Intrinsic::DotI16`] (one
+//! `vpmaddwd`; emulating `dot_u8i8` takes two, and registers to split the bytes).
 
 use crate::error::TemplateError;
 use crate::target::CpuTarget;
@@ -28,10 +34,14 @@ pub struct IntegerMatmulShape {
     pub k: i64,
     /// Columns `A` is stored with: `k` rounded up to a multiple of 4.
     pub a_cols: i64,
+    /// Consecutive `k` multiplied together: 4 (`A` of `int8`, [`Intrinsic::DotU8I8`]) or 2
+    /// (`A` of `int16`, [`Intrinsic::DotI16`]).
+    pub depth_group: i64,
 }
 
 impl IntegerMatmulShape {
-    /// The shape, when the sizes are positive and `a_cols` is `k` rounded up to 4.
+    /// The shape of a product by an `int8` `A`, when the sizes are positive; `a_cols` is `k`
+    /// rounded up to 4.
     pub fn new(batch: i64, m: i64, n: i64, k: i64) -> Result<Self, TemplateError> {
         if batch < 1 || m < 1 || n < 1 || k < 1 {
             return Err(TemplateError::InvalidShape(format!(
@@ -44,7 +54,16 @@ impl IntegerMatmulShape {
             n,
             k,
             a_cols: padded_depth(k),
+            depth_group: 4,
         })
+    }
+
+    /// The same product by `A` widened to `int16`, multiplied by pairs of `k`.
+    pub fn widened(self) -> Self {
+        IntegerMatmulShape {
+            depth_group: 2,
+            ..self
+        }
     }
 }
 
@@ -93,9 +112,16 @@ impl IntegerMatmulSchedule {
                 "{self:?} for the integer product"
             )));
         }
-        if shape.a_cols * self.nr() > MAX_PACKED_BYTES {
+        if !matches!(shape.depth_group, 2 | 4) {
             return Err(TemplateError::InvalidShape(format!(
-                "a packed column tile of {}×{} bytes exceeds {MAX_PACKED_BYTES}",
+                "an integer product by depth groups of {}; the template takes 2 or 4",
+                shape.depth_group
+            )));
+        }
+        let element_bytes = if shape.depth_group == 2 { 2 } else { 1 };
+        if shape.a_cols * self.nr() * element_bytes > MAX_PACKED_BYTES {
+            return Err(TemplateError::InvalidShape(format!(
+                "a packed column tile of {}×{}×{element_bytes} bytes exceeds {MAX_PACKED_BYTES}",
                 shape.a_cols,
                 self.nr()
             )));
@@ -108,8 +134,9 @@ fn ceil_div(a: i64, b: i64) -> i64 {
     (a + b - 1) / b
 }
 
-/// The kernel `name(A: i8[m, a_cols], X: u8[batch, k, n], C: i32[batch, m, n])` (see the module
-/// docs). Errors: a shape or schedule the template cannot run.
+/// The kernel `name(A: i8[m, a_cols], X: u8[batch, k, n], C: i32[batch, m, n])` (`A` of `i16`
+/// with a depth group of 2; see the module docs). Errors: a shape or schedule the template
+/// cannot run.
 pub fn integer_matmul(
     name: &str,
     shape: &IntegerMatmulShape,
@@ -121,10 +148,17 @@ pub fn integer_matmul(
     let nr = schedule.nr();
     let mr = schedule.mr;
     let vecs = schedule.vecs;
-    let k4 = s.a_cols / 4;
+    let group = s.depth_group;
+    let groups = s.a_cols / group;
     let i32v = DataType::vector(ScalarType::I32, lanes);
+    // The weights' type, the packed columns' and the multiply-add.
+    let (weight, element, dot) = if group == 4 {
+        (DataType::I8, DataType::U8, Intrinsic::DotU8I8 { lanes })
+    } else {
+        (DataType::I16, DataType::U16, Intrinsic::DotI16 { lanes })
+    };
     let mut fb = FunctionBuilder::cpu_kernel(name);
-    let a = fb.tensor_param("A", DataType::I8, [s.m, s.a_cols]);
+    let a = fb.tensor_param("A", weight, [s.m, s.a_cols]);
     let x = fb.tensor_param("X", DataType::U8, [s.batch, s.k, s.n]);
     let c = fb.tensor_param("C", DataType::I32, [s.batch, s.m, s.n]);
     let col_tiles = ceil_div(s.n, nr);
@@ -133,8 +167,8 @@ pub fn integer_matmul(
     let busy = ceil_div(tasks, per_thread);
     let row_panels = ceil_div(s.m, mr);
     fb.for_range_with("t", busy, LoopKind::Parallel, |fb, t| {
-        let packed = fb.register_tensor("packed", DataType::U8, row_major([k4, nr, 4]));
-        let rows = fb.register_tensor("rows", DataType::U8, row_major([4, nr]));
+        let packed = fb.register_tensor("packed", element, row_major([groups, nr, group]));
+        let rows = fb.register_tensor("rows", element, row_major([group, nr]));
         let acc = fb.register_tensor("acc", i32v, row_major([mr, vecs]));
         let tile = fb.register_tensor("tile", DataType::I32, row_major([mr, nr]));
         fb.for_range("item", per_thread, |fb, item| {
@@ -142,34 +176,30 @@ pub fn integer_matmul(
             fb.if_then(task.lt(tasks), |fb| {
                 let b = &task / col_tiles;
                 let n0 = (&task % col_tiles) * nr;
-                // Pack: four consecutive k of one column side by side; zero from row `K` on
+                // Pack: `group` consecutive k of one column side by side; zero from row `K` on
                 // and beyond the last column.
                 let full = (&n0 + nr).le(s.n);
                 fb.if_then_else(
                     full,
                     |fb| {
-                        fb.for_range("g", k4, |fb, g| {
-                            for q in 0..4 {
-                                let row = &g * 4 + q;
+                        fb.for_range("g", groups, |fb, g| {
+                            for q in 0..group {
+                                let row = &g * group + q;
                                 let copy = |fb: &mut FunctionBuilder| {
                                     fb.for_range_with("col", nr, LoopKind::Vectorize, |fb, col| {
                                         let value = x.at([b.clone(), row.clone(), &n0 + &col]);
-                                        fb.store(&rows, [Expr::int(q), col], value);
+                                        fb.store(&rows, [Expr::int(q), col], value.cast(element));
                                     })
                                 };
                                 let zero = |fb: &mut FunctionBuilder| {
                                     fb.for_range_with("col", nr, LoopKind::Vectorize, |fb, col| {
-                                        fb.store(
-                                            &rows,
-                                            [Expr::int(q), col],
-                                            Expr::zero(DataType::U8),
-                                        );
+                                        fb.store(&rows, [Expr::int(q), col], Expr::zero(element));
                                     })
                                 };
                                 fb.if_then_else(row.lt(s.k), copy, zero);
                             }
                             fb.for_range_with("col", nr, LoopKind::Vectorize, |fb, col| {
-                                for q in 0..4 {
+                                for q in 0..group {
                                     let value = rows.at([Expr::int(q), col.clone()]);
                                     fb.store(
                                         &packed,
@@ -181,14 +211,15 @@ pub fn integer_matmul(
                         });
                     },
                     |fb| {
-                        fb.for_range("g", k4, |fb, g| {
+                        fb.for_range("g", groups, |fb, g| {
                             fb.for_range("col", nr, |fb, col| {
                                 let column = &n0 + &col;
-                                for q in 0..4 {
+                                for q in 0..group {
                                     let at = [g.clone(), col.clone(), Expr::int(q)];
-                                    fb.store(&packed, at.clone(), Expr::zero(DataType::U8));
-                                    let row = &g * 4 + q;
+                                    fb.store(&packed, at.clone(), Expr::zero(element));
+                                    let row = &g * group + q;
                                     let value = x.at([b.clone(), row.clone(), column.clone()]);
+                                    let value = value.cast(element);
                                     let inside = column.lt(s.n).and(row.lt(s.k));
                                     fb.if_then(inside, |fb| fb.store(&packed, at, value));
                                 }
@@ -199,7 +230,7 @@ pub fn integer_matmul(
                 fb.for_range("p", row_panels, |fb, p| {
                     let m0 = &p * mr;
                     zero_tile(fb, &acc, mr, vecs, i32v);
-                    fb.for_range("g", k4, |fb, g| {
+                    fb.for_range("g", groups, |fb, g| {
                         let columns: Vec<Expr> = (0..vecs)
                             .map(|v| {
                                 let at = packed.at([
@@ -215,9 +246,10 @@ pub fn integer_matmul(
                             .collect();
                         for r in 0..mr {
                             let row = (&m0 + r).min(s.m - 1);
-                            let quad = broadcast_word(a.at([row, &g * 4]), lanes);
-                            // Columns of X (bytes) times the row's four weights.
-                            accumulate(fb, &acc, r, &columns, |column| (column, quad.clone()));
+                            let word = broadcast_word(a.at([row, &g * group]), lanes);
+                            // Columns of X times the row's `group` weights.
+                            let operands = |column| (column, word.clone());
+                            accumulate(fb, dot.clone(), &acc, r, &columns, operands);
                         }
                     });
                     spill(fb, &acc, &tile, mr, vecs, lanes);
@@ -280,22 +312,10 @@ pub(super) fn broadcast_word(element: Expr, lanes: u16) -> Expr {
     Expr::call(load, vec![element.address()]).broadcast(lanes)
 }
 
-/// `acc[r][v] += dot_u8i8(u, s)` for each vector `vectors[v]`, where `operands` gives the
-/// unsigned and the signed operand of the four-way multiply-add from that vector.
-pub(super) fn accumulate(
-    fb: &mut FunctionBuilder,
-    acc: &Var,
-    r: i64,
-    vectors: &[Expr],
-    operands: impl Fn(Expr) -> (Expr, Expr),
-) {
-    let lanes = acc.ty().as_tensor().map_or(1, |t| t.dtype.lanes);
-    accumulate_with(fb, Intrinsic::DotU8I8 { lanes }, acc, r, vectors, operands);
-}
-
 /// `acc[r][v] = dot(acc[r][v], a, b)` for each vector `vectors[v]`, where `operands` gives
-/// `(a, b)` from that vector and `dot` is a multiply-add intrinsic (`dot_u8i8`, `dot_i16i8`).
-pub(super) fn accumulate_with(
+/// `(a, b)` from that vector and `dot` is a multiply-add intrinsic (`dot_u8i8`, `dot_i16i8`,
+/// `dot_i16`).
+pub(super) fn accumulate(
     fb: &mut FunctionBuilder,
     dot: Intrinsic,
     acc: &Var,

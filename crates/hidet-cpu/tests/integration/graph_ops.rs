@@ -174,7 +174,19 @@ fn integer_matmul_definitions_agree_with_eval() {
     // K = 10, stored as 12 columns whose last two hold values the product must ignore.
     let a: Vec<i8> = (0..5 * 12).map(|i| ((i * 53 % 256) as u8) as i8).collect();
     let a = Tensor::new(vec![5, 12], a).unwrap();
-    check("IntegerMatMul", &[], &[a, bytes(&[2, 10, 7], 5)], 0.0);
+    check(
+        "IntegerMatMul",
+        &[],
+        &[a.clone(), bytes(&[2, 10, 7], 5)],
+        0.0,
+    );
+    // The same weights widened to 16 bits.
+    check(
+        "IntegerMatMul",
+        &[],
+        &[a.cast(DType::I16), bytes(&[2, 10, 7], 5)],
+        0.0,
+    );
     // 37 columns of depth 10: two panels of 32 columns, 3 groups of 4 (the padding holds
     // values the product must ignore).
     let w: Vec<i8> = (0..2 * 3 * 32 * 4)

@@ -28,16 +28,23 @@ const PATHS: [&str; 5] = [
 ];
 
 /// Runs the product on every path that runs here, checks each against the reference and
-/// returns the reference.
-fn product(batch: usize, m: usize, n: usize, k: usize, seed: u64) -> Vec<i32> {
+/// returns the reference; with `widened`, the weights are given as `int16` (multiplied by
+/// pairs of `k`).
+fn product(batch: usize, m: usize, n: usize, k: usize, widened: bool, seed: u64) -> Vec<i32> {
     let mut rng = Rng::new(seed);
     let kp = padded_depth(k as i64) as usize;
     // Padding columns hold values too: the product must ignore them.
     let a: Vec<i8> = (0..m * kp).map(|_| rng.next_u64() as u8 as i8).collect();
+    let a = if widened {
+        let wide: Vec<i16> = a.iter().map(|&v| i16::from(v)).collect();
+        Tensor::new(vec![m, kp], wide).unwrap()
+    } else {
+        Tensor::new(vec![m, kp], a).unwrap()
+    };
     let x: Vec<u8> = (0..batch * k * n).map(|_| rng.next_u64() as u8).collect();
     let mut g = GraphBuilder::new("integer_matmul");
     g.input("x", TensorType::fixed(DType::U8, &[batch, k, n]));
-    g.initializer("a", Tensor::new(vec![m, kp], a).unwrap());
+    g.initializer("a", a);
     g.node(NodeSpec {
         name: "product".into(),
         domain: HIDET_DOMAIN.into(),
@@ -49,12 +56,8 @@ fn product(batch: usize, m: usize, n: usize, k: usize, seed: u64) -> Vec<i32> {
     });
     g.output("y");
     let x = Tensor::new(vec![batch, k, n], x).unwrap();
-    on_every_path(
-        g,
-        x,
-        "IntegerMatMul",
-        &format!("batch {batch}, {m}×{n}×{k}"),
-    )
+    let what = format!("batch {batch}, {m}×{n}×{k}, widened {widened}");
+    on_every_path(g, x, "IntegerMatMul", &what)
 }
 
 /// `IntegerLinear` of `[rows, k]` activations by a `[n, k]` weight in panels of
@@ -147,9 +150,12 @@ fn integer_products_are_exact_on_every_instruction_path() {
     .iter()
     .enumerate()
     {
-        let want = product(batch, m, n, k, 100 + i as u64);
-        // The operands span the ranges: the sums are not small.
-        assert!(want.iter().any(|&v| v.unsigned_abs() > 1000) || k < 16);
+        // Weights as bytes (four k at a time) and widened to 16 bits (pairs).
+        for widened in [false, true] {
+            let want = product(batch, m, n, k, widened, 100 + i as u64);
+            // The operands span the ranges: the sums are not small.
+            assert!(want.iter().any(|&v| v.unsigned_abs() > 1000) || k < 16);
+        }
     }
 }
 
