@@ -745,53 +745,34 @@ impl Dialect for CDialect {
                 Ok(format!("(({vty}){{{}}})", args.join(", ")))
             }
             Intrinsic::DotU8I8 { lanes } => {
-                let [acc, a, b] = args else {
-                    return Err(Unsupported::new("dot_u8i8 with other than 3 arguments"));
-                };
                 let vty = self.value_type(DataType::vector(ScalarType::I32, *lanes), uses)?;
-                let name = format!("hidet_dot_u8i8_{lanes}");
-                let body = dot_u8i8_body(*lanes, &vty);
-                uses.require_helper(&name, || {
-                    format!(
-                        "/* acc + four-way u8 x i8 products per 32-bit lane */\n\
-                         #if defined(__x86_64__)\n#include <immintrin.h>\n#endif\n\
-                         static inline {vty} {name}({vty} acc, {vty} a, {vty} b) {{\n{body}}}"
-                    )
-                });
-                Ok(format!("{name}({acc}, {a}, {b})"))
+                let helper = MultiplyAdd {
+                    name: "dot_u8i8",
+                    what: "four-way u8 x i8",
+                    b_type: vty.clone(),
+                    body: dot_u8i8_body(*lanes, &vty),
+                };
+                helper.call(*lanes, &vty, args, uses)
             }
             Intrinsic::DotI16I8 { lanes } => {
-                let [acc, a, b] = args else {
-                    return Err(Unsupported::new("dot_i16i8 with other than 3 arguments"));
-                };
                 let vty = self.value_type(DataType::vector(ScalarType::I32, *lanes), uses)?;
-                let bty = self.value_type(DataType::vector(ScalarType::I8, 2 * lanes), uses)?;
-                let name = format!("hidet_dot_i16i8_{lanes}");
-                let body = dot_i16i8_body(*lanes, &vty);
-                uses.require_helper(&name, || {
-                    format!(
-                        "/* acc + two-way i16 x i8 products per 32-bit lane */\n\
-                         #if defined(__x86_64__)\n#include <immintrin.h>\n#endif\n\
-                         static inline {vty} {name}({vty} acc, {vty} a, {bty} b) {{\n{body}}}"
-                    )
-                });
-                Ok(format!("{name}({acc}, {a}, {b})"))
+                let helper = MultiplyAdd {
+                    name: "dot_i16i8",
+                    what: "two-way i16 x i8",
+                    b_type: self.value_type(DataType::vector(ScalarType::I8, 2 * lanes), uses)?,
+                    body: dot_i16i8_body(*lanes, &vty),
+                };
+                helper.call(*lanes, &vty, args, uses)
             }
             Intrinsic::DotI16 { lanes } => {
-                let [acc, a, b] = args else {
-                    return Err(Unsupported::new("dot_i16 with other than 3 arguments"));
-                };
                 let vty = self.value_type(DataType::vector(ScalarType::I32, *lanes), uses)?;
-                let name = format!("hidet_dot_i16_{lanes}");
-                let body = dot_i16_body(*lanes, &vty);
-                uses.require_helper(&name, || {
-                    format!(
-                        "/* acc + two-way i16 x i16 products per 32-bit lane */\n\
-                         #if defined(__x86_64__)\n#include <immintrin.h>\n#endif\n\
-                         static inline {vty} {name}({vty} acc, {vty} a, {vty} b) {{\n{body}}}"
-                    )
-                });
-                Ok(format!("{name}({acc}, {a}, {b})"))
+                let helper = MultiplyAdd {
+                    name: "dot_i16",
+                    what: "two-way i16 x i16",
+                    b_type: vty.clone(),
+                    body: dot_i16_body(*lanes, &vty),
+                };
+                helper.call(*lanes, &vty, args, uses)
             }
             other => Err(Unsupported::new(format!("the intrinsic {other}"))),
         }
@@ -815,6 +796,46 @@ impl Dialect for CDialect {
             c_string(function),
             c_string(message)
         ))
+    }
+}
+
+/// A multiply-add intrinsic emitted as a static inline helper `hidet_{name}_{lanes}(acc, a, b)`
+/// on `i32` vectors (`b` of `b_type`), defined once per module.
+struct MultiplyAdd {
+    name: &'static str,
+    /// The products it adds, for the helper's comment.
+    what: &'static str,
+    b_type: String,
+    body: String,
+}
+
+impl MultiplyAdd {
+    /// The call of the helper on `args` (`acc, a, b`), requiring its definition.
+    fn call(
+        self,
+        lanes: u16,
+        vty: &str,
+        args: &[String],
+        uses: &mut Uses,
+    ) -> Result<String, Unsupported> {
+        let [acc, a, b] = args else {
+            return Err(Unsupported::new(format!(
+                "{} with other than 3 arguments",
+                self.name
+            )));
+        };
+        let name = format!("hidet_{}_{lanes}", self.name);
+        let MultiplyAdd {
+            what, b_type, body, ..
+        } = self;
+        uses.require_helper(&name, || {
+            format!(
+                "/* acc + {what} products per 32-bit lane */\n\
+                 #if defined(__x86_64__)\n#include <immintrin.h>\n#endif\n\
+                 static inline {vty} {name}({vty} acc, {vty} a, {b_type} b) {{\n{body}}}"
+            )
+        });
+        Ok(format!("{name}({acc}, {a}, {b})"))
     }
 }
 
