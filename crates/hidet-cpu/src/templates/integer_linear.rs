@@ -120,13 +120,14 @@ impl IntegerLinearSchedule {
                 shape.depth_group
             )));
         }
-        // Staged and packed copies of the row panel, 16 bits per byte of `X` with pairs.
-        let bytes = padded_depth(shape.k) * self.mr * if shape.depth_group == 2 { 4 } else { 2 };
+        // Staged and packed copies of the row panel (of the rows a tile takes), 16 bits per
+        // byte of `X` with pairs.
+        let (rows, depth) = (self.mr.min(shape.rows), padded_depth(shape.k));
+        let bytes = depth * rows * if shape.depth_group == 2 { 4 } else { 2 };
         if bytes > MAX_PACKED_BYTES {
             return Err(TemplateError::InvalidShape(format!(
-                "a packed row panel of {}×{} bytes exceeds {MAX_PACKED_BYTES}",
-                self.mr,
-                padded_depth(shape.k)
+                "the packed copies of a row panel ({rows} rows of depth {depth}) take {bytes} \
+                 bytes, more than {MAX_PACKED_BYTES}"
             )));
         }
         Ok(())
