@@ -17,7 +17,7 @@
 //! `C`, row by row and contiguous, that an epilogue is fused into.
 
 use crate::error::TemplateError;
-use crate::target::CpuTarget;
+use crate::target::{CpuFeatures, CpuTarget};
 use crate::templates::integer_matmul::{
     accumulate, broadcast_word, padded_depth, spill, store_tile, zero_tile,
 };
@@ -44,16 +44,23 @@ pub struct IntegerLinearShape {
 /// AVX-VNNI), else 2. Measured on AVX2 (Zen 3, bert_small_dynq at batch 8): see
 /// `BENCHMARKS.md`, "int8 products without VNNI".
 pub fn depth_group_for(target: &CpuTarget) -> i64 {
-    let f = &target.features;
-    let one_instruction = if IntegerLinearSchedule::for_target(target, 1).lanes == 16 {
-        f.avx512vnni
-    } else {
-        f.avxvnni || (f.avx512vnni && f.avx512vl)
-    };
-    if one_instruction {
+    let lanes = IntegerLinearSchedule::for_target(target, 1).lanes;
+    if multiplies_quads(&target.features, lanes) {
         4
     } else {
         2
+    }
+}
+
+/// Whether `features` multiply four byte pairs per 32-bit lane in one instruction on vectors
+/// of `lanes` lanes (`vpdpbusd`: AVX-512 VNNI on 16 lanes; AVX-VNNI, or AVX-512 VNNI with VL,
+/// on 8), as the C dialect's `dot_u8i8` helper tests.
+fn multiplies_quads(features: &CpuFeatures, lanes: u16) -> bool {
+    let f = features;
+    if lanes == 16 {
+        f.avx512vnni
+    } else {
+        f.avxvnni || (f.avx512vnni && f.avx512vl)
     }
 }
 
@@ -83,7 +90,7 @@ impl IntegerLinearSchedule {
         let f = &target.features;
         let (lanes, mr, vecs) = if f.avx512bw {
             (16, 6, 2)
-        } else if f.avxvnni || (f.avx512vnni && f.avx512vl) {
+        } else if multiplies_quads(f, 8) {
             (8, 2, 4)
         } else {
             (8, 6, 2)
@@ -138,10 +145,6 @@ fn ceil_div(a: i64, b: i64) -> i64 {
     (a + b - 1) / b
 }
 
-fn i32v_of(lanes: u16) -> DataType {
-    DataType::vector(ScalarType::I32, lanes)
-}
-
 /// The kernel `name(X: u8[rows, k], W: i8[⌈n/NR⌉, Kp/G, NR, G], C: i32[rows, n])` (see the
 /// module docs). Errors: a shape or schedule the template cannot run.
 pub fn integer_linear(
@@ -167,13 +170,13 @@ pub fn integer_linear(
     let group = s.depth_group;
     let groups = padded_depth(s.k) / group;
     // The element type of a packed row: a byte, or a byte zero-extended to 16 bits.
+    let i32v = DataType::vector(ScalarType::I32, lanes);
     let (element, dot, weight_vector) = if group == 4 {
-        (DataType::U8, Intrinsic::DotU8I8 { lanes }, i32v_of(lanes))
+        (DataType::U8, Intrinsic::DotU8I8 { lanes }, i32v)
     } else {
         let bytes = DataType::vector(ScalarType::I8, 2 * lanes);
         (DataType::U16, Intrinsic::DotI16I8 { lanes }, bytes)
     };
-    let i32v = i32v_of(lanes);
     let mut fb = FunctionBuilder::cpu_kernel(name);
     let x = fb.tensor_param("X", DataType::U8, [s.rows, s.k]);
     let col_panels = ceil_div(s.n, nr);
