@@ -5,7 +5,8 @@
 #   scripts/time_kernel.sh DIR/k4_matmul_im2col_add_reshape.src [THREADS]
 #
 # The kernel source is compiled with flags close to hidet's (GCC, -O3, the host's ISA) together
-# with a driver that gives every parameter its own 64 MiB buffer of small positive floats,
+# with a driver that gives every parameter its own 64 MiB buffer (BUF_MIB=N: N MiB, for a tensor
+# larger than that) of small positive floats,
 # calls the kernel's `__packed` entry 45 times and prints the median of the last 40 calls.
 # With FLUSH=1 every call starts with cold caches (128 MiB are written in between), as
 # a model's weights often are. ISA='-mavx2 -mfma …' replaces -march=native (hidet itself passes
@@ -40,13 +41,15 @@ static void omp_launch(hidet_task_fn task, void *env, int32_t tasks, int32_t thr
 int main(void) {
     hidet_set_launcher(omp_launch, omp_get_max_threads());
     void *args[16];
+    const char *buf_env = getenv("BUF_MIB");
+    const size_t buf_mib = buf_env ? (size_t)atol(buf_env) : 64;
     for (int i = 0; i < 16; i++) {
-        float *p = aligned_alloc(64, (size_t)64 << 20);
+        float *p = aligned_alloc(64, buf_mib << 20);
         if (!p) { perror("aligned_alloc"); return 1; }
         uint32_t state = 2463534242u + (uint32_t)i;
         const char *random_data = getenv("RANDOM_DATA");
         const int random = random_data && random_data[0] == '1';
-        for (size_t j = 0; j < ((size_t)16 << 20); j++) {
+        for (size_t j = 0; j < (buf_mib << 18); j++) {
             if (random) {
                 state ^= state << 13; state ^= state >> 17; state ^= state << 5;
                 p[j] = (float)(state >> 8) * (1.0f / 16777216.0f) - 0.5f;

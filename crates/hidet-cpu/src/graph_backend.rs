@@ -15,6 +15,7 @@
 
 pub mod anchor;
 pub mod arena;
+mod huge_pages;
 pub mod kernel_memo;
 pub mod naive;
 mod saved;
@@ -761,6 +762,7 @@ impl Backend for CpuBackend {
             let len = hidet_graph::tensor::checked_numel(shape)?;
             let mut data: Vec<T> = Vec::new();
             data.try_reserve_exact(len).ok()?;
+            huge_pages::advise(data.as_ptr().cast(), len * std::mem::size_of::<T>());
             Some(Box::new(HostOutput {
                 data,
                 len,

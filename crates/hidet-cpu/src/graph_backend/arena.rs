@@ -34,6 +34,7 @@ impl CpuArena {
         blocks
             .try_reserve_exact(count)
             .map_err(|e| BackendError::Memory(format!("cannot allocate {bytes} bytes: {e}")))?;
+        super::huge_pages::advise(blocks.as_ptr().cast(), count * 64);
         blocks.resize(count, Block([0; 64]));
         let base = blocks.as_mut_ptr() as usize as u64;
         Ok(CpuArena {
