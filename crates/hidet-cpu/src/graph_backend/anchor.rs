@@ -157,7 +157,7 @@ pub fn a_is_gathered(task: &FusedTask) -> bool {
 /// gather read in place (only when `gather_in_place` allows it), or the order its prologue
 /// reads memory in.
 fn operand_a_layout(anchor: &AnchorInfo, batched: bool, gather_in_place: bool) -> ALayout {
-    if let (Some(rows), false) = (left_panels(anchor).map(|(_, rows)| rows), batched) {
+    if let Some((_, rows)) = left_panels(anchor) {
         return ALayout::Panels { rows };
     }
     match anchor.operands.first() {
@@ -304,8 +304,7 @@ pub fn matmul_kernel(task: &FusedTask, schedule: &MatmulSchedule) -> TemplateOut
     };
     let (m, n, k) = (shape.m, shape.n, shape.k);
     let batched = is_batched(&shape);
-    // Batched panels of `B` only (the template packs a batched `A`).
-    let a_panels = left_panels(anchor).filter(|_| !batched).map(|(i, _)| i);
+    let a_panels = left_panels(anchor).map(|(i, _)| i);
     let b_panels = right_panels(anchor);
     let gather_in_place = schedule.nr >= n || reads_offset_tables(anchor);
     let a_layout = operand_a_layout(anchor, batched, gather_in_place);

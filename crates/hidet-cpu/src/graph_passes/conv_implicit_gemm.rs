@@ -10,8 +10,8 @@
 //! ```
 //!
 //! (for one image, `N = 1`, the transpose is a plain `Reshape` to `[1, OC, o…]`; a pointwise
-//! kernel over several images is instead a product batched over them, `MatMul(Wmat[1, OC,
-//! C], Reshape(X, [N, C, ∏d]))`, with nothing transposed, unless each image has few pixels,
+//! kernel over several images is instead a product batched over them, `MatMul(Wmat[OC, C],
+//! Reshape(X, [N, C, ∏d]))`, with nothing transposed, unless each image has few pixels,
 //! see `few_pixels`). A grouped
 //! convolution (`group = G`, not depthwise, see [`super::channels_last`]) is one product per
 //! image and group, `MatMul(Wmat[N·G, OC/G, C/G·∏k], hidet::Im2Col(Reshape(X, [N·G, C/G, d…]);
@@ -506,17 +506,16 @@ fn rewrite(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
 }
 
 /// A pointwise convolution of a batch as a product batched over the images, each image's
-/// `[C, ∏d]` read where it is: `MatMul(Wmat[1, OC, C], Reshape(X, [N, C, ∏d]))`, `[N, OC,
-/// ∏d]`, plus the bias, reshaped to the output. Nothing is transposed.
+/// `[C, ∏d]` read where it is: `MatMul(Wmat[OC, C], Reshape(X, [N, C, ∏d]))` (one weight
+/// matrix broadcast over the images, so that the panel pass can store it as panels of rows),
+/// `[N, OC, ∏d]`, plus the bias, reshaped to the output. Nothing is transposed.
 fn batched_pointwise(rw: &mut Rewriter, p: &Plan) -> Result<ValueId, GraphError> {
     let g = &p.geometry;
     let out_ch = p.weight.shape()[0];
     let pixels = g.output_size();
-    let wmat_t = transposed(&p.weight, out_ch, p.channels)
-        .and_then(|t| t.reshape(vec![1, p.channels, out_ch]))
-        .map_err(|e| node_error(p, e))?;
+    let wmat_t = transposed(&p.weight, out_ch, p.channels).map_err(|e| node_error(p, e))?;
     let wmat_t = rw.add_constant("conv_wmat_t", wmat_t);
-    let wmat = rw.add_op("Transpose", perm_attrs(vec![0, 2, 1]), &[wmat_t])?;
+    let wmat = rw.add_op("Transpose", perm_attrs(vec![1, 0]), &[wmat_t])?;
     rw.set_hints(wmat, KEEP_LAYOUT)?;
     let shape = [p.batch, p.channels, pixels];
     let shape = rw.add_shape(&shape);

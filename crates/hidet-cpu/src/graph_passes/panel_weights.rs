@@ -5,6 +5,8 @@
 //! MatMul(Transpose(Wᵀ[K, M]), B)  →  MatMul(Transpose(hidet::ColumnPanels(
 //!     Wᵀ'[⌈M/R⌉, K, R]; columns = M, width = R)), B)     (R = left_panel_rows)
 //! MatMul(A[L, M, K], W[L, K, N])  →  MatMul(A, hidet::ColumnPanels(W'[L, ⌈N/16⌉, K, 16]))
+//! MatMul(Reshape(Transpose(Wᵀ[K, M]), [1, M, K]), B[L, K, N])  →  the left operand's panels as
+//!     above, viewed as [1, M, K]
 //! ```
 //!
 //! The CPU matrix product copies its operands into panels of a few rows (left) or columns
@@ -44,7 +46,9 @@ use hidet_graph::Attribute;
 /// weights); it becomes `Transpose(ColumnPanels(panels of Wᵀ))`, its rows read from panels of
 /// `left_panel_rows` rows. A constant right operand may be given transposed too (a `Gemm`
 /// weight stored `[N, K]`): its panels are packed from the stored matrix directly. A batched product (rank 3) with a constant right operand
-/// `[L, K, N]` stores each of its matrices as panels (a batched left operand is kept).
+/// `[L, K, N]` stores each of its matrices as panels (a batched left operand is kept); a
+/// constant left matrix viewed as a batch of one, `Reshape(W, [1, M, K])`, beside a batched
+/// right operand is stored as panels of rows like a rank-2 product's.
 #[derive(Clone, Debug)]
 pub struct PanelConstantWeights {
     /// Rows per panel of a left operand: the rows of the backend's register tile (at most
@@ -120,7 +124,11 @@ impl GraphPass for PanelConstantWeights {
             let product = if plan.left {
                 let mut perm = Attributes::new();
                 perm.insert("perm", Attribute::Ints(vec![1, 0]));
-                let left = rw.add_op("Transpose", perm, &[matrix])?;
+                let mut left = rw.add_op("Transpose", perm, &[matrix])?;
+                if let Some(shape) = &plan.left_view {
+                    let shape = rw.add_shape(shape);
+                    left = rw.add_op("Reshape", Attributes::new(), &[left, shape])?;
+                }
                 rw.add_op("MatMul", Attributes::new(), &[left, b])?
             } else {
                 rw.add_op("MatMul", Attributes::new(), &[a, matrix])?
@@ -146,6 +154,9 @@ struct Plan {
     columns: usize,
     /// Columns per panel.
     width: usize,
+    /// The shape a left operand is viewed in, `[1, M, K]`, when the product reads its matrix
+    /// as a batch of one (beside a batch of right operands).
+    left_view: Option<Vec<usize>>,
     /// The constant the panels' matrix is read from.
     matrix: Matrix,
 }
@@ -215,6 +226,7 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId, left_rows: usize) -> Option<Plan>
             left: false,
             columns: *w.shape().last()?,
             width: PANEL_WIDTH,
+            left_view: None,
             matrix: Matrix::AsStored(b),
         });
     }
@@ -229,13 +241,19 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId, left_rows: usize) -> Option<Plan>
                 left: false,
                 columns: n,
                 width: PANEL_WIDTH,
+                left_view: None,
                 matrix: Matrix::Transposed(w_t),
             });
         }
     }
-    if !is_matrix(b) {
-        return None;
-    }
+    // A left operand beside a matrix, or a matrix viewed as a batch of one beside a batch
+    // of matrices (one weight for every image of a convolution computed with the pixels as
+    // columns).
+    let (a, left_view) = match batch_of_one(rw, a) {
+        Some(matrix) if is_variable(b, 3) => (matrix, Some(g.value(a).ty.fixed_shape()?)),
+        _ if is_matrix(b) => (a, None),
+        _ => return None,
+    };
     // `Wᵀ` (`[K, M]`) of a left operand `W` given as `Transpose(Wᵀ)` or as a constant.
     let (matrix, w_t_shape) = match rw.constant(a) {
         Some(w) => match *w.shape() {
@@ -255,6 +273,21 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId, left_rows: usize) -> Option<Plan>
         left: true,
         columns: w_t_shape[1],
         width: left_rows,
+        left_view,
         matrix,
     })
+}
+
+/// The matrix `x` when `v` is `Reshape(x, [1, r, c])` of a matrix `x` `[r, c]` (as
+/// `FlattenBatchedMatMul` views a weight broadcast over a batched product).
+fn batch_of_one(rw: &Rewriter, v: ValueId) -> Option<ValueId> {
+    let g = rw.graph();
+    let (p, _) = g.value(v).producer?;
+    let node = &g.nodes()[p.0];
+    if node.op_type != "Reshape" || !node.domain.is_empty() {
+        return None;
+    }
+    let x = node.inputs.first().copied().flatten()?;
+    let (outer, inner) = (g.value(v).ty.fixed_shape()?, g.value(x).ty.fixed_shape()?);
+    (inner.len() == 2 && outer.len() == 3 && outer[0] == 1 && outer[1..] == inner[..]).then_some(x)
 }

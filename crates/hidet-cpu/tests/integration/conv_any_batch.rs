@@ -215,8 +215,10 @@ fn batched_convolutions_fold_the_batch_into_the_product() {
     column.pads = [1, 0, 1, 0];
     check(1, column, "Im2Col");
     check(2, Case::plain(2, 96, 9, 80, 2, 1, 0), "Im2Col");
-    // Pointwise: the input read as [C, N·HW].
-    check(3, Case::plain(4, 24, 13, 40, 1, 1, 0), "MatMul");
+    // Pointwise: a product batched over the images, each read as [C, HW] where it lies, the
+    // one weight read from panels of rows by every image's product.
+    let ops = check(3, Case::plain(4, 24, 13, 40, 1, 1, 0), "MatMul");
+    assert!(ops.iter().any(|op| op == "ColumnPanels"), "{ops:?}");
     // Direct convolutions (few output channels, or window rows of 3): pixel rows of every
     // image, through a padded copy when padded.
     check(4, Case::plain(3, 3, 17, 16, 3, 1, 0), "OffsetGather");

@@ -715,6 +715,62 @@ mod panel_weights {
         assert_eq!(panels, Some(Some(vec![3, 2, 7, 16])));
         assert_same_outputs(&before, &after, &inputs, 0.0);
     }
+
+    /// A constant left matrix viewed as a batch of one (`Reshape(Transpose(Wᵀ), [1, M, K])`,
+    /// how a pointwise convolution of several images reads its weight) beside a batch of
+    /// right operands is stored as panels of rows, viewed the same way; a view that is not a
+    /// batch of one stays.
+    #[test]
+    fn a_left_weight_viewed_as_a_batch_of_one_becomes_panels() {
+        let mut rng = Rng::new(43);
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32_input(&[3, 7, 13]));
+        b.input("z", f32_input(&[2, 7, 13]));
+        b.initializer("w_t", rng.f32s(&[7, 20]));
+        b.initializer("v_t", rng.f32s(&[7, 20]));
+        b.initializer("one", i64s(&[1, 20, 7]));
+        b.initializer("two", i64s(&[2, 10, 7]));
+        let perm = || attrs(vec![("perm", ints(&[1, 0]))]);
+        b.node(node("Transpose", 17, &["w_t"], &["w"], perm()));
+        b.node(node(
+            "Reshape",
+            17,
+            &["w", "one"],
+            &["w1"],
+            Attributes::new(),
+        ));
+        b.node(node("MatMul", 17, &["w1", "x"], &["y"], Attributes::new()));
+        b.node(node("Transpose", 17, &["v_t"], &["v"], perm()));
+        b.node(node(
+            "Reshape",
+            17,
+            &["v", "two"],
+            &["v2"],
+            Attributes::new(),
+        ));
+        b.node(node("MatMul", 17, &["v2", "z"], &["u"], Attributes::new()));
+        b.output("y");
+        b.output("u");
+        let before = build(b);
+        let inputs = vec![
+            ("x".to_string(), rng.f32s(&[3, 7, 13])),
+            ("z".to_string(), rng.f32s(&[2, 7, 13])),
+        ];
+        let pass = PanelConstantWeights {
+            left_panel_rows: 6,
+            ..PanelConstantWeights::default()
+        };
+        let after = run_then_dce(&pass, before.clone());
+        assert_eq!(count(&after, "ColumnPanels"), 1, "{:?}", ops(&after));
+        let panels = after
+            .nodes()
+            .iter()
+            .find(|n| n.op_type == "ColumnPanels")
+            .and_then(|n| n.inputs[0])
+            .map(|v| after.value(v).ty.fixed_shape());
+        assert_eq!(panels, Some(Some(vec![4, 7, 6])));
+        assert_same_outputs(&before, &after, &inputs, 0.0);
+    }
 }
 
 /// The default pipeline on a block with all of it: shape arithmetic, Conv + BN + Relu,

@@ -298,14 +298,74 @@ fn operands_in_panels_are_read_in_place() {
     }
 }
 
-/// A batch of `B` matrices stored as 16-column panels (`[b_batch, ⌈n / 16⌉, k, 16]`, the
-/// padding NaN), read in place by the batched template, with and without broadcast of `A` or
-/// `B`, over several schedules and thread splits.
-#[test]
-fn batched_panels_of_b_are_read_in_place() {
+/// One batched product with `A` row-major (`[a_batch, m, k]`) or, with `ALayout::Panels`,
+/// its one matrix as panels of rows, and `B` row-major or as 16-column panels per batch
+/// (`[b_batch, ⌈n / 16⌉, k, 16]`), the padding NaN; checked against a float64 product.
+fn check_batched(shape: &MatmulShape, layouts: Layouts, schedule: &MatmulSchedule, seed: u64) {
+    let width = B_PANEL_WIDTH as usize;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let f = batch_matmul_f32_with_layouts("bmm", shape, layouts, schedule)
+        .expect("valid instantiation");
+    let module = IRModule::new("bmm_panels", Target::Cpu).with(f);
+    let compiled = build(module, &options_in(dir.path())).expect("builds");
+    compiled
+        .set_num_threads(schedule.threads as usize)
+        .expect("exported by the C dialect");
+    let mut rng = Rng::new(seed);
+    let (mu, nu, ku) = (shape.m as usize, shape.n as usize, shape.k as usize);
+    let (batch, a_batch, b_batch) = (
+        shape.batch as usize,
+        shape.a_batch as usize,
+        shape.b_batch as usize,
+    );
+    let a = rng.vec_f32(a_batch * mu * ku);
+    let b = rng.vec_f32(b_batch * ku * nu);
+    let (ap, ad) = match layouts.a {
+        ALayout::Panels { rows } => panels(&a, mu, ku, true, rows as usize),
+        _ => (a.clone(), vec![a_batch, mu, ku]),
+    };
+    let (bp, bd) = match layouts.b {
+        BLayout::Panels => {
+            let mut bp = Vec::new();
+            for matrix in b.chunks(ku * nu) {
+                bp.extend(panels(matrix, ku, nu, false, width).0);
+            }
+            (bp, vec![b_batch, nu.div_ceil(width), ku, width])
+        }
+        BLayout::RowMajor => (b.clone(), vec![b_batch, ku, nu]),
+    };
+    let mut c = vec![f32::NAN; batch * mu * nu];
+    compiled
+        .kernel("bmm")
+        .expect("kernel exists")
+        .call(&mut [
+            KernelArg::tensor(&ap, &ad),
+            KernelArg::tensor(&bp, &bd),
+            KernelArg::tensor_mut(&mut c, &[batch, mu, nu]),
+        ])
+        .expect("arguments match");
+    let what = format!("batched {layouts:?} {shape:?} {schedule:?}");
+    assert_matches(shape, &a, &b, &c, &what);
+}
+
+/// Schedules for the batched layout tests: the host's defaults and small tiles split over
+/// columns and over `k`.
+fn batched_schedules() -> Vec<MatmulSchedule> {
     let host = CpuTarget::host();
     let lanes = host.f32_lanes().max(4);
-    let width = B_PANEL_WIDTH as usize;
+    vec![
+        MatmulSchedule::for_target(host, 1),
+        MatmulSchedule::for_target(host, 2),
+        with_split(small_schedule(lanes, 2), ThreadSplit::Columns),
+        with_split(small_schedule(lanes, 2), ThreadSplit::ParallelK),
+        small_schedule(4, 3),
+    ]
+}
+
+/// A batch of `B` matrices stored as 16-column panels, read in place by the batched template,
+/// with and without broadcast of `A` or `B`, over several schedules and thread splits.
+#[test]
+fn batched_panels_of_b_are_read_in_place() {
     let shapes = [
         (4, 4, 4, 49, 40, 37),
         (3, 1, 3, 13, 16, 70),
@@ -320,50 +380,60 @@ fn batched_panels_of_b_are_read_in_place() {
             n,
             k,
         };
-        let schedules = [
-            MatmulSchedule::for_target(host, 1),
-            MatmulSchedule::for_target(host, 2),
-            with_split(small_schedule(lanes, 2), ThreadSplit::Columns),
-            with_split(small_schedule(lanes, 2), ThreadSplit::ParallelK),
-            small_schedule(4, 3),
-        ];
-        for (j, schedule) in schedules.iter().enumerate() {
-            let dir = tempfile::tempdir().expect("temp dir");
-            let f = batch_matmul_f32_with_layouts(
-                "bmm",
-                &shape,
-                Layouts::of(ALayout::RowMajor, BLayout::Panels),
-                schedule,
-            )
-            .expect("valid instantiation");
-            let module = IRModule::new("bmm_panels", Target::Cpu).with(f);
-            let compiled = build(module, &options_in(dir.path())).expect("builds");
-            compiled
-                .set_num_threads(schedule.threads as usize)
-                .expect("exported by the C dialect");
-            let mut rng = Rng::new(300 + 10 * i as u64 + j as u64);
-            let (mu, nu, ku) = (m as usize, n as usize, k as usize);
-            let a = rng.vec_f32(a_batch as usize * mu * ku);
-            let b = rng.vec_f32(b_batch as usize * ku * nu);
-            let mut bp = Vec::new();
-            for matrix in b.chunks(ku * nu) {
-                bp.extend(panels(matrix, ku, nu, false, width).0);
-            }
-            let bd = [b_batch as usize, nu.div_ceil(width), ku, width];
-            let mut c = vec![f32::NAN; batch as usize * mu * nu];
-            compiled
-                .kernel("bmm")
-                .expect("kernel exists")
-                .call(&mut [
-                    KernelArg::tensor(&a, &[a_batch as usize, mu, ku]),
-                    KernelArg::tensor(&bp, &bd),
-                    KernelArg::tensor_mut(&mut c, &[batch as usize, mu, nu]),
-                ])
-                .expect("arguments match");
-            let what = format!("batched panels {shape:?} {schedule:?}");
-            assert_matches(&shape, &a, &b, &c, &what);
+        for (j, schedule) in batched_schedules().iter().enumerate() {
+            let layouts = Layouts::of(ALayout::RowMajor, BLayout::Panels);
+            check_batched(&shape, layouts, schedule, 300 + 10 * i as u64 + j as u64);
         }
     }
+}
+
+/// One left matrix for every batch (a convolution weight beside each image's pixels) stored
+/// as panels of rows, read in place by the batched template, beside row-major and paneled
+/// `B`; a batch of left matrices in panels is refused.
+#[test]
+fn batched_products_read_one_left_matrix_from_panels() {
+    let tile_rows = MatmulSchedule::for_target(CpuTarget::host(), 1).mr;
+    let shapes = [
+        (3, 1, 3, 37, 45, 19),
+        (8, 1, 8, 67, 169, 130),
+        (2, 1, 2, 5, 16, 7),
+    ];
+    for (i, &(batch, a_batch, b_batch, m, n, k)) in shapes.iter().enumerate() {
+        let shape = MatmulShape {
+            batch,
+            a_batch,
+            b_batch,
+            m,
+            n,
+            k,
+        };
+        for rows in [tile_rows, 5] {
+            for b in [BLayout::RowMajor, BLayout::Panels] {
+                for c in [CLayout::RowMajor, CLayout::ColumnMajor] {
+                    let layouts = Layouts {
+                        a: ALayout::Panels { rows },
+                        b,
+                        c,
+                    };
+                    for (j, schedule) in batched_schedules().iter().enumerate() {
+                        check_batched(&shape, layouts, schedule, 500 + 10 * i as u64 + j as u64);
+                    }
+                }
+            }
+        }
+    }
+    let batch_of_left = MatmulShape {
+        batch: 2,
+        a_batch: 2,
+        b_batch: 2,
+        m: 8,
+        n: 16,
+        k: 4,
+    };
+    let layouts = Layouts::of(ALayout::Panels { rows: 4 }, BLayout::RowMajor);
+    let schedule = MatmulSchedule::for_target(CpuTarget::host(), 1);
+    let refused = batch_matmul_f32_with_layouts("bmm", &batch_of_left, layouts, &schedule);
+    assert!(refused.is_err(), "A panels with a_batch 2 must be refused");
 }
 
 #[test]

@@ -401,7 +401,8 @@ fn anchor_info(
 
 /// The stored layout of anchor operand `v` (see [`AnchorInfo::layouts`]): `v` is the output
 /// of a prologue member whose operator declares a layout of task inputs (panels with as many
-/// axes, or the transpose of their last two axes; a gather at offset tables).
+/// axes, or the transpose of their last two axes; a gather at offset tables), possibly viewed
+/// as a batch of one.
 fn operand_layout(
     graph: &Graph,
     group: &Group,
@@ -413,8 +414,21 @@ fn operand_layout(
         let (p, _) = graph.value(v).producer?;
         group.prologues.contains(&p).then(|| &graph.nodes()[p.0])
     };
-    let rank = graph.value(v).ty.rank()?;
+    let mut rank = graph.value(v).ty.rank()?;
     let mut node = prologue_producer(v)?;
+    // A matrix viewed as a batch of one (`[r, c]` as `[1, r, c]`): a weight beside a batch.
+    if node.domain.is_empty() && node.op_type == "Reshape" {
+        let matrix = (*node.inputs.first()?)?;
+        let (outer, inner) = (
+            graph.value(v).ty.fixed_shape()?,
+            graph.value(matrix).ty.fixed_shape()?,
+        );
+        if outer.len() != inner.len() + 1 || outer[0] != 1 || outer[1..] != inner[..] {
+            return None;
+        }
+        rank = inner.len();
+        node = prologue_producer(matrix)?;
+    }
     let mut transposed = false;
     if node.domain.is_empty() && node.op_type == "Transpose" {
         let mut swap: Vec<i64> = (0..rank as i64).collect();

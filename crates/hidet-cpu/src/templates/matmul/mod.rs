@@ -119,21 +119,17 @@ pub fn batch_matmul_f32_with_layout(
     batch_matmul_f32_with_layouts(name, shape, layouts, schedule)
 }
 
-/// [`batch_matmul_f32_with_layout`] for a `B` stored as `layouts.b` and a `C` stored as
-/// `layouts.c`; with [`BLayout::Panels`] the kernel's `B` parameter is the panels tensor
-/// `[b_batch, ⌈n / 16⌉, k, 16]` (each batch's matrix in 16-column panels). Fails also when
-/// the target's SIMD width does not divide the panel width.
+/// [`batch_matmul_f32_with_layout`] for an `A` stored as `layouts.a`, a `B` stored as
+/// `layouts.b` and a `C` stored as `layouts.c`; with [`BLayout::Panels`] the kernel's `B`
+/// parameter is the panels tensor `[b_batch, ⌈n / 16⌉, k, 16]` (each batch's matrix in
+/// 16-column panels), with [`ALayout::Panels`] `{ rows }` its `A` parameter is
+/// `[⌈m / rows⌉, k, rows]`, one matrix read by every batch (`a_batch` must be 1). Fails also
+/// when the target's SIMD width does not divide the panel width.
 pub fn batch_matmul_f32_with_layouts(
     name: &str,
     shape: &MatmulShape,
     layouts: Layouts,
     schedule: &MatmulSchedule,
 ) -> Result<Function, TemplateError> {
-    if let ALayout::Panels { .. } = layouts.a {
-        return Err(TemplateError::InvalidShape(format!(
-            "a batch matmul reads no A panels; {:?} needs a rank-2 product",
-            layouts.a
-        )));
-    }
     plan::build(name, shape, true, layouts, schedule)
 }

@@ -34,11 +34,11 @@ pub(super) fn build(
         )));
     }
     if let ALayout::Panels { rows } = a_layout {
-        if rank3 || !(1..=MAX_A_PANEL_ROWS).contains(&rows) {
+        if (rank3 && shape.a_batch != 1) || !(1..=MAX_A_PANEL_ROWS).contains(&rows) {
             return Err(TemplateError::InvalidShape(format!(
-                "A in panels of {rows} rows needs a rank-2 product and 1 to \
-                 {MAX_A_PANEL_ROWS} rows, got rank {}",
-                if rank3 { 3 } else { 2 }
+                "A in panels of {rows} rows needs one matrix (a batch of 1) and 1 to \
+                 {MAX_A_PANEL_ROWS} rows, got a batch of {} of A",
+                shape.a_batch
             )));
         }
     }
@@ -53,28 +53,29 @@ pub(super) fn build(
     let s = shape;
     let mut fb = FunctionBuilder::cpu_kernel(name);
     let f32_ = DataType::F32;
-    let (a, b, c) = if rank3 {
-        let a = fb.tensor_param("A", f32_, [s.a_batch, s.m, s.k]);
+    let a = if let ALayout::Panels { rows } = a_layout {
+        fb.tensor_param("A", f32_, [ceil_div(s.m, rows), s.k, rows])
+    } else if rank3 {
+        fb.tensor_param("A", f32_, [s.a_batch, s.m, s.k])
+    } else {
+        fb.tensor_param("A", f32_, [s.m, s.k])
+    };
+    let (b, c) = if rank3 {
         let b = if panels {
             let count = ceil_div(s.n, B_PANEL_WIDTH);
             fb.tensor_param("B", f32_, [s.b_batch, count, s.k, B_PANEL_WIDTH])
         } else {
             fb.tensor_param("B", f32_, [s.b_batch, s.k, s.n])
         };
-        (a, b, fb.tensor_param("C", f32_, [s.batch, s.m, s.n]))
+        (b, fb.tensor_param("C", f32_, [s.batch, s.m, s.n]))
     } else {
-        let a = if let ALayout::Panels { rows } = a_layout {
-            fb.tensor_param("A", f32_, [ceil_div(s.m, rows), s.k, rows])
-        } else {
-            fb.tensor_param("A", f32_, [s.m, s.k])
-        };
         let b = if panels {
             let count = ceil_div(s.n, B_PANEL_WIDTH);
             fb.tensor_param("B", f32_, [count, s.k, B_PANEL_WIDTH])
         } else {
             fb.tensor_param("B", f32_, [s.k, s.n])
         };
-        (a, b, fb.tensor_param("C", f32_, [s.m, s.n]))
+        (b, fb.tensor_param("C", f32_, [s.m, s.n]))
     };
     let plan = Plan {
         a_layout,
