@@ -234,42 +234,73 @@ fn to_tensor(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Tensor> {
     )))
 }
 
+/// The memory of an output array that views hidet's storage (a large output kept in the CPU
+/// backend's pool): the array's base object, which holds the storage until numpy drops it.
+#[pyclass(module = "hidet_rs", name = "OutputMemory", frozen)]
+struct OutputMemory {
+    _storage: Box<dyn std::any::Any + Send + Sync>,
+}
+
 /// `tensor` as a numpy array. The array takes over the tensor's elements without a copy
-/// when nothing else shares them (a run's outputs; an output that is a model constant or an
-/// input is copied); types numpy lacks are widened exactly (bf16 and the float8 types to
-/// float32, 4-bit integers to int8 / uint8).
-fn to_numpy<'py>(py: Python<'py>, tensor: Tensor) -> PyResult<Bound<'py, PyAny>> {
+/// when nothing else shares them (a run's outputs: a vector becomes the array's, storage the
+/// backend pools is viewed, the array's base holding it); an output that is a model constant
+/// or one of `inputs` (storage addresses of the run's inputs, [`Tensor::storage_address`]) is
+/// copied. Types numpy lacks are widened exactly (bf16 and the float8 types to float32, 4-bit
+/// integers to int8 / uint8).
+fn to_numpy<'py>(py: Python<'py>, tensor: Tensor, inputs: &[usize]) -> PyResult<Bound<'py, PyAny>> {
     use hidet::graph::Element;
     let shape = tensor.shape().to_vec();
+    let is_input = inputs.contains(&tensor.storage_address());
     fn take<T: Element + numpy::Element + Clone>(
         py: Python<'_>,
         tensor: Tensor,
         shape: Vec<usize>,
+        is_input: bool,
     ) -> PyResult<Bound<'_, PyAny>> {
         let shared = T::unwrap(tensor.data())
             .cloned()
             .ok_or_else(|| HidetError::new_err("output dtype mismatch"))?;
         drop(tensor);
-        // Unique once the tensor is gone, unless the run shares it (a constant output); an
-        // output that is an input array's memory is copied.
-        let data = Arc::try_unwrap(shared)
-            .map(|buffer| buffer.into_vec())
-            .unwrap_or_else(|shared| shared.to_vec());
-        Ok(PyArray1::from_vec(py, data).reshape(shape)?.into_any())
+        // Unique once the tensor is gone, unless the run shares it (a constant output).
+        let buffer = match Arc::try_unwrap(shared) {
+            Ok(buffer) if !is_input => buffer,
+            Ok(buffer) => return Ok(PyArray1::from_slice(py, &buffer).reshape(shape)?.into_any()),
+            Err(shared) => return Ok(PyArray1::from_slice(py, &shared).reshape(shape)?.into_any()),
+        };
+        if !buffer.is_external() {
+            return Ok(PyArray1::from_vec(py, buffer.into_vec())
+                .reshape(shape)?
+                .into_any());
+        }
+        let (ptr, len) = (buffer.as_ptr(), buffer.len());
+        let memory = Bound::new(
+            py,
+            OutputMemory {
+                _storage: Box::new(buffer),
+            },
+        )?;
+        // SAFETY: `ptr` points to `len` elements of `T` owned by `buffer`, which `memory`
+        // now holds: moving the buffer into it moved no element. Nothing else refers to them
+        // (the buffer was the tensor's only clone and not an input's memory), and `memory`,
+        // the array's base, keeps them alive as long as the array.
+        let view = unsafe { numpy::ndarray::ArrayView1::from_shape_ptr(len, ptr) };
+        // SAFETY: see above; the storage is never reallocated.
+        let array = unsafe { PyArray1::borrow_from_array(&view, memory.into_any()) };
+        Ok(array.reshape(shape)?.into_any())
     }
     match tensor.dtype() {
-        DType::F32 => take::<f32>(py, tensor, shape),
-        DType::F64 => take::<f64>(py, tensor, shape),
-        DType::F16 => take::<hidet::graph::half::f16>(py, tensor, shape),
-        DType::I8 => take::<i8>(py, tensor, shape),
-        DType::I16 => take::<i16>(py, tensor, shape),
-        DType::I32 => take::<i32>(py, tensor, shape),
-        DType::I64 => take::<i64>(py, tensor, shape),
-        DType::U8 => take::<u8>(py, tensor, shape),
-        DType::U16 => take::<u16>(py, tensor, shape),
-        DType::U32 => take::<u32>(py, tensor, shape),
-        DType::U64 => take::<u64>(py, tensor, shape),
-        DType::Bool => take::<bool>(py, tensor, shape),
+        DType::F32 => take::<f32>(py, tensor, shape, is_input),
+        DType::F64 => take::<f64>(py, tensor, shape, is_input),
+        DType::F16 => take::<hidet::graph::half::f16>(py, tensor, shape, is_input),
+        DType::I8 => take::<i8>(py, tensor, shape, is_input),
+        DType::I16 => take::<i16>(py, tensor, shape, is_input),
+        DType::I32 => take::<i32>(py, tensor, shape, is_input),
+        DType::I64 => take::<i64>(py, tensor, shape, is_input),
+        DType::U8 => take::<u8>(py, tensor, shape, is_input),
+        DType::U16 => take::<u16>(py, tensor, shape, is_input),
+        DType::U32 => take::<u32>(py, tensor, shape, is_input),
+        DType::U64 => take::<u64>(py, tensor, shape, is_input),
+        DType::Bool => take::<bool>(py, tensor, shape, is_input),
         DType::BF16 | DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => {
             let data: Vec<f32> = tensor.to_f64_vec().into_iter().map(|x| x as f32).collect();
             Ok(PyArray1::from_vec(py, data).reshape(shape)?.into_any())
@@ -413,7 +444,11 @@ impl PyModel {
         let outputs = py
             .allow_threads(|| model.run_reference(&named))
             .map_err(py_error)?;
-        outputs.into_iter().map(|(_, t)| to_numpy(py, t)).collect()
+        let inputs: Vec<usize> = named.iter().map(|(_, t)| t.storage_address()).collect();
+        outputs
+            .into_iter()
+            .map(|(_, t)| to_numpy(py, t, &inputs))
+            .collect()
     }
 
     /// Writes the model as an `.onnx` file at `path` (no graph pass applied; a zoo model
@@ -450,19 +485,25 @@ struct PyCompiledModel {
     threads: Option<usize>,
 }
 
+/// A run's named outputs, and the storage addresses of its inputs.
+type RunOutputs = (Vec<(String, Tensor)>, Vec<usize>);
+
 impl PyCompiledModel {
-    fn run_tensors(
-        &self,
-        py: Python<'_>,
-        inputs: &Bound<'_, PyAny>,
-    ) -> PyResult<Vec<(String, Tensor)>> {
+    /// The run's outputs, and the storage addresses of its inputs ([`to_numpy`]'s `inputs`).
+    fn run_tensors(&self, py: Python<'_>, inputs: &Bound<'_, PyAny>) -> PyResult<RunOutputs> {
         let feeds = feeds(inputs, self.compiled.inputs())?;
         let compiled = &self.compiled;
-        py.allow_threads(|| match &feeds {
-            Feeds::Named(named) => compiled.run(named),
-            Feeds::Positional(list) => compiled.run_positional(list),
-        })
-        .map_err(py_error)
+        let outputs = py
+            .allow_threads(|| match &feeds {
+                Feeds::Named(named) => compiled.run(named),
+                Feeds::Positional(list) => compiled.run_positional(list),
+            })
+            .map_err(py_error)?;
+        let storage = match &feeds {
+            Feeds::Named(named) => named.iter().map(|(_, t)| t.storage_address()).collect(),
+            Feeds::Positional(list) => list.iter().map(Tensor::storage_address).collect(),
+        };
+        Ok((outputs, storage))
     }
 }
 
@@ -491,9 +532,10 @@ impl PyCompiledModel {
         py: Python<'py>,
         inputs: &Bound<'py, PyAny>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        self.run_tensors(py, inputs)?
+        let (outputs, inputs) = self.run_tensors(py, inputs)?;
+        outputs
             .into_iter()
-            .map(|(_, t)| to_numpy(py, t))
+            .map(|(_, t)| to_numpy(py, t, &inputs))
             .collect()
     }
 
@@ -504,8 +546,9 @@ impl PyCompiledModel {
         inputs: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let dict = PyDict::new(py);
-        for (name, t) in self.run_tensors(py, inputs)? {
-            dict.set_item(name, to_numpy(py, t)?)?;
+        let (outputs, inputs) = self.run_tensors(py, inputs)?;
+        for (name, t) in outputs {
+            dict.set_item(name, to_numpy(py, t, &inputs)?)?;
         }
         Ok(dict)
     }
@@ -667,6 +710,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyModel>()?;
     m.add_class::<PyCompiledModel>()?;
     m.add_class::<PyTensorInfo>()?;
+    m.add_class::<OutputMemory>()?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(load_compiled, m)?)?;
     m.add_function(wrap_pyfunction!(compile, m)?)?;

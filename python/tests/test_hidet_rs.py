@@ -192,6 +192,47 @@ def test_outputs_are_fresh_writable_arrays(cnn_bytes):
     assert float(second.sum()) == pytest.approx(1.0, rel=1e-5)  # softmax rows sum to 1
 
 
+def test_large_outputs_are_views_of_storage_reused_once_dropped():
+    """Outputs of 8 MiB and more view storage the backend keeps for the next run once numpy
+    drops them: no copy, each array its own memory while alive, the values right every run;
+    an output that is a large input (Identity) is still a copy."""
+    rows, cols = 1024, 2100  # 8.2 MiB of float32
+    graph = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("Identity", ["x"], ["same"]),
+            onnx.helper.make_node("Mul", ["x", "x"], ["square"]),
+        ],
+        "large",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [rows, cols])],
+        [
+            onnx.helper.make_tensor_value_info("same", onnx.TensorProto.FLOAT, [rows, cols]),
+            onnx.helper.make_tensor_value_info("square", onnx.TensorProto.FLOAT, [rows, cols]),
+        ],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    compiled = hidet_rs.compile(model.SerializeToString(), threads=2)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    y = rng.standard_normal((rows, cols)).astype(np.float32)
+    same, first = compiled.run([x])
+    assert not np.shares_memory(same, x)
+    np.testing.assert_array_equal(first, x * x)
+    assert first.flags.c_contiguous and first.flags.writeable and first.base is not None
+    address = first.__array_interface__["data"][0]
+    _, second = compiled.run([y])
+    assert not np.shares_memory(first, second)
+    np.testing.assert_array_equal(first, x * x)
+    np.testing.assert_array_equal(second, y * y)
+    first[...] = 0
+    np.testing.assert_array_equal(second, y * y)
+    del first
+    _, third = compiled.run([x])
+    assert third.__array_interface__["data"][0] == address, "the dropped output's storage"
+    np.testing.assert_array_equal(third, x * x)
+    np.testing.assert_array_equal(second, y * y)
+
+
 # --- inspection ---------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ pub mod arena;
 mod huge_pages;
 pub mod kernel_memo;
 pub mod naive;
+pub mod output_pool;
 mod saved;
 pub mod tuning;
 
@@ -48,6 +49,7 @@ use anchor::{
 };
 pub use arena::CpuArena;
 use kernel_memo::{KernelMemo, Lowered, LoweringKey};
+use output_pool::{OutputPool, Pooled};
 
 /// The graph-pass options for running on `target`: the defaults, except that a constant left
 /// operand is stored in panels as tall as the target's level-0 register tile
@@ -286,26 +288,55 @@ pub struct CpuKernel {
 }
 
 /// A graph output's storage: a vector with capacity for `len` elements and length 0 until
-/// the run's kernels have written them all. Not zeroed: a model's outputs (GPT-2's logits
-/// are 25 MB) would otherwise be cleared on every run before the kernels overwrite them.
+/// the run's kernels have written them all, or for a large output, storage from the backend's
+/// [`OutputPool`]. Not zeroed: a model's outputs (GPT-2's logits are 25 MB) would otherwise
+/// be cleared on every run before the kernels overwrite them.
 struct HostOutput<T> {
-    data: Vec<T>,
+    storage: OutputStorage<T>,
     len: usize,
     shape: Vec<usize>,
 }
 
+enum OutputStorage<T> {
+    Owned(Vec<T>),
+    /// At least `len · size_of::<T>()` bytes, 8-byte aligned.
+    Pooled(Pooled),
+}
+
 impl<T: Element> OutputSlot for HostOutput<T> {
     fn address(&self) -> u64 {
-        self.data.as_ptr() as usize as u64
+        match &self.storage {
+            OutputStorage::Owned(data) => data.as_ptr() as usize as u64,
+            OutputStorage::Pooled(pooled) => pooled.address() as usize as u64,
+        }
     }
 
-    unsafe fn finish(mut self: Box<Self>) -> Tensor {
-        // SAFETY: the capacity is at least `len` (reserved when the slot was made, and the
-        // vector was never touched since), and the caller guarantees that all `len`
-        // elements were written through `address` (kernels write valid values of `T`).
-        unsafe { self.data.set_len(self.len) };
-        let HostOutput { data, shape, .. } = *self;
-        Tensor::new(shape, data).expect("`len` is the element count of `shape`")
+    unsafe fn finish(self: Box<Self>) -> Tensor {
+        let HostOutput {
+            storage,
+            len,
+            shape,
+        } = *self;
+        match storage {
+            OutputStorage::Owned(mut data) => {
+                // SAFETY: the capacity is at least `len` (reserved when the slot was made,
+                // and the vector was never touched since), and the caller guarantees that
+                // all `len` elements were written through `address` (kernels write valid
+                // values of `T`).
+                unsafe { data.set_len(len) };
+                Tensor::new(shape, data).expect("`len` is the element count of `shape`")
+            }
+            OutputStorage::Pooled(pooled) => {
+                let ptr = pooled.address().cast::<T>();
+                // SAFETY: the storage holds at least `len` elements of `T` (its size was
+                // asked for them), is 8-byte aligned (enough for every element type), and
+                // the caller guarantees that all of them were written; `pooled` owns it,
+                // and nothing writes it again until `pooled` is dropped with the tensor's
+                // last clone and returns it to the pool.
+                unsafe { Tensor::from_external(shape, ptr, len, Box::new(pooled)) }
+                    .expect("`len` is the element count of `shape`")
+            }
+        }
     }
 }
 
@@ -355,6 +386,8 @@ pub struct CpuBackend {
     derived: Arc<DerivedConstants>,
     /// Tasks lowered and emitted before, kept for this backend's later tasks.
     memo: Arc<KernelMemo>,
+    /// Storage of large outputs the caller dropped, for the next run's ([`output_pool`]).
+    outputs: Arc<OutputPool>,
 }
 
 impl CpuBackend {
@@ -364,6 +397,7 @@ impl CpuBackend {
             tuning: tuning::CpuTuning::default(),
             derived: Arc::default(),
             memo: Arc::default(),
+            outputs: Arc::default(),
         }
     }
 
@@ -376,6 +410,11 @@ impl CpuBackend {
     /// The tasks this backend remembers having lowered ([`kernel_memo`]).
     pub fn memo(&self) -> &KernelMemo {
         &self.memo
+    }
+
+    /// The storage of large outputs kept for later runs ([`output_pool`]).
+    pub fn output_pool(&self) -> &OutputPool {
+        &self.outputs
     }
 
     /// This backend with `tuning`.
@@ -757,32 +796,43 @@ impl Backend for CpuBackend {
             .map(|start| start as usize as u64)
     }
 
+    /// Storage for one output: large ones (at least [`output_pool::MIN_BYTES`]) from this
+    /// backend's [`OutputPool`], returned to it when the caller drops the tensor.
     fn output_in_place(&self, dtype: DType, shape: &[usize]) -> Option<Box<dyn OutputSlot>> {
-        fn fresh<T: Element>(shape: &[usize]) -> Option<Box<dyn OutputSlot>> {
+        fn fresh<T: Element>(
+            pool: &Arc<OutputPool>,
+            shape: &[usize],
+        ) -> Option<Box<dyn OutputSlot>> {
             let len = hidet_graph::tensor::checked_numel(shape)?;
-            let mut data: Vec<T> = Vec::new();
-            data.try_reserve_exact(len).ok()?;
-            huge_pages::advise(data.as_ptr().cast(), len * std::mem::size_of::<T>());
+            let bytes = len.checked_mul(std::mem::size_of::<T>())?;
+            let storage = if bytes >= output_pool::MIN_BYTES && std::mem::align_of::<T>() <= 8 {
+                OutputStorage::Pooled(Pooled::new(pool.take(bytes)?, Arc::downgrade(pool)))
+            } else {
+                let mut data: Vec<T> = Vec::new();
+                data.try_reserve_exact(len).ok()?;
+                OutputStorage::Owned(data)
+            };
             Some(Box::new(HostOutput {
-                data,
+                storage,
                 len,
                 shape: shape.to_vec(),
             }))
         }
+        let pool = &self.outputs;
         match dtype {
-            DType::F32 => fresh::<f32>(shape),
-            DType::F64 => fresh::<f64>(shape),
-            DType::F16 => fresh::<hidet_graph::half::f16>(shape),
-            DType::BF16 => fresh::<hidet_graph::half::bf16>(shape),
-            DType::I8 => fresh::<i8>(shape),
-            DType::I16 => fresh::<i16>(shape),
-            DType::I32 => fresh::<i32>(shape),
-            DType::I64 => fresh::<i64>(shape),
-            DType::U8 => fresh::<u8>(shape),
-            DType::U16 => fresh::<u16>(shape),
-            DType::U32 => fresh::<u32>(shape),
-            DType::U64 => fresh::<u64>(shape),
-            DType::Bool => fresh::<bool>(shape),
+            DType::F32 => fresh::<f32>(pool, shape),
+            DType::F64 => fresh::<f64>(pool, shape),
+            DType::F16 => fresh::<hidet_graph::half::f16>(pool, shape),
+            DType::BF16 => fresh::<hidet_graph::half::bf16>(pool, shape),
+            DType::I8 => fresh::<i8>(pool, shape),
+            DType::I16 => fresh::<i16>(pool, shape),
+            DType::I32 => fresh::<i32>(pool, shape),
+            DType::I64 => fresh::<i64>(pool, shape),
+            DType::U8 => fresh::<u8>(pool, shape),
+            DType::U16 => fresh::<u16>(pool, shape),
+            DType::U32 => fresh::<u32>(pool, shape),
+            DType::U64 => fresh::<u64>(pool, shape),
+            DType::Bool => fresh::<bool>(pool, shape),
             _ => None,
         }
     }
