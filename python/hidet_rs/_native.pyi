@@ -38,6 +38,9 @@ class TensorInfo:
     def kind(self) -> str:
         """`tensor`, `sequence`, `optional tensor` or `optional sequence`."""
 
+class OutputMemory:
+    """The base object of a large output array: holds the memory the array views."""
+
 class Model:
     """A model as imported; nothing compiled."""
 
@@ -71,7 +74,9 @@ class CompiledModel:
         """Runs on a dict name -> array or a list of arrays in input order (exact dtypes);
         returns the outputs in output order. The GIL is released while the kernels run.
         C-contiguous inputs are read where they are, without a copy: do not modify an input
-        array from another thread while a run reads it."""
+        array from another thread while a run reads it. Every output is an array of its own;
+        one of 8 MiB or more views memory hidet keeps (its `base` is an `OutputMemory`) and
+        reuses for a later run's output once the array and every view of it are gone."""
     def run_dict(self, inputs: Inputs) -> Dict[str, np.ndarray]: ...
     def prepare(self, shapes: Sequence[Sequence[int]]) -> None:
         """Compiles (and tunes) for these input shapes now."""

@@ -35,7 +35,7 @@ impl OutputPool {
         let words = bytes.div_ceil(8);
         if let Ok(mut spare) = self.spare.lock() {
             if let Some(i) = spare.iter().position(|s| s.capacity() == words) {
-                return Some(spare.swap_remove(i));
+                return Some(spare.remove(i));
             }
         }
         let mut storage: Vec<u64> = Vec::new();

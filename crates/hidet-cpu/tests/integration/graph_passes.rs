@@ -537,6 +537,12 @@ mod channels_last {
 mod panel_weights {
     use super::*;
 
+    /// The shape of the panels constant the first `ColumnPanels` node of `g` reads.
+    fn stored_panels_shape(g: &hidet_graph::Graph) -> Option<Vec<usize>> {
+        let node = g.nodes().iter().find(|n| n.op_type == "ColumnPanels")?;
+        g.value(node.inputs[0]?).ty.fixed_shape()
+    }
+
     /// A constant right operand at least 16 columns wide, and a constant left operand at
     /// least 16 rows high (given as such or as the transpose of a constant), are stored as
     /// panels read through `hidet::ColumnPanels` (16 columns of the right operand, the
@@ -706,13 +712,7 @@ mod panel_weights {
         ];
         let after = run_then_dce(&PanelConstantWeights::default(), before.clone());
         assert_eq!(count(&after, "ColumnPanels"), 1, "{:?}", ops(&after));
-        let panels = after
-            .nodes()
-            .iter()
-            .find(|n| n.op_type == "ColumnPanels")
-            .and_then(|n| n.inputs[0])
-            .map(|v| after.value(v).ty.fixed_shape());
-        assert_eq!(panels, Some(Some(vec![3, 2, 7, 16])));
+        assert_eq!(stored_panels_shape(&after), Some(vec![3, 2, 7, 16]));
         assert_same_outputs(&before, &after, &inputs, 0.0);
     }
 
@@ -762,13 +762,7 @@ mod panel_weights {
         };
         let after = run_then_dce(&pass, before.clone());
         assert_eq!(count(&after, "ColumnPanels"), 1, "{:?}", ops(&after));
-        let panels = after
-            .nodes()
-            .iter()
-            .find(|n| n.op_type == "ColumnPanels")
-            .and_then(|n| n.inputs[0])
-            .map(|v| after.value(v).ty.fixed_shape());
-        assert_eq!(panels, Some(Some(vec![4, 7, 6])));
+        assert_eq!(stored_panels_shape(&after), Some(vec![4, 7, 6]));
         assert_same_outputs(&before, &after, &inputs, 0.0);
     }
 }
