@@ -412,11 +412,6 @@ impl CpuBackend {
         &self.memo
     }
 
-    /// The storage of large outputs kept for later runs ([`output_pool`]).
-    pub fn output_pool(&self) -> &OutputPool {
-        &self.outputs
-    }
-
     /// This backend with `tuning`.
     pub fn with_tuning(self, tuning: tuning::CpuTuning) -> CpuBackend {
         CpuBackend { tuning, ..self }
@@ -805,7 +800,7 @@ impl Backend for CpuBackend {
         ) -> Option<Box<dyn OutputSlot>> {
             let len = hidet_graph::tensor::checked_numel(shape)?;
             let bytes = len.checked_mul(std::mem::size_of::<T>())?;
-            let storage = if bytes >= output_pool::MIN_BYTES && std::mem::align_of::<T>() <= 8 {
+            let storage = if bytes >= output_pool::MIN_BYTES {
                 OutputStorage::Pooled(Pooled::new(pool.take(bytes)?, Arc::downgrade(pool)))
             } else {
                 let mut data: Vec<T> = Vec::new();
