@@ -930,6 +930,22 @@ impl Graph {
         &self.values[id.0]
     }
 
+    /// `x` when `v` is `Reshape(x, [1, s…])` of an `x` of static shape `[s…]`: a value viewed
+    /// as a batch of one (as `FlattenBatchedMatMul` views a matrix beside a batch of them).
+    pub fn batch_of_one_source(&self, v: ValueId) -> Option<ValueId> {
+        let (p, _) = self.value(v).producer?;
+        let node = &self.nodes[p.0];
+        if node.op_type != "Reshape" || !node.domain.is_empty() {
+            return None;
+        }
+        let x = node.inputs.first().copied().flatten()?;
+        let (outer, inner) = (
+            self.value(v).ty.fixed_shape()?,
+            self.value(x).ty.fixed_shape()?,
+        );
+        (outer.len() == inner.len() + 1 && outer[0] == 1 && outer[1..] == inner[..]).then_some(x)
+    }
+
     /// Nodes in topological order, indexed by [`NodeId`].
     pub fn nodes(&self) -> &[Node] {
         &self.nodes

@@ -249,8 +249,10 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId, left_rows: usize) -> Option<Plan>
     // A left operand beside a matrix, or a matrix viewed as a batch of one beside a batch
     // of matrices (one weight for every image of a convolution computed with the pixels as
     // columns).
-    let (a, left_view) = match batch_of_one(rw, a) {
-        Some(matrix) if is_variable(b, 3) => (matrix, Some(g.value(a).ty.fixed_shape()?)),
+    let (a, left_view) = match g.batch_of_one_source(a) {
+        Some(matrix) if is_variable(b, 3) && g.value(matrix).ty.rank() == Some(2) => {
+            (matrix, Some(g.value(a).ty.fixed_shape()?))
+        }
         _ if is_matrix(b) => (a, None),
         _ => return None,
     };
@@ -276,18 +278,4 @@ fn plan(rw: &Rewriter, a: ValueId, b: ValueId, left_rows: usize) -> Option<Plan>
         left_view,
         matrix,
     })
-}
-
-/// The matrix `x` when `v` is `Reshape(x, [1, r, c])` of a matrix `x` `[r, c]` (as
-/// `FlattenBatchedMatMul` views a weight broadcast over a batched product).
-fn batch_of_one(rw: &Rewriter, v: ValueId) -> Option<ValueId> {
-    let g = rw.graph();
-    let (p, _) = g.value(v).producer?;
-    let node = &g.nodes()[p.0];
-    if node.op_type != "Reshape" || !node.domain.is_empty() {
-        return None;
-    }
-    let x = node.inputs.first().copied().flatten()?;
-    let (outer, inner) = (g.value(v).ty.fixed_shape()?, g.value(x).ty.fixed_shape()?);
-    (inner.len() == 2 && outer.len() == 3 && outer[0] == 1 && outer[1..] == inner[..]).then_some(x)
 }

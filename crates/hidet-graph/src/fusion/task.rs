@@ -417,16 +417,8 @@ fn operand_layout(
     let mut rank = graph.value(v).ty.rank()?;
     let mut node = prologue_producer(v)?;
     // A matrix viewed as a batch of one (`[r, c]` as `[1, r, c]`): a weight beside a batch.
-    if node.domain.is_empty() && node.op_type == "Reshape" {
-        let matrix = (*node.inputs.first()?)?;
-        let (outer, inner) = (
-            graph.value(v).ty.fixed_shape()?,
-            graph.value(matrix).ty.fixed_shape()?,
-        );
-        if outer.len() != inner.len() + 1 || outer[0] != 1 || outer[1..] != inner[..] {
-            return None;
-        }
-        rank = inner.len();
+    if let Some(matrix) = graph.batch_of_one_source(v) {
+        rank = graph.value(matrix).ty.rank()?;
         node = prologue_producer(matrix)?;
     }
     let mut transposed = false;
