@@ -72,6 +72,23 @@ impl Scalar {
         }
     }
 
+    /// The integer (or boolean) scalar of type `dtype` holding `value`; `None` for other
+    /// types and for values `dtype` cannot hold. The inverse of [`Scalar::as_index`].
+    pub fn from_index(dtype: DataType, value: i64) -> Option<Scalar> {
+        Some(match dtype {
+            DataType::BOOL if value == 0 || value == 1 => Scalar::Bool(value == 1),
+            DataType::I8 => Scalar::I8(i8::try_from(value).ok()?),
+            DataType::I16 => Scalar::I16(i16::try_from(value).ok()?),
+            DataType::I32 => Scalar::I32(i32::try_from(value).ok()?),
+            DataType::I64 => Scalar::I64(value),
+            DataType::U8 => Scalar::U8(u8::try_from(value).ok()?),
+            DataType::U16 => Scalar::U16(u16::try_from(value).ok()?),
+            DataType::U32 => Scalar::U32(u32::try_from(value).ok()?),
+            DataType::U64 => Scalar::U64(u64::try_from(value).ok()?),
+            _ => return None,
+        })
+    }
+
     /// The value's bytes in native order, in an 8-byte aligned slot whose
     /// address the packed calling convention passes.
     pub(crate) fn to_slot(self) -> ScalarSlot {

@@ -20,6 +20,7 @@ pub mod kernel_memo;
 pub mod naive;
 pub mod output_pool;
 mod saved;
+pub mod size_generic;
 pub mod tuning;
 
 use std::ffi::c_void;
@@ -50,6 +51,7 @@ use anchor::{
 pub use arena::CpuArena;
 use kernel_memo::{KernelMemo, Lowered, LoweringKey};
 use output_pool::{OutputPool, Pooled};
+use size_generic::{SizeChoice, SizeMemo};
 
 /// The graph-pass options for running on `target`: the defaults, except that a constant left
 /// operand is stored in panels as tall as the target's level-0 register tile
@@ -99,6 +101,7 @@ fn distinct_units(
         .iter()
         .map(|k| k.memo_key.filter(|_| !build_opts.dump_ir))
         .collect();
+    let lowered: Vec<bool> = kernels.iter().map(|k| k.lowered).collect();
     let modules: Vec<IRModule> = kernels
         .into_iter()
         .map(|kernel| {
@@ -109,13 +112,18 @@ fn distinct_units(
             module
         })
         .collect();
+    let indexed: Vec<(usize, &IRModule)> = modules.iter().enumerate().collect();
     let known: Vec<Option<Arc<str>>> = keys
         .iter()
         .map(|k| k.as_ref().and_then(|k| memo.source(k)))
         .collect();
     let missing: Vec<usize> = (0..modules.len()).filter(|&i| known[i].is_none()).collect();
-    let emitted = parallel_map(&modules, jobs, Some(&missing), |m| {
-        crate::emit_source(m, build_opts)
+    let emitted = parallel_map(&indexed, jobs, Some(&missing), |&(i, m)| {
+        if lowered[i] {
+            crate::pipeline::emit_lowered_source(m)
+        } else {
+            crate::emit_source(m, build_opts)
+        }
     });
     let sources: Vec<Result<String, crate::error::CpuError>> = emitted
         .into_iter()
@@ -285,6 +293,12 @@ pub struct CpuKernel {
     pub tunable: Option<std::sync::Arc<tuning::MatmulTask>>,
     /// The key its backend remembers it by ([`kernel_memo`]), when remembered.
     pub memo_key: Option<LoweringKey>,
+    /// Whether `function` is lowered already (`hidet_ir::passes::lower_function`), as a
+    /// kernel given size parameters is ([`size_generic`]).
+    pub lowered: bool,
+    /// The values of `function`'s size parameters, its last `sizes.len()` parameters, for
+    /// this task ([`size_generic`]); empty for a kernel without them.
+    pub sizes: Vec<i64>,
 }
 
 /// A graph output's storage: a vector with capacity for `len` elements and length 0 until
@@ -348,12 +362,114 @@ pub struct CpuGraphModule {
     index: Vec<(usize, usize)>,
     origins: Vec<KernelOrigin>,
     tunables: Vec<Option<std::sync::Arc<tuning::MatmulTask>>>,
+    /// The size parameters of each kernel given them ([`size_generic`]).
+    bound: Vec<Option<BoundSizes>>,
+}
+
+/// What a kernel with size parameters is called with beyond the graph's buffers.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct BoundSizes {
+    /// One value per size parameter, in order (the kernel's last parameters).
+    values: Vec<crate::arg::Scalar>,
+    /// Elements each tensor parameter spans under these values, in parameter order.
+    elements: Vec<usize>,
+}
+
+impl BoundSizes {
+    /// The size values `values` of a kernel with signature `signature`, and the storage
+    /// its tensor parameters span under them; an error when a value does not fit its
+    /// parameter or a size cannot be evaluated.
+    fn of(
+        signature: &crate::signature::KernelSignature,
+        values: &[i64],
+    ) -> Result<BoundSizes, String> {
+        let (scalars, env) = Self::scalars(signature, values)?;
+        let tensors = signature.params.len() - scalars.len();
+        let elements = signature.params[..tensors]
+            .iter()
+            .map(|p| match &p.kind {
+                ParamKind::Tensor { size, .. } => {
+                    let n = crate::signature::eval_index(size, &env)?;
+                    usize::try_from(n).map_err(|_| format!("parameter `{}` spans {n}", p.name()))
+                }
+                _ => Err(format!("parameter `{}` is not a tensor", p.name())),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(BoundSizes {
+            values: scalars,
+            elements,
+        })
+    }
+
+    /// The size values `values` and buffer sizes `elements` recorded for a kernel of a
+    /// saved module with signature `signature`; an error unless they fit it.
+    fn loaded(
+        signature: &crate::signature::KernelSignature,
+        values: &[i64],
+        elements: Vec<usize>,
+    ) -> Result<BoundSizes, String> {
+        let (scalars, _) = Self::scalars(signature, values)?;
+        if elements.len() + scalars.len() != signature.params.len() {
+            return Err(format!(
+                "{} buffer sizes for {} buffer parameters",
+                elements.len(),
+                signature.params.len() - scalars.len()
+            ));
+        }
+        Ok(BoundSizes {
+            values: scalars,
+            elements,
+        })
+    }
+
+    /// `values` as the kernel's last parameters take them, and the map from those
+    /// parameters to their values.
+    fn scalars(
+        signature: &crate::signature::KernelSignature,
+        values: &[i64],
+    ) -> Result<(Vec<crate::arg::Scalar>, std::collections::HashMap<u64, i64>), String> {
+        if values.len() > size_generic::MAX_PARAMS {
+            return Err(format!(
+                "{} size values, more than the {} a kernel takes",
+                values.len(),
+                size_generic::MAX_PARAMS
+            ));
+        }
+        let first = signature
+            .params
+            .len()
+            .checked_sub(values.len())
+            .ok_or("more size values than parameters")?;
+        let mut env = std::collections::HashMap::new();
+        let mut scalars = Vec::with_capacity(values.len());
+        for (p, &v) in signature.params[first..].iter().zip(values) {
+            let ParamKind::Scalar(dtype) = p.kind else {
+                return Err(format!("parameter `{}` is not a size", p.name()));
+            };
+            let scalar = crate::arg::Scalar::from_index(dtype, v)
+                .ok_or_else(|| format!("size {v} does not fit parameter `{}`", p.name()))?;
+            env.insert(p.var.id(), v);
+            scalars.push(scalar);
+        }
+        Ok((scalars, env))
+    }
 }
 
 impl CpuGraphModule {
     /// How each kernel was produced, in kernel order.
     pub fn origins(&self) -> &[KernelOrigin] {
         &self.origins
+    }
+
+    /// The values kernel `kernel` is called with for its size parameters, in order: empty
+    /// for a kernel specialized to its task's sizes ([`size_generic`]).
+    pub fn size_values(&self, kernel: usize) -> Vec<i64> {
+        self.bound
+            .get(kernel)
+            .and_then(Option::as_ref)
+            .map_or_else(Vec::new, |b| {
+                b.values.iter().filter_map(|v| v.as_index()).collect()
+            })
     }
 
     /// The matmul task behind kernel `kernel`, when the module was built with a measuring
@@ -388,6 +504,8 @@ pub struct CpuBackend {
     memo: Arc<KernelMemo>,
     /// Storage of large outputs the caller dropped, for the next run's ([`output_pool`]).
     outputs: Arc<OutputPool>,
+    /// The lowerings of tasks whose sizes change between compilations ([`size_generic`]).
+    sizes: Arc<SizeMemo>,
 }
 
 impl CpuBackend {
@@ -398,6 +516,7 @@ impl CpuBackend {
             derived: Arc::default(),
             memo: Arc::default(),
             outputs: Arc::default(),
+            sizes: Arc::default(),
         }
     }
 
@@ -423,6 +542,51 @@ impl CpuBackend {
             .max(1)
     }
 
+    /// `kernels`, those whose C this backend does not remember lowered now, each either as
+    /// lowered or, for a task whose sizes keep changing, as a kernel with size parameters
+    /// ([`size_generic`]). A kernel that fails verification or lowering is left as it is
+    /// (building it reports the failure).
+    fn choose_sizes(&self, kernels: Vec<CpuKernel>, jobs: usize) -> Vec<CpuKernel> {
+        let todo: Vec<usize> = (0..kernels.len())
+            .filter(|&i| {
+                !kernels[i].lowered
+                    && kernels[i]
+                        .memo_key
+                        .is_some_and(|key| self.memo.source(&key).is_none())
+            })
+            .collect();
+        let lowered = parallel_map(&kernels, jobs, Some(&todo), |k| {
+            let function = crate::pipeline::verify_and_lower(k.function.clone())?;
+            let sites = hidet_ir::size_params::Sites::of(&function)
+                .ok_or_else(|| crate::error::CpuError::Unsupported("not a CPU kernel".into()))?;
+            Ok((function, sites))
+        });
+        kernels
+            .into_iter()
+            .zip(lowered)
+            .map(|(mut kernel, lowered)| {
+                let Ok((function, sites)) = lowered else {
+                    return kernel;
+                };
+                match self.sizes.choose(&kernel.function.name, &sites, &function) {
+                    SizeChoice::Specialized => kernel.function = function,
+                    SizeChoice::Lifted { function, values } => {
+                        let name = std::mem::take(&mut kernel.function.name);
+                        kernel.function = Function {
+                            name,
+                            ..Function::clone(&function)
+                        };
+                        kernel.sizes = values;
+                        // The task's C is not this kernel's: not remembered under its key.
+                        kernel.memo_key = None;
+                    }
+                }
+                kernel.lowered = true;
+                kernel
+            })
+            .collect()
+    }
+
     /// The kernel of `task`, lowered now (see the module docs).
     fn lower_task(
         &self,
@@ -445,6 +609,8 @@ impl CpuBackend {
                         origin,
                         tunable: choice.tunable,
                         memo_key: None,
+                        lowered: false,
+                        sizes: Vec::new(),
                     });
                 }
                 TemplateOutcome::Refused(reason) if fused => {
@@ -487,6 +653,8 @@ impl CpuBackend {
                     origin,
                     tunable: None,
                     memo_key: None,
+                    lowered: false,
+                    sizes: Vec::new(),
                 });
             }
             TemplateOutcome::Refused(reason) if fused => {
@@ -504,6 +672,8 @@ impl CpuBackend {
                 origin: KernelOrigin::Scheduler,
                 tunable: None,
                 memo_key: None,
+                lowered: false,
+                sizes: Vec::new(),
             }),
             Err(e) if fused => Err(BackendError::Refused {
                 task: task.name.clone(),
@@ -521,6 +691,8 @@ impl CpuBackend {
                     origin: KernelOrigin::Inlined,
                     tunable: None,
                     memo_key: None,
+                    lowered: false,
+                    sizes: Vec::new(),
                 })
             }
         }
@@ -559,6 +731,8 @@ impl Backend for CpuBackend {
                     origin,
                     tunable: None,
                     memo_key: Some(key),
+                    lowered: false,
+                    sizes: Vec::new(),
                 });
             }
             Some(Lowered::Refused(reason)) => {
@@ -598,14 +772,20 @@ impl Backend for CpuBackend {
     ) -> Result<(CpuGraphModule, ModuleReport), BackendError> {
         let start = Instant::now();
         let kernels = tuning::tune_kernels(self, kernels)?;
-        let origins: Vec<KernelOrigin> = kernels.iter().map(|k| k.origin).collect();
-        let tunables = kernels.iter().map(|k| k.tunable.clone()).collect();
-        let names: Vec<String> = kernels.iter().map(|k| k.function.name.clone()).collect();
         let jobs = self
             .options
             .compile_jobs
             .unwrap_or_else(|| self.options.build.target().cores)
             .max(1);
+        let kernels = if self.options.build.dump_ir {
+            kernels
+        } else {
+            self.choose_sizes(kernels, jobs)
+        };
+        let sizes: Vec<Vec<i64>> = kernels.iter().map(|k| k.sizes.clone()).collect();
+        let origins: Vec<KernelOrigin> = kernels.iter().map(|k| k.origin).collect();
+        let tunables = kernels.iter().map(|k| k.tunable.clone()).collect();
+        let names: Vec<String> = kernels.iter().map(|k| k.function.name.clone()).collect();
         let mut build_opts = self.options.build.clone();
         if let Some(dir) = &opts.emit_source_dir {
             build_opts.keep_source_dir = Some(dir.clone());
@@ -623,6 +803,19 @@ impl Backend for CpuBackend {
                 index[k] = (u, 0);
             }
         }
+        let bound = sizes
+            .iter()
+            .zip(&index)
+            .enumerate()
+            .map(|(k, (values, &(u, h)))| {
+                if values.is_empty() {
+                    return Ok(None);
+                }
+                BoundSizes::of(built[u].kernels()[h].signature(), values)
+                    .map(Some)
+                    .map_err(|e| BackendError::Build(format!("kernel `{}`: {e}", names[k])))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let mut report = ModuleReport {
             kernels: names.len(),
             build_time: start.elapsed(),
@@ -650,6 +843,7 @@ impl Backend for CpuBackend {
                 index,
                 origins,
                 tunables,
+                bound,
             },
             report,
         ))
@@ -664,15 +858,18 @@ impl Backend for CpuBackend {
         let (_, handle) = module.handle(kernel)?;
         let fail = |message: String| BackendError::Launch { kernel, message };
         handle.check_runs_here().map_err(|e| fail(e.to_string()))?;
+        let bound = module.bound.get(kernel).and_then(Option::as_ref);
         let params = &handle.signature().params;
-        if params.len() != args.len() {
+        let tensors = params
+            .len()
+            .saturating_sub(bound.map_or(0, |b| b.values.len()));
+        if tensors != args.len() {
             return Err(fail(format!(
-                "{} arguments for {} parameters",
+                "{} arguments for {tensors} buffer parameters",
                 args.len(),
-                params.len()
             )));
         }
-        for (p, a) in params.iter().zip(args) {
+        for (i, (p, a)) in params.iter().zip(args).enumerate() {
             let ParamKind::Tensor {
                 dtype,
                 size,
@@ -682,10 +879,11 @@ impl Backend for CpuBackend {
             else {
                 return Err(fail(format!("parameter `{}` is not a tensor", p.name())));
             };
-            let elements = size
-                .as_int()
-                .and_then(|n| usize::try_from(n).ok())
-                .ok_or_else(|| fail(format!("parameter `{}` has a non-constant size", p.name())))?;
+            let elements = match bound {
+                Some(b) => b.elements.get(i).copied(),
+                None => size.as_int().and_then(|n| usize::try_from(n).ok()),
+            }
+            .ok_or_else(|| fail(format!("parameter `{}` has a non-constant size", p.name())))?;
             if a.bytes < elements * dtype.bytes() {
                 return Err(fail(format!(
                     "parameter `{}` needs {} bytes, given {}",
@@ -711,22 +909,42 @@ impl Backend for CpuBackend {
         args: &[u64],
     ) -> Result<(), BackendError> {
         let (_, handle) = module.handle(kernel)?;
+        let sizes: &[crate::arg::Scalar] = module
+            .bound
+            .get(kernel)
+            .and_then(Option::as_ref)
+            .map_or(&[], |b| &b.values);
+        let slots: [crate::arg::ScalarSlot; size_generic::MAX_PARAMS] = std::array::from_fn(|i| {
+            sizes
+                .get(i)
+                .map_or(crate::arg::ScalarSlot([0; 8]), |s| s.to_slot())
+        });
+        let count = args.len() + sizes.len();
         const INLINE: usize = 32;
         let mut inline = [std::ptr::null_mut::<c_void>(); INLINE];
         let heap: Vec<*mut c_void>;
-        let pointers: &[*mut c_void] = if args.len() <= INLINE {
-            for (slot, a) in inline.iter_mut().zip(args) {
-                *slot = *a as usize as *mut c_void;
+        // Size values are passed by the address of their slot; the kernel only reads them.
+        let size_pointers = slots[..sizes.len()]
+            .iter()
+            .map(|slot| slot.0.as_ptr() as *mut c_void);
+        let all = args
+            .iter()
+            .map(|a| *a as usize as *mut c_void)
+            .chain(size_pointers);
+        let pointers: &[*mut c_void] = if count <= INLINE {
+            for (slot, p) in inline.iter_mut().zip(all) {
+                *slot = p;
             }
-            &inline[..args.len()]
+            &inline[..count]
         } else {
-            heap = args.iter().map(|a| *a as usize as *mut c_void).collect();
+            heap = all.collect();
             &heap
         };
         // SAFETY: the caller guarantees (see `Backend::launch`) that `args` passed
-        // `check_args` for this kernel — the kernel runs on this CPU, count, sizes,
-        // writability, no scalars — and point
-        // into live arenas with no overlap and exclusive access to written buffers.
+        // `check_args` for this kernel — the kernel runs on this CPU, count, sizes under the
+        // kernel's size values, writability — and point into live arenas with no overlap
+        // and exclusive access to written buffers; the size values follow as pointers to
+        // slots of their parameters' exact types (`BoundSizes::of`), alive through the call.
         unsafe { handle.call_packed(pointers) };
         Ok(())
     }

@@ -6,8 +6,8 @@ use crate::error::CpuError;
 use crate::module::CompiledModule;
 use crate::options::BuildOptions;
 use hidet_codegen::{emit_module, CDialect};
-use hidet_ir::function::{IRModule, Target};
-use hidet_ir::passes::lower_module;
+use hidet_ir::function::{Function, IRModule, Target};
+use hidet_ir::passes::{lower_function, lower_module};
 use hidet_ir::verify::verify_module;
 
 /// Builds `module` for the CPU: verifies it (an invalid module fails here,
@@ -46,6 +46,35 @@ pub fn emit_source(module: &IRModule, opts: &BuildOptions) -> Result<String, Cpu
     }
     emit_module(&lowered, &CDialect).map_err(|e| CpuError::Pipeline {
         stage: "C code generation",
+        message: e.to_string(),
+    })
+}
+
+/// The C translation unit of `module`, whose functions are lowered already
+/// ([`hidet_ir::passes::lower_function`]): C emission alone.
+pub fn emit_lowered_source(module: &IRModule) -> Result<String, CpuError> {
+    check_target(module)?;
+    emit_module(module, &CDialect).map_err(|e| CpuError::Pipeline {
+        stage: "C code generation",
+        message: e.to_string(),
+    })
+}
+
+/// `function`, a CPU kernel, verified and lowered as [`emit_source`] verifies and lowers a
+/// module's functions.
+pub fn verify_and_lower(function: Function) -> Result<Function, CpuError> {
+    let mut module = IRModule::new(function.name.clone(), Target::Cpu);
+    module.functions.push(function);
+    verify_module(&module).map_err(|e| CpuError::Pipeline {
+        stage: "IR verification",
+        message: e.to_string(),
+    })?;
+    let function = module
+        .functions
+        .pop()
+        .expect("the module holds the one function pushed above");
+    lower_function(function).map_err(|e| CpuError::Pipeline {
+        stage: "lowering",
         message: e.to_string(),
     })
 }

@@ -43,7 +43,8 @@ impl ParamSpec {
 
     /// Whether the kernel may write through this parameter. Conservative:
     /// true when the IR stores to it, takes its address for anything but a
-    /// vector load, or declares a view of it.
+    /// vector load or the initializer of a view or pointer, or declares a view or
+    /// pointer of it through which the same holds.
     pub fn is_written(&self) -> bool {
         match &self.kind {
             ParamKind::Tensor { written, .. } | ParamKind::Pointer { written, .. } => *written,
@@ -233,6 +234,9 @@ pub fn eval_index(e: &Expr, env: &HashMap<u64, i64>) -> Result<i64, String> {
 /// [`ParamSpec::is_written`]).
 fn written_params(body: &Stmt) -> HashSet<u64> {
     let mut written = HashSet::new();
+    // Pointers and views declared from other variables' addresses: each aliases every
+    // variable its initializer mentions, and a write through it is a write to all of them.
+    let mut aliases: Vec<(u64, Vec<u64>)> = Vec::new();
     body.visit(&mut |s| {
         match s {
             Stmt::Store { tensor, .. } => {
@@ -245,11 +249,14 @@ fn written_params(body: &Stmt) -> HashSet<u64> {
                 init: Some(init),
                 ..
             } if !matches!(var.ty(), Type::Data(_)) => {
+                let mut sources = Vec::new();
                 init.visit(&mut |e| {
                     if let ExprKind::Var(v) | ExprKind::TensorElement { tensor: v, .. } = e.kind() {
-                        written.insert(v.id());
+                        sources.push(v.id());
                     }
                 });
+                aliases.push((var.id(), sources));
+                return;
             }
             _ => {}
         }
@@ -257,7 +264,18 @@ fn written_params(body: &Stmt) -> HashSet<u64> {
             mark_escaping(e, &mut written);
         }
     });
-    written
+    // A view of a view: repeat until no write reaches a further variable.
+    loop {
+        let before = written.len();
+        for (alias, sources) in &aliases {
+            if written.contains(alias) {
+                written.extend(sources.iter().copied());
+            }
+        }
+        if written.len() == before {
+            return written;
+        }
+    }
 }
 
 /// Marks tensors whose address (or whose pointer value) escapes `e` other
@@ -310,6 +328,30 @@ mod tests {
         assert!(eval_index(&(&n / 0), &env).is_err());
         let other = Var::new("m", DataType::I32);
         assert!(eval_index(&other.expr(), &env).is_err());
+    }
+
+    /// A view of a parameter only read is no write to it (the base pointers the lowering
+    /// hoists for gathers are such views); a view stored to, or a view of that view stored
+    /// to, writes its source.
+    #[test]
+    fn views_write_their_source_only_when_written_through() {
+        let mut fb = FunctionBuilder::cpu_kernel("k");
+        let a = fb.tensor_param("a", DataType::F32, [16]);
+        let b = fb.tensor_param("b", DataType::F32, [16]);
+        let c = fb.tensor_param("c", DataType::F32, [16]);
+        let read = fb.view("read", DataType::F32, row_major([12]), a.at([4]).address());
+        let written = fb.view("written", DataType::F32, row_major([14]), b.at([2]).address());
+        let nested = fb.view(
+            "nested",
+            DataType::F32,
+            row_major([13]),
+            written.at([1]).address(),
+        );
+        fb.store(&nested, [0], read.at([3]));
+        fb.store(&c, [0], read.at([1]));
+        let sig = KernelSignature::of(&fb.finish()).expect("all params are passable");
+        let flags: Vec<bool> = sig.params.iter().map(ParamSpec::is_written).collect();
+        assert_eq!(flags, vec![false, true, true]);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! so `local([4, 2]) * row_major([2, 2])` is the 2×2 register tile each of 8
 //! workers holds of an 8×4 tensor.
 
-use crate::expr::{BinaryOp, Expr, ExprKind};
+use crate::expr::{BinaryOp, Expr, ExprKind, Var};
 use std::fmt;
 use std::sync::Arc;
 
@@ -188,6 +188,36 @@ pub fn swizzle(
 impl Layout {
     pub fn node(&self) -> &LayoutNode {
         &self.0
+    }
+
+    /// The variables the layout's extents and strides mention, in order, with repeats.
+    pub fn vars(&self) -> Vec<Var> {
+        let mut vars = Vec::new();
+        let mut from = |e: &Expr| {
+            e.visit(&mut |e| {
+                if let ExprKind::Var(v) = e.kind() {
+                    vars.push(v.clone());
+                }
+            })
+        };
+        let mut stack = vec![self];
+        while let Some(layout) = stack.pop() {
+            match layout.node() {
+                LayoutNode::Strided { shape, strides } => {
+                    shape.iter().chain(strides).for_each(&mut from);
+                }
+                LayoutNode::Local { .. } => {}
+                LayoutNode::Compose(outer, inner) => stack.extend([outer, inner]),
+                LayoutNode::Swizzle { base, .. } => stack.push(base),
+            }
+        }
+        vars
+    }
+
+    /// The layout `node` describes, as it is (no folding or checks: `node` is taken to be
+    /// well formed, as one taken from another layout and rebuilt part by part).
+    pub fn from_node(node: LayoutNode) -> Layout {
+        Layout(Arc::new(node))
     }
 
     pub fn rank(&self) -> usize {

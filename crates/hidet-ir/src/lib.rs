@@ -16,6 +16,7 @@ pub mod layout;
 pub mod mapping;
 pub mod passes;
 pub mod print;
+pub mod size_params;
 pub mod stmt;
 pub mod ty;
 pub mod verify;

@@ -178,15 +178,20 @@ impl Stmt {
     /// The variables this statement (with everything nested in it) mentions but does
     /// not define, in order of first mention: what a body lifted out of its
     /// function must be given. A variable is defined by `Declare`, `Let`, `For` and
-    /// `ForMapping`; it is mentioned by an expression, a `Store`'s tensor or an
-    /// `Assign`'s target. Relies on variables being unique (identity by id), so a
-    /// variable defined anywhere inside is never free.
+    /// `ForMapping`; it is mentioned by an expression, a `Store`'s tensor, an
+    /// `Assign`'s target, or the layout of a tensor mentioned or declared (a layout whose
+    /// extents are scalar parameters needs them). Relies on variables being unique
+    /// (identity by id), so a variable defined anywhere inside is never free.
     pub fn free_vars(&self) -> Vec<Var> {
         let mut defined = std::collections::HashSet::new();
         let mut mentioned = Vec::new();
         self.visit(&mut |s| {
             match s {
-                Stmt::Declare { var, .. } | Stmt::Let { var, .. } | Stmt::For { var, .. } => {
+                Stmt::Declare { var, .. } => {
+                    defined.insert(var.clone());
+                    mentioned.push(var.clone());
+                }
+                Stmt::Let { var, .. } | Stmt::For { var, .. } => {
                     defined.insert(var.clone());
                 }
                 Stmt::ForMapping { vars, .. } => defined.extend(vars.iter().cloned()),
@@ -203,6 +208,14 @@ impl Stmt {
                 });
             }
         });
+        let in_layouts: Vec<Var> = mentioned
+            .iter()
+            .flat_map(|v| match v.ty() {
+                crate::ty::Type::Tensor(t) => t.layout.vars(),
+                _ => Vec::new(),
+            })
+            .collect();
+        mentioned.extend(in_layouts);
         let mut seen = std::collections::HashSet::new();
         mentioned
             .into_iter()

@@ -13,21 +13,35 @@ use hidet_ir::expr::{Expr, Var};
 use hidet_ir::ty::Type;
 use serde::{Deserialize, Serialize};
 
-use super::{CpuBackend, CpuGraphModule, KernelOrigin};
+use super::{BoundSizes, CpuBackend, CpuGraphModule, KernelOrigin};
 use crate::module::CompiledModule;
 use crate::signature::{KernelSignature, ParamKind, ParamSpec};
 use crate::target::{CpuFeatures, CpuTarget};
 
-/// One tensor parameter of a saved kernel: graph kernels take dense buffers of constant size.
+/// One parameter of a saved kernel: a dense buffer of constant size, or of a size given per
+/// kernel of the module (`per_kernel`, for a kernel with size parameters), or a size
+/// parameter (`scalar`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct SavedParam {
     name: String,
-    /// [`ScalarType::name`] of the element type.
+    /// [`ScalarType::name`] of the element (or scalar) type.
     dtype: String,
     shape: Vec<i64>,
     /// Elements of storage the kernel may touch.
     size: i64,
     written: bool,
+    #[serde(default)]
+    scalar: bool,
+    #[serde(default)]
+    per_kernel: bool,
+}
+
+/// The size values one kernel of the module is called with, and the elements each of its
+/// tensor parameters spans under them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SavedSizes {
+    values: Vec<i64>,
+    elements: Vec<usize>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -53,6 +67,9 @@ struct SavedCpuModule {
     /// `(library, kernel)` of each kernel of the module.
     index: Vec<(usize, usize)>,
     origins: Vec<String>,
+    /// Per kernel of the module, its size values when it has size parameters.
+    #[serde(default)]
+    sizes: Vec<Option<SavedSizes>>,
 }
 
 fn artifact_error(message: impl Into<String>) -> BackendError {
@@ -64,27 +81,32 @@ fn save_signature(signature: &KernelSignature) -> Result<SavedKernel, BackendErr
         .params
         .iter()
         .map(|p| {
-            let ParamKind::Tensor {
-                dtype,
-                shape,
-                size,
-                written,
-            } = &p.kind
-            else {
-                return Err(artifact_error(format!(
-                    "kernel `{}`: parameter `{}` is not a tensor, which saved models do not hold",
-                    signature.kernel,
-                    p.name()
-                )));
-            };
-            let constant = |e: &Expr| {
-                e.as_int().ok_or_else(|| {
-                    artifact_error(format!(
-                        "kernel `{}`: parameter `{}` has a size that is not a constant",
+            let (dtype, shape, size, written) = match &p.kind {
+                ParamKind::Tensor {
+                    dtype,
+                    shape,
+                    size,
+                    written,
+                } => (dtype, shape, size, written),
+                ParamKind::Scalar(dtype) if !dtype.is_vector() => {
+                    return Ok(SavedParam {
+                        name: p.name().to_string(),
+                        dtype: dtype.scalar.name().to_string(),
+                        shape: Vec::new(),
+                        size: 0,
+                        written: false,
+                        scalar: true,
+                        per_kernel: false,
+                    })
+                }
+                _ => {
+                    return Err(artifact_error(format!(
+                        "kernel `{}`: parameter `{}` is neither a tensor nor a size, which \
+                         saved models do not hold",
                         signature.kernel,
                         p.name()
-                    ))
-                })
+                    )))
+                }
             };
             if dtype.is_vector() {
                 return Err(artifact_error(format!(
@@ -93,12 +115,32 @@ fn save_signature(signature: &KernelSignature) -> Result<SavedKernel, BackendErr
                     p.name()
                 )));
             }
+            let constants: Option<(Vec<i64>, i64)> = shape
+                .iter()
+                .map(Expr::as_int)
+                .collect::<Option<_>>()
+                .zip(size.as_int());
+            let Some((shape, size)) = constants else {
+                // Sized by the kernel's size parameters: the module records the storage
+                // each of its kernels spans.
+                return Ok(SavedParam {
+                    name: p.name().to_string(),
+                    dtype: dtype.scalar.name().to_string(),
+                    shape: Vec::new(),
+                    size: 0,
+                    written: *written,
+                    scalar: false,
+                    per_kernel: true,
+                });
+            };
             Ok(SavedParam {
                 name: p.name().to_string(),
                 dtype: dtype.scalar.name().to_string(),
-                shape: shape.iter().map(constant).collect::<Result<_, _>>()?,
-                size: constant(size)?,
+                shape,
+                size,
                 written: *written,
+                scalar: false,
+                per_kernel: false,
             })
         })
         .collect::<Result<_, _>>()?;
@@ -129,6 +171,14 @@ fn load_signature(saved: &SavedKernel) -> Result<KernelSignature, BackendError> 
                 )));
             }
             let dtype = DataType::scalar(scalar);
+            if p.scalar {
+                return Ok(ParamSpec {
+                    var: Var::new(p.name.clone(), dtype),
+                    kind: ParamKind::Scalar(dtype),
+                });
+            }
+            // A buffer sized per kernel (`per_kernel`) is checked against the module's
+            // recorded sizes; its signature holds none.
             let shape: Vec<Expr> = p.shape.iter().map(|&d| Expr::int(d)).collect();
             // The variable's type is informational (calls are checked against `kind`).
             let var = Var::new(
@@ -214,6 +264,16 @@ pub(super) fn save(
             .iter()
             .map(|o| origin_name(*o).to_string())
             .collect(),
+        sizes: module
+            .bound
+            .iter()
+            .map(|b| {
+                b.as_ref().map(|b| SavedSizes {
+                    values: b.values.iter().filter_map(|v| v.as_index()).collect(),
+                    elements: b.elements.clone(),
+                })
+            })
+            .collect(),
     };
     serde_json::to_value(saved).map_err(|e| artifact_error(e.to_string()))
 }
@@ -296,6 +356,26 @@ pub(super) fn load(
     }
     // The libraries stay mapped after their files are removed.
     drop(folder);
+    let mut bound = Vec::with_capacity(saved.index.len());
+    for (k, &(library, kernel)) in saved.index.iter().enumerate() {
+        let signature = units[library].kernels()[kernel].signature();
+        let per_kernel = saved.libraries[library].kernels[kernel]
+            .params
+            .iter()
+            .any(|p| p.scalar || p.per_kernel);
+        bound.push(match saved.sizes.get(k).cloned().flatten() {
+            None if per_kernel => {
+                return Err(artifact_error(format!(
+                    "kernel {k} of the CPU module has size parameters but no sizes"
+                )))
+            }
+            None => None,
+            Some(sizes) => Some(
+                BoundSizes::loaded(signature, &sizes.values, sizes.elements)
+                    .map_err(|e| artifact_error(format!("kernel {k} of the CPU module: {e}")))?,
+            ),
+        });
+    }
     Ok(CpuGraphModule {
         units,
         index: saved.index,
@@ -305,6 +385,7 @@ pub(super) fn load(
             .map(|o| origin_of(o))
             .collect::<Result<_, _>>()?,
         tunables: vec![None; saved.origins.len()],
+        bound,
     })
 }
 
@@ -319,6 +400,7 @@ mod tests {
             libraries: Vec::new(),
             index: Vec::new(),
             origins: Vec::new(),
+            sizes: Vec::new(),
         }
     }
 

@@ -31,3 +31,4 @@ mod scatter_nd;
 mod schedule;
 mod schedule_harness;
 mod schedule_prop;
+mod size_parameters;

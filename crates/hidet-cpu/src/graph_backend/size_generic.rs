@@ -1,0 +1,132 @@
+//! One kernel for every size of a task whose extents change from one compilation to the
+//! next: a decoder's attention, softmax and cache concatenation take the cache length, which
+//! grows by one per generated token, and a model with symbolic inputs compiles every new
+//! length. Compiling those kernels' C again at every step dominated a first generation; this
+//! memo lets the backend compile them once with the changing extents as run-time parameters
+//! (`hidet_ir::size_params`).
+//!
+//! For each task (by its name, which carries its position in the fused graph) and lowered
+//! skeleton the memo keeps the last few distinct lowerings. A task lowered to the same
+//! skeleton with [`MIN_SAMPLES`] different sets of constants before is taken to keep
+//! changing: the sites where its lowerings differ become scalar parameters, grouped by the
+//! values they take, and the lifted function serves every later lowering that is an exact
+//! instance of it (equal skeleton, equal constants outside the parameters, one value per
+//! parameter; checked per lowering, so a new size is never run on a kernel it does not
+//! match). A task lowered once or twice — a model used at one or two shapes — keeps its
+//! fully specialized kernels.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use hidet_ir::function::Function;
+use hidet_ir::size_params::{lift, lifting_for, Lifting, Sites};
+
+/// Distinct lowerings of a task's skeleton seen before one is lifted.
+pub const MIN_SAMPLES: usize = 2;
+/// At most this many size parameters per lifted kernel.
+pub const MAX_PARAMS: usize = 8;
+/// At most this many lifted kernels per task and skeleton (a new one replaces the last
+/// when a lowering varies at sites the last kept fixed).
+pub const MAX_LIFTS: u32 = 8;
+/// Distinct lowerings kept per task and skeleton.
+const KEPT_SAMPLES: usize = 3;
+/// At most this many tasks and skeletons remembered; all are forgotten when full.
+const MAX_ENTRIES: usize = 4096;
+
+/// How a task's lowering is to be built.
+#[derive(Debug, Clone)]
+pub enum SizeChoice {
+    /// As lowered, every constant in place.
+    Specialized,
+    /// As `function` (lowered, with size parameters appended) called with `values`, one per
+    /// size parameter in order.
+    Lifted {
+        function: Arc<Function>,
+        values: Vec<i64>,
+    },
+}
+
+#[derive(Debug)]
+struct Lifted {
+    /// The lowering the function was lifted from.
+    base: Sites,
+    lifting: Lifting,
+    function: Arc<Function>,
+}
+
+#[derive(Debug, Default)]
+struct Entry {
+    samples: Vec<Sites>,
+    lifted: Option<Lifted>,
+    lifts: u32,
+}
+
+/// The lowerings a backend has seen per task and skeleton (shared by its clones).
+#[derive(Debug, Default)]
+pub struct SizeMemo {
+    entries: Mutex<HashMap<(String, u64), Entry>>,
+}
+
+impl SizeMemo {
+    /// How to build `lowered`, the lowered kernel of task `task` taken apart as `sites`
+    /// (see the module docs); remembers the lowering.
+    pub fn choose(&self, task: &str, sites: &Sites, lowered: &Function) -> SizeChoice {
+        let mut hasher = DefaultHasher::new();
+        sites.skeleton.hash(&mut hasher);
+        let key = (task.to_string(), hasher.finish());
+        // A panic while holding the lock leaves every entry usable (each update completes
+        // before the next starts), so a poisoned lock is still usable.
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() >= MAX_ENTRIES && !entries.contains_key(&key) {
+            entries.clear();
+        }
+        let entry = entries.entry(key).or_default();
+        if entry
+            .samples
+            .first()
+            .is_some_and(|s| s.skeleton != sites.skeleton)
+        {
+            return SizeChoice::Specialized;
+        }
+        if let Some(lifted) = &entry.lifted {
+            if let Some(values) = lifted.base.instance_of(&lifted.lifting, sites) {
+                return SizeChoice::Lifted {
+                    function: Arc::clone(&lifted.function),
+                    values,
+                };
+            }
+        }
+        if entry.samples.contains(sites) {
+            return SizeChoice::Specialized;
+        }
+        let choice = if entry.samples.len() >= MIN_SAMPLES && entry.lifts < MAX_LIFTS {
+            let mut all: Vec<&Sites> = entry.samples.iter().collect();
+            all.push(sites);
+            match lifting_for(&all) {
+                Some(lifting) if lifting.groups.len() <= MAX_PARAMS => {
+                    let function = Arc::new(lift(lowered, &lifting));
+                    let values = sites
+                        .instance_of(&lifting, sites)
+                        .expect("a lowering is an instance of the function lifted from it");
+                    entry.lifts += 1;
+                    entry.lifted = Some(Lifted {
+                        base: sites.clone(),
+                        lifting,
+                        function: Arc::clone(&function),
+                    });
+                    SizeChoice::Lifted { function, values }
+                }
+                _ => SizeChoice::Specialized,
+            }
+        } else {
+            SizeChoice::Specialized
+        };
+        if entry.samples.len() == KEPT_SAMPLES {
+            entry.samples.remove(0);
+        }
+        entry.samples.push(sites.clone());
+        choice
+    }
+}
