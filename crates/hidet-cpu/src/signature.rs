@@ -340,7 +340,12 @@ mod tests {
         let b = fb.tensor_param("b", DataType::F32, [16]);
         let c = fb.tensor_param("c", DataType::F32, [16]);
         let read = fb.view("read", DataType::F32, row_major([12]), a.at([4]).address());
-        let written = fb.view("written", DataType::F32, row_major([14]), b.at([2]).address());
+        let written = fb.view(
+            "written",
+            DataType::F32,
+            row_major([14]),
+            b.at([2]).address(),
+        );
         let nested = fb.view(
             "nested",
             DataType::F32,

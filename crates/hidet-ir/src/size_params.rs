@@ -630,7 +630,11 @@ mod tests {
         fb.for_range("r", ROWS, |fb, r| {
             fb.for_range("j", n, |fb, j| {
                 let weight = Expr::cast(&(&j + 1), DataType::F32);
-                fb.store(&row, [Expr::int(0), j.clone()], x.at([r.clone(), j]) * weight);
+                fb.store(
+                    &row,
+                    [Expr::int(0), j.clone()],
+                    x.at([r.clone(), j]) * weight,
+                );
             });
             let acc = fb.var("acc", Expr::f32(0.0));
             fb.for_range("j", n, |fb, j| {
@@ -646,7 +650,11 @@ mod tests {
             Arg::Buffer(Buffer::from_f64(DataType::F32, x)),
             Arg::Buffer(Buffer::zeros(DataType::F32, 3)),
         ];
-        args.extend(sizes.iter().map(|&v| Arg::Scalar(crate::interp::Scalar::Int(v))));
+        args.extend(
+            sizes
+                .iter()
+                .map(|&v| Arg::Scalar(crate::interp::Scalar::Int(v))),
+        );
         run_function(f, &mut args).expect("the kernel runs");
         match &args[1] {
             Arg::Buffer(out) => out.to_f64(),
@@ -663,15 +671,24 @@ mod tests {
         assert_ne!(s5.sites, s6.sites);
 
         let lifting = lifting_for(&[&s5, &s6]).expect("the sizes differ");
-        assert_eq!(lifting.groups.len(), 1, "every varying site holds n: {lifting:?}");
+        assert_eq!(
+            lifting.groups.len(),
+            1,
+            "every varying site holds n: {lifting:?}"
+        );
         assert_eq!(lifting.capacities.len(), 1, "the declared row: {lifting:?}");
         let lifted = lift(&weighted_row_sums(6), &lifting);
         assert_eq!(lifted.params.len(), 3, "x, out and n");
 
-        let values = s6.instance_of(&lifting, &s11).expect("11 columns fit 4 × 6");
+        let values = s6
+            .instance_of(&lifting, &s11)
+            .expect("11 columns fit 4 × 6");
         assert_eq!(values, vec![11]);
         let x: Vec<f64> = (0..33).map(|i| ((i * 7) % 13) as f64 - 6.5).collect();
-        assert_eq!(run(&lifted, &x, &values), run(&weighted_row_sums(11), &x, &[]));
+        assert_eq!(
+            run(&lifted, &x, &values),
+            run(&weighted_row_sums(11), &x, &[])
+        );
 
         assert_eq!(
             s6.instance_of(&lifting, &sites(25)),
