@@ -102,6 +102,8 @@ fn distinct_units(
         .map(|k| k.memo_key.filter(|_| !build_opts.dump_ir))
         .collect();
     let lowered: Vec<bool> = kernels.iter().map(|k| k.lowered).collect();
+    let lifted_sources: Vec<Option<Arc<std::sync::OnceLock<Arc<str>>>>> =
+        kernels.iter().map(|k| k.lifted_source.clone()).collect();
     let modules: Vec<IRModule> = kernels
         .into_iter()
         .map(|kernel| {
@@ -115,7 +117,11 @@ fn distinct_units(
     let indexed: Vec<(usize, &IRModule)> = modules.iter().enumerate().collect();
     let known: Vec<Option<Arc<str>>> = keys
         .iter()
-        .map(|k| k.as_ref().and_then(|k| memo.source(k)))
+        .zip(&lifted_sources)
+        .map(|(k, lifted)| match lifted {
+            Some(slot) => slot.get().cloned(),
+            None => k.as_ref().and_then(|k| memo.source(k)),
+        })
         .collect();
     let missing: Vec<usize> = (0..modules.len()).filter(|&i| known[i].is_none()).collect();
     let emitted = parallel_map(&indexed, jobs, Some(&missing), |&(i, m)| {
@@ -128,12 +134,15 @@ fn distinct_units(
     let sources: Vec<Result<String, crate::error::CpuError>> = emitted
         .into_iter()
         .zip(known)
-        .zip(&keys)
-        .map(|((fresh, known), key)| match known {
+        .zip(keys.iter().zip(&lifted_sources))
+        .map(|((fresh, known), (key, lifted))| match known {
             Some(source) => Ok(source.to_string()),
             None => {
                 if let (Ok(source), Some(key)) = (&fresh, key) {
                     memo.remember_source(key, source);
+                }
+                if let (Ok(source), Some(slot)) = (&fresh, lifted) {
+                    let _ = slot.set(Arc::from(source.as_str()));
                 }
                 fresh
             }
@@ -299,6 +308,9 @@ pub struct CpuKernel {
     /// The values of `function`'s size parameters, its last `sizes.len()` parameters, for
     /// this task ([`size_generic`]); empty for a kernel without them.
     pub sizes: Vec<i64>,
+    /// For a kernel with size parameters, its C source once emitted, shared with every
+    /// other instance of the same function.
+    pub lifted_source: Option<Arc<std::sync::OnceLock<Arc<str>>>>,
 }
 
 /// A graph output's storage: a vector with capacity for `len` elements and length 0 until
@@ -547,14 +559,22 @@ impl CpuBackend {
     /// ([`size_generic`]). A kernel that fails verification or lowering is left as it is
     /// (building it reports the failure).
     fn choose_sizes(&self, kernels: Vec<CpuKernel>, jobs: usize) -> Vec<CpuKernel> {
-        let todo: Vec<usize> = (0..kernels.len())
-            .filter(|&i| {
-                !kernels[i].lowered
-                    && kernels[i]
-                        .memo_key
-                        .is_some_and(|key| self.memo.source(&key).is_none())
-            })
-            .collect();
+        // Equal tasks (a network's repeated blocks) are lowered once: the first of each key.
+        let mut first_of: std::collections::HashMap<LoweringKey, usize> = Default::default();
+        let mut todo = Vec::new();
+        let mut lowered_as: Vec<Option<usize>> = vec![None; kernels.len()];
+        for (i, kernel) in kernels.iter().enumerate() {
+            let Some(key) = kernel.memo_key.filter(|_| !kernel.lowered) else {
+                continue;
+            };
+            if self.memo.source(&key).is_some() {
+                continue;
+            }
+            lowered_as[i] = Some(*first_of.entry(key).or_insert_with(|| {
+                todo.push(i);
+                i
+            }));
+        }
         let lowered = parallel_map(&kernels, jobs, Some(&todo), |k| {
             let function = crate::pipeline::verify_and_lower(k.function.clone())?;
             let sites = hidet_ir::size_params::Sites::of(&function)
@@ -563,14 +583,24 @@ impl CpuBackend {
         });
         kernels
             .into_iter()
-            .zip(lowered)
-            .map(|(mut kernel, lowered)| {
-                let Ok((function, sites)) = lowered else {
+            .zip(lowered_as)
+            .map(|(mut kernel, lowered_as)| {
+                let Some(Ok((function, sites))) = lowered_as.map(|i| &lowered[i]) else {
                     return kernel;
                 };
-                match self.sizes.choose(&kernel.function.name, &sites, &function) {
-                    SizeChoice::Specialized => kernel.function = function,
-                    SizeChoice::Lifted { function, values } => {
+                match self.sizes.choose(&kernel.function.name, sites, function) {
+                    SizeChoice::Specialized => {
+                        kernel.function = Function {
+                            name: std::mem::take(&mut kernel.function.name),
+                            ..function.clone()
+                        }
+                    }
+                    SizeChoice::Lifted {
+                        function,
+                        values,
+                        source,
+                    } => {
+                        kernel.lifted_source = Some(source);
                         let name = std::mem::take(&mut kernel.function.name);
                         kernel.function = Function {
                             name,
@@ -611,6 +641,7 @@ impl CpuBackend {
                         memo_key: None,
                         lowered: false,
                         sizes: Vec::new(),
+                        lifted_source: None,
                     });
                 }
                 TemplateOutcome::Refused(reason) if fused => {
@@ -655,6 +686,7 @@ impl CpuBackend {
                     memo_key: None,
                     lowered: false,
                     sizes: Vec::new(),
+                    lifted_source: None,
                 });
             }
             TemplateOutcome::Refused(reason) if fused => {
@@ -674,6 +706,7 @@ impl CpuBackend {
                 memo_key: None,
                 lowered: false,
                 sizes: Vec::new(),
+                lifted_source: None,
             }),
             Err(e) if fused => Err(BackendError::Refused {
                 task: task.name.clone(),
@@ -693,6 +726,7 @@ impl CpuBackend {
                     memo_key: None,
                     lowered: false,
                     sizes: Vec::new(),
+                    lifted_source: None,
                 })
             }
         }
@@ -733,6 +767,7 @@ impl Backend for CpuBackend {
                     memo_key: Some(key),
                     lowered: false,
                     sizes: Vec::new(),
+                    lifted_source: None,
                 });
             }
             Some(Lowered::Refused(reason)) => {

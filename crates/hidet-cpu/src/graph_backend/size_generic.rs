@@ -13,17 +13,19 @@
 //! instance of it (equal skeleton, equal constants outside the parameters, one value per
 //! parameter; checked per lowering, so a new size is never run on a kernel it does not
 //! match). A task lowered once or twice — a model used at one or two shapes — keeps its
-//! fully specialized kernels.
+//! fully specialized kernels; a task lifted once is known to change, and a new skeleton of
+//! it (a length whose remainder loop vanishes) is lifted from its second lowering.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use hidet_ir::function::Function;
 use hidet_ir::size_params::{lift, lifting_for, Lifting, Sites};
 
-/// Distinct lowerings of a task's skeleton seen before one is lifted.
+/// Distinct lowerings of a task's skeleton seen before one is lifted (one for a task lifted
+/// before under another skeleton: it is known to change).
 pub const MIN_SAMPLES: usize = 2;
 /// At most this many size parameters per lifted kernel.
 pub const MAX_PARAMS: usize = 8;
@@ -45,6 +47,8 @@ pub enum SizeChoice {
     Lifted {
         function: Arc<Function>,
         values: Vec<i64>,
+        /// The function's C source, once emitted (shared by every instance).
+        source: Arc<OnceLock<Arc<str>>>,
     },
 }
 
@@ -54,6 +58,7 @@ struct Lifted {
     base: Sites,
     lifting: Lifting,
     function: Arc<Function>,
+    source: Arc<OnceLock<Arc<str>>>,
 }
 
 #[derive(Debug, Default)]
@@ -63,10 +68,17 @@ struct Entry {
     lifts: u32,
 }
 
+#[derive(Debug, Default)]
+struct Entries {
+    by_skeleton: HashMap<(String, u64), Entry>,
+    /// Tasks lifted under some skeleton.
+    varying: HashSet<String>,
+}
+
 /// The lowerings a backend has seen per task and skeleton (shared by its clones).
 #[derive(Debug, Default)]
 pub struct SizeMemo {
-    entries: Mutex<HashMap<(String, u64), Entry>>,
+    entries: Mutex<Entries>,
 }
 
 impl SizeMemo {
@@ -78,11 +90,21 @@ impl SizeMemo {
         let key = (task.to_string(), hasher.finish());
         // A panic while holding the lock leaves every entry usable (each update completes
         // before the next starts), so a poisoned lock is still usable.
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.len() >= MAX_ENTRIES && !entries.contains_key(&key) {
-            entries.clear();
+        let mut guard = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let Entries {
+            by_skeleton,
+            varying,
+        } = &mut *guard;
+        if by_skeleton.len() >= MAX_ENTRIES && !by_skeleton.contains_key(&key) {
+            by_skeleton.clear();
+            varying.clear();
         }
-        let entry = entries.entry(key).or_default();
+        let needed = if varying.contains(task) {
+            1
+        } else {
+            MIN_SAMPLES
+        };
+        let entry = by_skeleton.entry(key).or_default();
         if entry
             .samples
             .first()
@@ -95,13 +117,14 @@ impl SizeMemo {
                 return SizeChoice::Lifted {
                     function: Arc::clone(&lifted.function),
                     values,
+                    source: Arc::clone(&lifted.source),
                 };
             }
         }
         if entry.samples.contains(sites) {
             return SizeChoice::Specialized;
         }
-        let choice = if entry.samples.len() >= MIN_SAMPLES && entry.lifts < MAX_LIFTS {
+        let choice = if entry.samples.len() >= needed && entry.lifts < MAX_LIFTS {
             let mut all: Vec<&Sites> = entry.samples.iter().collect();
             all.push(sites);
             match lifting_for(&all) {
@@ -111,12 +134,19 @@ impl SizeMemo {
                         .instance_of(&lifting, sites)
                         .expect("a lowering is an instance of the function lifted from it");
                     entry.lifts += 1;
+                    let source = Arc::<OnceLock<Arc<str>>>::default();
                     entry.lifted = Some(Lifted {
                         base: sites.clone(),
                         lifting,
                         function: Arc::clone(&function),
+                        source: Arc::clone(&source),
                     });
-                    SizeChoice::Lifted { function, values }
+                    varying.insert(task.to_string());
+                    SizeChoice::Lifted {
+                        function,
+                        values,
+                        source,
+                    }
                 }
                 _ => SizeChoice::Specialized,
             }
