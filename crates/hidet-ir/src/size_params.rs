@@ -97,15 +97,27 @@ impl Sites {
     /// equal, every group's sites hold one value in `other`, every lifted extent of a
     /// declared array is at least `other`'s, and every other site holds `self`'s constant.
     pub fn instance_of(&self, lifting: &Lifting, other: &Sites) -> Option<Vec<i64>> {
-        if self.skeleton != other.skeleton || self.sites.len() != other.sites.len() {
+        if self.skeleton != other.skeleton {
             return None;
         }
-        let mut covered = vec![false; self.sites.len()];
+        lifting.values(&self.sites, &other.sites)
+    }
+}
+
+impl Lifting {
+    /// [`Sites::instance_of`] for the sites of two lowerings whose skeletons the caller has
+    /// found equal: `base`, the lowering lifted, and `other`.
+    pub fn values(&self, base: &[Site], other: &[Site]) -> Option<Vec<i64>> {
+        let lifting = self;
+        if base.len() != other.len() {
+            return None;
+        }
+        let mut covered = vec![false; base.len()];
         let mut values = Vec::with_capacity(lifting.groups.len());
         for group in &lifting.groups {
-            let first = other.sites[*group.sites.first()?].value;
+            let first = other.get(*group.sites.first()?)?.value;
             for &s in &group.sites {
-                if other.sites[s].value != first || other.sites[s].dtype != group.dtype {
+                if other[s].value != first || other[s].dtype != group.dtype {
                     return None;
                 }
                 covered[s] = true;
@@ -113,12 +125,12 @@ impl Sites {
             values.push(first);
         }
         for &(s, capacity) in &lifting.capacities {
-            if other.sites[s].value > capacity {
+            if other[s].value > capacity {
                 return None;
             }
             covered[s] = true;
         }
-        let (mine, theirs) = (&self.sites, &other.sites);
+        let (mine, theirs) = (base, other);
         let fixed_equal = (0..mine.len()).all(|s| {
             covered[s] || (mine[s].value == theirs[s].value && mine[s].dtype == theirs[s].dtype)
         });
@@ -126,29 +138,26 @@ impl Sites {
     }
 }
 
-/// How to lift the function of `samples` (lowerings of equal skeletons) so that each is an
-/// instance: the exact sites where they do not all agree become parameters, grouped by the
-/// values they take across the samples (sites equal in every sample share one); the
-/// declared extents where they disagree become [`CAPACITY_GROWTH`] times the largest. `None`
-/// when the samples agree everywhere, their skeletons differ, or an array would exceed
-/// [`MAX_CAPACITY_BYTES`].
-pub fn lifting_for(samples: &[&Sites]) -> Option<Lifting> {
-    let first = samples.first()?;
-    if samples
-        .iter()
-        .any(|s| s.skeleton != first.skeleton || s.sites.len() != first.sites.len())
-    {
+/// How to lift the function of `samples` (the sites of lowerings whose skeletons the caller
+/// has found equal) so that each is an instance: the exact sites where they do not all agree
+/// become parameters, grouped by the values they take across the samples (sites equal in
+/// every sample share one); the declared extents where they disagree become
+/// [`CAPACITY_GROWTH`] times the largest. `None` when the samples agree everywhere, differ in
+/// length, or an array would exceed [`MAX_CAPACITY_BYTES`].
+pub fn lifting_for(samples: &[&[Site]]) -> Option<Lifting> {
+    let first = *samples.first()?;
+    if samples.iter().any(|s| s.len() != first.len()) {
         return None;
     }
     let mut lifting = Lifting::default();
     let mut by_values: HashMap<(DataType, Vec<i64>), usize> = HashMap::new();
-    for s in 0..first.sites.len() {
-        let values: Vec<i64> = samples.iter().map(|x| x.sites[s].value).collect();
+    for s in 0..first.len() {
+        let values: Vec<i64> = samples.iter().map(|x| x[s].value).collect();
         if values.iter().all(|&v| v == values[0]) {
             continue;
         }
-        let dtype = first.sites[s].dtype;
-        match first.sites[s].kind {
+        let dtype = first[s].dtype;
+        match first[s].kind {
             SiteKind::Capacity { unit_bytes } => {
                 let largest = values.iter().copied().max()?;
                 let capacity = largest.checked_mul(CAPACITY_GROWTH)?;
@@ -269,7 +278,7 @@ impl Walk {
             return self.ty(&Type::Tensor(t.clone()), false);
         };
         let _ = write!(self.skeleton, "array {:?} [", t.dtype);
-        let shape_before = shape;
+        let extents = shape;
         let element_bytes = i64::try_from(t.dtype.bytes()).unwrap_or(i64::MAX);
         let shape = shape
             .iter()
@@ -284,7 +293,7 @@ impl Walk {
                             unit_bytes: stride.saturating_mul(element_bytes),
                         },
                     });
-                    let _ = write!(self.skeleton, "cap#{dtype:?} ");
+                    let _ = write!(self.skeleton, "cap#{dtype} ");
                     match self.capacities.get(&site) {
                         Some(&capacity) => Expr::int_of(capacity, *dtype),
                         None => extent.clone(),
@@ -300,7 +309,7 @@ impl Walk {
         // it is left out of the skeleton: a row-major `[1, n, r]` array's outer stride `n·r`
         // is no reason to tell two lowerings apart.
         self.token(";");
-        for (extent, stride) in shape_before.iter().zip(&constant_strides) {
+        for (extent, stride) in extents.iter().zip(&constant_strides) {
             if extent.as_int() == Some(1) {
                 self.token("_");
             } else {
@@ -404,7 +413,7 @@ impl Walk {
                     dtype: *dtype,
                     kind: SiteKind::Exact,
                 });
-                let _ = write!(self.skeleton, "#{dtype:?} ");
+                let _ = write!(self.skeleton, "#{dtype} ");
                 self.replace
                     .get(&site)
                     .cloned()
@@ -670,7 +679,7 @@ mod tests {
         assert_eq!(s5.skeleton, s6.skeleton);
         assert_ne!(s5.sites, s6.sites);
 
-        let lifting = lifting_for(&[&s5, &s6]).expect("the sizes differ");
+        let lifting = lifting_for(&[&s5.sites, &s6.sites]).expect("the sizes differ");
         assert_eq!(
             lifting.groups.len(),
             1,
@@ -695,6 +704,9 @@ mod tests {
             None,
             "25 columns exceed the row's capacity of 24"
         );
-        assert!(lifting_for(&[&s5, &s5]).is_none(), "nothing varies");
+        assert!(
+            lifting_for(&[&s5.sites, &s5.sites]).is_none(),
+            "nothing varies"
+        );
     }
 }

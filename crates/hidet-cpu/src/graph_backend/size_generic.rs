@@ -16,13 +16,12 @@
 //! fully specialized kernels; a task lifted once is known to change, and a new skeleton of
 //! it (a length whose remainder loop vanishes) is lifted from its second lowering.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use hidet_ir::function::Function;
-use hidet_ir::size_params::{lift, lifting_for, Lifting, Sites};
+use hidet_ir::size_params::{lift, lifting_for, Lifting, Site, Sites};
+use sha2::{Digest, Sha256};
 
 /// Distinct lowerings of a task's skeleton seen before one is lifted (one for a task lifted
 /// before under another skeleton: it is known to change).
@@ -54,23 +53,25 @@ pub enum SizeChoice {
 
 #[derive(Debug)]
 struct Lifted {
-    /// The lowering the function was lifted from.
-    base: Sites,
+    /// The sites of the lowering the function was lifted from.
+    base: Vec<Site>,
     lifting: Lifting,
     function: Arc<Function>,
     source: Arc<OnceLock<Arc<str>>>,
 }
 
+/// What is remembered of one task's lowerings with one skeleton (known by its SHA-256, so a
+/// model's hundreds of tasks do not keep their skeletons' text).
 #[derive(Debug, Default)]
 struct Entry {
-    samples: Vec<Sites>,
+    samples: Vec<Vec<Site>>,
     lifted: Option<Lifted>,
     lifts: u32,
 }
 
 #[derive(Debug, Default)]
 struct Entries {
-    by_skeleton: HashMap<(String, u64), Entry>,
+    by_skeleton: HashMap<(String, [u8; 32]), Entry>,
     /// Tasks lifted under some skeleton.
     varying: HashSet<String>,
 }
@@ -85,9 +86,10 @@ impl SizeMemo {
     /// How to build `lowered`, the lowered kernel of task `task` taken apart as `sites`
     /// (see the module docs); remembers the lowering.
     pub fn choose(&self, task: &str, sites: &Sites, lowered: &Function) -> SizeChoice {
-        let mut hasher = DefaultHasher::new();
-        sites.skeleton.hash(&mut hasher);
-        let key = (task.to_string(), hasher.finish());
+        let key = (
+            task.to_string(),
+            Sha256::digest(sites.skeleton.as_bytes()).into(),
+        );
         // A panic while holding the lock leaves every entry usable (each update completes
         // before the next starts), so a poisoned lock is still usable.
         let mut guard = self.entries.lock().unwrap_or_else(|e| e.into_inner());
@@ -105,15 +107,8 @@ impl SizeMemo {
             MIN_SAMPLES
         };
         let entry = by_skeleton.entry(key).or_default();
-        if entry
-            .samples
-            .first()
-            .is_some_and(|s| s.skeleton != sites.skeleton)
-        {
-            return SizeChoice::Specialized;
-        }
         if let Some(lifted) = &entry.lifted {
-            if let Some(values) = lifted.base.instance_of(&lifted.lifting, sites) {
+            if let Some(values) = lifted.lifting.values(&lifted.base, &sites.sites) {
                 return SizeChoice::Lifted {
                     function: Arc::clone(&lifted.function),
                     values,
@@ -121,22 +116,22 @@ impl SizeMemo {
                 };
             }
         }
-        if entry.samples.contains(sites) {
+        if entry.samples.contains(&sites.sites) {
             return SizeChoice::Specialized;
         }
         let choice = if entry.samples.len() >= needed && entry.lifts < MAX_LIFTS {
-            let mut all: Vec<&Sites> = entry.samples.iter().collect();
-            all.push(sites);
+            let mut all: Vec<&[Site]> = entry.samples.iter().map(Vec::as_slice).collect();
+            all.push(&sites.sites);
             match lifting_for(&all) {
                 Some(lifting) if lifting.groups.len() <= MAX_PARAMS => {
                     let function = Arc::new(lift(lowered, &lifting));
-                    let values = sites
-                        .instance_of(&lifting, sites)
+                    let values = lifting
+                        .values(&sites.sites, &sites.sites)
                         .expect("a lowering is an instance of the function lifted from it");
                     entry.lifts += 1;
                     let source = Arc::<OnceLock<Arc<str>>>::default();
                     entry.lifted = Some(Lifted {
-                        base: sites.clone(),
+                        base: sites.sites.clone(),
                         lifting,
                         function: Arc::clone(&function),
                         source: Arc::clone(&source),
@@ -156,7 +151,7 @@ impl SizeMemo {
         if entry.samples.len() == KEPT_SAMPLES {
             entry.samples.remove(0);
         }
-        entry.samples.push(sites.clone());
+        entry.samples.push(sites.sites.clone());
         choice
     }
 }
