@@ -27,7 +27,7 @@ use sha2::{Digest, Sha256};
 /// before under another skeleton: it is known to change).
 pub const MIN_SAMPLES: usize = 2;
 /// At most this many size parameters per lifted kernel.
-pub const MAX_PARAMS: usize = 8;
+pub const MAX_PARAMS: usize = 16;
 /// At most this many lifted kernels per task and skeleton (a new one replaces the last
 /// when a lowering varies at sites the last kept fixed).
 pub const MAX_LIFTS: u32 = 8;
