@@ -112,6 +112,7 @@ impl Scalar {
 }
 
 /// Storage for one scalar argument with the alignment of any C scalar.
+#[derive(Clone, Copy, Debug, PartialEq)]
 #[repr(C, align(8))]
 pub(crate) struct ScalarSlot(pub(crate) [u8; 8]);
 

@@ -383,6 +383,8 @@ pub struct CpuGraphModule {
 pub(crate) struct BoundSizes {
     /// One value per size parameter, in order (the kernel's last parameters).
     values: Vec<crate::arg::Scalar>,
+    /// The values as the packed calling convention passes them (by address), one per value.
+    slots: Vec<crate::arg::ScalarSlot>,
     /// Elements each tensor parameter spans under these values, in parameter order.
     elements: Vec<usize>,
 }
@@ -408,6 +410,7 @@ impl BoundSizes {
             })
             .collect::<Result<_, _>>()?;
         Ok(BoundSizes {
+            slots: scalars.iter().map(|s| s.to_slot()).collect(),
             values: scalars,
             elements,
         })
@@ -429,6 +432,7 @@ impl BoundSizes {
             ));
         }
         Ok(BoundSizes {
+            slots: scalars.iter().map(|s| s.to_slot()).collect(),
             values: scalars,
             elements,
         })
@@ -944,24 +948,17 @@ impl Backend for CpuBackend {
         args: &[u64],
     ) -> Result<(), BackendError> {
         let (_, handle) = module.handle(kernel)?;
-        let sizes: &[crate::arg::Scalar] = module
+        let slots: &[crate::arg::ScalarSlot] = module
             .bound
             .get(kernel)
             .and_then(Option::as_ref)
-            .map_or(&[], |b| &b.values);
-        let slots: [crate::arg::ScalarSlot; size_generic::MAX_PARAMS] = std::array::from_fn(|i| {
-            sizes
-                .get(i)
-                .map_or(crate::arg::ScalarSlot([0; 8]), |s| s.to_slot())
-        });
-        let count = args.len() + sizes.len();
+            .map_or(&[], |b| &b.slots);
+        let count = args.len() + slots.len();
         const INLINE: usize = 32;
         let mut inline = [std::ptr::null_mut::<c_void>(); INLINE];
         let heap: Vec<*mut c_void>;
         // Size values are passed by the address of their slot; the kernel only reads them.
-        let size_pointers = slots[..sizes.len()]
-            .iter()
-            .map(|slot| slot.0.as_ptr() as *mut c_void);
+        let size_pointers = slots.iter().map(|slot| slot.0.as_ptr() as *mut c_void);
         let all = args
             .iter()
             .map(|a| *a as usize as *mut c_void)
@@ -979,7 +976,8 @@ impl Backend for CpuBackend {
         // `check_args` for this kernel — the kernel runs on this CPU, count, sizes under the
         // kernel's size values, writability — and point into live arenas with no overlap
         // and exclusive access to written buffers; the size values follow as pointers to
-        // slots of their parameters' exact types (`BoundSizes::of`), alive through the call.
+        // slots of their parameters' exact types (`BoundSizes`), held by the module through
+        // the call and only read by the kernel.
         unsafe { handle.call_packed(pointers) };
         Ok(())
     }

@@ -108,13 +108,12 @@ impl Lifting {
     /// [`Sites::instance_of`] for the sites of two lowerings whose skeletons the caller has
     /// found equal: `base`, the lowering lifted, and `other`.
     pub fn values(&self, base: &[Site], other: &[Site]) -> Option<Vec<i64>> {
-        let lifting = self;
         if base.len() != other.len() {
             return None;
         }
         let mut covered = vec![false; base.len()];
-        let mut values = Vec::with_capacity(lifting.groups.len());
-        for group in &lifting.groups {
+        let mut values = Vec::with_capacity(self.groups.len());
+        for group in &self.groups {
             let first = other.get(*group.sites.first()?)?.value;
             for &s in &group.sites {
                 if other[s].value != first || other[s].dtype != group.dtype {
@@ -124,7 +123,7 @@ impl Lifting {
             }
             values.push(first);
         }
-        for &(s, capacity) in &lifting.capacities {
+        for &(s, capacity) in &self.capacities {
             if other[s].value > capacity {
                 return None;
             }
