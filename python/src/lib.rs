@@ -12,6 +12,11 @@
 //! - Errors: `HidetError` and its subclasses, whose message is the one the `hidet`
 //!   command-line tool prints after `error: ` for the same failure.
 
+/// The allocator of the `hidet` command-line tool, for the same reason: compiling a new
+/// input shape allocates and frees many small objects, which mimalloc serves faster.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 

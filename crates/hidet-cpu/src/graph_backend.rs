@@ -149,27 +149,30 @@ fn distinct_units(
         })
         .collect();
     let mut units: Vec<Unit> = Vec::new();
-    let mut by_source: std::collections::HashMap<String, usize> = Default::default();
+    // Units by source; equal C may still differ in the parameters' shapes, which the loaded
+    // kernel checks, so a kernel joins a unit of its source only with equal parameter types.
+    let mut by_source: std::collections::HashMap<String, Vec<usize>> = Default::default();
     for (k, (module, source)) in modules.into_iter().zip(sources).enumerate() {
         let source = source?;
-        // Equal C may still differ in the parameters' shapes, which the loaded kernel checks.
-        let params: Vec<String> = module.functions[0]
-            .params
-            .iter()
-            .map(|p| format!("{:?}", p.ty()))
-            .collect();
-        let key = format!("{}\u{1f}{source}", params.join("\u{1f}"));
-        match by_source.get(&key) {
-            Some(&u) => units[u].kernels.push(k),
-            None => {
-                by_source.insert(key, units.len());
-                units.push(Unit {
-                    module,
-                    source,
-                    kernels: vec![k],
-                });
-            }
+        let params = &module.functions[0].params;
+        let same_params = |unit: &Unit| {
+            let theirs = &unit.module.functions[0].params;
+            theirs.len() == params.len() && theirs.iter().zip(params).all(|(a, b)| a.ty() == b.ty())
+        };
+        let candidates = by_source.get(&source).map_or(&[][..], Vec::as_slice);
+        if let Some(&u) = candidates.iter().find(|&&u| same_params(&units[u])) {
+            units[u].kernels.push(k);
+            continue;
         }
+        by_source
+            .entry(source.clone())
+            .or_default()
+            .push(units.len());
+        units.push(Unit {
+            module,
+            source,
+            kernels: vec![k],
+        });
     }
     Ok(units)
 }

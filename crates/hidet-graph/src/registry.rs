@@ -61,8 +61,10 @@ impl ExpansionSchema {
 /// Maps (domain, op_type, opset) to operator constructors or expansions.
 #[derive(Default)]
 pub struct Registry {
-    ops: BTreeMap<(String, String), Vec<OpSchema>>,
-    expansions: BTreeMap<(String, String), Vec<ExpansionSchema>>,
+    /// By domain, then op type (looked up without building a key: every node of every graph
+    /// built is looked up).
+    ops: BTreeMap<String, BTreeMap<String, Vec<OpSchema>>>,
+    expansions: BTreeMap<String, BTreeMap<String, Vec<ExpansionSchema>>>,
 }
 
 /// `"ai.onnx"` and `""` name the same domain; hidet stores `""`.
@@ -106,7 +108,12 @@ impl Registry {
     {
         let key = (normalize_domain(domain).to_string(), op_type.to_string());
         self.assert_free(&key, &opsets);
-        let list = self.ops.entry(key.clone()).or_default();
+        let list = self
+            .ops
+            .entry(key.0.clone())
+            .or_default()
+            .entry(key.1.clone())
+            .or_default();
         list.push(OpSchema {
             domain: key.0,
             op_type: key.1,
@@ -133,7 +140,12 @@ impl Registry {
     {
         let key = (normalize_domain(domain).to_string(), op_type.to_string());
         self.assert_free(&key, &opsets);
-        let list = self.expansions.entry(key.clone()).or_default();
+        let list = self
+            .expansions
+            .entry(key.0.clone())
+            .or_default()
+            .entry(key.1.clone())
+            .or_default();
         list.push(ExpansionSchema {
             domain: key.0,
             op_type: key.1,
@@ -145,17 +157,14 @@ impl Registry {
 
     /// Panics if `opsets` overlaps a constructor or an expansion registered for `key`.
     fn assert_free(&self, key: &(String, String), opsets: &RangeInclusive<i64>) {
+        let (domain, op_type) = (key.0.as_str(), key.1.as_str());
         let taken = self
-            .ops
-            .get(key)
-            .into_iter()
-            .flatten()
+            .lookup_all(domain, op_type)
+            .iter()
             .map(|s| &s.opsets)
             .chain(
-                self.expansions
-                    .get(key)
-                    .into_iter()
-                    .flatten()
+                self.lookup_all_expansions(domain, op_type)
+                    .iter()
                     .map(|s| &s.opsets),
             );
         for r in taken {
@@ -169,11 +178,25 @@ impl Registry {
 
     /// The registration handling `op_type` at model opset `opset`, if any.
     pub fn lookup(&self, domain: &str, op_type: &str, opset: i64) -> Option<&OpSchema> {
-        let key = (normalize_domain(domain).to_string(), op_type.to_string());
-        self.ops
-            .get(&key)?
+        self.lookup_all(domain, op_type)
             .iter()
             .find(|s| s.opsets.contains(&opset))
+    }
+
+    /// Every registration of `op_type` in `domain`, by opset.
+    fn lookup_all(&self, domain: &str, op_type: &str) -> &[OpSchema] {
+        self.ops
+            .get(normalize_domain(domain))
+            .and_then(|ops| ops.get(op_type))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Every expansion of `op_type` in `domain`, by opset.
+    fn lookup_all_expansions(&self, domain: &str, op_type: &str) -> &[ExpansionSchema] {
+        self.expansions
+            .get(normalize_domain(domain))
+            .and_then(|ops| ops.get(op_type))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// The expansion handling `op_type` at model opset `opset`, if any.
@@ -183,9 +206,7 @@ impl Registry {
         op_type: &str,
         opset: i64,
     ) -> Option<&ExpansionSchema> {
-        let key = (normalize_domain(domain).to_string(), op_type.to_string());
-        self.expansions
-            .get(&key)?
+        self.lookup_all_expansions(domain, op_type)
             .iter()
             .find(|s| s.opsets.contains(&opset))
     }
@@ -199,12 +220,15 @@ impl Registry {
 
     /// Every registration, sorted by domain, op type and opset.
     pub fn schemas(&self) -> impl Iterator<Item = &OpSchema> {
-        self.ops.values().flatten()
+        self.ops.values().flat_map(BTreeMap::values).flatten()
     }
 
     /// Every expansion, sorted by domain, op type and opset.
     pub fn expansions(&self) -> impl Iterator<Item = &ExpansionSchema> {
-        self.expansions.values().flatten()
+        self.expansions
+            .values()
+            .flat_map(BTreeMap::values)
+            .flatten()
     }
 }
 

@@ -385,11 +385,18 @@ pub struct CompiledModel {
 }
 
 /// Hands heap memory the process has freed back to the system, so its resident size is
-/// what it still holds: glibc otherwise keeps freed blocks below its mmap threshold (which
-/// rises as large blocks are freed) for later allocations. [`Model::compile`] calls it; call
-/// it again after dropping the [`Model`] of a compiled model of fixed input shapes, whose
-/// repacked weights that frees. Does nothing where the C library is not glibc.
+/// what it still holds: both allocators a process using hidet may run on keep freed blocks
+/// for later allocations, glibc's malloc (below its mmap threshold, which rises as large
+/// blocks are freed) and mimalloc (the allocator of the `hidet` tool and the Python module,
+/// until its purge delay passes). [`Model::compile`] calls it; call it again after dropping
+/// the [`Model`] of a compiled model of fixed input shapes, whose repacked weights that
+/// frees. glibc's part does nothing where the C library is not glibc.
 pub fn return_freed_memory() {
+    // SAFETY: `mi_collect` has no preconditions; it frees what mimalloc's heaps hold unused
+    // (nothing when mimalloc is not the allocator).
+    unsafe {
+        libmimalloc_sys::mi_collect(true);
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: `malloc_trim` has no preconditions; it only releases free heap pages.
     unsafe {

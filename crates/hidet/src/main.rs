@@ -4,6 +4,11 @@
 
 mod cli;
 
+/// Compiling a model allocates and frees many small IR and graph objects; mimalloc serves them
+/// faster than glibc's malloc (a new input shape of a dynamic-axes model compiles ~1.4x faster).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

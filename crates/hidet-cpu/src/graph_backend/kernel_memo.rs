@@ -4,7 +4,7 @@
 //! cache length), are lowered and printed as C once.
 //!
 //! A task is known by its [`LoweringKey`]: everything [`CpuBackend::lower`] reads of it —
-//! its composed definition up to names ([`canonical_text`]), its kernel name without the
+//! its composed definition up to names ([`canonical_digest`]), its kernel name without the
 //! position ([`content_name`]: the name is the C symbol), its anchor operator and operand
 //! layouts, whether it is fused — and the threads it is scheduled for. Two tasks with equal
 //! keys compute the same thing on the same shapes with the same parameters, so either's
@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use hidet_graph::fusion::fingerprint::canonical_text;
+use hidet_graph::fusion::fingerprint::canonical_digest;
 use hidet_graph::fusion::{content_name, FusedTask};
 use hidet_ir::function::Function;
 use sha2::{Digest, Sha256};
@@ -50,7 +50,7 @@ impl LoweringKey {
             part(&anchor.op_type);
             part(&format!("{:?}", anchor.layouts));
         }
-        part(&canonical_text(&task.def));
+        hash.update(canonical_digest(&task.def));
         LoweringKey(hash.finalize().into())
     }
 }
