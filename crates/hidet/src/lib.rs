@@ -8,6 +8,7 @@
 //! conformance test both use it. [`zoo`] builds the paper's models (and small test models)
 //! with the graph API and seeded random weights.
 
+pub mod allocator;
 pub mod api;
 pub mod pipeline;
 pub mod zoo;

@@ -4,10 +4,16 @@
 
 mod cli;
 
-/// Compiling a model allocates and frees many small IR and graph objects; mimalloc serves them
-/// faster than glibc's malloc (a new input shape of a dynamic-axes model compiles ~1.4x faster).
+/// See `hidet::allocator`.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: hidet::allocator::MiMalloc = hidet::allocator::MiMalloc;
+
+/// Configures the allocator when the program is loaded, before its first allocation (see
+/// `hidet::allocator::configure_mimalloc`).
+#[cfg(target_os = "linux")]
+#[used]
+#[link_section = ".init_array"]
+static CONFIGURE_ALLOCATOR: extern "C" fn() = hidet::allocator::configure_mimalloc_at_load;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
