@@ -6,6 +6,7 @@
 //! number.
 
 use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 
 use crate::dispatch_numeric;
 use crate::dtype::DType;
@@ -81,35 +82,79 @@ impl TopK {
         }
     }
 
+    /// The `k` best elements of every lane and their indices, best first: one pass over the
+    /// lane keeps the `k` best seen so far in a heap whose top is the worst of them, so an
+    /// element that does not make it costs one comparison. Ranked by value, then by ascending
+    /// index, a total order, so the result is the one a stable sort would give.
     fn select<T: Element>(&self, xs: &[T], lanes: &Lanes, k: usize) -> (Vec<T>, Vec<i64>) {
         let n = lanes.count() * k;
         let (mut vals, mut idxs) = (vec![T::default(); n], vec![0i64; n]);
-        let mut order: Vec<usize> = Vec::with_capacity(lanes.len);
         let out = Lanes {
             outer: lanes.outer,
             len: k,
             inner: lanes.inner,
         };
         for lane in 0..lanes.count() {
-            order.clear();
-            order.extend(0..lanes.len);
-            // Stable sort: ties stay in ascending index order.
-            order.sort_by(|&a, &b| {
-                let o = rank_cmp(&xs[lanes.at(lane, a)], &xs[lanes.at(lane, b)]);
-                if self.largest {
-                    o.reverse()
-                } else {
-                    o
+            if k == 0 {
+                continue;
+            }
+            let mut kept: BinaryHeap<Ranked<T>> = BinaryHeap::with_capacity(k);
+            for index in 0..lanes.len {
+                let candidate = Ranked {
+                    value: xs[lanes.at(lane, index)],
+                    index,
+                    largest: self.largest,
+                };
+                if kept.len() < k {
+                    kept.push(candidate);
+                } else if let Some(mut worst) = kept.peek_mut() {
+                    if candidate < *worst {
+                        *worst = candidate;
+                    }
                 }
-            });
-            for (j, &src) in order.iter().take(k).enumerate() {
-                vals[out.at(lane, j)] = xs[lanes.at(lane, src)];
-                idxs[out.at(lane, j)] = src as i64;
+            }
+            for (j, ranked) in kept.into_sorted_vec().into_iter().enumerate() {
+                vals[out.at(lane, j)] = ranked.value;
+                idxs[out.at(lane, j)] = ranked.index as i64;
             }
         }
         (vals, idxs)
     }
 }
+
+/// An element of a lane, ordered best first: by value ([`rank_cmp`], descending when
+/// `largest`), then by ascending index.
+struct Ranked<T> {
+    value: T,
+    index: usize,
+    largest: bool,
+}
+
+impl<T: PartialOrd> Ord for Ranked<T> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let by_value = rank_cmp(&self.value, &other.value);
+        let by_value = if self.largest {
+            by_value.reverse()
+        } else {
+            by_value
+        };
+        by_value.then(self.index.cmp(&other.index))
+    }
+}
+
+impl<T: PartialOrd> PartialOrd for Ranked<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<T: PartialOrd> PartialEq for Ranked<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl<T: PartialOrd> Eq for Ranked<T> {}
 
 impl Operator for TopK {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<TensorType>, OpError> {
@@ -198,6 +243,53 @@ mod tests {
         let (v, i) = run(false, -1, &x, 2).unwrap();
         assert_eq!(v.as_slice::<i32>().unwrap(), &[1, 2, -1, 0]);
         assert_eq!(i.as_slice::<i64>().unwrap(), &[1, 3, 1, 0]);
+    }
+
+    #[test]
+    fn selection_matches_a_stable_sort_on_long_lanes_with_ties_and_nans() {
+        // Lanes of 5003 elements drawn from 17 integers and NaN (many ties), along a middle
+        // axis; the reference ranks each lane with a stable sort.
+        let (outer, len, inner) = (2usize, 5003usize, 3usize);
+        let v: Vec<f32> = random(9, outer * len * inner)
+            .into_iter()
+            .map(|f| {
+                let bucket = ((f + 1.0) * 6.0).floor();
+                if bucket >= 11.0 {
+                    f32::NAN
+                } else {
+                    bucket as f32
+                }
+            })
+            .collect();
+        let x = Tensor::new(vec![outer, len, inner], v.clone()).unwrap();
+        for largest in [true, false] {
+            for k in [0usize, 1, 37, len] {
+                let (vals, idx) = run(largest, 1, &x, k as i64).unwrap();
+                let (vals, idx) = (
+                    vals.as_slice::<f32>().unwrap(),
+                    idx.as_slice::<i64>().unwrap(),
+                );
+                for o in 0..outer {
+                    for i in 0..inner {
+                        let at = |m: usize| v[(o * len + m) * inner + i];
+                        let mut order: Vec<usize> = (0..len).collect();
+                        order.sort_by(|&a, &b| {
+                            let c = rank_cmp(&at(a), &at(b));
+                            if largest {
+                                c.reverse()
+                            } else {
+                                c
+                            }
+                        });
+                        for (j, &m) in order.iter().take(k).enumerate() {
+                            let out = (o * k + j) * inner + i;
+                            assert_eq!(idx[out], m as i64, "largest {largest} k {k} lane {o},{i}");
+                            assert_eq!(vals[out].to_bits(), at(m).to_bits());
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
