@@ -12,16 +12,8 @@
 //! - Errors: `HidetError` and its subclasses, whose message is the one the `hidet`
 //!   command-line tool prints after `error: ` for the same failure.
 
-/// The allocator of the `hidet` command-line tool (see `hidet::allocator`).
-#[global_allocator]
-static ALLOCATOR: hidet::allocator::MiMalloc = hidet::allocator::MiMalloc;
-
-/// Configures the allocator when the module is loaded, before its first allocation (see
-/// `hidet::allocator::configure_mimalloc`).
-#[cfg(target_os = "linux")]
-#[used]
-#[link_section = ".init_array"]
-static CONFIGURE_ALLOCATOR: extern "C" fn() = hidet::allocator::configure_mimalloc_at_load;
+// mimalloc, configured at load (see `hidet::allocator`).
+hidet::use_mimalloc!();
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

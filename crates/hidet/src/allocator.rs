@@ -1,8 +1,8 @@
 //! mimalloc, the global allocator of the `hidet` tool and of the Python module: compiling a
 //! model (once per new set of input shapes for a dynamic-axes model) allocates and frees many
 //! small graph and IR objects, which mimalloc serves about 1.4x faster than glibc's malloc.
-//! The library itself sets no global allocator; an embedding program chooses its own (with
-//! [`MiMalloc`] and [`configure_mimalloc`], the tool's choice).
+//! The library itself sets no global allocator; an embedding program chooses its own
+//! ([`use_mimalloc!`](crate::use_mimalloc) makes the tool's choice).
 
 pub use mimalloc::MiMalloc;
 
@@ -32,6 +32,23 @@ pub fn configure_mimalloc() {
 /// library's `.init_array`, which the loader runs before anything is allocated.
 pub extern "C" fn configure_mimalloc_at_load() {
     configure_mimalloc();
+}
+
+/// Declares [`MiMalloc`] the global allocator of the program or shared library it is
+/// expanded in (at most once, at the crate's root), configured by [`configure_mimalloc`] from
+/// `.init_array` on Linux, before the first allocation: the `hidet` tool's and the Python
+/// module's allocator.
+#[macro_export]
+macro_rules! use_mimalloc {
+    () => {
+        #[global_allocator]
+        static ALLOCATOR: $crate::allocator::MiMalloc = $crate::allocator::MiMalloc;
+
+        #[cfg(target_os = "linux")]
+        #[used]
+        #[link_section = ".init_array"]
+        static CONFIGURE_ALLOCATOR: extern "C" fn() = $crate::allocator::configure_mimalloc_at_load;
+    };
 }
 
 #[cfg(test)]

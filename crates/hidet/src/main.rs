@@ -4,16 +4,8 @@
 
 mod cli;
 
-/// See `hidet::allocator`.
-#[global_allocator]
-static ALLOCATOR: hidet::allocator::MiMalloc = hidet::allocator::MiMalloc;
-
-/// Configures the allocator when the program is loaded, before its first allocation (see
-/// `hidet::allocator::configure_mimalloc`).
-#[cfg(target_os = "linux")]
-#[used]
-#[link_section = ".init_array"]
-static CONFIGURE_ALLOCATOR: extern "C" fn() = hidet::allocator::configure_mimalloc_at_load;
+// mimalloc, configured at load (see `hidet::allocator`).
+hidet::use_mimalloc!();
 
 use std::path::PathBuf;
 use std::process::ExitCode;
