@@ -243,29 +243,44 @@ fn level_zero_covers_the_columns_of_a_gathered_product() {
 
 /// A gathered product stored column-major takes the widest 8-row tile (one 8-float vector
 /// store per tile column) when that is at least three vectors wide and the product fills it:
-/// AVX-512's `8 × 48` for 48 columns or more, nothing narrower, nothing on AVX2.
+/// AVX-512's `8 × 48` for 48 columns or more. A narrower product at least
+/// `DEEP_COLUMN_STORE` deep takes the narrowest 8-row tile of two or more vectors covering it
+/// (AVX-512's `8 × 32` for up to 32 columns), with the space's preferred blocks; a shallow one
+/// nothing, and AVX2 (no 8-row tile of two vectors) nothing.
 #[test]
 fn level_zero_stores_gathered_columns_with_eight_rows() {
     use hidet_cpu::templates::matmul::heuristic_for_gathered_rows_stored_by_column as pick;
+    use hidet_cpu::templates::matmul::DEEP_COLUMN_STORE as DEEP;
     for target in targets() {
         let lanes = i64::from(target.f32_lanes());
         for n in [1, 27, 32, 47, 48, 64, 200] {
-            let Some(s) = pick(&target, 2, n) else {
-                continue;
-            };
-            s.validate().expect("a valid schedule");
-            assert!(matmul_space(&target, 2).contains(&s), "n = {n}: {s:?}");
-            assert_eq!(s.mr, 8);
-            assert!(s.nr >= 3 * lanes && s.nr <= n, "n = {n}: {s:?}");
+            for k in [27, DEEP - 1, DEEP, 147] {
+                let Some(s) = pick(&target, 2, n, k) else {
+                    continue;
+                };
+                s.validate().expect("a valid schedule");
+                assert!(
+                    matmul_space(&target, 2).contains(&s),
+                    "n = {n}, k = {k}: {s:?}"
+                );
+                assert_eq!(s.mr, 8);
+                let wide = s.nr >= 3 * lanes && s.nr <= n;
+                let deep_narrow = k >= DEEP && n < 3 * lanes && s.nr >= n && s.nr >= 2 * lanes;
+                assert!(wide || deep_narrow, "n = {n}, k = {k}: {s:?}");
+            }
         }
     }
     let all = targets();
     let (avx2, avx512) = (&all[1], &all[2]);
-    let tile = |target, n| pick(target, 2, n).map(|s| (s.mr, s.nr));
-    assert_eq!(tile(avx512, 64), Some((8, 48)));
-    assert_eq!(tile(avx512, 48), Some((8, 48)));
-    assert_eq!(tile(avx512, 32), None);
-    assert_eq!(tile(avx2, 64), None);
+    let tile = |target, n, k| pick(target, 2, n, k).map(|s| (s.mr, s.nr));
+    assert_eq!(tile(avx512, 64, 27), Some((8, 48)));
+    assert_eq!(tile(avx512, 48, 147), Some((8, 48)));
+    assert_eq!(tile(avx512, 32, 27), None);
+    assert_eq!(tile(avx512, 32, DEEP - 1), None);
+    assert_eq!(tile(avx512, 32, 147), Some((8, 32)));
+    assert_eq!(tile(avx512, 40, 147), Some((8, 48)));
+    assert_eq!(tile(avx2, 64, 27), None);
+    assert_eq!(tile(avx2, 16, 147), None);
 }
 
 /// The graph passes make a convolution with up to 64 output channels direct on every target,

@@ -281,7 +281,9 @@ impl Tunable for MatmulTask {
         let (target, n) = (&self.target, self.shape.n);
         let gathered = if gathered {
             by_column
-                .then(|| heuristic_for_gathered_rows_stored_by_column(target, threads, n))
+                .then(|| {
+                    heuristic_for_gathered_rows_stored_by_column(target, threads, n, self.shape.k)
+                })
                 .flatten()
                 .or_else(|| heuristic_for_gathered_rows(target, threads, n))
         } else {

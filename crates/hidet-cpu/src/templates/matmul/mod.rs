@@ -46,7 +46,7 @@ pub use schedule::{
 pub use space::{
     heuristic_for_gathered_rows, heuristic_for_gathered_rows_stored_by_column,
     heuristic_for_product, heuristic_for_rows, matmul_candidates, matmul_space, micro_kernels,
-    product_cost, with_depth,
+    product_cost, with_depth, DEEP_COLUMN_STORE,
 };
 
 use crate::error::TemplateError;

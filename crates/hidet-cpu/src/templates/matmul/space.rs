@@ -211,19 +211,54 @@ pub fn heuristic_for_gathered_rows(
 /// columns and 5.6 ms with `14 × 32`; ResNet-50's 7×7 stem 0.91 ms against 1.50 ms; Inception-V3's (27 deep, 32 channels) 0.49 ms with
 /// `8 × 32` against 0.34 ms with `14 × 32` stored by rows; on AVX2, the one-vector `8 × 8`
 /// tile makes SqueezeNet's stem 1.3× slower.
+///
+/// A product too narrow for such a tile (`n` below three vectors) but at least
+/// [`DEEP_COLUMN_STORE`] deep takes the narrowest tile of [`COLUMN_STORE_ROWS`] rows and two or
+/// more vectors that covers `n`, with the space's preferred cache blocks: its multiply-adds
+/// then outweigh its stores, which are a vector per column instead of scalars 64 KiB apart.
+/// Measured on AVX-512 (2 threads, `scripts/ab_binaries.py`): a 7×7 stride-2 convolution of 3
+/// channels to 32 at 256² (`K` = 147) 1.47 → 1.21 ms with `8 × 32` (`mc` 192; with the
+/// default's blocks it was no faster), DETR's backbone 3.02 → 2.44 ms; at `K` = 27 (3×3 stems
+/// of 32 channels) level-1 tuning keeps `14 × 32` stored by rows or gains under 1.1×.
 pub fn heuristic_for_gathered_rows_stored_by_column(
     target: &CpuTarget,
     threads: i64,
     n: i64,
+    k: i64,
 ) -> Option<MatmulSchedule> {
     let default = MatmulSchedule::for_target(target, threads);
     let lanes = i64::from(target.f32_lanes());
-    let (mr, nr) = micro_kernels(target)
+    let column_tiles = micro_kernels(target)
         .into_iter()
-        .filter(|&(mr, nr)| mr == COLUMN_STORE_ROWS && nr >= 3 * lanes && nr <= n)
-        .max_by_key(|&(_, nr)| nr)?;
-    Some(default.with_tile(mr, nr))
+        .filter(|&(mr, _)| mr == COLUMN_STORE_ROWS);
+    if let Some((mr, nr)) = column_tiles
+        .clone()
+        .filter(|&(_, nr)| nr >= 3 * lanes && nr <= n)
+        .max_by_key(|&(_, nr)| nr)
+    {
+        return Some(default.with_tile(mr, nr));
+    }
+    let (mr, nr) = column_tiles
+        .filter(|&(_, nr)| nr >= 2 * lanes && nr >= n)
+        .min_by_key(|&(_, nr)| nr)
+        .filter(|_| k >= DEEP_COLUMN_STORE && n < 3 * lanes)?;
+    let (mc, nc) = PREFERRED_BLOCK;
+    Some(MatmulSchedule::new(
+        mr,
+        nr,
+        default.lanes,
+        round_up(mc, mr),
+        round_up(nc, nr),
+        default.kc,
+        threads,
+    ))
 }
+
+/// The depth from which a product gathered in place and stored by column, too narrow for a
+/// three-vector tile, takes a [`COLUMN_STORE_ROWS`]-row tile anyway (see
+/// [`heuristic_for_gathered_rows_stored_by_column`]): between the 27 measured to keep the row
+/// store and the 147 measured to gain from the column store.
+pub const DEEP_COLUMN_STORE: i64 = 96;
 
 /// Every schedule of the space for `target` and `threads` (tuning level 2),
 /// with [`MatmulSchedule::for_target`] first. Each is valid and correct on
