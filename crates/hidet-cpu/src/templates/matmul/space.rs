@@ -238,10 +238,12 @@ pub fn heuristic_for_gathered_rows_stored_by_column(
     {
         return Some(default.with_tile(mr, nr));
     }
+    if k < DEEP_COLUMN_STORE || n >= 3 * lanes {
+        return None;
+    }
     let (mr, nr) = column_tiles
         .filter(|&(_, nr)| nr >= 2 * lanes && nr >= n)
-        .min_by_key(|&(_, nr)| nr)
-        .filter(|_| k >= DEEP_COLUMN_STORE && n < 3 * lanes)?;
+        .min_by_key(|&(_, nr)| nr)?;
     let (mc, nc) = PREFERRED_BLOCK;
     Some(MatmulSchedule::new(
         mr,
