@@ -105,18 +105,40 @@ impl Graph {
     }
 
     /// This graph with runtime input `i` fixed at `shapes[i]` (one entry per input, in input
-    /// order; ignored for sequence and optional inputs), every type inferred again with
-    /// operators from `registry`. Requires a graph whose every node the registry builds from
-    /// its domain, type, opset and attributes (an imported graph; graph passes may add
-    /// internal operators that it does not). Promises: the same inputs, outputs, node names
-    /// and initializers (shared, not copied); an error naming the input and the dimension
-    /// when a shape contradicts a fixed dimension or a symbol bound by another input, and
-    /// naming the node when inference rejects the bound shapes.
+    /// order; ignored for sequence and optional inputs), every type and import-time constant
+    /// inferred again. Nodes without subgraphs keep their operators (inferred again in place,
+    /// without a registry); a graph with subgraphs is rebuilt with operators
+    /// from `registry` ([`Graph::rebuilt_with_input_shapes`]), which then must build every
+    /// node from its domain, type, opset and attributes (an imported graph; graph passes may
+    /// add internal operators that it does not). Promises: the same inputs, outputs, node
+    /// names and initializers (shared, not copied); an error naming the input and the
+    /// dimension when a shape contradicts a fixed dimension or a symbol bound by another
+    /// input, and naming the node when inference rejects the bound shapes.
     pub fn with_input_shapes(
         &self,
         shapes: &[Vec<usize>],
         registry: &Registry,
     ) -> Result<Graph, BindError> {
+        let input_types = self.bound_input_types(shapes)?;
+        match self.with_inputs_reinferred(&input_types) {
+            Some(bound) => bound.map_err(|e| self.bind_error(shapes, e)),
+            None => self.rebuilt(input_types, registry, shapes),
+        }
+    }
+
+    /// What [`Graph::with_input_shapes`] gives, always by rebuilding the graph through
+    /// [`GraphBuilder`] with operators from `registry` (same requirements and promises).
+    pub fn rebuilt_with_input_shapes(
+        &self,
+        shapes: &[Vec<usize>],
+        registry: &Registry,
+    ) -> Result<Graph, BindError> {
+        let input_types = self.bound_input_types(shapes)?;
+        self.rebuilt(input_types, registry, shapes)
+    }
+
+    /// The type of each runtime input at `shapes`, checked against its declaration.
+    fn bound_input_types(&self, shapes: &[Vec<usize>]) -> Result<Vec<TensorType>, BindError> {
         if shapes.len() != self.inputs().len() {
             return Err(BindError::Count {
                 expected: self.inputs().len(),
@@ -124,10 +146,10 @@ impl Graph {
             });
         }
         let mut symbols: HashMap<Arc<str>, (usize, String)> = HashMap::new();
-        let mut builder = GraphBuilder::new(self.name.clone());
+        let mut input_types = Vec::with_capacity(shapes.len());
         for (&id, shape) in self.inputs().iter().zip(shapes) {
             let v = self.value(id);
-            let ty = match (&v.ty.shape, v.kind) {
+            input_types.push(match (&v.ty.shape, v.kind) {
                 (Some(dims), ValueKind::Tensor) => {
                     check_dims(&v.name, dims, shape, &mut symbols)?;
                     TensorType::fixed(v.ty.dtype, shape)
@@ -135,7 +157,22 @@ impl Graph {
                 (None, ValueKind::Tensor) => TensorType::fixed(v.ty.dtype, shape),
                 // Sequences and optionals keep their element type; their shapes vary per run.
                 _ => v.ty.clone(),
-            };
+            });
+        }
+        Ok(input_types)
+    }
+
+    /// This graph rebuilt through [`GraphBuilder`] with runtime input `i` of type
+    /// `input_types[i]`; errors name the input shapes `shapes`.
+    fn rebuilt(
+        &self,
+        input_types: Vec<TensorType>,
+        registry: &Registry,
+        shapes: &[Vec<usize>],
+    ) -> Result<Graph, BindError> {
+        let mut builder = GraphBuilder::new(self.name.clone());
+        for (&id, ty) in self.inputs().iter().zip(input_types) {
+            let v = self.value(id);
             builder.input_of_kind(v.name.clone(), ty, v.kind);
         }
         for (id, tensor) in self.initializers() {

@@ -866,6 +866,76 @@ fn fold_small(
     out.iter().all(|t| t.numel() <= FOLD_LIMIT).then_some(out)
 }
 
+/// Infers `node`'s output types, kinds and import-time constants from its inputs' entries in
+/// `values` as [`BuildState::add_node`] does for a node without subgraphs, and stores them in
+/// the outputs' entries.
+fn reinfer_node(node: &Node, values: &mut [Value]) -> Result<(), GraphError> {
+    let node_err = |source: OpError| GraphError::Node {
+        node: node.name.clone(),
+        op_type: node.op_type.clone(),
+        source,
+    };
+    let in_info: Vec<Option<InferInput<'_>>> = node
+        .inputs
+        .iter()
+        .map(|i| {
+            i.map(|id| InferInput {
+                ty: &values[id.0].ty,
+                value: values[id.0].known.as_ref(),
+            })
+        })
+        .collect();
+    let in_kinds: Vec<Option<ValueKind>> = node
+        .inputs
+        .iter()
+        .map(|i| i.map(|id| values[id.0].kind))
+        .collect();
+    let out_kinds = node
+        .op
+        .infer_kinds(&in_kinds, node.outputs.len())
+        .map_err(node_err)?;
+    let out_types = node.op.infer(&in_info).map_err(node_err)?;
+    let all_tensors = in_kinds
+        .iter()
+        .flatten()
+        .chain(&out_kinds)
+        .all(|k| *k == ValueKind::Tensor);
+    let known = if !all_tensors {
+        None
+    } else if node.domain.is_empty() && matches!(node.op_type.as_str(), "Shape" | "Size") {
+        node.inputs
+            .first()
+            .copied()
+            .flatten()
+            .and_then(|x| values[x.0].ty.fixed_shape())
+            .and_then(|shape| {
+                crate::passes::shape_of(&node.op_type, node.opset, &node.attrs, &shape)
+            })
+    } else {
+        fold_small(node.op.as_ref(), &node.inputs, values, &out_types)
+    };
+    for (slot, out) in node.outputs.iter().enumerate() {
+        let Some(id) = out else { continue };
+        let ty = out_types.get(slot).cloned().ok_or_else(|| {
+            node_err(OpError::Invalid(format!(
+                "node declares output #{slot} but the operator has {}",
+                out_types.len()
+            )))
+        })?;
+        let kind = out_kinds.get(slot).copied().ok_or_else(|| {
+            node_err(OpError::Invalid(format!(
+                "node declares output #{slot} but the operator gives {} kinds",
+                out_kinds.len()
+            )))
+        })?;
+        let value = &mut values[id.0];
+        value.ty = ty;
+        value.kind = kind;
+        value.known = known.as_ref().and_then(|k| k.get(slot).cloned());
+    }
+    Ok(())
+}
+
 /// Kahn's algorithm over names (node inputs and the captures of each node's subgraphs);
 /// prefers the given order.
 fn topo_order(
@@ -976,6 +1046,12 @@ impl Graph {
             .filter_map(|(i, v)| v.initializer.as_ref().map(|t| (ValueId(i), t)))
     }
 
+    /// Takes the nodes out, leaving none; values keep their producers and users until
+    /// [`Graph::with_nodes`] sets the nodes again.
+    pub(crate) fn take_nodes(&mut self) -> Vec<Node> {
+        std::mem::take(&mut self.nodes)
+    }
+
     /// Replaces the node list (the rewrite primitive every pass uses): checks that `nodes`
     /// are in topological order over this graph's values and recomputes producers and use
     /// lists. Values no node defines any more stay in the table but are unreachable.
@@ -1026,6 +1102,37 @@ impl Graph {
         }
         self.nodes = nodes;
         Ok(self)
+    }
+
+    /// This graph with runtime input `i` of type `input_types[i]` and every node's output
+    /// types, kinds and import-time constants inferred again, in node order, by the node's
+    /// own operator: what rebuilding the graph through [`GraphBuilder`] with those input types
+    /// gives, without looking up or building operators. `None` when a node holds a subgraph
+    /// (its operator is instantiated for its input types: only a rebuild does that) or the
+    /// graph reads an outer scope. Requires nodes in topological order (every built graph's).
+    pub(crate) fn with_inputs_reinferred(
+        &self,
+        input_types: &[TensorType],
+    ) -> Option<Result<Graph, GraphError>> {
+        let has_subgraphs = self.nodes.iter().any(|n| {
+            n.attrs
+                .iter()
+                .any(|(_, a)| matches!(a, Attribute::GraphDef(_)))
+        });
+        if has_subgraphs || !self.captures.is_empty() || input_types.len() != self.inputs.len() {
+            return None;
+        }
+        let mut graph = self.clone();
+        for (&id, ty) in graph.inputs.iter().zip(input_types) {
+            graph.values[id.0].ty = ty.clone();
+        }
+        let Graph { values, nodes, .. } = &mut graph;
+        for node in nodes.iter() {
+            if let Err(e) = reinfer_node(node, values) {
+                return Some(Err(e));
+            }
+        }
+        Some(Ok(graph))
     }
 
     /// Binds every symbolic dimension of the runtime inputs to the sizes in `given`

@@ -350,6 +350,35 @@ impl ComputeDef {
         self.nodes.iter().all(|(_, n)| !n.is_reduce())
     }
 
+    /// The definition of `outputs` alone: the same inputs, and only the nodes the outputs
+    /// read (directly or through other nodes), in their order. Requires every output to be
+    /// an input or a node of this definition.
+    pub fn restricted_to(&self, outputs: Vec<Var>) -> ComputeDef {
+        let mut needed: HashSet<Var> = outputs.iter().cloned().collect();
+        let mut kept = vec![false; self.nodes.len()];
+        for (i, (out, node)) in self.nodes.iter().enumerate().rev() {
+            if needed.contains(out) {
+                kept[i] = true;
+                node.value().visit(&mut |x| {
+                    if let ExprKind::TensorElement { tensor, .. } = x.kind() {
+                        needed.insert(tensor.clone());
+                    }
+                });
+            }
+        }
+        ComputeDef {
+            inputs: self.inputs.clone(),
+            nodes: self
+                .nodes
+                .iter()
+                .zip(kept)
+                .filter(|(_, k)| *k)
+                .map(|(n, _)| n.clone())
+                .collect(),
+            outputs,
+        }
+    }
+
     /// The definition with every grid node read by another node inlined into
     /// its readers (its axes replaced by the read's indices). Grids that are
     /// outputs stay defined; reduce nodes are never inlined.
@@ -586,6 +615,37 @@ mod tests {
         for (p, q) in ya.iter().zip(yb) {
             assert!((p - q).abs() < 1e-6);
         }
+    }
+
+    #[test]
+    fn restricting_keeps_only_what_the_outputs_read() {
+        let def = softmax(3, 4);
+        let names = |d: &ComputeDef| {
+            d.nodes
+                .iter()
+                .map(|(v, _)| v.name().to_string())
+                .collect::<Vec<_>>()
+        };
+        let e = def.nodes[1].0.clone();
+        let only_e = def.restricted_to(vec![e.clone()]);
+        assert_eq!(names(&only_e), ["m", "e"]);
+        assert!(only_e.validate().is_ok());
+        assert_eq!(only_e.inputs, def.inputs);
+        let m = def.nodes[0].0.clone();
+        assert_eq!(names(&def.restricted_to(vec![m])), ["m"]);
+        let x = def.inputs[0].clone();
+        assert!(def.restricted_to(vec![x]).nodes.is_empty());
+        assert_eq!(
+            names(&def.restricted_to(def.outputs.clone())),
+            ["m", "e", "s", "y"]
+        );
+        // Inlining the restricted definition gives `e` as inlining the whole one does.
+        let whole = ComputeDef {
+            outputs: vec![e.clone()],
+            ..def.clone()
+        }
+        .inline_grids();
+        assert_eq!(only_e.inline_grids().node(&e), whole.node(&e));
     }
 
     #[test]

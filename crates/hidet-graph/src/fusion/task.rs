@@ -320,12 +320,7 @@ fn anchor_info(
             if !prologue_vars.contains(var) {
                 return None;
             }
-            let sub = ComputeDef {
-                inputs: def.inputs.clone(),
-                nodes: def.nodes.clone(),
-                outputs: vec![var.clone()],
-            }
-            .inline_grids();
+            let sub = def.restricted_to(vec![var.clone()]).inline_grids();
             match sub.node(var)? {
                 ComputeNode::Grid { axes, value } => {
                     let pure = hidet_ir::compute::reads(value)

@@ -443,10 +443,11 @@ impl Rewriter {
         let outputs: Vec<ValueId> = self.graph.outputs().to_vec();
         // Entries: (order key, node); the key sorts kept nodes by position and new ones after
         // their anchor.
-        let mut entries: Vec<((usize, usize), Node)> = Vec::new();
-        for (i, n) in self.graph.nodes().iter().enumerate() {
+        let mut entries: Vec<((usize, usize), Node)> =
+            Vec::with_capacity(self.graph.nodes().len() + self.added.len());
+        for (i, n) in self.graph.take_nodes().into_iter().enumerate() {
             if !self.removed[i] {
-                entries.push(((i, 0), n.clone()));
+                entries.push(((i, 0), n));
             }
         }
         for (k, (anchor, n)) in std::mem::take(&mut self.added).into_iter().enumerate() {
@@ -468,11 +469,14 @@ impl Rewriter {
             }
         }
         // Graph outputs that were replaced: let the replacement's producer define them.
-        let defined_by: HashMap<ValueId, usize> = entries
-            .iter()
-            .enumerate()
-            .flat_map(|(e, (_, n))| n.outputs.iter().flatten().map(move |v| (*v, e)))
-            .collect();
+        let mut defined_by: HashMap<ValueId, usize> = HashMap::new();
+        if outputs.iter().any(|o| remap.contains_key(o)) {
+            defined_by = entries
+                .iter()
+                .enumerate()
+                .flat_map(|(e, (_, n))| n.outputs.iter().flatten().map(move |v| (*v, e)))
+                .collect();
+        }
         let mut taken: HashMap<ValueId, ValueId> = HashMap::new();
         for &o in &outputs {
             if defined_by.contains_key(&o) {
@@ -668,23 +672,29 @@ pub(crate) fn push_tensor(out: &mut Vec<u8>, t: &Tensor) {
 /// Kahn's algorithm over `entries`, preferring the smallest order key among ready nodes.
 /// Sources are the values no node of the graph defined (inputs, initializers, captures), not
 /// the outputs of added nodes (`new_values`).
+/// The name of value `v`, or its number when the graph has no such value.
+fn value_name(graph: &Graph, v: ValueId) -> String {
+    graph
+        .values()
+        .get(v.0)
+        .map_or_else(|| format!("#{}", v.0), |x| x.name.clone())
+}
+
 fn topo_sort(
     graph: &Graph,
     new_values: &HashSet<ValueId>,
     entries: Vec<((usize, usize), Node)>,
 ) -> Result<Vec<Node>, GraphError> {
-    let sources: HashSet<ValueId> = graph
-        .values()
-        .iter()
-        .enumerate()
-        .map(|(i, _)| ValueId(i))
-        .filter(|v| graph.value(*v).producer.is_none() && !new_values.contains(v))
-        .collect();
-    let mut producer: HashMap<ValueId, usize> = HashMap::new();
+    let values = graph.values().len();
+    let is_source = |v: ValueId| graph.value(v).producer.is_none() && !new_values.contains(&v);
+    // Dense ids: the producing entry of every value, `usize::MAX` for none.
+    let mut producer: Vec<usize> = vec![usize::MAX; values];
     for (e, (_, n)) in entries.iter().enumerate() {
         for o in n.outputs.iter().flatten() {
-            if producer.insert(*o, e).is_some() || sources.contains(o) {
-                return Err(GraphError::DuplicateValue(graph.value(*o).name.clone()));
+            let slot = producer.get_mut(o.0).filter(|p| **p == usize::MAX);
+            match slot {
+                Some(p) if !is_source(*o) => *p = e,
+                _ => return Err(GraphError::DuplicateValue(value_name(graph, *o))),
             }
         }
     }
@@ -692,14 +702,18 @@ fn topo_sort(
     let mut dependents: Vec<Vec<usize>> = vec![vec![]; entries.len()];
     for (e, (_, n)) in entries.iter().enumerate() {
         for i in n.inputs.iter().flatten() {
-            if let Some(&p) = producer.get(i) {
-                pending[e] += 1;
-                dependents[p].push(e);
-            } else if !sources.contains(i) {
-                return Err(GraphError::UndefinedValue {
-                    node: n.name.clone(),
-                    value: graph.value(*i).name.clone(),
-                });
+            match producer.get(i.0) {
+                Some(&p) if p != usize::MAX => {
+                    pending[e] += 1;
+                    dependents[p].push(e);
+                }
+                _ if i.0 < values && is_source(*i) => {}
+                _ => {
+                    return Err(GraphError::UndefinedValue {
+                        node: n.name.clone(),
+                        value: value_name(graph, *i),
+                    })
+                }
             }
         }
     }

@@ -206,6 +206,88 @@ fn an_expansion_may_not_overlap_a_constructor() {
     r.register_expansion("", "Relu", 10..=14, |_| Ok(()));
 }
 
+/// Binding in place (the nodes' own operators inferred again) gives what rebuilding the graph
+/// through the builder gives: every value's type, kind and import-time constant, at several
+/// shapes, with shape arithmetic folded; and the same error when inference rejects a shape.
+#[test]
+fn binding_in_place_agrees_with_rebuilding() {
+    let mut b = GraphBuilder::new("shape_math");
+    b.input("x", f32_type(vec![sym("B"), sym("S"), Dim::Fixed(6)]));
+    b.input("pos", f32_type(vec![Dim::Fixed(1), sym("S")]));
+    b.initializer("zero", Tensor::new(vec![1], vec![0i64]).unwrap());
+    b.initializer("one", Tensor::new(vec![1], vec![1i64]).unwrap());
+    b.initializer("three", Tensor::new(vec![1], vec![3i64]).unwrap());
+    b.initializer("two", Tensor::new(vec![1], vec![2i64]).unwrap());
+    b.initializer("table", Tensor::new(vec![1, 5], vec![0.5f32; 5]).unwrap());
+    b.node(spec("Shape", &["x"], &["shape"]));
+    b.node(spec("Gather", &["shape", "zero"], &["batch"]));
+    b.node(spec("Gather", &["shape", "one"], &["seq"]));
+    let mut concat = spec(
+        "Concat",
+        &["batch", "seq", "three", "two"],
+        &["split_shape"],
+    );
+    concat.attrs.insert("axis", hidet_graph::Attribute::Int(0));
+    b.node(concat);
+    b.node(spec("Reshape", &["x", "split_shape"], &["heads"]));
+    b.node(spec("Mul", &["seq", "two"], &["double"]));
+    b.node(spec("Size", &["x"], &["count"]));
+    b.node(spec("Add", &["pos", "table"], &["positions"]));
+    b.output("heads");
+    b.output("double");
+    b.output("count");
+    b.output("positions");
+    let graph = b.build(Registry::global()).unwrap();
+    for shapes in [
+        vec![vec![2, 5, 6], vec![1, 5]],
+        vec![vec![1, 5, 6], vec![1, 5]],
+        vec![vec![3, 1, 6], vec![1, 1]],
+    ] {
+        let in_place = graph.with_input_shapes(&shapes, Registry::global());
+        let rebuilt = graph.rebuilt_with_input_shapes(&shapes, Registry::global());
+        let (in_place, rebuilt) = match (in_place, rebuilt) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(a), Err(b)) => {
+                assert_eq!(a.to_string(), b.to_string());
+                continue;
+            }
+            (a, b) => panic!("{shapes:?}: in place {a:?}, rebuilt {b:?}"),
+        };
+        assert_eq!(in_place.nodes().len(), rebuilt.nodes().len());
+        for (a, b) in in_place.nodes().iter().zip(rebuilt.nodes()) {
+            assert_eq!(a.name, b.name);
+            for (&va, &vb) in a.outputs.iter().flatten().zip(b.outputs.iter().flatten()) {
+                let (va, vb) = (in_place.value(va), rebuilt.value(vb));
+                assert_eq!((&va.name, &va.ty, va.kind), (&vb.name, &vb.ty, vb.kind));
+                let known = |v: &hidet_graph::graph::Value| {
+                    v.known
+                        .as_ref()
+                        .map(|t| t.as_slice::<i64>().unwrap().to_vec())
+                };
+                assert_eq!(known(va), known(vb), "`{}` at {shapes:?}", va.name);
+            }
+        }
+        let heads = in_place.value(in_place.outputs()[0]);
+        let (batch, seq) = (shapes[0][0], shapes[0][1]);
+        assert_eq!(heads.ty.fixed_shape(), Some(vec![batch, seq, 3, 2]));
+        let double = in_place.value(in_place.outputs()[1]);
+        assert_eq!(
+            double.known.as_ref().unwrap().as_slice::<i64>().unwrap(),
+            &[2 * seq as i64]
+        );
+    }
+    // The position table has 5 entries: a sequence of 6 is rejected the same way by both.
+    let shapes = [vec![1, 6, 6], vec![1, 6]];
+    let a = graph
+        .with_input_shapes(&shapes, Registry::global())
+        .unwrap_err();
+    let b = graph
+        .rebuilt_with_input_shapes(&shapes, Registry::global())
+        .unwrap_err();
+    assert_eq!(a.to_string(), b.to_string());
+    assert!(a.to_string().contains("Add"), "{a}");
+}
+
 #[test]
 fn binding_input_shapes_fixes_every_type_and_keeps_the_values() {
     let mut b = GraphBuilder::new("dyn");
