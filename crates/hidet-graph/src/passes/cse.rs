@@ -77,7 +77,7 @@ impl GraphPass for CommonSubexpressionElimination {
                 }
             }
         }
-        let mut seen: HashMap<NodeKey, NodeId> = HashMap::new();
+        let mut seen: HashMap<NodeKey, NodeId> = HashMap::with_capacity(rw.graph().nodes().len());
         for i in 0..rw.graph().nodes().len() {
             let node = &rw.graph().nodes()[i];
             if NONDETERMINISTIC.contains(&node.op_type.as_str()) {
