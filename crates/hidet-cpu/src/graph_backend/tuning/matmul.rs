@@ -18,8 +18,9 @@ use crate::graph_backend::anchor::{
 use crate::target::CpuTarget;
 use crate::templates::matmul::{
     heuristic_for_gathered_rows, heuristic_for_gathered_rows_stored_by_column,
-    heuristic_for_product, matmul_candidates, matmul_f32_with_layout, matmul_space, with_depth,
-    ALayout, MatmulSchedule, MatmulShape, ThreadSplit,
+    heuristic_for_product, heuristic_for_stored_rows_on_amd, matmul_candidates,
+    matmul_f32_with_layout, matmul_space, with_depth, ALayout, MatmulSchedule, MatmulShape,
+    ThreadSplit,
 };
 
 /// The name of the matmul template's schedule space.
@@ -293,10 +294,17 @@ impl Tunable for MatmulTask {
             Some(ALayout::Panels { rows }) => Some(rows),
             _ => None,
         };
-        let schedule = gathered.unwrap_or_else(|| {
-            let (m, n) = (self.shape.m, self.shape.n);
-            heuristic_for_product(&self.target, threads, m, n, a_panel_rows)
-        });
+        let stored_rows = matches!(layout, Some(ALayout::RowMajor | ALayout::InPlace));
+        let schedule = gathered
+            .or_else(|| {
+                stored_rows
+                    .then(|| heuristic_for_stored_rows_on_amd(target, threads, self.shape.m))
+                    .flatten()
+            })
+            .unwrap_or_else(|| {
+                let (m, n) = (self.shape.m, self.shape.n);
+                heuristic_for_product(&self.target, threads, m, n, a_panel_rows)
+            });
         MatmulCandidate(with_depth(&self.target, schedule, self.shape.k))
     }
 
