@@ -663,16 +663,9 @@ impl BuildState<'_> {
             .all(|k| *k == ValueKind::Tensor);
         let known = if has_subgraphs || !all_tensors {
             None
-        } else if domain.is_empty() && matches!(spec.op_type.as_str(), "Shape" | "Size") {
-            ins.first()
-                .copied()
-                .flatten()
-                .and_then(|x| values[x.0].ty.fixed_shape())
-                .and_then(|shape| {
-                    crate::passes::shape_of(&spec.op_type, spec.opset, &spec.attrs, &shape)
-                })
         } else {
-            fold_small(op.as_ref(), &ins, values, &out_types)
+            let kind = (domain.as_str(), spec.op_type.as_str(), spec.opset);
+            known_outputs(kind, &spec.attrs, op.as_ref(), &ins, values, &out_types)
         };
         let mut outs = Vec::with_capacity(spec.outputs.len());
         for (slot, name) in spec.outputs.iter().enumerate() {
@@ -683,18 +676,7 @@ impl BuildState<'_> {
             if by_name.contains_key(name) {
                 return Err(GraphError::DuplicateValue(name.clone()));
             }
-            let ty = out_types.get(slot).cloned().ok_or_else(|| {
-                node_err(OpError::Invalid(format!(
-                    "node declares output #{slot} but the operator has {}",
-                    out_types.len()
-                )))
-            })?;
-            let kind = out_kinds.get(slot).copied().ok_or_else(|| {
-                node_err(OpError::Invalid(format!(
-                    "node declares output #{slot} but the operator gives {} kinds",
-                    out_kinds.len()
-                )))
-            })?;
+            let (ty, kind) = output_type(&out_types, &out_kinds, slot).map_err(node_err)?;
             let id = ValueId(values.len());
             by_name.insert(name.clone(), id);
             values.push(Value {
@@ -900,40 +882,69 @@ fn reinfer_node(node: &Node, values: &mut [Value]) -> Result<(), GraphError> {
         .flatten()
         .chain(&out_kinds)
         .all(|k| *k == ValueKind::Tensor);
-    let known = if !all_tensors {
-        None
-    } else if node.domain.is_empty() && matches!(node.op_type.as_str(), "Shape" | "Size") {
-        node.inputs
-            .first()
-            .copied()
-            .flatten()
-            .and_then(|x| values[x.0].ty.fixed_shape())
-            .and_then(|shape| {
-                crate::passes::shape_of(&node.op_type, node.opset, &node.attrs, &shape)
-            })
-    } else {
-        fold_small(node.op.as_ref(), &node.inputs, values, &out_types)
-    };
+    let known = all_tensors
+        .then(|| {
+            let kind = (node.domain.as_str(), node.op_type.as_str(), node.opset);
+            known_outputs(
+                kind,
+                &node.attrs,
+                node.op.as_ref(),
+                &node.inputs,
+                values,
+                &out_types,
+            )
+        })
+        .flatten();
     for (slot, out) in node.outputs.iter().enumerate() {
         let Some(id) = out else { continue };
-        let ty = out_types.get(slot).cloned().ok_or_else(|| {
-            node_err(OpError::Invalid(format!(
-                "node declares output #{slot} but the operator has {}",
-                out_types.len()
-            )))
-        })?;
-        let kind = out_kinds.get(slot).copied().ok_or_else(|| {
-            node_err(OpError::Invalid(format!(
-                "node declares output #{slot} but the operator gives {} kinds",
-                out_kinds.len()
-            )))
-        })?;
+        let (ty, kind) = output_type(&out_types, &out_kinds, slot).map_err(node_err)?;
         let value = &mut values[id.0];
         value.ty = ty;
         value.kind = kind;
         value.known = known.as_ref().and_then(|k| k.get(slot).cloned());
     }
     Ok(())
+}
+
+/// The import-time constants of the outputs of a node of `(domain, op type, opset)` whose
+/// inputs and outputs are all tensors: a `Shape` or `Size` of an input of fixed shape, else
+/// the node evaluated when its inputs are known and every tensor is small ([`fold_small`]).
+fn known_outputs(
+    (domain, op_type, opset): (&str, &str, i64),
+    attrs: &Attributes,
+    op: &dyn Operator,
+    ins: &[Option<ValueId>],
+    values: &[Value],
+    out_types: &[TensorType],
+) -> Option<Vec<Tensor>> {
+    if domain.is_empty() && matches!(op_type, "Shape" | "Size") {
+        let shape = values[ins.first().copied().flatten()?.0].ty.fixed_shape()?;
+        crate::passes::shape_of(op_type, opset, attrs, &shape)
+    } else {
+        fold_small(op, ins, values, out_types)
+    }
+}
+
+/// The inferred type and kind of output `slot`; an error when inference gave fewer outputs
+/// than the node declares.
+fn output_type(
+    out_types: &[TensorType],
+    out_kinds: &[ValueKind],
+    slot: usize,
+) -> Result<(TensorType, ValueKind), OpError> {
+    let ty = out_types.get(slot).cloned().ok_or_else(|| {
+        OpError::Invalid(format!(
+            "node declares output #{slot} but the operator has {}",
+            out_types.len()
+        ))
+    })?;
+    let kind = out_kinds.get(slot).copied().ok_or_else(|| {
+        OpError::Invalid(format!(
+            "node declares output #{slot} but the operator gives {} kinds",
+            out_kinds.len()
+        ))
+    })?;
+    Ok((ty, kind))
 }
 
 /// Kahn's algorithm over names (node inputs and the captures of each node's subgraphs);
