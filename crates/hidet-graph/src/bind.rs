@@ -88,20 +88,7 @@ impl Graph {
     /// dimensions, and every symbolic dimension equal wherever it recurs. The errors are
     /// [`Graph::with_input_shapes`]'s, naming the input and the dimension.
     pub fn check_input_shapes(&self, shapes: &[Vec<usize>]) -> Result<(), BindError> {
-        if shapes.len() != self.inputs().len() {
-            return Err(BindError::Count {
-                expected: self.inputs().len(),
-                given: shapes.len(),
-            });
-        }
-        let mut symbols: HashMap<Arc<str>, (usize, String)> = HashMap::new();
-        for (&id, shape) in self.inputs().iter().zip(shapes) {
-            let v = self.value(id);
-            if let (Some(dims), ValueKind::Tensor) = (&v.ty.shape, v.kind) {
-                check_dims(&v.name, dims, shape, &mut symbols)?;
-            }
-        }
-        Ok(())
+        self.bound_input_types(shapes).map(drop)
     }
 
     /// This graph with runtime input `i` fixed at `shapes[i]` (one entry per input, in input

@@ -469,14 +469,15 @@ impl Rewriter {
             }
         }
         // Graph outputs that were replaced: let the replacement's producer define them.
-        let mut defined_by: HashMap<ValueId, usize> = HashMap::new();
-        if outputs.iter().any(|o| remap.contains_key(o)) {
-            defined_by = entries
+        let defined_by: HashMap<ValueId, usize> = if outputs.iter().any(|o| remap.contains_key(o)) {
+            entries
                 .iter()
                 .enumerate()
                 .flat_map(|(e, (_, n))| n.outputs.iter().flatten().map(move |v| (*v, e)))
-                .collect();
-        }
+                .collect()
+        } else {
+            HashMap::new()
+        };
         let mut taken: HashMap<ValueId, ValueId> = HashMap::new();
         for &o in &outputs {
             if defined_by.contains_key(&o) {
