@@ -292,12 +292,6 @@ impl CpuTarget {
         }
     }
 
-    /// Whether the OS names the CPU model an AMD one (its `model`, e.g. `AMD EPYC 9654`);
-    /// false when the model is unknown.
-    pub fn is_amd(&self) -> bool {
-        self.model.contains("AMD")
-    }
-
     /// The number of `f32` lanes templates should use for one SIMD vector:
     /// 16 with AVX-512F, 8 with AVX2 (or AVX), 4 with NEON or SSE2, else 1.
     pub fn f32_lanes(&self) -> u16 {

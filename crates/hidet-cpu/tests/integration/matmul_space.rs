@@ -373,12 +373,14 @@ fn level_zero_avoids_a_ragged_last_depth_block() {
     }
 }
 
-/// On an AMD core with AVX-512, a product whose left operand is read as stored takes the
-/// 6 × 64 tile with `kc` 128 and the preferred blocks from as many rows as the default tile
-/// has; shorter products, other vendors and other vector widths get no such pick.
+/// On any core with AVX-512, a product whose left operand is read as stored takes the 6 × 64
+/// tile with `kc` 128 and the preferred blocks from as many rows as the default tile has;
+/// shorter products and narrower vectors get no such pick.
 #[test]
-fn level_zero_gives_stored_rows_the_wide_tile_on_amd_avx512() {
-    use hidet_cpu::templates::matmul::{heuristic_for_stored_rows_on_amd, AMD_AVX512_PRODUCT_TILE};
+fn level_zero_gives_stored_rows_the_wide_tile_on_avx512() {
+    use hidet_cpu::templates::matmul::{
+        heuristic_for_stored_rows_on_avx512, AVX512_STORED_ROWS_TILE,
+    };
     let named = |target: &CpuTarget, model: &str| CpuTarget {
         model: model.to_string(),
         ..target.clone()
@@ -386,19 +388,20 @@ fn level_zero_gives_stored_rows_the_wide_tile_on_amd_avx512() {
     let all = targets();
     let (avx2, avx512) = (&all[1], &all[2]);
     let zen4 = named(avx512, "AMD EPYC 9654 96-Core Processor");
-    let default = MatmulSchedule::for_target(&zen4, 2);
-    for m in [default.mr, 128, 1000, 8192] {
-        let s = heuristic_for_stored_rows_on_amd(&zen4, 2, m).expect("a pick");
-        assert_eq!((s.mr, s.nr, s.kc), AMD_AVX512_PRODUCT_TILE);
-        assert_eq!((s.mc, s.nc), (192, 512));
-        assert!(matmul_space(&zen4, 2).contains(&s), "{s:?}");
+    let sapphire_rapids = named(avx512, "Intel(R) Xeon(R) Platinum 8480+");
+    for target in [&zen4, &sapphire_rapids] {
+        let default = MatmulSchedule::for_target(target, 2);
+        for m in [default.mr, 128, 1000, 8192] {
+            let s = heuristic_for_stored_rows_on_avx512(target, 2, m).expect("a pick");
+            assert_eq!((s.mr, s.nr, s.kc), AVX512_STORED_ROWS_TILE);
+            assert_eq!((s.mc, s.nc), (192, 512));
+            assert!(matmul_space(target, 2).contains(&s), "{s:?}");
+        }
+        assert_eq!(
+            heuristic_for_stored_rows_on_avx512(target, 2, default.mr - 1),
+            None
+        );
     }
-    assert_eq!(
-        heuristic_for_stored_rows_on_amd(&zen4, 2, default.mr - 1),
-        None
-    );
-    let intel = named(avx512, "Intel(R) Xeon(R) Platinum 8380 CPU @ 2.30GHz");
-    assert_eq!(heuristic_for_stored_rows_on_amd(&intel, 2, 1000), None);
     let zen3 = named(avx2, "AMD EPYC 7763 64-Core Processor");
-    assert_eq!(heuristic_for_stored_rows_on_amd(&zen3, 2, 1000), None);
+    assert_eq!(heuristic_for_stored_rows_on_avx512(&zen3, 2, 1000), None);
 }

@@ -18,7 +18,7 @@ use crate::graph_backend::anchor::{
 use crate::target::CpuTarget;
 use crate::templates::matmul::{
     heuristic_for_gathered_rows, heuristic_for_gathered_rows_stored_by_column,
-    heuristic_for_product, heuristic_for_stored_rows_on_amd, matmul_candidates,
+    heuristic_for_product, heuristic_for_stored_rows_on_avx512, matmul_candidates,
     matmul_f32_with_layout, matmul_space, with_depth, ALayout, MatmulSchedule, MatmulShape,
     ThreadSplit,
 };
@@ -298,7 +298,7 @@ impl Tunable for MatmulTask {
         let schedule = gathered
             .or_else(|| {
                 stored_rows
-                    .then(|| heuristic_for_stored_rows_on_amd(target, threads, self.shape.m))
+                    .then(|| heuristic_for_stored_rows_on_avx512(target, threads, self.shape.m))
                     .flatten()
             })
             .unwrap_or_else(|| {

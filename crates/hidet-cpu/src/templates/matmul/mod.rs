@@ -45,9 +45,9 @@ pub use schedule::{
 };
 pub use space::{
     heuristic_for_gathered_rows, heuristic_for_gathered_rows_stored_by_column,
-    heuristic_for_product, heuristic_for_rows, heuristic_for_stored_rows_on_amd, matmul_candidates,
-    matmul_space, micro_kernels, product_cost, with_depth, AMD_AVX512_PRODUCT_TILE,
-    DEEP_COLUMN_STORE,
+    heuristic_for_product, heuristic_for_rows, heuristic_for_stored_rows_on_avx512,
+    matmul_candidates, matmul_space, micro_kernels, product_cost, with_depth,
+    AVX512_STORED_ROWS_TILE, DEEP_COLUMN_STORE,
 };
 
 use crate::error::TemplateError;
