@@ -31,8 +31,9 @@ pub const MATMUL_SPACE: &str = "cpu.matmul_f32";
 /// guard-free gather is packed when the register tile is narrower than the product; 3:
 /// candidates are measured with cold inputs, see [`super::runner`]; 4: a stored left matrix
 /// of a rank-2 product, or a reshape of one, is read in place, not packed; 5: a product
-/// whose epilogue stores it column-major stores each tile column by column).
-pub const MATMUL_TEMPLATE_REVISION: u32 = 5;
+/// whose epilogue stores it column-major stores each tile column by column; 6: a product of
+/// weight panels visits its tiles row panel by row panel).
+pub const MATMUL_TEMPLATE_REVISION: u32 = 6;
 
 /// Candidates measured at level 1: the best-ranked of the space that build distinct kernels
 /// for the task's shape.

@@ -568,11 +568,29 @@ impl Plan {
         }
     }
 
-    /// Runs the micro-kernel on every pair of packed panels of the tile,
-    /// panels of `A` innermost so one `B` panel stays in L1; the last row
-    /// and column panels use variants sized for them.
+    /// Whether [`Plan::macro_kernel`] visits a cache block's tiles row panel by row panel
+    /// (panels of `B` innermost, so one `A` panel stays in L1) rather than column panel by
+    /// column panel: for constant weights stored as panels ([`ALayout::Panels`]) times
+    /// activations, stored row by row ([`CLayout::RowMajor`]: a channels-first pointwise
+    /// convolution). Consecutive tiles then store, and an epilogue reads (a residual), runs
+    /// of `NC` consecutive columns of each row rather than `NR` columns of every row in
+    /// turn, which the hardware prefetches: ResNet-50's pointwise convolutions with a
+    /// residual 1.06–1.2× faster, 1.4× with cold caches. Other products keep the column
+    /// order, where the `B` panel in L1 is a constant weight (direct convolutions 1.1–1.2×
+    /// slower row by row).
+    fn tiles_by_row(&self) -> bool {
+        matches!(self.a_layout, ALayout::Panels { .. }) && self.c_layout == CLayout::RowMajor
+    }
+
+    /// Runs the micro-kernel on every pair of packed panels of the tile, in the order of
+    /// [`Plan::tiles_by_row`]; the last row and column panels use variants sized for them.
     fn macro_kernel(&self, fb: &mut FunctionBuilder, bufs: &Buffers, at: &At) {
-        let tiles = mapping(column_repeat([self.mcp, self.ncp]));
+        let block = [self.mcp, self.ncp];
+        let tiles = mapping(if self.tiles_by_row() {
+            repeat(block)
+        } else {
+            column_repeat(block)
+        });
         let full = Micro {
             rows: self.mr,
             vecs: self.nr / self.w,
