@@ -668,7 +668,37 @@ impl Dialect for CDialect {
         if to.is_vector() {
             let from_ty = self.value_type(from, uses)?;
             let to_ty = self.value_type(to, uses)?;
-            let _ = from_ty;
+            // GCC 12 converts vectors of 8-bit integers lane by lane (a scalar conversion and
+            // insert per lane) when they go straight to floats, or come from a load; widened
+            // to 32 bits in a register first, each step is one vector instruction
+            // (`vpmovzxbd` then `vcvtdq2ps`; `vcvttps2dq` then `vpmovdb` the other way), with
+            // the same values.
+            let byte = |t: DataType| t.is_integer() && t.scalar.bytes() == 1;
+            let wide_t = DataType::vector(ScalarType::I32, to.lanes);
+            if byte(from) && (to.is_float() || to.scalar.bytes() >= 4) {
+                let wide = self.value_type(wide_t, uses)?;
+                let name = format!("hidet_widen_{from}");
+                uses.require_helper(&name, || {
+                    format!(
+                        "static inline {wide} {name}({from_ty} v) {{\n\
+                         #if defined(__x86_64__) || defined(__i386__)\n    \
+                         __asm__(\"\" : \"+x\"(v));\n\
+                         #endif\n    \
+                         return __builtin_convertvector(v, {wide});\n}}"
+                    )
+                });
+                return Ok(if to == wide_t {
+                    format!("{name}({value})")
+                } else {
+                    format!("__builtin_convertvector({name}({value}), {to_ty})")
+                });
+            }
+            if from.is_float() && byte(to) {
+                let wide = self.value_type(wide_t, uses)?;
+                return Ok(format!(
+                    "__builtin_convertvector(__builtin_convertvector({value}, {wide}), {to_ty})"
+                ));
+            }
             return Ok(format!("__builtin_convertvector({value}, {to_ty})"));
         }
         if to.scalar == ScalarType::BF16 {

@@ -519,3 +519,91 @@ fn guard_selects_keep_every_bit_of_the_chosen_value() {
         }
     }
 }
+
+/// `f[i] = x[i] / 2` and `y[i] = f[i] + 0.5` truncated, eight lanes at a time: vector casts
+/// from `u8` and `i8` to `f32` and back.
+fn byte_conversions(n: i64) -> Function {
+    let mut fb = FunctionBuilder::cpu_kernel("bytes");
+    let x = fb.tensor_param("x", DataType::U8, [n]);
+    let s = fb.tensor_param("s", DataType::I8, [n]);
+    let f = fb.tensor_param("f", DataType::F32, [n]);
+    let y = fb.tensor_param("y", DataType::U8, [n]);
+    let t = fb.tensor_param("t", DataType::I8, [n]);
+    let (u8v, i8v, f32v) = (
+        DataType::vector(ScalarType::U8, 8),
+        DataType::vector(ScalarType::I8, 8),
+        DataType::F32X8,
+    );
+    let load = |dtype, at: Expr| Expr::call(Intrinsic::VectorLoad { dtype }, vec![at.address()]);
+    fb.for_range("v", n / 8, |fb, v| {
+        let i = v * 8;
+        let half = load(u8v, x.at([i.clone()])).cast(f32v) * Expr::f32(0.5).broadcast(8);
+        let signed = load(i8v, s.at([i.clone()])).cast(f32v) + Expr::f32(0.5).broadcast(8);
+        fb.call(
+            Intrinsic::VectorStore,
+            vec![f.at([i.clone()]).address(), half.clone()],
+        );
+        let rounded = (half + Expr::f32(0.5).broadcast(8)).cast(u8v);
+        fb.call(
+            Intrinsic::VectorStore,
+            vec![y.at([i.clone()]).address(), rounded],
+        );
+        fb.call(
+            Intrinsic::VectorStore,
+            vec![t.at([i]).address(), signed.cast(i8v)],
+        );
+    });
+    fb.finish()
+}
+
+#[test]
+fn byte_vectors_convert_to_and_from_floats() {
+    let n = 64usize;
+    let source = emit(byte_conversions(n as i64));
+    let lib = compile(&source);
+    let mut x: Vec<u8> = (0..n).map(|i| (i * 37 % 256) as u8).collect();
+    let mut s: Vec<i8> = (0..n).map(|i| (i as i32 * 29 % 251 - 125) as i8).collect();
+    let (mut f, mut y, mut t) = (vec![0f32; n], vec![0u8; n], vec![0i8; n]);
+    lib.call(
+        "bytes",
+        &mut [
+            ptr(&mut x),
+            ptr(&mut s),
+            ptr(&mut f),
+            ptr(&mut y),
+            ptr(&mut t),
+        ],
+    );
+    for i in 0..n {
+        assert_eq!(f[i], f32::from(x[i]) / 2.0, "f[{i}]");
+        assert_eq!(y[i], (f32::from(x[i]) / 2.0 + 0.5) as u8, "y[{i}]");
+        assert_eq!(t[i], (f32::from(s[i]) + 0.5) as i8, "t[{i}]");
+    }
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    // GCC converts byte vectors (loaded ones, or to floats) one lane at a time unless they are
+    // widened to 32-bit lanes in a register first.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (c_path, s_path) = (dir.path().join("b.c"), dir.path().join("b.s"));
+    std::fs::write(&c_path, &source).expect("write source");
+    let out = std::process::Command::new("cc")
+        .args(["-std=gnu11", "-O3", "-march=native", "-fopenmp-simd", "-S"])
+        .arg(&c_path)
+        .arg("-o")
+        .arg(&s_path)
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let asm = std::fs::read_to_string(&s_path).expect("read assembly");
+    for scalar in ["cvtsi2ss", "cvtusi2ss", "cvttss2si", "pinsr"] {
+        assert!(
+            !asm.contains(scalar),
+            "a scalar conversion ({scalar}) in:\n{asm}"
+        );
+    }
+}

@@ -19,9 +19,15 @@
 //! nothing the loop binds or writes and that reads a tensor (the table), and a part that
 //! varies. Fully unrolled loops with constant extents inside the loop whose variables the
 //! invariant part mentions are unrolled first (their bodies must bind nothing), so that each
-//! row gets its own pointer. Only serial loops and loops unrolled by a factor are rewritten,
-//! and only those without conditions inside (a hoisted read must be one the loop makes
-//! unconditionally); the pointers read their tables only when the loop runs at least once.
+//! row gets its own pointer. Serial loops, loops unrolled by a factor and vectorized loops are
+//! rewritten, and only those without an `if` inside nor a gathering load in a branch of a
+//! `?:` (a hoisted read must be one the loop makes unconditionally; a `?:` inside the
+//! invariant part, such as a clamp of a gathered row index, moves with it); the pointers read
+//! their tables only when the loop runs at least once.
+//!
+//! In a vectorized loop the rewrite also removes the invariant part's conditions from the
+//! loop body: an embedding lookup `table[clamp(ids[i]) · D + j]` keeps GCC from vectorizing
+//! the loop over `j` ("control flow in loop") until its row is a pointer.
 
 use std::collections::{HashMap, HashSet};
 
@@ -55,16 +61,16 @@ fn hoist_in_loop(s: Stmt) -> Stmt {
     let Stmt::For {
         var,
         extent,
-        kind: kind @ (LoopKind::Serial | LoopKind::Unroll(Some(_))),
+        kind: kind @ (LoopKind::Serial | LoopKind::Unroll(Some(_)) | LoopKind::Vectorize),
         body,
     } = &s
     else {
         return s;
     };
-    if has_conditions(body) {
+    let inside = Inside::of(var, body);
+    if has_conditional_gathers(body, &inside) {
         return s;
     }
-    let inside = Inside::of(var, body);
     let (body, inside) = if inside.gathers(body, false) {
         (body.as_ref().clone(), inside)
     } else if inside.gathers(body, true) {
@@ -317,14 +323,23 @@ fn unroll_constant_loops(body: &Stmt) -> Stmt {
     )
 }
 
-/// Whether `body` reads anything under a condition (an `if`, a `?:`): a read hoisted out of
-/// it could be one the condition guards against.
-fn has_conditions(body: &Stmt) -> bool {
+/// Whether `body` has an `if`, or a `?:` with a gathering load (see [`Inside::split`], with
+/// the body's unrolled loops as constants) in one of its branches: a read hoisted out of it
+/// could be one the condition guards against.
+fn has_conditional_gathers(body: &Stmt, inside: &Inside) -> bool {
     let mut found = false;
     body.visit(&mut |s| {
         found |= matches!(s, Stmt::If { .. });
         for e in s.exprs() {
-            e.visit(&mut |e| found |= matches!(e.kind(), ExprKind::Select(..)));
+            e.visit(&mut |e| {
+                if let ExprKind::Select(_, a, b) = e.kind() {
+                    found |= [a, b].iter().any(|branch| {
+                        let mut gathers = false;
+                        branch.visit(&mut |e| gathers |= inside.split(e, true).is_some());
+                        gathers
+                    });
+                }
+            });
         }
     });
     found
