@@ -103,14 +103,14 @@ fn hoist_in_loop(s: Stmt) -> Stmt {
 }
 
 /// What a loop binds and writes: a term of an offset that mentions none of it is invariant.
-struct Inside {
+pub(super) struct Inside {
     bound: HashSet<Var>,
     unrolled: HashSet<Var>,
     written: HashSet<Var>,
 }
 
 impl Inside {
-    fn of(var: &Var, body: &Stmt) -> Inside {
+    pub(super) fn of(var: &Var, body: &Stmt) -> Inside {
         let mut inside = Inside {
             bound: HashSet::from([var.clone()]),
             unrolled: HashSet::new(),
@@ -142,7 +142,7 @@ impl Inside {
 
     /// Whether `term` depends on nothing the loop binds (other than its unrolled loops'
     /// variables, with `unrolled_as_constants`) or writes.
-    fn invariant(&self, term: &Expr, unrolled_as_constants: bool) -> bool {
+    pub(super) fn invariant(&self, term: &Expr, unrolled_as_constants: bool) -> bool {
         let mut invariant = true;
         term.visit(&mut |e| match e.kind() {
             ExprKind::Var(v) => {
@@ -160,7 +160,11 @@ impl Inside {
     /// The invariant and varying terms of the flat offset of `load`, when it gathers: a
     /// read of a tensor declared outside the loop whose invariant part reads a table and
     /// whose varying part is not empty.
-    fn split(&self, load: &Expr, unrolled_as_constants: bool) -> Option<(Var, Expr, Expr)> {
+    pub(super) fn split(
+        &self,
+        load: &Expr,
+        unrolled_as_constants: bool,
+    ) -> Option<(Var, Expr, Expr)> {
         let ExprKind::TensorElement { tensor, indices } = load.kind() else {
             return None;
         };

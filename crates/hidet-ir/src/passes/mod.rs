@@ -8,6 +8,7 @@
 
 pub mod bounds;
 pub mod hoist_gather_bases;
+pub mod hoist_invariant_loads;
 pub mod lower_task_mappings;
 pub mod simplify;
 pub mod split_divided_loops;
@@ -15,6 +16,7 @@ pub mod split_guarded_loops;
 
 pub use bounds::{bound_of, is_non_negative, Interval, VarRanges};
 pub use hoist_gather_bases::HoistGatherBases;
+pub use hoist_invariant_loads::HoistInvariantLoads;
 pub use lower_task_mappings::LowerTaskMappings;
 pub use simplify::{simplify_expr, Simplify};
 pub use split_divided_loops::SplitDividedLoops;
@@ -107,6 +109,7 @@ pub fn lowering_passes() -> Vec<Box<dyn FunctionPass>> {
         Box::new(SplitGuardedLoops),
         Box::new(Simplify),
         Box::new(HoistGatherBases),
+        Box::new(HoistInvariantLoads),
     ]
 }
 

@@ -4,6 +4,7 @@
 //! stay in `tests/` as binaries of their own.
 
 mod hoist_gather_bases;
+mod hoist_invariant_loads;
 mod lowering;
 mod mapping_props;
 mod print;
