@@ -11,7 +11,8 @@
 //! For every tile and every `KC`-slice it packs `A` into `MR`-row panels
 //! (unless [`ALayout`] says to read it in place) and `B` into `NR`-column
 //! panels (thread-local buffers) and runs the micro-kernel over every pair
-//! of panels; when `K` is one slice, `B` is
+//! of panels (column panel by column panel, or row panel by row panel when `A` is
+//! constant weights in panels and `C` is stored by rows); when `K` is one slice, `B` is
 //! packed once per column block, for all its row blocks. When a tile has a single row
 //! panel (matrix-vector products), a packed `B` panel would be read once,
 //! so the micro-kernel instead copies each row of `B` it needs into a
