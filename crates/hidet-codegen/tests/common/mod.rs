@@ -180,3 +180,42 @@ pub fn max_rel_err(got: &[f32], want: &[f64]) -> f64 {
         .map(|(&g, &w)| (g as f64 - w).abs() / w.abs().max(1e-3))
         .fold(0.0, f64::max)
 }
+
+/// The flags the CPU backend compiles kernels with (`hidet-cpu`'s
+/// `CpuTarget::cflags` with the host's ISA), plus warnings as errors.
+pub const BACKEND_FLAGS: &[&str] = &[
+    "-std=gnu11",
+    "-O3",
+    "-march=native",
+    "-fopenmp-simd",
+    "-ffp-contract=fast",
+    "-fno-math-errno",
+    "-shared",
+    "-fPIC",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+];
+
+/// The assembly of `source` compiled with [`BACKEND_FLAGS`] (`-S`) and
+/// `extra` flags.
+pub fn assembly(source: &str, dir: &std::path::Path, stem: &str, extra: &[&str]) -> String {
+    let c_path = dir.join(format!("{stem}.c"));
+    let s_path = dir.join(format!("{stem}.s"));
+    std::fs::write(&c_path, source).expect("write C source");
+    let out = Command::new("cc")
+        .args(BACKEND_FLAGS.iter().filter(|f| **f != "-shared"))
+        .args(extra)
+        .arg("-S")
+        .arg(&c_path)
+        .arg("-o")
+        .arg(&s_path)
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc -S failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(&s_path).expect("read assembly")
+}

@@ -7,27 +7,10 @@
 
 use crate::common;
 
-use common::{compile_with, ptr, scalar, Rng};
+use common::{assembly, compile_with, ptr, scalar, Rng, BACKEND_FLAGS};
 use hidet_codegen::{emit_module, CDialect};
 use hidet_ir::intrinsic::Intrinsic;
 use hidet_ir::prelude::*;
-use std::process::Command;
-
-/// The flags the CPU backend compiles kernels with (`hidet-cpu`'s
-/// `CpuTarget::cflags` with the host's ISA), plus warnings as errors.
-const BACKEND_FLAGS: &[&str] = &[
-    "-std=gnu11",
-    "-O3",
-    "-march=native",
-    "-fopenmp-simd",
-    "-ffp-contract=fast",
-    "-fno-math-errno",
-    "-shared",
-    "-fPIC",
-    "-Wall",
-    "-Wextra",
-    "-Werror",
-];
 
 #[derive(Clone, Copy, Debug)]
 struct Case {
@@ -356,29 +339,6 @@ fn special_values_are_exact() {
             }
         }
     }
-}
-
-/// The assembly of `source` compiled with [`BACKEND_FLAGS`] (`-S`) and
-/// `extra` flags.
-fn assembly(source: &str, dir: &std::path::Path, stem: &str, extra: &[&str]) -> String {
-    let c_path = dir.join(format!("{stem}.c"));
-    let s_path = dir.join(format!("{stem}.s"));
-    std::fs::write(&c_path, source).expect("write C source");
-    let out = Command::new("cc")
-        .args(BACKEND_FLAGS.iter().filter(|f| **f != "-shared"))
-        .args(extra)
-        .arg("-S")
-        .arg(&c_path)
-        .arg("-o")
-        .arg(&s_path)
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc -S failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::read_to_string(&s_path).expect("read assembly")
 }
 
 /// The targets of call and tail-call instructions (`expf@PLT` as `expf`).

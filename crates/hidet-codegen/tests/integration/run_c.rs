@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::{compile, max_rel_err, ptr, scalar, Rng};
+use common::{assembly, compile, max_rel_err, ptr, scalar, Rng};
 use hidet_codegen::{emit_module, CDialect};
 use hidet_ir::expr::{floor_div, floor_mod};
 use hidet_ir::intrinsic::Intrinsic;
@@ -227,22 +227,7 @@ fn vector_fma_compiles_to_fused_instructions() {
     }
     let source = emit(microkernel(64));
     let dir = tempfile::tempdir().expect("temp dir");
-    let c_path = dir.path().join("micro.c");
-    let s_path = dir.path().join("micro.s");
-    std::fs::write(&c_path, &source).expect("write source");
-    let out = std::process::Command::new("cc")
-        .args(["-std=gnu11", "-O3", "-march=native", "-fopenmp-simd", "-S"])
-        .arg(&c_path)
-        .arg("-o")
-        .arg(&s_path)
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let asm = std::fs::read_to_string(&s_path).expect("read assembly");
+    let asm = assembly(&source, dir.path(), "micro", &[]);
     let fmas = asm.matches("vfmadd").count();
     assert!(fmas >= 6, "expected vector FMAs, found {fmas}");
 }
@@ -585,21 +570,7 @@ fn byte_vectors_convert_to_and_from_floats() {
     // GCC converts byte vectors (loaded ones, or to floats) one lane at a time unless they are
     // widened to 32-bit lanes in a register first.
     let dir = tempfile::tempdir().expect("temp dir");
-    let (c_path, s_path) = (dir.path().join("b.c"), dir.path().join("b.s"));
-    std::fs::write(&c_path, &source).expect("write source");
-    let out = std::process::Command::new("cc")
-        .args(["-std=gnu11", "-O3", "-march=native", "-fopenmp-simd", "-S"])
-        .arg(&c_path)
-        .arg("-o")
-        .arg(&s_path)
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let asm = std::fs::read_to_string(&s_path).expect("read assembly");
+    let asm = assembly(&source, dir.path(), "bytes", &[]);
     for scalar in ["cvtsi2ss", "cvtusi2ss", "cvttss2si", "pinsr"] {
         assert!(
             !asm.contains(scalar),
