@@ -55,8 +55,9 @@ impl FunctionPass for HoistGatherBases {
     }
 }
 
-/// `s` with base pointers for its gathering loads, if it is a serial, factor-unrolled or vectorized loop
-/// that has some; the body's unrolled loops are unrolled only when that makes a load gather.
+/// `s` with base pointers for its gathering loads, if it is a serial, factor-unrolled or
+/// vectorized loop that has some; the body's unrolled loops are unrolled only when that makes a
+/// load gather.
 fn hoist_in_loop(s: Stmt) -> Stmt {
     let Stmt::For {
         var,
