@@ -31,7 +31,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{simplify_expr, FunctionPass, PassError, VarRanges};
+use super::{runs_at_least_once, simplify_expr, FunctionPass, PassError, VarRanges};
 use crate::dtype::DataType;
 use crate::expr::{BinaryOp, Expr, ExprKind, Var};
 use crate::function::Function;
@@ -85,7 +85,7 @@ fn hoist_in_loop(s: Stmt) -> Stmt {
         return s;
     };
     let mut hoisted = Hoisted {
-        runs: extent.gt(Expr::int_of(0, extent.dtype().unwrap_or(DataType::I32))),
+        runs: runs_at_least_once(extent),
         declarations: Vec::new(),
         bases: HashMap::new(),
         pointers: Vec::new(),

@@ -21,7 +21,7 @@
 //! variable reads its element only when the loop runs at least once.
 
 use super::hoist_gather_bases::Inside;
-use super::{FunctionPass, PassError};
+use super::{runs_at_least_once, FunctionPass, PassError};
 use crate::dtype::DataType;
 use crate::expr::{Expr, ExprKind, Var};
 use crate::function::Function;
@@ -59,7 +59,7 @@ fn hoist_in_loop(s: Stmt) -> Stmt {
         return s;
     }
     let inside = Inside::of(var, body);
-    let mut reads: Vec<Expr> = Vec::new();
+    let mut reads = Vec::new();
     body.visit(&mut |s| {
         for e in s.exprs() {
             collect_unconditional(&inside, e, false, &mut reads);
@@ -68,16 +68,9 @@ fn hoist_in_loop(s: Stmt) -> Stmt {
     if reads.is_empty() {
         return s;
     }
-    let runs = extent.gt(Expr::int_of(0, extent.dtype().unwrap_or(DataType::I32)));
-    let mut stmts = Vec::new();
-    let mut hoisted = Vec::new();
-    for read in reads {
-        let ExprKind::TensorElement { tensor, .. } = read.kind() else {
-            continue;
-        };
-        let Some(dtype) = read.dtype() else {
-            continue;
-        };
+    let runs = runs_at_least_once(extent);
+    let (mut stmts, mut hoisted) = (Vec::new(), Vec::new());
+    for (read, tensor, dtype) in reads {
         let v = Var::new(format!("{}_value", tensor.name()), Type::Data(dtype));
         stmts.push(Stmt::Declare {
             var: v.clone(),
@@ -96,9 +89,14 @@ fn hoist_in_loop(s: Stmt) -> Stmt {
     Stmt::seq(stmts)
 }
 
-/// Adds to `reads` each hoistable read of `e` (see the module documentation) not yet there;
-/// `conditional`: `e` is in a branch of a `?:`.
-fn collect_unconditional(inside: &Inside, e: &Expr, conditional: bool, reads: &mut Vec<Expr>) {
+/// Adds to `reads` each hoistable read of `e` (see the module documentation) not yet there,
+/// with its tensor and scalar type; `conditional`: `e` is in a branch of a `?:`.
+fn collect_unconditional(
+    inside: &Inside,
+    e: &Expr,
+    conditional: bool,
+    reads: &mut Vec<(Expr, Var, DataType)>,
+) {
     match e.kind() {
         ExprKind::Address(_) => {}
         ExprKind::TensorElement { tensor, .. }
@@ -107,8 +105,8 @@ fn collect_unconditional(inside: &Inside, e: &Expr, conditional: bool, reads: &m
                 && e.dtype().is_some_and(|t| !t.is_vector())
                 && inside.invariant(e, false) =>
         {
-            if !reads.contains(e) {
-                reads.push(e.clone());
+            if let (Some(dtype), false) = (e.dtype(), reads.iter().any(|(read, _, _)| read == e)) {
+                reads.push((e.clone(), tensor.clone(), dtype));
             }
         }
         ExprKind::Select(c, a, b) => {

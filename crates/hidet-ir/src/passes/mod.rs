@@ -65,6 +65,12 @@ pub enum PassError {
     },
 }
 
+/// `extent > 0`: whether a loop of `extent` iterations runs at least once, the guard of a read
+/// hoisted out of it (a loop that never runs reads nothing).
+pub(crate) fn runs_at_least_once(extent: &Expr) -> Expr {
+    extent.gt(Expr::int_of(0, extent.dtype().unwrap_or(DataType::I32)))
+}
+
 /// `(variable, extent, body, variable type)` when `s` is a vectorized loop over a scalar
 /// integer variable: what the loop-splitting passes rewrite.
 pub(crate) fn vectorized_loop(s: &Stmt) -> Option<(&Var, &Expr, &Stmt, DataType)> {
